@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/clientconfig"
+)
+
+// clients are the API clients a command uses, configured from the client
+// configuration file and the environment.
+type clients struct {
+	cfg clientconfig.Config
+}
+
+func loadClients() (*clients, error) {
+	path, err := clientconfig.DefaultPath()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientconfig.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return &clients{cfg: cfg}, nil
+}
+
+// workspace returns the options and base URL of the Native Workspace endpoint.
+func (c *clients) workspace() (connect.HTTPClient, string, connect.ClientOption, error) {
+	if c.cfg.WorkspaceEndpoint == "" {
+		return nil, "", nil, fmt.Errorf("no workspace endpoint: run `kibotos dev`, or set %s and %s", clientconfig.EnvWorkspaceEndpoint, clientconfig.EnvToken)
+	}
+	return http.DefaultClient, c.cfg.WorkspaceEndpoint, connect.WithInterceptors(bearer(c.cfg.Token)), nil
+}
+
+// operator returns the options and base URL of the Operator endpoint.
+func (c *clients) operator() (connect.HTTPClient, string, connect.ClientOption, error) {
+	if c.cfg.OperatorEndpoint == "" {
+		return nil, "", nil, fmt.Errorf("no operator endpoint: run `kibotos dev`, or set %s and %s", clientconfig.EnvOperatorEndpoint, clientconfig.EnvOperatorToken)
+	}
+	return http.DefaultClient, c.cfg.OperatorEndpoint, connect.WithInterceptors(bearer(c.cfg.OperatorToken)), nil
+}
+
+// bearer adds the API key to every request.
+func bearer(token string) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" {
+				req.Header().Set("Authorization", "Bearer "+token)
+			}
+			return next(ctx, req)
+		}
+	})
+}
+
+// newCommandMetadata makes the command_id of a mutation: the one given with
+// --command-id (to retry a command safely), or a fresh random one.
+func newCommandMetadata(given string) *ctrlv1.CommandMetadata {
+	if given != "" {
+		return &ctrlv1.CommandMetadata{CommandId: given}
+	}
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return &ctrlv1.CommandMetadata{CommandId: "cli-" + hex.EncodeToString(b)}
+}

@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+)
+
+// clientNouns are the client command groups.
+func clientNouns(out *outputFlag) []*cobra.Command {
+	return []*cobra.Command{
+		newWorkspaceCommand(out),
+		newVolumeCommand(out),
+		newPoolNoun(out),
+		notBuiltNoun("template", "Build and manage Templates (root filesystem images)"),
+		notBuiltNoun("platform", "Build and manage Platforms (kernel, initramfs, VMM) and their Launch revisions"),
+		notBuiltNoun("transfer", "Download, upload and delete exported Workspaces and Volumes"),
+		notBuiltNoun("egress", "Manage Egresses (caller-owned proxies)"),
+		notBuiltNoun("resolver", "Manage Resolvers (DNS upstreams)"),
+		notBuiltNoun("overcommit", "Read and set overcommit ratios"),
+		notBuiltNoun("enrollment", "Create and revoke node enrollment grants"),
+	}
+}
+
+// notBuiltNoun is a command group whose commands are not written yet. It says
+// so instead of pretending.
+func notBuiltNoun(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:                use,
+		Short:              short + " (not built yet)",
+		DisableFlagParsing: true,
+		RunE: func(*cobra.Command, []string) error {
+			return fmt.Errorf("`kibotos %s` is not built yet", use)
+		},
+	}
+}
+
+func nodeRegistrationClient() (operatorv1connect.NodeRegistrationServiceClient, error) {
+	c, err := loadClients()
+	if err != nil {
+		return nil, err
+	}
+	hc, url, opt, err := c.operator()
+	if err != nil {
+		return nil, err
+	}
+	return operatorv1connect.NewNodeRegistrationServiceClient(hc, url, opt), nil
+}
+
+var nodeHeader = []string{"NODE", "STATUS", "ADMISSION", "INCARNATION", "ISOLATED"}
+
+func nodeRow(n *operatorv1.NodeRegistration) []string {
+	return []string{
+		n.GetNodeId(),
+		trimEnum(n.GetStatus().String(), "NODE_REGISTRATION_STATUS_"),
+		trimEnum(n.GetAdmission().String(), "NODE_ADMISSION_"),
+		strconv.FormatUint(n.GetIncarnation(), 10),
+		strconv.FormatBool(n.GetIsolated()),
+	}
+}
+
+func newNodeCommand(out *outputFlag) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "node",
+		Short: "Run the node agent on this host (not built yet); node list|get inspect the fleet",
+		Long: `Without a subcommand, node runs the node agent on this host (not built yet:
+enrollment and the control session come with ctrl's core, the VM provider after it).
+
+With a subcommand it is the operator's client for node registrations.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return fmt.Errorf("the node agent is not built yet: enrollment and the control session come with ctrl's core, the VM provider after it")
+		},
+	}
+	list := &cobra.Command{
+		Use: "list", Short: "List node registrations", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := nodeRegistrationClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.ListNodeRegistrations(cmd.Context(), connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, n := range res.Msg.GetRegistrations() {
+				rows = append(rows, nodeRow(n))
+			}
+			return out.print(cmd.OutOrStdout(), res.Msg, nodeHeader, rows)
+		},
+	}
+	get := &cobra.Command{
+		Use: "get NODE_ID", Short: "Show one node registration", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := nodeRegistrationClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.GetNodeRegistration(cmd.Context(), connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: args[0]}))
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), res.Msg, nodeHeader, [][]string{nodeRow(res.Msg.GetRegistration())})
+		},
+	}
+	c.AddCommand(list, get)
+	return c
+}
+
+var poolHeader = []string{"POOL", "CAPACITY_MIB", "RESERVED_MIB", "VOLUMES", "LAYERS", "CLEANUPS"}
+
+func poolRow(p *operatorv1.StoragePool) []string {
+	capacity := "unset"
+	if p.CapacityBytes != nil {
+		capacity = strconv.FormatUint(p.GetCapacityBytes()/mib, 10)
+	}
+	return []string{
+		p.GetStoragePool(), capacity,
+		strconv.FormatUint(p.GetReservedBytes()/mib, 10),
+		strconv.FormatUint(p.GetVolumeCount(), 10),
+		strconv.FormatUint(p.GetRetainedLayerCount(), 10),
+		strconv.FormatUint(p.GetCleanupCount(), 10),
+	}
+}
+
+func newPoolNoun(out *outputFlag) *cobra.Command {
+	c := &cobra.Command{Use: "pool", Short: "Inspect storage pools (operator)"}
+	list := &cobra.Command{
+		Use: "list", Short: "List storage pools", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := nodeRegistrationClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.ListStoragePools(cmd.Context(), connect.NewRequest(&operatorv1.ListStoragePoolsRequest{}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, p := range res.Msg.GetPools() {
+				rows = append(rows, poolRow(p))
+			}
+			return out.print(cmd.OutOrStdout(), res.Msg, poolHeader, rows)
+		},
+	}
+	c.AddCommand(list)
+	return c
+}

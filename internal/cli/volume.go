@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"strconv"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+)
+
+func volumeClient() (ctrlv1connect.VolumeServiceClient, error) {
+	c, err := loadClients()
+	if err != nil {
+		return nil, err
+	}
+	hc, url, opt, err := c.workspace()
+	if err != nil {
+		return nil, err
+	}
+	return ctrlv1connect.NewVolumeServiceClient(hc, url, opt), nil
+}
+
+var volumeHeader = []string{"VOLUME", "STATE", "CAPACITY_MIB", "POOL", "WORKSPACE"}
+
+func volumeRow(v *ctrlv1.Volume) []string {
+	return []string{
+		v.GetVolumeId(),
+		trimEnum(v.GetState().String(), "VOLUME_STATE_"),
+		strconv.FormatUint(v.GetSpec().GetCapacityBytes()/mib, 10),
+		v.GetSpec().GetStoragePool(),
+		v.GetBoundWorkspaceId(),
+	}
+}
+
+// showVolume prints a response that carries one Volume.
+func showVolume[T any, PT interface {
+	*T
+	proto.Message
+	GetVolume() *ctrlv1.Volume
+}](cmd *cobra.Command, out *outputFlag, res *connect.Response[T], err error) error {
+	if err != nil {
+		return err
+	}
+	var msg PT = res.Msg
+	return out.print(cmd.OutOrStdout(), msg, volumeHeader, [][]string{volumeRow(msg.GetVolume())})
+}
+
+func newVolumeCommand(out *outputFlag) *cobra.Command {
+	c := &cobra.Command{Use: "volume", Aliases: []string{"vol"}, Short: "Create, inspect, grow and delete Volumes"}
+	var commandID string
+
+	list := &cobra.Command{
+		Use: "list", Short: "List Volumes", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			selector, _ := cmd.Flags().GetString("selector")
+			client, err := volumeClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.ListVolumes(cmd.Context(), connect.NewRequest(&ctrlv1.ListVolumesRequest{LabelSelector: selector}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, v := range res.Msg.GetVolumes() {
+				rows = append(rows, volumeRow(v))
+			}
+			return out.print(cmd.OutOrStdout(), res.Msg, volumeHeader, rows)
+		},
+	}
+	list.Flags().StringP("selector", "l", "", "label selector")
+
+	get := &cobra.Command{
+		Use: "get VOLUME_ID", Short: "Show one Volume", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := volumeClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.GetVolume(cmd.Context(), connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: args[0]}))
+			return showVolume(cmd, out, res, err)
+		},
+	}
+
+	var capacityMiB uint64
+	var pool string
+	create := &cobra.Command{
+		Use: "create", Short: "Create a Volume", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := volumeClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.CreateVolume(cmd.Context(), connect.NewRequest(&ctrlv1.CreateVolumeRequest{
+				Command: newCommandMetadata(commandID),
+				Spec:    &ctrlv1.VolumeSpec{CapacityBytes: capacityMiB * mib, StoragePool: pool},
+			}))
+			return showVolume(cmd, out, res, err)
+		},
+	}
+	create.Flags().Uint64Var(&capacityMiB, "capacity", 0, "capacity in MiB (default: the storage profile's)")
+	create.Flags().StringVar(&pool, "pool", "", "storage pool (default: the deployment's default pool)")
+	create.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")
+
+	del := &cobra.Command{
+		Use: "delete VOLUME_ID", Short: "Delete a Volume", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := volumeClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.DeleteVolume(cmd.Context(), connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: newCommandMetadata(commandID), VolumeId: args[0]}))
+			return showVolume(cmd, out, res, err)
+		},
+	}
+	del.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")
+
+	c.AddCommand(list, get, create, del)
+	return c
+}

@@ -1,0 +1,86 @@
+// Package api mounts the Connect services of each ctrl endpoint.
+//
+// ctrl has three listeners and each gets its own handler, so a service can
+// only be reached where it is mounted: operator services are never on the
+// Native Workspace endpoint. Every endpoint also serves the standard gRPC
+// health service and server reflection (v1 and v1alpha), without
+// authentication, for load balancers, grpcurl and buf curl.
+//
+// Services not built yet are mounted with their generated Unimplemented
+// handler, so each of their RPCs answers unimplemented naming itself.
+package api
+
+import (
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+)
+
+// endpoint collects the services of one listener.
+type endpoint struct {
+	mux      *http.ServeMux
+	services []string
+}
+
+func newEndpoint() *endpoint { return &endpoint{mux: http.NewServeMux()} }
+
+// mount takes the (path, handler) pair generated constructors return.
+func (e *endpoint) mount(path string, h http.Handler) {
+	e.mux.Handle(path, h)
+	e.services = append(e.services, strings.Trim(path, "/"))
+}
+
+// handler adds health and reflection for the mounted services.
+func (e *endpoint) handler() http.Handler {
+	e.mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(e.services...)))
+	reflector := grpcreflect.NewStaticReflector(e.services...)
+	e.mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	e.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	return e.mux
+}
+
+// NewWorkspaceHandler serves kibotos.ctrl.v1: the Native Workspace endpoint.
+func NewWorkspaceHandler(interceptors ...connect.Interceptor) http.Handler {
+	opts := connect.WithInterceptors(interceptors...)
+	e := newEndpoint()
+	e.mount(ctrlv1connect.NewWorkspaceServiceHandler(ctrlv1connect.UnimplementedWorkspaceServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewVolumeServiceHandler(ctrlv1connect.UnimplementedVolumeServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewTransferServiceHandler(ctrlv1connect.UnimplementedTransferServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewEgressServiceHandler(ctrlv1connect.UnimplementedEgressServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewResolverServiceHandler(ctrlv1connect.UnimplementedResolverServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewSessionServiceHandler(ctrlv1connect.UnimplementedSessionServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewProcessServiceHandler(ctrlv1connect.UnimplementedProcessServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewFileServiceHandler(ctrlv1connect.UnimplementedFileServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewExposureServiceHandler(ctrlv1connect.UnimplementedExposureServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewDesktopServiceHandler(ctrlv1connect.UnimplementedDesktopServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewMetricsServiceHandler(ctrlv1connect.UnimplementedMetricsServiceHandler{}, opts))
+	return e.handler()
+}
+
+// NewOperatorHandler serves kibotos.operator.v1: the Operator endpoint.
+func NewOperatorHandler(interceptors ...connect.Interceptor) http.Handler {
+	opts := connect.WithInterceptors(interceptors...)
+	e := newEndpoint()
+	e.mount(operatorv1connect.NewNodeRegistrationServiceHandler(operatorv1connect.UnimplementedNodeRegistrationServiceHandler{}, opts))
+	e.mount(operatorv1connect.NewTemplateCatalogServiceHandler(operatorv1connect.UnimplementedTemplateCatalogServiceHandler{}, opts))
+	e.mount(operatorv1connect.NewPlatformCatalogServiceHandler(operatorv1connect.UnimplementedPlatformCatalogServiceHandler{}, opts))
+	e.mount(operatorv1connect.NewEnrollmentServiceHandler(operatorv1connect.UnimplementedEnrollmentServiceHandler{}, opts))
+	return e.handler()
+}
+
+// NewNodeHandler serves kibotos.node.v1: the endpoint nodes hold their
+// control sessions on. Nodes authenticate with an enrollment grant, then
+// their own credential (built with the node session).
+func NewNodeHandler(interceptors ...connect.Interceptor) http.Handler {
+	opts := connect.WithInterceptors(interceptors...)
+	e := newEndpoint()
+	e.mount(nodev1connect.NewNodeSessionServiceHandler(nodev1connect.UnimplementedNodeSessionServiceHandler{}, opts))
+	return e.handler()
+}

@@ -1,0 +1,162 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"connectrpc.com/grpcreflect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	// Registers every generated file, so the test sees all services.
+	_ "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	_ "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	_ "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/api"
+)
+
+// methodsOf lists "/pkg.Service/Method" for every method of every service
+// whose full name starts with pkg.
+func methodsOf(t *testing.T, pkg string) []string {
+	t.Helper()
+	var paths []string
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		if string(fd.Package()) != pkg {
+			return true
+		}
+		for i := 0; i < fd.Services().Len(); i++ {
+			sd := fd.Services().Get(i)
+			for j := 0; j < sd.Methods().Len(); j++ {
+				paths = append(paths, "/"+string(sd.FullName())+"/"+string(sd.Methods().Get(j).Name()))
+			}
+		}
+		return true
+	})
+	if len(paths) == 0 {
+		t.Fatalf("no services registered for %s", pkg)
+	}
+	return paths
+}
+
+// newServer serves h over HTTP/2 with TLS, as gRPC clients and bidi
+// streams need.
+func newServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// post sends an empty Connect JSON request (a unary call; for streaming
+// methods the server answers 415, which is not 404 either).
+func post(t *testing.T, srv *httptest.Server, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
+}
+
+func TestOperatorServicesAreNeverOnTheWorkspaceEndpoint(t *testing.T) {
+	ws := newServer(t, api.NewWorkspaceHandler())
+	for _, pkg := range []string{"kibotos.operator.v1", "kibotos.node.v1"} {
+		for _, path := range methodsOf(t, pkg) {
+			if code, _ := post(t, ws, path); code != http.StatusNotFound {
+				t.Errorf("workspace endpoint answered %s with %d, want 404", path, code)
+			}
+		}
+	}
+}
+
+func TestWorkspaceServicesAreNeverOnTheOperatorEndpoint(t *testing.T) {
+	op := newServer(t, api.NewOperatorHandler())
+	for _, path := range methodsOf(t, "kibotos.ctrl.v1") {
+		if code, _ := post(t, op, path); code != http.StatusNotFound {
+			t.Errorf("operator endpoint answered %s with %d, want 404", path, code)
+		}
+	}
+}
+
+// Every RPC of an endpoint's packages is mounted there, and one not built yet
+// answers unimplemented with a message naming it.
+func TestEveryMethodIsMountedAndUnbuiltOnesSaySo(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.Handler
+		pkg     string
+	}{
+		{"workspace", api.NewWorkspaceHandler(), "kibotos.ctrl.v1"},
+		{"operator", api.NewOperatorHandler(), "kibotos.operator.v1"},
+		{"node", api.NewNodeHandler(), "kibotos.node.v1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newServer(t, tc.handler)
+			for _, path := range methodsOf(t, tc.pkg) {
+				code, body := post(t, srv, path)
+				switch code {
+				case http.StatusNotImplemented:
+					name := strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", ".")
+					if !strings.Contains(body, name+" is not implemented") {
+						t.Errorf("%s: body %q does not name the method", path, body)
+					}
+				case http.StatusUnsupportedMediaType:
+					// A streaming method refuses a unary Connect request: it is mounted.
+				default:
+					t.Errorf("%s: status %d (%s), want 501 or 415", path, code, body)
+				}
+			}
+		})
+	}
+}
+
+func TestHealthAndReflectionOnEveryEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.Handler
+		pkg     string
+	}{
+		{"workspace", api.NewWorkspaceHandler(), "kibotos.ctrl.v1."},
+		{"operator", api.NewOperatorHandler(), "kibotos.operator.v1."},
+		{"node", api.NewNodeHandler(), "kibotos.node.v1."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newServer(t, tc.handler)
+			code, body := post(t, srv, "/grpc.health.v1.Health/Check")
+			if code != http.StatusOK || !strings.Contains(body, "SERVING") {
+				t.Errorf("health: %d %s", code, body)
+			}
+			// Reflection is a bidi stream: ask with the real reflection client.
+			stream := grpcreflect.NewClient(srv.Client(), srv.URL).NewStream(context.Background())
+			defer stream.Close()
+			names, err := stream.ListServices()
+			if err != nil {
+				t.Fatalf("reflection: %v", err)
+			}
+			if len(names) == 0 {
+				t.Error("reflection lists no service")
+			}
+			for _, n := range names {
+				if !strings.HasPrefix(string(n), tc.pkg) {
+					t.Errorf("reflection on the %s endpoint lists %s", tc.name, n)
+				}
+				if _, err := stream.FileContainingSymbol(n); err != nil {
+					t.Errorf("reflection cannot describe %s: %v", n, err)
+				}
+			}
+		})
+	}
+}

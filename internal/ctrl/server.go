@@ -1,0 +1,158 @@
+// Package ctrl is the control plane process: its listeners, credentials and
+// the wiring of the API onto them.
+package ctrl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/ctrl/api"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+)
+
+// Config is what `kibotos ctrl` is started with.
+type Config struct {
+	// WorkspaceListen, OperatorListen and NodeListen are host:port addresses
+	// for the Native Workspace, Operator and node endpoints. Port 0 picks a
+	// free port.
+	WorkspaceListen string
+	OperatorListen  string
+	NodeListen      string
+	// StateDir holds ctrl's durable state: API keys, and endpoints.env with
+	// the endpoints and the credentials made at first start.
+	StateDir string
+	Logger   *slog.Logger
+}
+
+// Server is a running ctrl.
+type Server struct {
+	cfg     Config
+	servers []*http.Server
+	errs    chan error
+
+	// Endpoints and credentials, as written to endpoints.env.
+	Client clientconfig.Config
+	// NodeEndpoint is the URL nodes connect to.
+	NodeEndpoint string
+}
+
+// EndpointsFile is where ctrl writes its endpoints and credentials.
+func EndpointsFile(stateDir string) string { return filepath.Join(stateDir, "endpoints.env") }
+
+// Start binds every listener and serves until ctx ends or Close is called.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	tokens, keys, err := ensureCredentials(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, errs: make(chan error, 3)}
+	listeners := []struct {
+		name, addr string
+		handler    http.Handler
+		url        *string
+	}{
+		{"workspace", cfg.WorkspaceListen, api.NewWorkspaceHandler(auth.NewInterceptor(keys, auth.ScopeWorkspace)), &s.Client.WorkspaceEndpoint},
+		{"operator", cfg.OperatorListen, api.NewOperatorHandler(auth.NewInterceptor(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
+		{"node", cfg.NodeListen, api.NewNodeHandler(), &s.NodeEndpoint},
+	}
+	for _, l := range listeners {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("%s endpoint: %w", l.name, err)
+		}
+		*l.url = "http://" + ln.Addr().String()
+		srv := newHTTPServer(l.handler)
+		s.servers = append(s.servers, srv)
+		go func() { s.errs <- srv.Serve(ln) }()
+		cfg.Logger.Info("listening", "endpoint", l.name, "url", *l.url)
+	}
+	s.Client.Token = tokens[auth.ScopeWorkspace]
+	s.Client.OperatorToken = tokens[auth.ScopeOperator]
+	if err := clientconfig.Write(EndpointsFile(cfg.StateDir), s.Client); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("write endpoints: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		s.Close()
+	}()
+	return s, nil
+}
+
+// newHTTPServer serves HTTP/1.1 and cleartext HTTP/2, so gRPC clients work
+// without TLS on a trusted network. Put TLS in front for anything else.
+func newHTTPServer(h http.Handler) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	return srv
+}
+
+// Wait blocks until a listener fails or the server is closed.
+func (s *Server) Wait() error {
+	err := <-s.errs
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops every listener.
+func (s *Server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range s.servers {
+		_ = srv.Shutdown(ctx)
+	}
+}
+
+// ensureCredentials makes sure ctrl has one workspace and one operator key
+// whose plaintext it knows (from an earlier endpoints.env), making new ones
+// where it does not. It returns the plaintext tokens and the keyring.
+func ensureCredentials(stateDir string) (map[auth.Scope]string, *auth.Keyring, error) {
+	keyPath := filepath.Join(stateDir, "api-keys.json")
+	keys, err := auth.LoadKeyring(keyPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	known, _ := clientconfig.ReadEnvFile(EndpointsFile(stateDir))
+	tokens := map[auth.Scope]string{
+		auth.ScopeWorkspace: known[clientconfig.EnvToken],
+		auth.ScopeOperator:  known[clientconfig.EnvOperatorToken],
+	}
+	changed := false
+	for scope, token := range tokens {
+		if token != "" && keys.Has(scope, token) {
+			continue
+		}
+		token, err := auth.NewToken()
+		if err != nil {
+			return nil, nil, err
+		}
+		keys.Add(scope, token)
+		tokens[scope] = token
+		changed = true
+	}
+	if changed {
+		if err := keys.Save(keyPath); err != nil {
+			return nil, nil, err
+		}
+	}
+	return tokens, keys, nil
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs what it needs on a fresh Debian
+# machine, checks formatting, lint and generated code, then runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/apt.sh
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "dependencies"
+apt_ensure git ca-certificates
+go mod download
+
+step "gofmt"
+unformatted=$(gofmt -l $(find . -name '*.go' -not -path './gen/*' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "buf lint, format and generated code"
+go tool buf lint
+go tool buf format --diff --exit-code
+scripts/check-generated.sh
+
+step "buf breaking"
+# Wired for the first release: once a v* tag exists, the API must not break
+# against the newest one. Before it, there is nothing to compare with.
+latest_tag=$(git tag --list 'v*' --sort=-version:refname 2>/dev/null | head -n 1 || true)
+if [ -n "$latest_tag" ]; then
+	go tool buf breaking --against ".git#tag=${latest_tag}"
+else
+	echo "no release tag yet: nothing to compare the API with"
+fi
+
+step "go test"
+go test -race -count=1 ./...
