@@ -1,0 +1,91 @@
+package ctrl_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/ctrl"
+)
+
+func start(t *testing.T, stateDir string) *ctrl.Server {
+	t.Helper()
+	srv, err := ctrl.Start(context.Background(), ctrl.Config{
+		WorkspaceListen: "127.0.0.1:0", OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
+		StateDir: stateDir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+func listNodes(ctx context.Context, endpoint, token string) error {
+	client := operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, endpoint)
+	req := connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{})
+	if token != "" {
+		req.Header().Set("Authorization", "Bearer "+token)
+	}
+	_, err := client.ListNodeRegistrations(ctx, req)
+	return err
+}
+
+func TestCredentialsAreMadeOnceAndCheckedByScope(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	srv := start(t, dir)
+	first := srv.Client
+	if first.Token == "" || first.OperatorToken == "" || first.Token == first.OperatorToken {
+		t.Fatalf("credentials: %+v", first)
+	}
+	written, err := clientconfig.ReadEnvFile(ctrl.EndpointsFile(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if written[clientconfig.EnvOperatorToken] != first.OperatorToken || written[clientconfig.EnvOperatorEndpoint] != first.OperatorEndpoint {
+		t.Errorf("endpoints.env = %v, want the server's %+v", written, first)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		token string
+		want  connect.Code
+	}{
+		{"no key", "", connect.CodeUnauthenticated},
+		{"unknown key", "kbt_nope", connect.CodeUnauthenticated},
+		{"workspace key on the operator endpoint", first.Token, connect.CodePermissionDenied},
+		{"operator key", first.OperatorToken, connect.CodeUnimplemented},
+	} {
+		if got := connect.CodeOf(listNodes(ctx, first.OperatorEndpoint, tc.token)); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	srv.Close()
+
+	// A restart keeps the keys it already handed out.
+	again := start(t, dir)
+	defer again.Close()
+	if again.Client.Token != first.Token || again.Client.OperatorToken != first.OperatorToken {
+		t.Errorf("restart made new credentials")
+	}
+	if err := listNodes(ctx, again.Client.OperatorEndpoint, first.OperatorToken); connect.CodeOf(err) != connect.CodeUnimplemented {
+		t.Errorf("old operator key after restart: %v", err)
+	}
+}
+
+func TestBusyListenerFailsStart(t *testing.T) {
+	srv := start(t, t.TempDir())
+	defer srv.Close()
+	_, err := ctrl.Start(context.Background(), ctrl.Config{
+		WorkspaceListen: srv.Client.WorkspaceEndpoint[len("http://"):], OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
+		StateDir: t.TempDir(),
+	})
+	if err == nil {
+		t.Fatal("second ctrl on the same workspace address started")
+	}
+}

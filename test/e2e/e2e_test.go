@@ -1,0 +1,175 @@
+// Package e2e tests the kibotos binary as a user runs it: real processes on
+// real listeners.
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/clientconfig"
+)
+
+var kibotosBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kibotos-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	kibotosBin = filepath.Join(dir, "kibotos")
+	build := exec.Command("go", "build", "-o", kibotosBin, "github.com/kibotos/kibotos/cmd/kibotos")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build kibotos:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// dev is a running `kibotos dev`.
+type dev struct {
+	home string
+	cmd  *exec.Cmd
+	env  map[string]string
+}
+
+// startDev runs `kibotos dev` on free ports and waits until it says ready.
+func startDev(t *testing.T) *dev {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(kibotosBin, "dev",
+		"--workspace-listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+home)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &dev{home: home, cmd: cmd}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready; Ctrl-C stops" {
+				ready <- nil
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
+		}
+		ready <- fmt.Errorf("kibotos dev exited before it was ready: %s", stderr.String())
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("kibotos dev not ready after a minute: %s", stderr.String())
+	}
+	d.env, err = clientconfig.ReadEnvFile(filepath.Join(home, "dev", "endpoints.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// kibotos runs the CLI against d and returns its output and exit code.
+func (d *dev) kibotos(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(kibotosBin, args...)
+	cmd.Env = []string{"KIBOTOS_HOME=" + d.home, "HOME=" + d.home, "PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func postJSON(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
+}
+
+// The issue's check, as a user does it with curl: the operator listener
+// answers ListNodeRegistrations, the workspace listener does not know it.
+func TestDevServesOperatorAPIOnlyOnTheOperatorListener(t *testing.T) {
+	d := startDev(t)
+	const path = "/kibotos.operator.v1.NodeRegistrationService/ListNodeRegistrations"
+	code, body := postJSON(t, d.env["KIBOTOS_OPERATOR_ENDPOINT"]+path, d.env["KIBOTOS_OPERATOR_TOKEN"])
+	if code == http.StatusNotFound || !strings.Contains(body, `"code":"unimplemented"`) {
+		t.Errorf("operator listener: %d %s, want a Connect error (unimplemented until nodes are built)", code, body)
+	}
+	if code, body := postJSON(t, d.env["KIBOTOS_WORKSPACE_ENDPOINT"]+path, d.env["KIBOTOS_TOKEN"]); code != http.StatusNotFound {
+		t.Errorf("workspace listener: %d %s, want 404", code, body)
+	}
+}
+
+func TestCLIFindsDevWithoutFlags(t *testing.T) {
+	d := startDev(t)
+	out, code := d.kibotos(t, "workspace", "list", "-o", "json")
+	if code != 1 || !strings.Contains(out, "unimplemented: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces is not implemented") {
+		t.Errorf("workspace list: exit %d: %s", code, out)
+	}
+	out, code = d.kibotos(t, "node", "list")
+	if code != 1 || !strings.Contains(out, "unimplemented: kibotos.operator.v1.NodeRegistrationService.ListNodeRegistrations") {
+		t.Errorf("node list: exit %d: %s", code, out)
+	}
+	out, code = d.kibotos(t, "template", "list")
+	if code != 1 || !strings.Contains(out, "not built yet") {
+		t.Errorf("template list: exit %d: %s", code, out)
+	}
+}
+
+func TestDevStopsCleanlyOnSIGTERM(t *testing.T) {
+	d := startDev(t)
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("kibotos dev after SIGTERM: %v", err)
+		}
+	case <-ctx.Done():
+		t.Error("kibotos dev did not stop after SIGTERM")
+	}
+}
