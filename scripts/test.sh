@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/apt.sh
+. scripts/postgres.sh
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -34,6 +35,12 @@ if [ -n "$latest_tag" ]; then
 else
 	echo "no release tag yet: nothing to compare the API with"
 fi
+
+step "PostgreSQL"
+postgres_start
+trap postgres_stop EXIT
+# Every store test runs on SQLite and on this server; missing it is a failure.
+export KIBOTOS_TEST_REQUIRE_POSTGRES=1
 
 step "go test"
 go test -race -count=1 ./...

@@ -1,0 +1,135 @@
+package store
+
+import (
+	"database/sql"
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+)
+
+// CommandRow is a command with the bookkeeping workers use to share it.
+type CommandRow struct {
+	*storev1.Command
+	// InputHash identifies the admitted input: a replay with another hash is
+	// a conflict.
+	InputHash []byte
+	// NextAttemptAt is when a worker may next pick the command up.
+	NextAttemptAt time.Time
+	// LeaseOwner and LeaseUntil say which worker holds the command; another
+	// takes it only after the lease ran out.
+	LeaseOwner string
+	LeaseUntil time.Time
+	Attempts   int64
+}
+
+// Final reports whether the command reached SUCCEEDED or FAILED.
+func (c *CommandRow) Final() bool {
+	s := c.GetState()
+	return s == storev1.CommandState_COMMAND_STATE_SUCCEEDED || s == storev1.CommandState_COMMAND_STATE_FAILED
+}
+
+const commandCols = "command_id, kind, target_id, input_hash, state, body, admitted_at, updated_at, next_attempt_at, lease_owner, lease_until, attempts"
+
+func (c *CommandRow) values() []any {
+	return []any{
+		c.GetCommandId(), c.GetKind(), c.GetTargetId(), c.InputHash, c.GetState().String(), marshal(c.Command),
+		c.GetAdmittedAt().AsTime().UnixNano(), c.GetUpdatedAt().AsTime().UnixNano(), c.NextAttemptAt.UnixNano(),
+		c.LeaseOwner, c.LeaseUntil.UnixNano(), c.Attempts,
+	}
+}
+
+func scanCommand(row interface{ Scan(...any) error }) (*CommandRow, error) {
+	var (
+		c                                     CommandRow
+		id, kind, target, state, owner        string
+		body                                  []byte
+		admitted, updated, next, leaseUntilNs int64
+	)
+	if err := row.Scan(&id, &kind, &target, &c.InputHash, &state, &body, &admitted, &updated, &next, &owner, &leaseUntilNs, &c.Attempts); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, ErrNotFound
+		}
+		return nil, err
+	}
+	c.Command = &storev1.Command{}
+	if err := proto.Unmarshal(body, c.Command); err != nil {
+		return nil, err
+	}
+	c.NextAttemptAt = time.Unix(0, next)
+	c.LeaseOwner = owner
+	c.LeaseUntil = time.Unix(0, leaseUntilNs)
+	return &c, nil
+}
+
+// InsertCommand admits c unless its command_id exists; inserted is false
+// when it did.
+func (t *Tx) InsertCommand(c *CommandRow) (inserted bool, err error) {
+	res, err := t.exec("INSERT INTO commands ("+commandCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (command_id) DO NOTHING", c.values()...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// GetCommand reads one command.
+func (t *Tx) GetCommand(id string, lock bool) (*CommandRow, error) {
+	q := "SELECT " + commandCols + " FROM commands WHERE command_id = ?"
+	if lock {
+		q += t.d.lock
+	}
+	return scanCommand(t.queryRow(q, id))
+}
+
+// UpdateCommand writes every column of c.
+func (t *Tx) UpdateCommand(c *CommandRow) error {
+	_, err := t.exec(`UPDATE commands SET kind = ?, target_id = ?, input_hash = ?, state = ?, body = ?, admitted_at = ?,
+		updated_at = ?, next_attempt_at = ?, lease_owner = ?, lease_until = ? , attempts = ? WHERE command_id = ?`,
+		append(c.values()[1:], c.GetCommandId())...)
+	return err
+}
+
+var unfinished = "state IN ('COMMAND_STATE_ADMITTED', 'COMMAND_STATE_RUNNING', 'COMMAND_STATE_WAITING')"
+
+// ActiveCommandOn returns the oldest unfinished command on target, or
+// ErrNotFound.
+func (t *Tx) ActiveCommandOn(target string) (*CommandRow, error) {
+	return scanCommand(t.queryRow("SELECT "+commandCols+" FROM commands WHERE target_id = ? AND "+unfinished+
+		" ORDER BY admitted_at LIMIT 1", target))
+}
+
+// ClaimCommand leases the oldest unfinished command that is due and not
+// leased, to owner until leaseUntil. It returns ErrNotFound when there is
+// none. On PostgreSQL, SKIP LOCKED lets replicas claim different commands at
+// once; the lease keeps a command with one worker after the transaction.
+func (t *Tx) ClaimCommand(owner string, now, leaseUntil time.Time) (*CommandRow, error) {
+	c, err := scanCommand(t.queryRow("SELECT "+commandCols+" FROM commands WHERE "+unfinished+
+		" AND next_attempt_at <= ? AND lease_until <= ? ORDER BY next_attempt_at, admitted_at LIMIT 1"+t.d.skipLocked,
+		now.UnixNano(), now.UnixNano()))
+	if err != nil {
+		return nil, err
+	}
+	c.LeaseOwner = owner
+	c.LeaseUntil = leaseUntil
+	c.Attempts++
+	if _, err := t.exec("UPDATE commands SET lease_owner = ?, lease_until = ?, attempts = ? WHERE command_id = ?",
+		owner, leaseUntil.UnixNano(), c.Attempts, c.GetCommandId()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// NextDue returns when the earliest unfinished command becomes due, or false.
+func (t *Tx) NextDue() (time.Time, bool, error) {
+	var ns sql.NullInt64
+	if err := t.queryRow("SELECT MIN(CASE WHEN lease_until > next_attempt_at THEN lease_until ELSE next_attempt_at END) FROM commands WHERE " + unfinished).Scan(&ns); err != nil {
+		return time.Time{}, false, err
+	}
+	if !ns.Valid {
+		return time.Time{}, false, nil
+	}
+	return time.Unix(0, ns.Int64), true, nil
+}

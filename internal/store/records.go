@@ -1,0 +1,218 @@
+package store
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+)
+
+// getBody reads the body of one row into m. lock takes a row lock on
+// PostgreSQL (SQLite transactions are serial already).
+func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
+	q := fmt.Sprintf("SELECT body FROM %s WHERE %s = ?", table, key)
+	if lock {
+		q += t.d.lock
+	}
+	var body []byte
+	if err := t.queryRow(q, id).Scan(&body); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		}
+		return err
+	}
+	return proto.Unmarshal(body, m)
+}
+
+// upsert writes one row whose first column is the key.
+func (t *Tx) upsert(table string, cols []string, vals ...any) error {
+	marks := strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ")
+	var sets []string
+	for _, c := range cols[1:] {
+		sets = append(sets, c+" = excluded."+c)
+	}
+	q := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s",
+		table, strings.Join(cols, ", "), marks, cols[0], strings.Join(sets, ", "))
+	_, err := t.exec(q, vals...)
+	return err
+}
+
+// listBodies pages rows ordered by key, after the key given, decoding each
+// with newMsg. where narrows the rows (with its args) and may be empty.
+func listBodies[M proto.Message](t *Tx, table, key, after, where string, limit int, newMsg func() M, args ...any) ([]M, error) {
+	q := fmt.Sprintf("SELECT body FROM %s WHERE %s > ?", table, key)
+	if where != "" {
+		q += " AND " + where
+	}
+	q += fmt.Sprintf(" ORDER BY %s LIMIT %d", key, limit)
+	rows, err := t.query(q, append([]any{after}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []M
+	for rows.Next() {
+		var body []byte
+		if err := rows.Scan(&body); err != nil {
+			return nil, err
+		}
+		m := newMsg()
+		if err := proto.Unmarshal(body, m); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+func marshal(m proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		// Only an invalid message (e.g. bad UTF-8 in a string) fails, and
+		// every record is validated before it is stored.
+		panic(fmt.Sprintf("store: marshal %T: %v", m, err))
+	}
+	return b
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// GetVolume reads one Volume.
+func (t *Tx) GetVolume(id string, lock bool) (*ctrlv1.Volume, error) {
+	v := &ctrlv1.Volume{}
+	return v, t.getBody("volumes", "volume_id", id, lock, v)
+}
+
+// PutVolume writes a Volume.
+func (t *Tx) PutVolume(v *ctrlv1.Volume) error {
+	return t.upsert("volumes", []string{"volume_id", "state", "storage_pool", "bound_workspace_id", "deleted", "body"},
+		v.GetVolumeId(), v.GetState().String(), v.GetSpec().GetStoragePool(), v.GetBoundWorkspaceId(),
+		boolInt(v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_DELETED), marshal(v))
+}
+
+// ListVolumes pages Volumes by volume_id after the one given.
+func (t *Tx) ListVolumes(after string, limit int, includeDeleted bool) ([]*ctrlv1.Volume, error) {
+	where := ""
+	if !includeDeleted {
+		where = "deleted = 0"
+	}
+	return listBodies(t, "volumes", "volume_id", after, where, limit, func() *ctrlv1.Volume { return &ctrlv1.Volume{} })
+}
+
+// GetWorkspace reads one Workspace.
+func (t *Tx) GetWorkspace(id string, lock bool) (*ctrlv1.Workspace, error) {
+	w := &ctrlv1.Workspace{}
+	return w, t.getBody("workspaces", "workspace_id", id, lock, w)
+}
+
+// PutWorkspace writes a Workspace.
+func (t *Tx) PutWorkspace(w *ctrlv1.Workspace) error {
+	var deadline int64
+	if p := w.GetExpiration().GetPolicy(); p != nil {
+		deadline = p.GetDeadline().AsTime().UnixNano()
+	}
+	return t.upsert("workspaces", []string{"workspace_id", "state", "deleted", "expiration_deadline", "body"},
+		w.GetWorkspaceId(), w.GetState().String(), boolInt(w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED),
+		deadline, marshal(w))
+}
+
+// ListWorkspaces pages Workspaces by workspace_id after the one given.
+func (t *Tx) ListWorkspaces(after string, limit int, includeDeleted bool) ([]*ctrlv1.Workspace, error) {
+	where := ""
+	if !includeDeleted {
+		where = "deleted = 0"
+	}
+	return listBodies(t, "workspaces", "workspace_id", after, where, limit, func() *ctrlv1.Workspace { return &ctrlv1.Workspace{} })
+}
+
+// ExpiredWorkspaces lists undeleted Workspaces whose expiration deadline is at
+// or before now (Unix nanoseconds).
+func (t *Tx) ExpiredWorkspaces(now int64, limit int) ([]*ctrlv1.Workspace, error) {
+	return listBodies(t, "workspaces", "workspace_id", "", "deleted = 0 AND expiration_deadline > 0 AND expiration_deadline <= ?",
+		limit, func() *ctrlv1.Workspace { return &ctrlv1.Workspace{} }, now)
+}
+
+// GetNode reads one node registration.
+func (t *Tx) GetNode(id string, lock bool) (*operatorv1.NodeRegistration, error) {
+	n := &operatorv1.NodeRegistration{}
+	return n, t.getBody("nodes", "node_id", id, lock, n)
+}
+
+// PutNode writes a node registration, keeping its credential.
+func (t *Tx) PutNode(n *operatorv1.NodeRegistration) error {
+	_, err := t.exec(`INSERT INTO nodes (node_id, body) VALUES (?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET body = excluded.body`, n.GetNodeId(), marshal(n))
+	return err
+}
+
+// SetNodeCredential replaces the hash of a node's credential.
+func (t *Tx) SetNodeCredential(id, hash string) error {
+	_, err := t.exec("UPDATE nodes SET credential_hash = ? WHERE node_id = ?", hash, id)
+	return err
+}
+
+// NodeCredential reads the hash of a node's credential.
+func (t *Tx) NodeCredential(id string) (string, error) {
+	var hash string
+	err := t.queryRow("SELECT credential_hash FROM nodes WHERE node_id = ?", id).Scan(&hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	return hash, err
+}
+
+// ListNodes pages node registrations by node_id.
+func (t *Tx) ListNodes(after string, limit int) ([]*operatorv1.NodeRegistration, error) {
+	return listBodies(t, "nodes", "node_id", after, "", limit, func() *operatorv1.NodeRegistration { return &operatorv1.NodeRegistration{} })
+}
+
+// GetGrant reads one enrollment grant.
+func (t *Tx) GetGrant(id string, lock bool) (*operatorv1.EnrollmentGrant, error) {
+	g := &operatorv1.EnrollmentGrant{}
+	return g, t.getBody("enrollment_grants", "grant_id", id, lock, g)
+}
+
+// GrantBySecretHash finds the grant a secret belongs to.
+func (t *Tx) GrantBySecretHash(hash string, lock bool) (*operatorv1.EnrollmentGrant, error) {
+	g := &operatorv1.EnrollmentGrant{}
+	return g, t.getBody("enrollment_grants", "secret_hash", hash, lock, g)
+}
+
+// PutGrant writes a grant with the hash of its secret.
+func (t *Tx) PutGrant(g *operatorv1.EnrollmentGrant, secretHash string) error {
+	return t.upsert("enrollment_grants", []string{"grant_id", "secret_hash", "body"}, g.GetGrantId(), secretHash, marshal(g))
+}
+
+// ListGrants pages enrollment grants by grant_id.
+func (t *Tx) ListGrants(after string, limit int) ([]*operatorv1.EnrollmentGrant, error) {
+	return listBodies(t, "enrollment_grants", "grant_id", after, "", limit, func() *operatorv1.EnrollmentGrant { return &operatorv1.EnrollmentGrant{} })
+}
+
+// Setting reads a shared setting.
+func (t *Tx) Setting(name string) ([]byte, error) {
+	var v []byte
+	err := t.queryRow("SELECT value FROM settings WHERE name = ?", name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return v, err
+}
+
+// InitSetting stores value unless the setting exists, and returns the value
+// that is stored: two replicas starting together agree on one.
+func (t *Tx) InitSetting(name string, value []byte) ([]byte, error) {
+	if _, err := t.exec("INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", name, value); err != nil {
+		return nil, err
+	}
+	return t.Setting(name)
+}

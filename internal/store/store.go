@@ -1,0 +1,279 @@
+// Package store keeps ctrl's durable state in SQL: SQLite embedded by default
+// (pure Go, one file, WAL) or PostgreSQL for production, where several ctrl
+// replicas share one database. The same queries and the same conformance
+// suite (storetest) serve both.
+//
+// Records are protobuf messages stored as bytes, with the columns queries
+// filter, order or lock on beside them.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// ErrNotFound is returned when a record does not exist.
+var ErrNotFound = errors.New("not found")
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is an open database.
+type Store struct {
+	db *sql.DB
+	d  dialect
+}
+
+// Open connects to dsn and brings its schema up to date. A dsn starting with
+// postgres:// or postgresql:// is PostgreSQL (pgx); anything else is a SQLite
+// file path, optionally prefixed with sqlite:.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	var s *Store
+	var err error
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		s, err = openPostgres(dsn)
+	} else {
+		s, err = openSQLite(strings.TrimPrefix(dsn, "sqlite:"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func openPostgres(dsn string) (*Store, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(16)
+	return &Store{db: db, d: postgres}, nil
+}
+
+// openSQLite opens one file in WAL mode. A single connection serialises
+// every transaction: SQLite has one writer anyway, and this rules out
+// SQLITE_BUSY between our own transactions.
+func openSQLite(path string) (*Store, error) {
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)", "busy_timeout(10000)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	return &Store{db: db, d: sqliteDialect}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Dialect names the database kind: "sqlite" or "postgres".
+func (s *Store) Dialect() string { return s.d.name }
+
+// migrate applies the embedded migrations not applied yet, in order, each in
+// its own transaction. On PostgreSQL an advisory lock keeps two replicas
+// starting together from applying the same one twice.
+func (s *Store) migrate(ctx context.Context) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if s.d.name == "postgres" {
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(7670)"); err != nil {
+			return err
+		}
+		defer conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock(7670)")
+	}
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)"); err != nil {
+		return err
+	}
+	applied := map[int]bool{}
+	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return err
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		version, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, "migrations/"), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: name must start with a number", name)
+		}
+		if applied[version] {
+			continue
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		if err := s.applyMigration(ctx, conn, version, s.d.schema(string(body))); err != nil {
+			return fmt.Errorf("migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int, body string) error {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, stmt := range strings.Split(body, ";") {
+		if strings.TrimSpace(stripComments(stmt)) == "" {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("%w in %s", err, strings.TrimSpace(stmt))
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO schema_migrations (version) VALUES (?)"), version); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func stripComments(stmt string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(stmt, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// Tx runs fn in one transaction and commits it. A serialization failure or
+// deadlock (PostgreSQL) or a busy database (SQLite) retries fn from the start,
+// so fn must have no effect outside the transaction.
+func (s *Store) Tx(ctx context.Context, fn func(*Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		err = s.tryTx(ctx, fn)
+		if err == nil || !s.d.retryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 5 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func (s *Store) tryTx(ctx context.Context, fn func(*Tx) error) error {
+	sqlTx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d}
+	if err := fn(tx); err != nil {
+		_ = sqlTx.Rollback()
+		return err
+	}
+	return sqlTx.Commit()
+}
+
+// Tx is one open transaction.
+type Tx struct {
+	ctx context.Context
+	tx  *sql.Tx
+	d   dialect
+}
+
+func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(t.ctx, t.d.rebind(query), args...)
+}
+
+func (t *Tx) query(query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(t.ctx, t.d.rebind(query), args...)
+}
+
+func (t *Tx) queryRow(query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(t.ctx, t.d.rebind(query), args...)
+}
+
+// dialect is what differs between SQLite and PostgreSQL.
+type dialect struct {
+	name  string
+	bytes string
+	// lock is appended to a SELECT that reads a row to change it.
+	lock string
+	// skipLocked is appended to a SELECT that claims work.
+	skipLocked string
+}
+
+var (
+	sqliteDialect = dialect{name: "sqlite", bytes: "BLOB"}
+	postgres      = dialect{name: "postgres", bytes: "BYTEA", lock: " FOR UPDATE", skipLocked: " FOR UPDATE SKIP LOCKED"}
+)
+
+func (d dialect) schema(body string) string { return strings.ReplaceAll(body, "{{BYTES}}", d.bytes) }
+
+// rebind turns ? placeholders into $1, $2, … for PostgreSQL. Queries here
+// never contain a literal question mark.
+func (d dialect) rebind(q string) string {
+	if d.name != "postgres" {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (d dialect) retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40001" || pgErr.Code == "40P01"
+	}
+	var sqlErr *sqlite.Error
+	if errors.As(err, &sqlErr) {
+		code := sqlErr.Code() & 0xff
+		return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
+	}
+	return false
+}

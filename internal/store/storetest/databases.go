@@ -1,0 +1,92 @@
+// Package storetest is the one conformance suite every store backend passes,
+// and the helpers that give a test a fresh database of each kind.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// EnvPostgres names a PostgreSQL server for tests: a DSN whose user may
+// create databases. scripts/test.sh starts a throwaway server and sets it.
+const EnvPostgres = "KIBOTOS_TEST_POSTGRES_DSN"
+
+// EnvRequirePostgres makes a missing PostgreSQL a test failure instead of a
+// skip; scripts/test.sh (and so CI) sets it.
+const EnvRequirePostgres = "KIBOTOS_TEST_REQUIRE_POSTGRES"
+
+// Backend is one kind of database a test runs against.
+type Backend struct {
+	Name string
+	// DSN returns a fresh, empty database for one test.
+	DSN func(t testing.TB) string
+}
+
+// Backends are SQLite and PostgreSQL.
+func Backends() []Backend {
+	return []Backend{{"sqlite", SQLiteDSN}, {"postgres", PostgresDSN}}
+}
+
+// SQLiteDSN is a new database file in the test's temporary directory.
+func SQLiteDSN(t testing.TB) string {
+	return "sqlite:" + filepath.Join(t.TempDir(), "kibotos.db")
+}
+
+// PostgresDSN creates a new database on the server $KIBOTOS_TEST_POSTGRES_DSN
+// names, dropped when the test ends.
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	admin := os.Getenv(EnvPostgres)
+	if admin == "" {
+		if os.Getenv(EnvRequirePostgres) != "" {
+			t.Fatalf("%s is required and not set", EnvPostgres)
+		}
+		t.Skipf("no PostgreSQL: set %s (scripts/test.sh starts one)", EnvPostgres)
+	}
+	db, err := sql.Open("pgx", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "kibotos_test_" + hex.EncodeToString(b)
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("pgx", admin)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		_, _ = db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Open opens dsn and closes it when the test ends.
+func Open(t testing.TB, dsn string) *store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
