@@ -426,9 +426,9 @@ func (*SessionResponse_Command) isSessionResponse_Message() {}
 type NodeHello struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// incarnation is chosen by the node and kept in its local state. The node
-	// advances it whenever it can no longer vouch for what its previous
-	// incarnation ran: host reboot, lost local state, or after it was isolated.
+	// incarnation is chosen by the node and kept in its local state: it is
+	// one more than the last one at every agent start, so ctrl can tell a
+	// restarted agent from a reconnecting one.
 	Incarnation uint64 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	// resources are the host resources the node offers, before overcommit.
 	Resources *HostResources `protobuf:"bytes,3,opt,name=resources,proto3" json:"resources,omitempty"`

@@ -51,7 +51,9 @@ const (
 type NodeSessionServiceClient interface {
 	// Enroll exchanges an enrollment grant's secret for the node's own
 	// credential. It is the only call that takes a grant; every other call
-	// authenticates with the node credential as a bearer token. Enroll is
+	// authenticates with the node credential as a bearer token
+	// ("Authorization: Bearer <credential>") together with the header
+	// "Kibotos-Node-Id: <node_id>". Enroll is
 	// refused (permission_denied) for a secret that is unknown, consumed,
 	// expired or revoked, for a grant bound to another node_id, for a retired
 	// node_id, and (failed_precondition) for a node_id that has a live session.
@@ -118,7 +120,9 @@ func (c *nodeSessionServiceClient) Session(ctx context.Context) *connect.BidiStr
 type NodeSessionServiceHandler interface {
 	// Enroll exchanges an enrollment grant's secret for the node's own
 	// credential. It is the only call that takes a grant; every other call
-	// authenticates with the node credential as a bearer token. Enroll is
+	// authenticates with the node credential as a bearer token
+	// ("Authorization: Bearer <credential>") together with the header
+	// "Kibotos-Node-Id: <node_id>". Enroll is
 	// refused (permission_denied) for a secret that is unknown, consumed,
 	// expired or revoked, for a grant bound to another node_id, for a retired
 	// node_id, and (failed_precondition) for a node_id that has a live session.
