@@ -54,13 +54,13 @@ func parse(s string) (netip.Prefix, string, error) {
 	if !strings.Contains(s, "/") {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return netip.Prefix{}, "", fmt.Errorf("%q is not an address or a CIDR", s)
+			return netip.Prefix{}, "", fmt.Errorf("%q is not an address or a CIDR: %v", s, err)
 		}
 		return netip.PrefixFrom(a, a.BitLen()), a.String(), nil
 	}
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		return netip.Prefix{}, "", fmt.Errorf("%q is not an address or a CIDR", s)
+		return netip.Prefix{}, "", fmt.Errorf("%q is not an address or a CIDR: %v", s, err)
 	}
 	if m := p.Masked(); m != p {
 		return netip.Prefix{}, "", fmt.Errorf("%q has host bits set; the network is %s", s, m)
