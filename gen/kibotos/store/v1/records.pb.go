@@ -89,6 +89,60 @@ func (CommandState) EnumDescriptor() ([]byte, []int) {
 	return file_kibotos_store_v1_records_proto_rawDescGZIP(), []int{0}
 }
 
+// NodeOperationState is where a node operation is.
+type NodeOperationState int32
+
+const (
+	NodeOperationState_NODE_OPERATION_STATE_UNSPECIFIED NodeOperationState = 0
+	// PENDING: not answered yet; sent (again) on every session of the node.
+	NodeOperationState_NODE_OPERATION_STATE_PENDING   NodeOperationState = 1
+	NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED NodeOperationState = 2
+	NodeOperationState_NODE_OPERATION_STATE_FAILED    NodeOperationState = 3
+)
+
+// Enum value maps for NodeOperationState.
+var (
+	NodeOperationState_name = map[int32]string{
+		0: "NODE_OPERATION_STATE_UNSPECIFIED",
+		1: "NODE_OPERATION_STATE_PENDING",
+		2: "NODE_OPERATION_STATE_SUCCEEDED",
+		3: "NODE_OPERATION_STATE_FAILED",
+	}
+	NodeOperationState_value = map[string]int32{
+		"NODE_OPERATION_STATE_UNSPECIFIED": 0,
+		"NODE_OPERATION_STATE_PENDING":     1,
+		"NODE_OPERATION_STATE_SUCCEEDED":   2,
+		"NODE_OPERATION_STATE_FAILED":      3,
+	}
+)
+
+func (x NodeOperationState) Enum() *NodeOperationState {
+	p := new(NodeOperationState)
+	*p = x
+	return p
+}
+
+func (x NodeOperationState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NodeOperationState) Descriptor() protoreflect.EnumDescriptor {
+	return file_kibotos_store_v1_records_proto_enumTypes[1].Descriptor()
+}
+
+func (NodeOperationState) Type() protoreflect.EnumType {
+	return &file_kibotos_store_v1_records_proto_enumTypes[1]
+}
+
+func (x NodeOperationState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NodeOperationState.Descriptor instead.
+func (NodeOperationState) EnumDescriptor() ([]byte, []int) {
+	return file_kibotos_store_v1_records_proto_rawDescGZIP(), []int{1}
+}
+
 // Command is one admitted command.
 type Command struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -244,6 +298,126 @@ func (x *Command) GetStep() uint32 {
 	return 0
 }
 
+// NodeOperation is one piece of work for one node.
+type NodeOperation struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	NodeId      string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CommandId   string                 `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	State       NodeOperationState     `protobuf:"varint,4,opt,name=state,proto3,enum=kibotos.store.v1.NodeOperationState" json:"state,omitempty"`
+	// body is the typed operation (kibotos.node.v1).
+	Body *anypb.Any `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	// code and message are the node's answer: a canonical Connect code (0 for
+	// success) and its message.
+	Code          uint32                 `protobuf:"varint,6,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	Result        *anypb.Any             `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	AnsweredAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=answered_at,json=answeredAt,proto3" json:"answered_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeOperation) Reset() {
+	*x = NodeOperation{}
+	mi := &file_kibotos_store_v1_records_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeOperation) ProtoMessage() {}
+
+func (x *NodeOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_store_v1_records_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeOperation.ProtoReflect.Descriptor instead.
+func (*NodeOperation) Descriptor() ([]byte, []int) {
+	return file_kibotos_store_v1_records_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NodeOperation) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *NodeOperation) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeOperation) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *NodeOperation) GetState() NodeOperationState {
+	if x != nil {
+		return x.State
+	}
+	return NodeOperationState_NODE_OPERATION_STATE_UNSPECIFIED
+}
+
+func (x *NodeOperation) GetBody() *anypb.Any {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *NodeOperation) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *NodeOperation) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *NodeOperation) GetResult() *anypb.Any {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *NodeOperation) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *NodeOperation) GetAnsweredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AnsweredAt
+	}
+	return nil
+}
+
 var File_kibotos_store_v1_records_proto protoreflect.FileDescriptor
 
 const file_kibotos_store_v1_records_proto_rawDesc = "" +
@@ -268,14 +442,34 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12=\n" +
 	"\fcompleted_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12\x17\n" +
 	"\anode_id\x18\r \x01(\tR\x06nodeId\x12\x12\n" +
-	"\x04step\x18\x0e \x01(\rR\x04step*\xb6\x01\n" +
+	"\x04step\x18\x0e \x01(\rR\x04step\"\xa4\x03\n" +
+	"\rNodeOperation\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x03 \x01(\tR\tcommandId\x12:\n" +
+	"\x05state\x18\x04 \x01(\x0e2$.kibotos.store.v1.NodeOperationStateR\x05state\x12(\n" +
+	"\x04body\x18\x05 \x01(\v2\x14.google.protobuf.AnyR\x04body\x12\x12\n" +
+	"\x04code\x18\x06 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12,\n" +
+	"\x06result\x18\b \x01(\v2\x14.google.protobuf.AnyR\x06result\x129\n" +
+	"\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vanswered_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"answeredAt*\xb6\x01\n" +
 	"\fCommandState\x12\x1d\n" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16COMMAND_STATE_ADMITTED\x10\x01\x12\x19\n" +
 	"\x15COMMAND_STATE_RUNNING\x10\x02\x12\x19\n" +
 	"\x15COMMAND_STATE_WAITING\x10\x03\x12\x1b\n" +
 	"\x17COMMAND_STATE_SUCCEEDED\x10\x04\x12\x18\n" +
-	"\x14COMMAND_STATE_FAILED\x10\x05B9Z7github.com/kibotos/kibotos/gen/kibotos/store/v1;storev1b\x06proto3"
+	"\x14COMMAND_STATE_FAILED\x10\x05*\xa1\x01\n" +
+	"\x12NodeOperationState\x12$\n" +
+	" NODE_OPERATION_STATE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cNODE_OPERATION_STATE_PENDING\x10\x01\x12\"\n" +
+	"\x1eNODE_OPERATION_STATE_SUCCEEDED\x10\x02\x12\x1f\n" +
+	"\x1bNODE_OPERATION_STATE_FAILED\x10\x03B9Z7github.com/kibotos/kibotos/gen/kibotos/store/v1;storev1b\x06proto3"
 
 var (
 	file_kibotos_store_v1_records_proto_rawDescOnce sync.Once
@@ -289,28 +483,35 @@ func file_kibotos_store_v1_records_proto_rawDescGZIP() []byte {
 	return file_kibotos_store_v1_records_proto_rawDescData
 }
 
-var file_kibotos_store_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_store_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_kibotos_store_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_kibotos_store_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_kibotos_store_v1_records_proto_goTypes = []any{
 	(CommandState)(0),             // 0: kibotos.store.v1.CommandState
-	(*Command)(nil),               // 1: kibotos.store.v1.Command
-	(*anypb.Any)(nil),             // 2: google.protobuf.Any
-	(*v1.WorkspaceFailure)(nil),   // 3: kibotos.ctrl.v1.WorkspaceFailure
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(NodeOperationState)(0),       // 1: kibotos.store.v1.NodeOperationState
+	(*Command)(nil),               // 2: kibotos.store.v1.Command
+	(*NodeOperation)(nil),         // 3: kibotos.store.v1.NodeOperation
+	(*anypb.Any)(nil),             // 4: google.protobuf.Any
+	(*v1.WorkspaceFailure)(nil),   // 5: kibotos.ctrl.v1.WorkspaceFailure
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_kibotos_store_v1_records_proto_depIdxs = []int32{
-	0, // 0: kibotos.store.v1.Command.state:type_name -> kibotos.store.v1.CommandState
-	2, // 1: kibotos.store.v1.Command.request:type_name -> google.protobuf.Any
-	2, // 2: kibotos.store.v1.Command.result:type_name -> google.protobuf.Any
-	3, // 3: kibotos.store.v1.Command.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
-	4, // 4: kibotos.store.v1.Command.admitted_at:type_name -> google.protobuf.Timestamp
-	4, // 5: kibotos.store.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	4, // 6: kibotos.store.v1.Command.completed_at:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	0,  // 0: kibotos.store.v1.Command.state:type_name -> kibotos.store.v1.CommandState
+	4,  // 1: kibotos.store.v1.Command.request:type_name -> google.protobuf.Any
+	4,  // 2: kibotos.store.v1.Command.result:type_name -> google.protobuf.Any
+	5,  // 3: kibotos.store.v1.Command.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
+	6,  // 4: kibotos.store.v1.Command.admitted_at:type_name -> google.protobuf.Timestamp
+	6,  // 5: kibotos.store.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 6: kibotos.store.v1.Command.completed_at:type_name -> google.protobuf.Timestamp
+	1,  // 7: kibotos.store.v1.NodeOperation.state:type_name -> kibotos.store.v1.NodeOperationState
+	4,  // 8: kibotos.store.v1.NodeOperation.body:type_name -> google.protobuf.Any
+	4,  // 9: kibotos.store.v1.NodeOperation.result:type_name -> google.protobuf.Any
+	6,  // 10: kibotos.store.v1.NodeOperation.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 11: kibotos.store.v1.NodeOperation.answered_at:type_name -> google.protobuf.Timestamp
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_store_v1_records_proto_init() }
@@ -323,8 +524,8 @@ func file_kibotos_store_v1_records_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_store_v1_records_proto_rawDesc), len(file_kibotos_store_v1_records_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   1,
+			NumEnums:      2,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
