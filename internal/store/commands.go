@@ -133,3 +133,17 @@ func (t *Tx) NextDue() (time.Time, bool, error) {
 	}
 	return time.Unix(0, ns.Int64), true, nil
 }
+
+// WakeCommand makes an unfinished command due now.
+func (t *Tx) WakeCommand(id string, now time.Time) error {
+	_, err := t.exec("UPDATE commands SET next_attempt_at = ? WHERE command_id = ? AND "+unfinished+" AND next_attempt_at > ?",
+		now.UnixNano(), id, now.UnixNano())
+	return err
+}
+
+// WakeWaiting makes every WAITING command due now.
+func (t *Tx) WakeWaiting(now time.Time) error {
+	_, err := t.exec("UPDATE commands SET next_attempt_at = ? WHERE state = 'COMMAND_STATE_WAITING' AND next_attempt_at > ?",
+		now.UnixNano(), now.UnixNano())
+	return err
+}

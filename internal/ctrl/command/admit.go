@@ -1,0 +1,183 @@
+// Package command admits mutations durably and drives long ones to a final
+// state.
+//
+// Admission writes the command and its first effect in one transaction. A
+// replay with the same command_id and the same input answers the recorded
+// result, even after the work finished and after a ctrl restart; the same
+// command_id with different input is already_exists. Long commands are then
+// picked up by a Runner, which leases them so that one worker (of one ctrl
+// replica) drives each, and resumes them after a crash once the lease runs
+// out.
+package command
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"regexp"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// ValidateID checks a command_id: 1 to 128 characters of [A-Za-z0-9._:-].
+// field is where it sits in the request.
+func ValidateID(field string, m *ctrlv1.CommandMetadata) error {
+	if m.GetCommandId() == "" {
+		return apierr.Invalid(field, "is required: every mutation carries a command_id")
+	}
+	if !idPattern.MatchString(m.GetCommandId()) {
+		return apierr.Invalid(field, "must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")
+	}
+	return nil
+}
+
+// Effect is what admitting a new command did.
+type Effect struct {
+	// Target is the object the command acts on (a Workspace, Volume, node).
+	Target string
+	// Result is the response to answer now and on every replay.
+	Result proto.Message
+	// Long commands are left ADMITTED for a Runner; the others are final at
+	// once.
+	Long bool
+}
+
+// Admit admits the command commandID of kind with request req in tx, or
+// replays it. For a new command it calls effect, which writes the command's
+// first effect in the same transaction. It returns the result to answer.
+func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Message, effect func() (Effect, error)) (proto.Message, error) {
+	hash := InputHash(kind, req)
+	if existing, err := tx.GetCommand(commandID, true); err == nil {
+		return replay(existing, hash)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	eff, err := effect()
+	if err != nil {
+		return nil, err
+	}
+	reqAny, err := anypb.New(req)
+	if err != nil {
+		return nil, err
+	}
+	resAny, err := anypb.New(eff.Result)
+	if err != nil {
+		return nil, err
+	}
+	state := storev1.CommandState_COMMAND_STATE_SUCCEEDED
+	if eff.Long {
+		state = storev1.CommandState_COMMAND_STATE_ADMITTED
+	}
+	ts := timestamppb.New(now)
+	row := &store.CommandRow{
+		Command: &storev1.Command{
+			CommandId: commandID, Kind: kind, TargetId: eff.Target, State: state,
+			Request: reqAny, Result: resAny, AdmittedAt: ts, UpdatedAt: ts,
+		},
+		InputHash:     hash,
+		NextAttemptAt: now,
+	}
+	if !eff.Long {
+		row.CompletedAt = ts
+	}
+	inserted, err := tx.InsertCommand(row)
+	if err != nil {
+		return nil, err
+	}
+	if !inserted {
+		// A concurrent admission of the same command_id committed first
+		// (PostgreSQL): undo ours and answer as a replay would.
+		return nil, errRaced
+	}
+	return eff.Result, nil
+}
+
+// Do runs an admitting transaction, once more when the same command was
+// admitted concurrently so that the second run answers as a replay.
+func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error {
+	err := s.Tx(ctx, fn)
+	if IsRaced(err) {
+		err = s.Tx(ctx, fn)
+	}
+	return err
+}
+
+// errRaced makes the caller's transaction roll back and run again, when it
+// finds the command admitted.
+var errRaced = errors.New("command admitted concurrently")
+
+// IsRaced reports whether a transaction should be retried because the same
+// command was admitted concurrently.
+func IsRaced(err error) bool { return errors.Is(err, errRaced) }
+
+func replay(existing *store.CommandRow, hash []byte) (proto.Message, error) {
+	if string(existing.InputHash) != string(hash) {
+		return nil, apierr.Conflict(existing.GetCommandId())
+	}
+	return existing.GetResult().UnmarshalNew()
+}
+
+// InputHash identifies a command's input: its kind and its request without
+// CommandMetadata and without NetworkPolicy.revision, which the server
+// ignores ("two requests that differ only here are the same command").
+func InputHash(kind string, req proto.Message) []byte {
+	clone := proto.Clone(req)
+	scrub(clone.ProtoReflect())
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(clone)
+	if err != nil {
+		panic(err) // only invalid UTF-8 fails, and requests are decoded already
+	}
+	sum := sha256.New()
+	sum.Write([]byte(kind))
+	sum.Write([]byte{0})
+	sum.Write(b)
+	return sum.Sum(nil)
+}
+
+var (
+	commandMetadataName = (&ctrlv1.CommandMetadata{}).ProtoReflect().Descriptor().FullName()
+	networkPolicyName   = (&ctrlv1.NetworkPolicy{}).ProtoReflect().Descriptor().FullName()
+)
+
+// scrub clears what does not make a command's input, recursively.
+func scrub(m protoreflect.Message) {
+	if m.Descriptor().FullName() == networkPolicyName {
+		m.Clear(m.Descriptor().Fields().ByName("revision"))
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil {
+			return true
+		}
+		if fd.Message().FullName() == commandMetadataName {
+			m.Clear(fd)
+			return true
+		}
+		switch {
+		case fd.IsList():
+			for i := 0; i < v.List().Len(); i++ {
+				scrub(v.List().Get(i).Message())
+			}
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					scrub(mv.Message())
+					return true
+				})
+			}
+		default:
+			scrub(v.Message())
+		}
+		return true
+	})
+}

@@ -1,0 +1,208 @@
+package command_test
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/store/storetest"
+)
+
+func forEachBackend(t *testing.T, fn func(t *testing.T, s *store.Store)) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) { fn(t, storetest.Open(t, b.DSN(t))) })
+	}
+}
+
+func createVolume(id string, capacity uint64) *ctrlv1.CreateVolumeRequest {
+	return &ctrlv1.CreateVolumeRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: id},
+		Spec:    &ctrlv1.VolumeSpec{CapacityBytes: capacity},
+	}
+}
+
+// admit admits req, making a Volume named after the command when new.
+func admit(t *testing.T, s *store.Store, req *ctrlv1.CreateVolumeRequest, long bool, effects *int) (proto.Message, error) {
+	t.Helper()
+	var res proto.Message
+	err := command.Do(context.Background(), s, func(tx *store.Tx) error {
+		var err error
+		res, err = command.Admit(tx, time.Now(), req.GetCommand().GetCommandId(), "CreateVolume", req, func() (command.Effect, error) {
+			*effects++
+			v := &ctrlv1.Volume{VolumeId: "vol-" + req.GetCommand().GetCommandId(), Spec: req.GetSpec()}
+			return command.Effect{Target: v.VolumeId, Result: &ctrlv1.CreateVolumeResponse{Volume: v}, Long: long}, tx.PutVolume(v)
+		})
+		return err
+	})
+	return res, err
+}
+
+func TestReplayAnswersTheRecordedResultAndOtherInputConflicts(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		effects := 0
+		first, err := admit(t, s, createVolume("c1", 1<<30), false, &effects)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := admit(t, s, createVolume("c1", 1<<30), false, &effects)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(first, again) || effects != 1 {
+			t.Errorf("replay: %v (effects %d), want %v once", again, effects, first)
+		}
+		_, err = admit(t, s, createVolume("c1", 2<<30), false, &effects)
+		if connect.CodeOf(err) != connect.CodeAlreadyExists || effects != 1 {
+			t.Errorf("other input: %v (effects %d), want already_exists and no effect", err, effects)
+		}
+	})
+}
+
+func TestInputHashIgnoresCommandMetadataAndPolicyRevision(t *testing.T) {
+	a := &ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
+		Command:       &ctrlv1.CommandMetadata{CommandId: "x"},
+		WorkspaceId:   "ws-1",
+		NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Revision: 3},
+	}
+	b := proto.Clone(a).(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest)
+	b.Command.CommandId = "y"
+	b.NetworkPolicy.Revision = 9
+	if string(command.InputHash("K", a)) != string(command.InputHash("K", b)) {
+		t.Error("requests differing only in command_id and policy revision hash differently")
+	}
+	b.NetworkPolicy.Allow = []string{"1.2.3.4"}
+	if string(command.InputHash("K", a)) == string(command.InputHash("K", b)) {
+		t.Error("different content hashes the same")
+	}
+	if string(command.InputHash("K", a)) == string(command.InputHash("L", a)) {
+		t.Error("the kind is not part of the input")
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	for id, ok := range map[string]bool{"": false, "a": true, "cli-0a:b.c_d": true, "has space": false, "é": false, string(make([]byte, 129)): false} {
+		err := command.ValidateID("command.command_id", &ctrlv1.CommandMetadata{CommandId: id})
+		if (err == nil) != ok {
+			t.Errorf("ValidateID(%q) = %v, want ok=%v", id, err, ok)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func commandState(t *testing.T, s *store.Store, id string) *store.CommandRow {
+	t.Helper()
+	var c *store.CommandRow
+	if err := s.Tx(context.Background(), func(tx *store.Tx) error {
+		var err error
+		c, err = tx.GetCommand(id, false)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRunnerDrivesALongCommandThroughWaitToSuccess(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default())
+		var ready atomic.Bool
+		var steps atomic.Int32
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			steps.Add(1)
+			if !ready.Load() {
+				return w.Wait(ctx, "the test is not ready", time.Hour)
+			}
+			return w.Succeed(ctx, func(tx *store.Tx) error {
+				v, err := tx.GetVolume(w.Command().GetTargetId(), true)
+				if err != nil {
+					return err
+				}
+				v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+				return tx.PutVolume(v)
+			})
+		})
+		go r.Run(ctx)
+		effects := 0
+		if _, err := admit(t, s, createVolume("long-1", 1<<30), true, &effects); err != nil {
+			t.Fatal(err)
+		}
+		r.Kick()
+		waitFor(t, "WAITING", func() bool {
+			return commandState(t, s, "long-1").GetState() == storev1.CommandState_COMMAND_STATE_WAITING
+		})
+		if got := commandState(t, s, "long-1").GetWaitingFor(); got != "the test is not ready" {
+			t.Errorf("waiting_for = %q", got)
+		}
+		ready.Store(true)
+		if err := r.WakeWaiting(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "SUCCEEDED", func() bool { return commandState(t, s, "long-1").Final() })
+		c := commandState(t, s, "long-1")
+		if c.GetState() != storev1.CommandState_COMMAND_STATE_SUCCEEDED || c.GetCompletedAt() == nil || steps.Load() != 2 {
+			t.Errorf("command %v after %d steps", c.Command, steps.Load())
+		}
+	})
+}
+
+// A step whose lease was taken over writes nothing.
+func TestLostLeaseWritesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		effects := 0
+		if _, err := admit(t, s, createVolume("lease-1", 1<<30), true, &effects); err != nil {
+			t.Fatal(err)
+		}
+		stolen := make(chan struct{})
+		r := command.NewRunner(s, "slow-replica", slog.Default())
+		var result atomic.Value
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			// Another replica takes the command over while this step runs.
+			if err := s.Tx(ctx, func(tx *store.Tx) error {
+				c, err := tx.GetCommand("lease-1", true)
+				if err != nil {
+					return err
+				}
+				c.LeaseOwner = "other-replica"
+				return tx.UpdateCommand(c)
+			}); err != nil {
+				return err
+			}
+			err := w.Succeed(ctx, func(tx *store.Tx) error { return nil })
+			result.Store(err)
+			close(stolen)
+			return err
+		})
+		go r.Run(ctx)
+		r.Kick()
+		<-stolen
+		if err, _ := result.Load().(error); err != command.ErrLeaseLost {
+			t.Errorf("Succeed after the lease was taken: %v, want ErrLeaseLost", err)
+		}
+		if c := commandState(t, s, "lease-1"); c.Final() {
+			t.Errorf("command finished by a worker without the lease: %v", c.Command)
+		}
+	})
+}

@@ -1,0 +1,281 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// Handler drives one step of a long command. It ends the step with exactly
+// one of Work.Succeed, Work.Fail, Work.Wait or Work.Continue; an error
+// instead retries the step after a back-off.
+type Handler func(ctx context.Context, w *Work) error
+
+// Runner drives the long commands of every kind it has a Handler for.
+type Runner struct {
+	store    *store.Store
+	owner    string
+	handlers map[string]Handler
+	log      *slog.Logger
+	now      func() time.Time
+	lease    time.Duration
+	poll     time.Duration
+	workers  int
+	kick     chan struct{}
+}
+
+// NewRunner makes a Runner. owner names this ctrl replica in leases; it
+// must be unique among replicas sharing a database.
+func NewRunner(s *store.Store, owner string, log *slog.Logger) *Runner {
+	return &Runner{
+		store: s, owner: owner, handlers: map[string]Handler{}, log: log,
+		now: time.Now, lease: 30 * time.Second, poll: time.Second, workers: 8,
+		kick: make(chan struct{}, 1),
+	}
+}
+
+// Handle registers the handler of kind.
+func (r *Runner) Handle(kind string, h Handler) { r.handlers[kind] = h }
+
+// Kick wakes the runner: a command was admitted or something it waits for
+// happened. Other replicas notice by polling.
+func (r *Runner) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Wake makes the commands due now and kicks the runner: what they waited
+// for happened.
+func (r *Runner) Wake(ctx context.Context, commandIDs ...string) error {
+	err := r.store.Tx(ctx, func(tx *store.Tx) error {
+		for _, id := range commandIDs {
+			if err := tx.WakeCommand(id, r.now()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	r.Kick()
+	return err
+}
+
+// WakeWaiting makes every WAITING command due now (a node connected, say)
+// and kicks the runner.
+func (r *Runner) WakeWaiting(ctx context.Context) error {
+	err := r.store.Tx(ctx, func(tx *store.Tx) error { return tx.WakeWaiting(r.now()) })
+	r.Kick()
+	return err
+}
+
+// Run drives commands until ctx ends.
+func (r *Runner) Run(ctx context.Context) {
+	sem := make(chan struct{}, r.workers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		for ctx.Err() == nil {
+			c, err := r.claim(ctx)
+			if errors.Is(err, store.ErrNotFound) {
+				break
+			}
+			if err != nil {
+				r.log.Error("claim command", "err", err)
+				break
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				r.step(ctx, c)
+			}()
+		}
+		timer := time.NewTimer(r.untilNext(ctx))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-r.kick:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+func (r *Runner) claim(ctx context.Context) (*store.CommandRow, error) {
+	var c *store.CommandRow
+	err := r.store.Tx(ctx, func(tx *store.Tx) error {
+		now := r.now()
+		var err error
+		for {
+			c, err = tx.ClaimCommand(r.owner, now, now.Add(r.lease))
+			if err != nil {
+				return err
+			}
+			if _, ok := r.handlers[c.GetKind()]; ok {
+				return nil
+			}
+			// No handler: a newer ctrl admitted a kind this one cannot run.
+			// Leave it for a replica that can.
+			c.LeaseUntil = now.Add(time.Minute)
+			if err := tx.UpdateCommand(c); err != nil {
+				return err
+			}
+		}
+	})
+	return c, err
+}
+
+// untilNext is how long to sleep before the next due command, at most poll.
+func (r *Runner) untilNext(ctx context.Context) time.Duration {
+	d := r.poll
+	_ = r.store.Tx(ctx, func(tx *store.Tx) error {
+		next, ok, err := tx.NextDue()
+		if err == nil && ok {
+			if until := next.Sub(r.now()); until < d {
+				d = max(until, time.Millisecond)
+			}
+		}
+		return err
+	})
+	return d
+}
+
+func (r *Runner) step(ctx context.Context, c *store.CommandRow) {
+	w := &Work{r: r, c: c}
+	err := r.handlers[c.GetKind()](ctx, w)
+	if err == nil && w.ended {
+		return
+	}
+	if err == nil {
+		err = fmt.Errorf("handler of %s ended the step without an outcome", c.GetKind())
+	}
+	if errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
+		return
+	}
+	backoff := min(time.Duration(c.Attempts)*time.Second, 30*time.Second)
+	r.log.Warn("command step failed; retrying", "command_id", c.GetCommandId(), "kind", c.GetKind(), "err", err, "retry_in", backoff)
+	_ = w.update(ctx, func(_ *store.Tx, c *store.CommandRow) error {
+		c.Progress = "retrying after: " + err.Error()
+		c.NextAttemptAt = r.now().Add(backoff)
+		c.LeaseUntil = time.Time{}
+		return nil
+	})
+}
+
+// ErrLeaseLost means another worker holds the command now; the step's
+// writes were not made.
+var ErrLeaseLost = errors.New("command lease lost")
+
+// Work is one claimed step of a command.
+type Work struct {
+	r     *Runner
+	c     *store.CommandRow
+	ended bool
+}
+
+// Command is the command as claimed.
+func (w *Work) Command() *storev1.Command { return w.c.Command }
+
+// Request decodes the admitted request.
+func (w *Work) Request() (proto.Message, error) { return w.c.GetRequest().UnmarshalNew() }
+
+// Now is the runner's clock.
+func (w *Work) Now() time.Time { return w.r.now() }
+
+// update changes the command and other records in one transaction, only if
+// this worker still holds the command's lease.
+func (w *Work) update(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRow) error) error {
+	return w.r.store.Tx(ctx, func(tx *store.Tx) error {
+		c, err := tx.GetCommand(w.c.GetCommandId(), true)
+		if err != nil {
+			return err
+		}
+		if c.LeaseOwner != w.r.owner || !c.LeaseUntil.Equal(w.c.LeaseUntil) || c.Final() {
+			return ErrLeaseLost
+		}
+		if err := fn(tx, c); err != nil {
+			return err
+		}
+		c.UpdatedAt = timestamppb.New(w.r.now())
+		if err := tx.UpdateCommand(c); err != nil {
+			return err
+		}
+		w.c = c
+		return nil
+	})
+}
+
+// Succeed ends the command successfully after fn's writes.
+func (w *Work) Succeed(ctx context.Context, fn func(tx *store.Tx) error) error {
+	return w.end(ctx, func(tx *store.Tx, c *store.CommandRow) error {
+		c.State = storev1.CommandState_COMMAND_STATE_SUCCEEDED
+		c.WaitingFor = ""
+		return fn(tx)
+	})
+}
+
+// Fail ends the command with failure after fn's writes.
+func (w *Work) Fail(ctx context.Context, failure *ctrlv1.WorkspaceFailure, fn func(tx *store.Tx) error) error {
+	return w.end(ctx, func(tx *store.Tx, c *store.CommandRow) error {
+		c.State = storev1.CommandState_COMMAND_STATE_FAILED
+		c.WaitingFor = ""
+		failure.CommandId = c.GetCommandId()
+		if failure.FailedAt == nil {
+			failure.FailedAt = timestamppb.New(w.r.now())
+		}
+		c.Failure = failure
+		return fn(tx)
+	})
+}
+
+func (w *Work) end(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRow) error) error {
+	err := w.update(ctx, func(tx *store.Tx, c *store.CommandRow) error {
+		c.CompletedAt = timestamppb.New(w.r.now())
+		c.Progress = ""
+		c.LeaseUntil = time.Time{}
+		return fn(tx, c)
+	})
+	w.ended = err == nil
+	return err
+}
+
+// Wait parks the command: it cannot go on until something outside ctrl
+// happens. reason says what, and GetWorkspaceCommand shows it. The command is
+// tried again after retry, or sooner when the runner is kicked.
+func (w *Work) Wait(ctx context.Context, reason string, retry time.Duration) error {
+	return w.reschedule(ctx, storev1.CommandState_COMMAND_STATE_WAITING, reason, "", retry, nil)
+}
+
+// Continue records progress (and fn's writes) and runs the next step after
+// retry, or sooner when the runner is kicked.
+func (w *Work) Continue(ctx context.Context, progress string, retry time.Duration, fn func(tx *store.Tx, c *storev1.Command) error) error {
+	return w.reschedule(ctx, storev1.CommandState_COMMAND_STATE_RUNNING, "", progress, retry, fn)
+}
+
+func (w *Work) reschedule(ctx context.Context, state storev1.CommandState, waitingFor, progress string, retry time.Duration, fn func(tx *store.Tx, c *storev1.Command) error) error {
+	err := w.update(ctx, func(tx *store.Tx, c *store.CommandRow) error {
+		c.State = state
+		c.WaitingFor = waitingFor
+		c.Progress = progress
+		c.NextAttemptAt = w.r.now().Add(retry)
+		c.LeaseUntil = time.Time{}
+		if fn != nil {
+			return fn(tx, c.Command)
+		}
+		return nil
+	})
+	w.ended = err == nil
+	return err
+}
