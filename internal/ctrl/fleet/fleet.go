@@ -1,0 +1,190 @@
+// Package fleet is ctrl's side of the nodes: enrollment grants, node
+// registrations, the control sessions nodes hold on the node endpoint, and
+// the node operations commands hand them.
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// Waker is told when something commands may wait for has happened.
+type Waker interface {
+	Wake(ctx context.Context, commandIDs ...string) error
+	WakeWaiting(ctx context.Context) error
+}
+
+// Config tunes the fleet.
+type Config struct {
+	// ObservationInterval is how often a node reports; a session silent for
+	// three intervals is not live.
+	ObservationInterval time.Duration
+	// ClockProbeInterval is how often ctrl measures a node's clock.
+	ClockProbeInterval time.Duration
+	// ClockTolerance is the allowed clock skew; a node beyond it receives no
+	// new placement.
+	ClockTolerance time.Duration
+}
+
+// DefaultConfig is what ctrl runs with unless told otherwise.
+var DefaultConfig = Config{
+	ObservationInterval: 5 * time.Second,
+	ClockProbeInterval:  10 * time.Second,
+	ClockTolerance:      500 * time.Millisecond,
+}
+
+// Fleet is the nodes ctrl knows.
+type Fleet struct {
+	store *store.Store
+	waker Waker
+	log   *slog.Logger
+	cfg   Config
+	now   func() time.Time
+
+	mu       sync.Mutex
+	sessions map[string]*session // node_id → the session this replica holds
+}
+
+// New makes a Fleet.
+func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config) *Fleet {
+	return &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{}}
+}
+
+// liveWindow is how long after its last message a session counts as live.
+func (f *Fleet) liveWindow() time.Duration { return 3 * f.cfg.ObservationInterval }
+
+// Live reports whether n's control session is live at now: it says so and
+// ctrl heard from it recently (a ctrl that crashed cannot mark it lost).
+func (f *Fleet) Live(n *operatorv1.NodeRegistration, now time.Time) bool {
+	s := n.GetSession()
+	return s.GetLive() && now.Sub(s.GetLastSeenAt().AsTime()) <= f.liveWindow()
+}
+
+// View is a registration as the operator API shows it at now: status and
+// the session-bound fields follow liveness.
+func (f *Fleet) View(n *operatorv1.NodeRegistration, now time.Time) *operatorv1.NodeRegistration {
+	live := f.Live(n, now)
+	if !live {
+		if n.Session != nil {
+			n.Session.Live = false
+			n.Session.Clock = nil
+		}
+		n.HostUsage = nil
+		n.MemoryTight = nil
+	}
+	n.Status = status(n, live)
+	return n
+}
+
+func status(n *operatorv1.NodeRegistration, live bool) operatorv1.NodeRegistrationStatus {
+	switch {
+	case n.GetAdmission() == operatorv1.NodeAdmission_NODE_ADMISSION_RETIRED:
+		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_RETIRED
+	case n.GetAdmission() == operatorv1.NodeAdmission_NODE_ADMISSION_REVOKED:
+		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_REVOKED
+	case !live:
+		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE
+	case n.GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY:
+		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY
+	}
+	return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING
+}
+
+// allNodes reads every registration, in pages.
+func allNodes(tx *store.Tx) ([]*operatorv1.NodeRegistration, error) {
+	var out []*operatorv1.NodeRegistration
+	after := ""
+	for {
+		batch, err := tx.ListNodes(after, 500)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, batch...)
+		if len(batch) < 500 {
+			return out, nil
+		}
+		after = batch[len(batch)-1].GetNodeId()
+	}
+}
+
+// CapabilityBlockFile is the capability of nodes that create and remove
+// block files in their pools.
+const CapabilityBlockFile = "storage.block_file"
+
+// NodeForPool picks a node that can act on pool now: admitted, not
+// isolated, with a live session, declaring the pool available, and able to
+// handle block files. It returns "" when there is none.
+func (f *Fleet) NodeForPool(tx *store.Tx, pool string) (string, error) {
+	nodes, err := allNodes(tx)
+	if err != nil {
+		return "", err
+	}
+	now := f.now()
+	for _, n := range nodes {
+		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED || n.GetIsolated() || !f.Live(n, now) {
+			continue
+		}
+		if !hasCapability(n, CapabilityBlockFile) {
+			continue
+		}
+		for _, a := range n.GetStoragePools() {
+			if a.GetStoragePool() == pool && a.GetAvailable() {
+				return n.GetNodeId(), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+func hasCapability(n *operatorv1.NodeRegistration, c string) bool {
+	for _, have := range n.GetObservation().GetCapabilities() {
+		if have == c {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultPool is the deployment's default storage pool: the one an admitted
+// node names as its default (the first such node by node_id), or "".
+func (f *Fleet) DefaultPool(tx *store.Tx) (string, error) {
+	nodes, err := allNodes(tx)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range nodes {
+		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED {
+			continue
+		}
+		for _, a := range n.GetStoragePools() {
+			if a.GetDefaultPool() {
+				return a.GetStoragePool(), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// PoolDeclared reports whether an admitted node has declared pool.
+func (f *Fleet) PoolDeclared(tx *store.Tx, pool string) (bool, error) {
+	nodes, err := allNodes(tx)
+	if err != nil {
+		return false, err
+	}
+	for _, n := range nodes {
+		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED {
+			continue
+		}
+		for _, a := range n.GetStoragePools() {
+			if a.GetStoragePool() == pool {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,405 @@
+package fleet
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// HeaderNodeID carries the node_id on every call after Enroll.
+const HeaderNodeID = "Kibotos-Node-Id"
+
+type sessionStream = connect.BidiStream[nodev1.SessionRequest, nodev1.SessionResponse]
+
+// session is one live control session held by this replica.
+type session struct {
+	nodeID      string
+	incarnation uint64
+	connectedAt time.Time
+	stream      *sessionStream
+
+	sendMu sync.Mutex
+	notify chan struct{}
+
+	mu     sync.Mutex
+	probes map[uint64]time.Time // probe_id → when it was sent
+	nextID uint64
+	sent   map[string]bool // operation_ids sent on this session
+}
+
+func (s *session) send(msg *nodev1.SessionResponse) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.stream.Send(msg)
+}
+
+// Session serves one node's control session until it ends.
+func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
+	nodeID, err := f.authenticate(ctx, stream.RequestHeader().Get("Authorization"), stream.RequestHeader().Get(HeaderNodeID))
+	if err != nil {
+		return err
+	}
+	first, err := stream.Receive()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil || hello.GetNodeId() != nodeID {
+		return apierr.Invalid("hello", "the first message of a session must be a hello from node %s", nodeID)
+	}
+	s := &session{
+		nodeID: nodeID, incarnation: hello.GetIncarnation(), connectedAt: f.now(), stream: stream,
+		notify: make(chan struct{}, 1), probes: map[uint64]time.Time{}, sent: map[string]bool{},
+	}
+	if err := f.register(ctx, s, hello); err != nil {
+		return err
+	}
+	f.attach(s)
+	defer f.detach(ctx, s)
+	f.log.Info("node session opened", "node_id", nodeID, "incarnation", s.incarnation)
+
+	if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Welcome{Welcome: &nodev1.SessionWelcome{
+		ObservationInterval: durationpb.New(f.cfg.ObservationInterval), CtrlTime: timestamppb.New(f.now()),
+	}}}); err != nil {
+		return err
+	}
+	_ = f.waker.WakeWaiting(ctx) // commands waiting for a node may go on now
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go f.probeClock(ctx, s)
+	go f.sendOperations(ctx, s)
+	for {
+		msg, err := stream.Receive()
+		if err != nil {
+			if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
+				return nil
+			}
+			return err
+		}
+		if err := f.handle(ctx, s, msg); err != nil {
+			f.log.Warn("node session message", "node_id", nodeID, "err", err)
+		}
+	}
+}
+
+func (f *Fleet) authenticate(ctx context.Context, authorization, nodeID string) (string, error) {
+	credential, ok := strings.CutPrefix(authorization, "Bearer ")
+	if !ok || nodeID == "" {
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("a node session needs Authorization: Bearer <credential> and "+HeaderNodeID))
+	}
+	var hash string
+	err := f.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		hash, err = tx.NodeCredential(nodeID)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) || (err == nil && subtle.ConstantTimeCompare([]byte(hash), []byte(hashSecret(credential))) != 1) {
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("unknown node credential: enroll again"))
+	}
+	return nodeID, err
+}
+
+// register records the hello: incarnation, resources, pools, capabilities.
+func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHello) error {
+	return f.store.Tx(ctx, func(tx *store.Tx) error {
+		n, err := tx.GetNode(s.nodeID, true)
+		if err != nil {
+			return err
+		}
+		switch {
+		case n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED:
+			return denied(fmt.Sprintf("node %s is %s", s.nodeID, n.GetAdmission()))
+		case hello.GetIncarnation() < n.GetIncarnation():
+			return apierr.Precondition(nil, "incarnation %d is older than the registered %d", hello.GetIncarnation(), n.GetIncarnation())
+		}
+		now := f.now()
+		if hello.GetIncarnation() > n.GetIncarnation() && n.GetIsolated() {
+			// A node that comes back with a new incarnation after isolation
+			// is admitted again: it no longer vouches for what it ran.
+			n.Isolated = false
+			n.IsolatedAt = nil
+		}
+		n.Incarnation = hello.GetIncarnation()
+		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING
+		n.Session = &operatorv1.NodeSessionSummary{
+			Live: true, ConnectedAt: timestamppb.New(now), LastSeenAt: timestamppb.New(now), AgentVersion: hello.GetAgentVersion(),
+		}
+		version := n.GetObservation().GetObservationVersion() + 1
+		n.Observation = &operatorv1.NodeObservationSummary{
+			ObservationVersion: version, ObservedAt: timestamppb.New(now), Capabilities: hello.GetCapabilities(),
+			Resources: &operatorv1.NodeResources{
+				CpuMillis: hello.GetResources().GetCpuMillis(), MemoryBytes: hello.GetResources().GetMemoryBytes(), DiskBytes: hello.GetResources().GetDiskBytes(),
+			},
+			ExecutionCount: uint32(len(hello.GetInstanceIds())),
+		}
+		n.StoragePools = attachments(s.nodeID, hello.GetStoragePools(), now)
+		n.RegistrationVersion++
+		n.UpdatedAt = timestamppb.New(now)
+		return tx.PutNode(n)
+	})
+}
+
+func attachments(nodeID string, pools []*nodev1.StoragePoolDeclaration, now time.Time) []*operatorv1.StoragePoolAttachment {
+	var out []*operatorv1.StoragePoolAttachment
+	for _, p := range pools {
+		out = append(out, &operatorv1.StoragePoolAttachment{
+			NodeId: nodeID, StoragePool: p.GetStoragePool(), DefaultPool: p.GetDefaultPool(), Available: p.GetAvailable(),
+			FilesystemSizeBytes: p.FilesystemSizeBytes, FilesystemFreeBytes: p.FilesystemFreeBytes, ObservedAt: timestamppb.New(now),
+		})
+	}
+	return out
+}
+
+func (f *Fleet) attach(s *session) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sessions[s.nodeID] = s
+}
+
+// detach records the lost session, unless a newer one replaced it.
+func (f *Fleet) detach(ctx context.Context, s *session) {
+	f.mu.Lock()
+	if f.sessions[s.nodeID] == s {
+		delete(f.sessions, s.nodeID)
+	}
+	f.mu.Unlock()
+	err := f.store.Tx(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+		n, err := tx.GetNode(s.nodeID, true)
+		if err != nil {
+			return err
+		}
+		if !n.GetSession().GetConnectedAt().AsTime().Equal(s.connectedAt) {
+			return nil
+		}
+		now := f.now()
+		n.Session.Live = false
+		n.Session.DisconnectedAt = timestamppb.New(now)
+		n.Session.Clock = nil
+		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE
+		n.HostUsage = nil
+		n.MemoryTight = nil
+		n.UpdatedAt = timestamppb.New(now)
+		return tx.PutNode(n)
+	})
+	if err != nil {
+		f.log.Warn("record lost node session", "node_id", s.nodeID, "err", err)
+	}
+	f.log.Info("node session closed", "node_id", s.nodeID)
+}
+
+// Notify tells the session of node (if this replica holds it) that it has
+// operations to send.
+func (f *Fleet) Notify(nodeID string) {
+	f.mu.Lock()
+	s := f.sessions[nodeID]
+	f.mu.Unlock()
+	if s != nil {
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// handle applies one message from the node.
+func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionRequest) error {
+	switch m := msg.GetMessage().(type) {
+	case *nodev1.SessionRequest_Observation:
+		return f.observe(ctx, s, m.Observation)
+	case *nodev1.SessionRequest_ClockReply:
+		return f.clockReply(ctx, s, m.ClockReply)
+	case *nodev1.SessionRequest_CommandResult:
+		return f.operationAnswered(ctx, s, m.CommandResult)
+	case *nodev1.SessionRequest_Hello:
+		return errors.New("a second hello on one session")
+	}
+	return fmt.Errorf("unknown session message %T", msg.GetMessage())
+}
+
+// touch updates a registration on behalf of the live session s.
+func (f *Fleet) touch(ctx context.Context, s *session, fn func(n *operatorv1.NodeRegistration, now time.Time)) error {
+	return f.store.Tx(ctx, func(tx *store.Tx) error {
+		n, err := tx.GetNode(s.nodeID, true)
+		if err != nil {
+			return err
+		}
+		if !n.GetSession().GetConnectedAt().AsTime().Equal(s.connectedAt) {
+			return errors.New("the session was replaced")
+		}
+		now := f.now()
+		n.Session.LastSeenAt = timestamppb.New(now)
+		fn(n, now)
+		return tx.PutNode(n)
+	})
+}
+
+func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) error {
+	return f.touch(ctx, s, func(n *operatorv1.NodeRegistration, now time.Time) {
+		// The first observation after the hello ends SYNCING: there is no
+		// execution to reconcile yet (the VM provider comes later).
+		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY
+		n.HostUsage = &operatorv1.NodeHostUsage{
+			ObservedAt: timestamppb.New(now), VmCpuMillis: o.VmCpuMillis, VmMemoryBytes: o.VmMemoryBytes,
+			MemoryAvailableBytes: o.MemoryAvailableBytes, CpuPressureSomeBasisPoints: o.CpuPressureSomeBasisPoints,
+			MemoryPressureSomeBasisPoints: o.MemoryPressureSomeBasisPoints, MemoryPressureFullBasisPoints: o.MemoryPressureFullBasisPoints,
+		}
+		n.MemoryTight = nil
+		if o.GetMemoryTightSince() != nil {
+			n.MemoryTight = &operatorv1.NodeMemoryTight{Since: o.GetMemoryTightSince(), ThresholdBytes: o.GetMemoryTightThresholdBytes()}
+		}
+		if len(o.GetStoragePools()) > 0 {
+			n.StoragePools = attachments(s.nodeID, o.GetStoragePools(), now)
+		}
+		if n.Observation == nil {
+			n.Observation = &operatorv1.NodeObservationSummary{}
+		}
+		n.Observation.ObservationVersion++
+		n.Observation.ObservedAt = timestamppb.New(now)
+		n.Observation.ExecutionCount = uint32(len(o.GetInstanceIds()))
+	})
+}
+
+// probeClock sends a clock probe now and then every ClockProbeInterval.
+func (f *Fleet) probeClock(ctx context.Context, s *session) {
+	ticker := time.NewTicker(f.cfg.ClockProbeInterval)
+	defer ticker.Stop()
+	for {
+		s.mu.Lock()
+		s.nextID++
+		id := s.nextID
+		s.probes[id] = f.now()
+		s.mu.Unlock()
+		if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_ClockProbe{ClockProbe: &nodev1.ClockProbe{ProbeId: id}}}); err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// clockReply measures the node's clock around one probe: offset is the node
+// clock minus ctrl's at the middle of the round trip, uncertainty half the
+// round trip.
+func (f *Fleet) clockReply(ctx context.Context, s *session, r *nodev1.ClockReply) error {
+	received := f.now()
+	s.mu.Lock()
+	sent, ok := s.probes[r.GetProbeId()]
+	delete(s.probes, r.GetProbeId())
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("clock reply to unknown probe %d", r.GetProbeId())
+	}
+	clock := MeasureClock(sent, received, r.GetNodeTime().AsTime(), f.cfg.ClockTolerance)
+	clock.Synchronization = operatorv1.NodeClockSynchronization(r.GetSynchronization())
+	return f.touch(ctx, s, func(n *operatorv1.NodeRegistration, _ time.Time) { n.Session.Clock = clock })
+}
+
+// MeasureClock computes a clock observation from one probe sent at sent and
+// answered at received (ctrl's clock) with the node's time nodeTime.
+func MeasureClock(sent, received, nodeTime time.Time, tolerance time.Duration) *operatorv1.NodeClockObservation {
+	rtt := received.Sub(sent)
+	uncertainty := rtt / 2
+	offset := nodeTime.Sub(sent.Add(uncertainty))
+	abs := offset
+	if abs < 0 {
+		abs = -abs
+	}
+	return &operatorv1.NodeClockObservation{
+		Offset: durationpb.New(offset), Uncertainty: durationpb.New(uncertainty), MeasuredAt: timestamppb.New(received),
+		ExceedsTolerance: abs-uncertainty > tolerance,
+	}
+}
+
+// sendOperations sends the node's pending operations now, when notified, and
+// every second (operations another replica recorded).
+func (f *Fleet) sendOperations(ctx context.Context, s *session) {
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		var pending []*storev1.NodeOperation
+		err := f.store.Tx(ctx, func(tx *store.Tx) error {
+			var err error
+			pending, err = tx.PendingNodeOperations(s.nodeID, 100)
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			f.log.Warn("read pending node operations", "node_id", s.nodeID, "err", err)
+		}
+		for _, op := range pending {
+			s.mu.Lock()
+			already := s.sent[op.GetOperationId()]
+			s.sent[op.GetOperationId()] = true
+			s.mu.Unlock()
+			if already {
+				continue
+			}
+			if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Command{Command: &nodev1.NodeCommand{
+				OperationId: op.GetOperationId(), CommandId: op.GetCommandId(), Body: op.GetBody(),
+			}}}); err != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.notify:
+		case <-ticker.C:
+		}
+	}
+}
+
+// operationAnswered records a node's answer and wakes the command.
+func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.CommandResult) error {
+	var commandID string
+	err := f.store.Tx(ctx, func(tx *store.Tx) error {
+		op, err := tx.GetNodeOperation(r.GetOperationId(), true)
+		if err != nil {
+			return err
+		}
+		if op.GetNodeId() != s.nodeID || op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING {
+			return nil // answered already, or not this node's
+		}
+		op.State = storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED
+		if r.GetCode() != 0 {
+			op.State = storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED
+		}
+		op.Code, op.Message, op.Result = r.GetCode(), r.GetMessage(), r.GetResult()
+		op.AnsweredAt = timestamppb.New(f.now())
+		commandID = op.GetCommandId()
+		return tx.PutNodeOperation(op)
+	})
+	if err == nil && commandID != "" {
+		err = f.waker.Wake(ctx, commandID)
+	}
+	return err
+}
+
+// StartOperation records an operation for node in tx; the node's session
+// sends it (again after every reconnect) until the node answers. Call Notify
+// after the transaction commits.
+func StartOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID string, body *anypb.Any) error {
+	_, err := tx.InsertNodeOperation(&storev1.NodeOperation{
+		OperationId: operationID, NodeId: nodeID, CommandId: commandID,
+		State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING, Body: body, CreatedAt: timestamppb.New(now),
+	})
+	return err
+}
