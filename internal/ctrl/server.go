@@ -4,6 +4,8 @@ package ctrl
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,11 +13,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/kibotos/kibotos/internal/clientconfig"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/volume"
+	"github.com/kibotos/kibotos/internal/store"
 )
 
 // Config is what `kibotos ctrl` is started with.
@@ -29,7 +36,12 @@ type Config struct {
 	// StateDir holds ctrl's durable state: API keys, and endpoints.env with
 	// the endpoints and the credentials made at first start.
 	StateDir string
-	Logger   *slog.Logger
+	// Database is a PostgreSQL DSN (postgres://…) or a SQLite file path;
+	// empty is SQLite at <StateDir>/ctrl.db.
+	Database string
+	// Fleet tunes node sessions; zero values take fleet.DefaultConfig.
+	Fleet  fleet.Config
+	Logger *slog.Logger
 }
 
 // Server is a running ctrl.
@@ -37,6 +49,11 @@ type Server struct {
 	cfg     Config
 	servers []*http.Server
 	errs    chan error
+	store   *store.Store
+	stop    context.CancelFunc
+	done    chan struct{}
+
+	closeOnce sync.Once
 
 	// Endpoints and credentials, as written to endpoints.env.
 	Client clientconfig.Config
@@ -59,15 +76,30 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, errs: make(chan error, 3)}
+	dsn := cfg.Database
+	if dsn == "" {
+		dsn = "sqlite:" + filepath.Join(cfg.StateDir, "ctrl.db")
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	workCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{})}
+	backend := newBackend(st, cfg)
+	go func() {
+		defer close(s.done)
+		backend.runner.Run(workCtx)
+	}()
+	cfg.Logger.Info("database", "kind", st.Dialect())
 	listeners := []struct {
 		name, addr string
 		handler    http.Handler
 		url        *string
 	}{
-		{"workspace", cfg.WorkspaceListen, api.NewWorkspaceHandler(auth.NewInterceptor(keys, auth.ScopeWorkspace)), &s.Client.WorkspaceEndpoint},
-		{"operator", cfg.OperatorListen, api.NewOperatorHandler(auth.NewInterceptor(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
-		{"node", cfg.NodeListen, api.NewNodeHandler(), &s.NodeEndpoint},
+		{"workspace", cfg.WorkspaceListen, api.NewWorkspaceHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeWorkspace)), &s.Client.WorkspaceEndpoint},
+		{"operator", cfg.OperatorListen, api.NewOperatorHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
+		{"node", cfg.NodeListen, api.NewNodeHandler(backend.api), &s.NodeEndpoint},
 	}
 	for _, l := range listeners {
 		ln, err := net.Listen("tcp", l.addr)
@@ -113,13 +145,49 @@ func (s *Server) Wait() error {
 	return err
 }
 
-// Close stops every listener.
+// Close stops every listener, then the command runner, then closes the
+// database. Admitted commands stay admitted: the next start resumes them.
 func (s *Server) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, srv := range s.servers {
-		_ = srv.Shutdown(ctx)
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, srv := range s.servers {
+			// Node sessions are long-lived streams: close rather than wait.
+			if err := srv.Shutdown(ctx); err != nil {
+				_ = srv.Close()
+			}
+		}
+		s.stop()
+		<-s.done
+		s.store.Close()
+	})
+}
+
+type backend struct {
+	api    *api.Backend
+	runner *command.Runner
+}
+
+// newBackend wires the domain: one command runner, the fleet, the Volumes.
+func newBackend(st *store.Store, cfg Config) backend {
+	runner := command.NewRunner(st, replicaID(), cfg.Logger)
+	fc := cfg.Fleet
+	if fc == (fleet.Config{}) {
+		fc = fleet.DefaultConfig
 	}
+	f := fleet.New(st, runner, cfg.Logger, fc)
+	return backend{
+		api:    &api.Backend{Fleet: f, Volumes: volume.New(st, f, runner, volume.DefaultProfile)},
+		runner: runner,
+	}
+}
+
+// replicaID names this process in command leases.
+func replicaID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
 // ensureCredentials makes sure ctrl has one workspace and one operator key

@@ -6,8 +6,8 @@
 // health service and server reflection (v1 and v1alpha), without
 // authentication, for load balancers, grpcurl and buf curl.
 //
-// Services not built yet are mounted with their generated Unimplemented
-// handler, so each of their RPCs answers unimplemented naming itself.
+// Services and RPCs not built yet are mounted with the generated
+// Unimplemented handler, so each answers unimplemented naming itself.
 package api
 
 import (
@@ -47,11 +47,11 @@ func (e *endpoint) handler() http.Handler {
 }
 
 // NewWorkspaceHandler serves kibotos.ctrl.v1: the Native Workspace endpoint.
-func NewWorkspaceHandler(interceptors ...connect.Interceptor) http.Handler {
+func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := connect.WithInterceptors(interceptors...)
 	e := newEndpoint()
 	e.mount(ctrlv1connect.NewWorkspaceServiceHandler(ctrlv1connect.UnimplementedWorkspaceServiceHandler{}, opts))
-	e.mount(ctrlv1connect.NewVolumeServiceHandler(ctrlv1connect.UnimplementedVolumeServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewVolumeServiceHandler(volumeHandler{v: b.Volumes}, opts))
 	e.mount(ctrlv1connect.NewTransferServiceHandler(ctrlv1connect.UnimplementedTransferServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewEgressServiceHandler(ctrlv1connect.UnimplementedEgressServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewResolverServiceHandler(ctrlv1connect.UnimplementedResolverServiceHandler{}, opts))
@@ -65,22 +65,22 @@ func NewWorkspaceHandler(interceptors ...connect.Interceptor) http.Handler {
 }
 
 // NewOperatorHandler serves kibotos.operator.v1: the Operator endpoint.
-func NewOperatorHandler(interceptors ...connect.Interceptor) http.Handler {
+func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := connect.WithInterceptors(interceptors...)
 	e := newEndpoint()
-	e.mount(operatorv1connect.NewNodeRegistrationServiceHandler(operatorv1connect.UnimplementedNodeRegistrationServiceHandler{}, opts))
+	e.mount(operatorv1connect.NewNodeRegistrationServiceHandler(nodeRegistrationHandler{f: b.Fleet}, opts))
 	e.mount(operatorv1connect.NewTemplateCatalogServiceHandler(operatorv1connect.UnimplementedTemplateCatalogServiceHandler{}, opts))
 	e.mount(operatorv1connect.NewPlatformCatalogServiceHandler(operatorv1connect.UnimplementedPlatformCatalogServiceHandler{}, opts))
-	e.mount(operatorv1connect.NewEnrollmentServiceHandler(operatorv1connect.UnimplementedEnrollmentServiceHandler{}, opts))
+	e.mount(operatorv1connect.NewEnrollmentServiceHandler(enrollmentHandler{f: b.Fleet}, opts))
 	return e.handler()
 }
 
 // NewNodeHandler serves kibotos.node.v1: the endpoint nodes hold their
-// control sessions on. Nodes authenticate with an enrollment grant, then
-// their own credential (built with the node session).
-func NewNodeHandler(interceptors ...connect.Interceptor) http.Handler {
+// control sessions on. Nodes authenticate with an enrollment grant (Enroll),
+// then with their own credential (Session).
+func NewNodeHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := connect.WithInterceptors(interceptors...)
 	e := newEndpoint()
-	e.mount(nodev1connect.NewNodeSessionServiceHandler(nodev1connect.UnimplementedNodeSessionServiceHandler{}, opts))
+	e.mount(nodev1connect.NewNodeSessionServiceHandler(nodeSessionHandler{f: b.Fleet}, opts))
 	return e.handler()
 }

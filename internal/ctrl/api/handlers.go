@@ -1,0 +1,114 @@
+package api
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/volume"
+)
+
+// Backend is the domain the handlers call.
+type Backend struct {
+	Volumes *volume.Service
+	Fleet   *fleet.Fleet
+}
+
+// respond wraps a domain answer in a Connect response.
+func respond[T any](msg *T, err error) (*connect.Response[T], error) {
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(msg), nil
+}
+
+// volumeHandler serves VolumeService; ExportVolume is not built (Transfers
+// are not).
+type volumeHandler struct {
+	ctrlv1connect.UnimplementedVolumeServiceHandler
+	v *volume.Service
+}
+
+func (h volumeHandler) CreateVolume(ctx context.Context, req *connect.Request[ctrlv1.CreateVolumeRequest]) (*connect.Response[ctrlv1.CreateVolumeResponse], error) {
+	return respond(h.v.Create(ctx, req.Msg))
+}
+
+func (h volumeHandler) GetVolume(ctx context.Context, req *connect.Request[ctrlv1.GetVolumeRequest]) (*connect.Response[ctrlv1.GetVolumeResponse], error) {
+	return respond(h.v.Get(ctx, req.Msg))
+}
+
+func (h volumeHandler) ListVolumes(ctx context.Context, req *connect.Request[ctrlv1.ListVolumesRequest]) (*connect.Response[ctrlv1.ListVolumesResponse], error) {
+	return respond(h.v.List(ctx, req.Msg))
+}
+
+func (h volumeHandler) ResizeVolume(ctx context.Context, req *connect.Request[ctrlv1.ResizeVolumeRequest]) (*connect.Response[ctrlv1.ResizeVolumeResponse], error) {
+	return respond(h.v.Resize(ctx, req.Msg))
+}
+
+func (h volumeHandler) DeleteVolume(ctx context.Context, req *connect.Request[ctrlv1.DeleteVolumeRequest]) (*connect.Response[ctrlv1.DeleteVolumeResponse], error) {
+	return respond(h.v.Delete(ctx, req.Msg))
+}
+
+func (h volumeHandler) UpdateVolumeLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateVolumeLabelsRequest]) (*connect.Response[ctrlv1.UpdateVolumeLabelsResponse], error) {
+	return respond(h.v.UpdateLabels(ctx, req.Msg))
+}
+
+func (h volumeHandler) UpdateVolumeAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateVolumeAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateVolumeAnnotationsResponse], error) {
+	return respond(h.v.UpdateAnnotations(ctx, req.Msg))
+}
+
+// nodeRegistrationHandler serves the NodeRegistrationService RPCs built so
+// far: reading registrations.
+type nodeRegistrationHandler struct {
+	operatorv1connect.UnimplementedNodeRegistrationServiceHandler
+	f *fleet.Fleet
+}
+
+func (h nodeRegistrationHandler) ListNodeRegistrations(ctx context.Context, req *connect.Request[operatorv1.ListNodeRegistrationsRequest]) (*connect.Response[operatorv1.ListNodeRegistrationsResponse], error) {
+	return respond(h.f.ListNodeRegistrations(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) GetNodeRegistration(ctx context.Context, req *connect.Request[operatorv1.GetNodeRegistrationRequest]) (*connect.Response[operatorv1.GetNodeRegistrationResponse], error) {
+	return respond(h.f.GetNodeRegistration(ctx, req.Msg))
+}
+
+type enrollmentHandler struct {
+	operatorv1connect.UnimplementedEnrollmentServiceHandler
+	f *fleet.Fleet
+}
+
+func (h enrollmentHandler) CreateEnrollmentGrant(ctx context.Context, req *connect.Request[operatorv1.CreateEnrollmentGrantRequest]) (*connect.Response[operatorv1.CreateEnrollmentGrantResponse], error) {
+	return respond(h.f.CreateEnrollmentGrant(ctx, req.Msg))
+}
+
+func (h enrollmentHandler) GetEnrollmentGrant(ctx context.Context, req *connect.Request[operatorv1.GetEnrollmentGrantRequest]) (*connect.Response[operatorv1.GetEnrollmentGrantResponse], error) {
+	return respond(h.f.GetEnrollmentGrant(ctx, req.Msg))
+}
+
+func (h enrollmentHandler) ListEnrollmentGrants(ctx context.Context, req *connect.Request[operatorv1.ListEnrollmentGrantsRequest]) (*connect.Response[operatorv1.ListEnrollmentGrantsResponse], error) {
+	return respond(h.f.ListEnrollmentGrants(ctx, req.Msg))
+}
+
+func (h enrollmentHandler) RevokeEnrollmentGrant(ctx context.Context, req *connect.Request[operatorv1.RevokeEnrollmentGrantRequest]) (*connect.Response[operatorv1.RevokeEnrollmentGrantResponse], error) {
+	return respond(h.f.RevokeEnrollmentGrant(ctx, req.Msg))
+}
+
+type nodeSessionHandler struct {
+	nodev1connect.UnimplementedNodeSessionServiceHandler
+	f *fleet.Fleet
+}
+
+func (h nodeSessionHandler) Enroll(ctx context.Context, req *connect.Request[nodev1.EnrollRequest]) (*connect.Response[nodev1.EnrollResponse], error) {
+	return respond(h.f.Enroll(ctx, req.Msg))
+}
+
+func (h nodeSessionHandler) Session(ctx context.Context, stream *connect.BidiStream[nodev1.SessionRequest, nodev1.SessionResponse]) error {
+	return h.f.Session(ctx, stream)
+}

@@ -1,0 +1,137 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+func blockFile(vol *ctrlv1.Volume) *nodev1.BlockFileRef {
+	return &nodev1.BlockFileRef{StoragePool: vol.GetSpec().GetStoragePool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: vol.GetVolumeId()}
+}
+
+// current reads the command's Volume at the start of a step.
+func (v *Service) current(ctx context.Context, w *command.Work) (*ctrlv1.Volume, error) {
+	var vol *ctrlv1.Volume
+	err := v.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		vol, err = tx.GetVolume(w.Command().GetTargetId(), false)
+		return err
+	})
+	return vol, err
+}
+
+// update changes the command's Volume inside a step's transaction.
+func (v *Service) update(tx *store.Tx, id string, fn func(vol *ctrlv1.Volume)) error {
+	vol, err := tx.GetVolume(id, true)
+	if err != nil {
+		return err
+	}
+	fn(vol)
+	vol.UpdatedAt = timestamppb.New(v.now())
+	return tx.PutVolume(vol)
+}
+
+func statusOf(result *anypb.Any) (*nodev1.BlockFileStatus, error) {
+	st := &nodev1.BlockFileStatus{}
+	if err := result.UnmarshalTo(st); err != nil {
+		return nil, fmt.Errorf("node answered %s, want BlockFileStatus: %w", result.GetTypeUrl(), err)
+	}
+	return st, nil
+}
+
+func failVolume(failure *ctrlv1.WorkspaceFailure) func(vol *ctrlv1.Volume) {
+	return func(vol *ctrlv1.Volume) {
+		vol.State = ctrlv1.VolumeState_VOLUME_STATE_FAILED
+		vol.Failure = &ctrlv1.VolumeFailure{
+			Stage: failure.GetStage(), Reason: failure.GetReason(), Retryable: failure.GetRetryable(),
+			Message: failure.GetMessage(), FailedAt: failure.GetFailedAt(), CommandId: failure.GetCommandId(),
+		}
+	}
+}
+
+func (v *Service) runCreate(ctx context.Context, w *command.Work) error {
+	vol, err := v.current(ctx, w)
+	if err != nil {
+		return err
+	}
+	id := vol.GetVolumeId()
+	return v.fleet.Operate(ctx, w, fleet.Operation{
+		Name: "ensure", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME,
+		Body: &nodev1.EnsureBlockFile{Ref: blockFile(vol), CapacityBytes: vol.GetSpec().GetCapacityBytes()},
+		Succeeded: func(tx *store.Tx, result *anypb.Any) error {
+			if _, err := statusOf(result); err != nil {
+				return err
+			}
+			return v.update(tx, id, func(vol *ctrlv1.Volume) {
+				if vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING {
+					vol.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+				}
+			})
+		},
+		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error { return v.update(tx, id, failVolume(failure)) },
+	})
+}
+
+func (v *Service) runResize(ctx context.Context, w *command.Work) error {
+	vol, err := v.current(ctx, w)
+	if err != nil {
+		return err
+	}
+	req, err := w.Request()
+	if err != nil {
+		return err
+	}
+	resize, ok := req.(*ctrlv1.ResizeVolumeRequest)
+	if !ok {
+		return errors.New("ResizeVolume command without its request")
+	}
+	id := vol.GetVolumeId()
+	restore := func(vol *ctrlv1.Volume) {
+		if vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_RESIZING {
+			vol.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+		}
+	}
+	return v.fleet.Operate(ctx, w, fleet.Operation{
+		Name: "grow", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME,
+		Body: &nodev1.EnsureBlockFile{Ref: blockFile(vol), CapacityBytes: resize.GetCapacityBytes()},
+		Succeeded: func(tx *store.Tx, result *anypb.Any) error {
+			st, err := statusOf(result)
+			if err != nil {
+				return err
+			}
+			return v.update(tx, id, func(vol *ctrlv1.Volume) {
+				restore(vol)
+				vol.Spec.CapacityBytes = st.GetCapacityBytes()
+			})
+		},
+		// A grow that failed leaves the Volume as it was: AVAILABLE at its
+		// old capacity (the node never shrinks or half-grows a file).
+		Failed: func(tx *store.Tx, _ *ctrlv1.WorkspaceFailure) error { return v.update(tx, id, restore) },
+	})
+}
+
+func (v *Service) runDelete(ctx context.Context, w *command.Work) error {
+	vol, err := v.current(ctx, w)
+	if err != nil {
+		return err
+	}
+	id := vol.GetVolumeId()
+	return v.fleet.Operate(ctx, w, fleet.Operation{
+		Name: "remove", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME,
+		Body: &nodev1.RemoveBlockFile{Ref: blockFile(vol)},
+		Succeeded: func(tx *store.Tx, _ *anypb.Any) error {
+			return v.update(tx, id, func(vol *ctrlv1.Volume) { vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED })
+		},
+		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error { return v.update(tx, id, failVolume(failure)) },
+	})
+}
