@@ -22,6 +22,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -89,6 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	backend := newBackend(st, cfg)
 	go func() {
 		defer close(s.done)
+		go backend.api.Workspaces.RunExpiration(workCtx, time.Second, cfg.Logger)
 		backend.runner.Run(workCtx)
 	}()
 	cfg.Logger.Info("database", "kind", st.Dialect())
@@ -176,8 +178,9 @@ func newBackend(st *store.Store, cfg Config) backend {
 		fc = fleet.DefaultConfig
 	}
 	f := fleet.New(st, runner, cfg.Logger, fc)
+	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	return backend{
-		api:    &api.Backend{Fleet: f, Volumes: volume.New(st, f, runner, volume.DefaultProfile)},
+		api:    &api.Backend{Fleet: f, Volumes: vols, Workspaces: workspace.New(st, f, vols, runner)},
 		runner: runner,
 	}
 }

@@ -142,8 +142,12 @@ func TestDevServesOperatorAPIOnlyOnTheOperatorListener(t *testing.T) {
 func TestCLIFindsDevWithoutFlags(t *testing.T) {
 	d := startDev(t)
 	out, code := d.kibotos(t, "workspace", "list", "-o", "json")
-	if code != 1 || !strings.Contains(out, "unimplemented: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces is not implemented") {
-		t.Errorf("workspace list: exit %d: %s", code, out)
+	if code != 0 || strings.TrimSpace(out) != "{}" {
+		t.Errorf("workspace list -o json: exit %d: %s", code, out)
+	}
+	out, code = d.kibotos(t, "workspace", "create", "--memory", "100")
+	if code != 1 || !strings.Contains(out, "invalid_argument: spec.resources.memory_bytes: must be at least 128 MiB") {
+		t.Errorf("workspace create --memory 100: exit %d: %s", code, out)
 	}
 	out, code = d.kibotos(t, "node", "list")
 	if code != 0 || !strings.HasPrefix(out, "NODE") {

@@ -50,7 +50,7 @@ func (e *endpoint) handler() http.Handler {
 func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := connect.WithInterceptors(interceptors...)
 	e := newEndpoint()
-	e.mount(ctrlv1connect.NewWorkspaceServiceHandler(ctrlv1connect.UnimplementedWorkspaceServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewWorkspaceServiceHandler(workspaceHandler{w: b.Workspaces}, opts))
 	e.mount(ctrlv1connect.NewVolumeServiceHandler(volumeHandler{v: b.Volumes}, opts))
 	e.mount(ctrlv1connect.NewTransferServiceHandler(ctrlv1connect.UnimplementedTransferServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewEgressServiceHandler(ctrlv1connect.UnimplementedEgressServiceHandler{}, opts))

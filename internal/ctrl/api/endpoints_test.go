@@ -21,6 +21,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 )
 
@@ -30,7 +31,8 @@ func newBackend(t *testing.T) *api.Backend {
 	st := storetest.Open(t, storetest.SQLiteDSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
 	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
-	return &api.Backend{Fleet: f, Volumes: volume.New(st, f, runner, volume.DefaultProfile)}
+	vols := volume.New(st, f, runner, volume.DefaultProfile)
+	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: workspace.New(st, f, vols, runner)}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service

@@ -13,12 +13,14 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 )
 
 // Backend is the domain the handlers call.
 type Backend struct {
-	Volumes *volume.Service
-	Fleet   *fleet.Fleet
+	Workspaces *workspace.Service
+	Volumes    *volume.Service
+	Fleet      *fleet.Fleet
 }
 
 // respond wraps a domain answer in a Connect response.
@@ -111,4 +113,67 @@ func (h nodeSessionHandler) Enroll(ctx context.Context, req *connect.Request[nod
 
 func (h nodeSessionHandler) Session(ctx context.Context, stream *connect.BidiStream[nodev1.SessionRequest, nodev1.SessionResponse]) error {
 	return h.f.Session(ctx, stream)
+}
+
+// workspaceHandler serves WorkspaceService; export and restore are not
+// built (Transfers are not).
+type workspaceHandler struct {
+	ctrlv1connect.UnimplementedWorkspaceServiceHandler
+	w *workspace.Service
+}
+
+func (h workspaceHandler) CreateWorkspace(ctx context.Context, req *connect.Request[ctrlv1.CreateWorkspaceRequest]) (*connect.Response[ctrlv1.CreateWorkspaceResponse], error) {
+	return respond(h.w.Create(ctx, req.Msg))
+}
+
+func (h workspaceHandler) GetWorkspace(ctx context.Context, req *connect.Request[ctrlv1.GetWorkspaceRequest]) (*connect.Response[ctrlv1.GetWorkspaceResponse], error) {
+	return respond(h.w.Get(ctx, req.Msg))
+}
+
+func (h workspaceHandler) ListWorkspaces(ctx context.Context, req *connect.Request[ctrlv1.ListWorkspacesRequest]) (*connect.Response[ctrlv1.ListWorkspacesResponse], error) {
+	return respond(h.w.List(ctx, req.Msg))
+}
+
+func (h workspaceHandler) StartWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StartWorkspaceRequest]) (*connect.Response[ctrlv1.StartWorkspaceResponse], error) {
+	return respond(h.w.Start(ctx, req.Msg))
+}
+
+func (h workspaceHandler) StopWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StopWorkspaceRequest]) (*connect.Response[ctrlv1.StopWorkspaceResponse], error) {
+	return respond(h.w.Stop(ctx, req.Msg))
+}
+
+func (h workspaceHandler) DeleteWorkspace(ctx context.Context, req *connect.Request[ctrlv1.DeleteWorkspaceRequest]) (*connect.Response[ctrlv1.DeleteWorkspaceResponse], error) {
+	return respond(h.w.Delete(ctx, req.Msg))
+}
+
+func (h workspaceHandler) GetWorkspaceCommand(ctx context.Context, req *connect.Request[ctrlv1.GetWorkspaceCommandRequest]) (*connect.Response[ctrlv1.GetWorkspaceCommandResponse], error) {
+	return respond(h.w.GetCommand(ctx, req.Msg))
+}
+
+func (h workspaceHandler) UpdateWorkspaceVolumeBinding(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceVolumeBindingResponse], error) {
+	return respond(h.w.UpdateVolumeBinding(ctx, req.Msg))
+}
+
+func (h workspaceHandler) UpdateWorkspaceMemory(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceMemoryRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceMemoryResponse], error) {
+	return respond(h.w.UpdateMemory(ctx, req.Msg))
+}
+
+func (h workspaceHandler) ResizeWorkspaceWritableLayer(ctx context.Context, req *connect.Request[ctrlv1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[ctrlv1.ResizeWorkspaceWritableLayerResponse], error) {
+	return respond(h.w.ResizeWritableLayer(ctx, req.Msg))
+}
+
+func (h workspaceHandler) UpdateWorkspaceNetworkPolicy(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceNetworkPolicyRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceNetworkPolicyResponse], error) {
+	return respond(h.w.UpdateNetworkPolicy(ctx, req.Msg))
+}
+
+func (h workspaceHandler) UpdateWorkspaceLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceLabelsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceLabelsResponse], error) {
+	return respond(h.w.UpdateLabels(ctx, req.Msg))
+}
+
+func (h workspaceHandler) UpdateWorkspaceAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceAnnotationsResponse], error) {
+	return respond(h.w.UpdateAnnotations(ctx, req.Msg))
+}
+
+func (h workspaceHandler) UpdateWorkspaceExpiration(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceExpirationRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceExpirationResponse], error) {
+	return respond(h.w.UpdateExpiration(ctx, req.Msg))
 }

@@ -1,0 +1,349 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// inProgress is unavailable: a long command holds the Workspace.
+func inProgress(w *ctrlv1.Workspace, c *store.CommandRow) error {
+	return apierr.New(connect.CodeUnavailable, &ctrlv1.ErrorDetail{
+		Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, CommandId: c.GetCommandId(), ObservedWorkspace: w,
+	}, "workspace %s has command %s (%s) in progress; retry when it is over", w.GetWorkspaceId(), c.GetCommandId(), c.GetKind())
+}
+
+// supersede makes way for a new lifecycle command: a create or start that
+// never reached a node is cancelled (nothing ran, nothing to undo); any
+// other command in progress makes the new one unavailable.
+func supersede(tx *store.Tx, w *ctrlv1.Workspace, now time.Time, by string) error {
+	active, err := tx.ActiveCommandOn(w.GetWorkspaceId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if (active.GetKind() == kindCreate || active.GetKind() == kindStart) && active.GetNodeId() == "" {
+		active.State = storev1.CommandState_COMMAND_STATE_FAILED
+		active.WaitingFor = ""
+		active.Failure = &ctrlv1.WorkspaceFailure{
+			Stage: ctrlv1.FailureStage_FAILURE_STAGE_PLACING, Reason: ctrlv1.FailureReason_FAILURE_REASON_CANCELLED,
+			Message: "superseded by " + by + " before it was placed", CommandId: active.GetCommandId(), FailedAt: timestamppb.New(now),
+		}
+		active.CompletedAt = timestamppb.New(now)
+		active.UpdatedAt = timestamppb.New(now)
+		active.LeaseUntil = time.Time{}
+		return tx.UpdateCommand(active)
+	}
+	return inProgress(w, active)
+}
+
+// lifecycle admits one lifecycle command on an existing Workspace. apply
+// changes the Workspace (and anything else) and says whether the command is
+// long; the response is built from the Workspace and the command.
+func (s *Service) lifecycle(ctx context.Context, meta *ctrlv1.CommandMetadata, kind, id string, req proto.Message,
+	apply func(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) (long bool, err error),
+	response func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message,
+) (proto.Message, error) {
+	if err := command.ValidateID("command.command_id", meta); err != nil {
+		return nil, err
+	}
+	var out proto.Message
+	long := false
+	err := command.Do(ctx, s.store, func(tx *store.Tx) error {
+		now := s.now()
+		var err error
+		out, err = command.Admit(tx, now, meta.GetCommandId(), kind, req, func() (command.Effect, error) {
+			w, err := get(tx, id, true)
+			if err != nil {
+				return command.Effect{}, err
+			}
+			long, err = apply(tx, w, now)
+			if err != nil {
+				return command.Effect{}, err
+			}
+			w.UpdatedAt = timestamppb.New(now)
+			if err := tx.PutWorkspace(w); err != nil {
+				return command.Effect{}, err
+			}
+			c := admitted(meta.GetCommandId(), id, kind, now)
+			if !long {
+				c.State = ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED
+				c.CompletedAt = c.GetAdmittedAt()
+			}
+			return command.Effect{Target: id, Result: response(s.view(tx, w), c), Long: long}, nil
+		})
+		return err
+	})
+	if err == nil && long {
+		s.runner.Kick()
+	}
+	return out, err
+}
+
+// Start admits starting a STOPPED or FAILED Workspace.
+func (s *Service) Start(ctx context.Context, req *ctrlv1.StartWorkspaceRequest) (*ctrlv1.StartWorkspaceResponse, error) {
+	out, err := s.lifecycle(ctx, req.GetCommand(), kindStart, req.GetWorkspaceId(), req, s.applyStart,
+		func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message {
+			return &ctrlv1.StartWorkspaceResponse{Workspace: w, Command: c}
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out.(*ctrlv1.StartWorkspaceResponse), nil
+}
+
+func (s *Service) applyStart(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) (bool, error) {
+	switch w.GetState() {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
+	default:
+		return false, precondition(w, "workspace %s is %s; only a STOPPED or FAILED Workspace starts", w.GetWorkspaceId(), w.GetState())
+	}
+	if err := s.volumeUsable(tx, w); err != nil {
+		return false, err
+	}
+	if err := supersede(tx, w, now, kindStart); err != nil {
+		return false, err
+	}
+	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
+	w.LastStop = nil
+	w.Failure = nil
+	return true, nil
+}
+
+// volumeUsable refuses a start while the bound Volume is LOST.
+func (s *Service) volumeUsable(tx *store.Tx, w *ctrlv1.Workspace) error {
+	b := w.GetSpec().GetVolume()
+	if b.GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+		return nil
+	}
+	vol, err := tx.GetVolume(b.GetVolumeId(), false)
+	if err != nil {
+		return err
+	}
+	if vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+		return apierr.Precondition(&ctrlv1.ErrorDetail{
+			Stage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST, ObservedWorkspace: w,
+		}, "the bound Volume %s is LOST: bind another Volume or delete the Workspace", vol.GetVolumeId())
+	}
+	return nil
+}
+
+// Stop admits stopping a Workspace.
+func (s *Service) Stop(ctx context.Context, req *ctrlv1.StopWorkspaceRequest) (*ctrlv1.StopWorkspaceResponse, error) {
+	if _, ok := ctrlv1.StopMode_name[int32(req.GetMode())]; !ok {
+		return nil, apierr.Invalid("mode", "is not a stop mode")
+	}
+	force := req.GetMode() == ctrlv1.StopMode_STOP_MODE_FORCE
+	out, err := s.lifecycle(ctx, req.GetCommand(), kindStop, req.GetWorkspaceId(), req,
+		func(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) (bool, error) {
+			return s.applyStop(tx, w, now, req.GetCommand().GetCommandId(), ctrlv1.StopCause_STOP_CAUSE_REQUESTED, force)
+		},
+		func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message {
+			return &ctrlv1.StopWorkspaceResponse{Workspace: w, Command: c}
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out.(*ctrlv1.StopWorkspaceResponse), nil
+}
+
+// applyStop stops w. Nothing executes yet (no node runs Workspaces), so a
+// start still waiting for placement is cancelled and the Workspace is
+// STOPPED at once: nothing ran, so nothing needed writing back.
+func (s *Service) applyStop(tx *store.Tx, w *ctrlv1.Workspace, now time.Time, commandID string, cause ctrlv1.StopCause, force bool) (bool, error) {
+	switch w.GetState() {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED:
+		return false, nil
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
+	default:
+		return false, precondition(w, "workspace %s is %s and has no execution to stop", w.GetWorkspaceId(), w.GetState())
+	}
+	if err := supersede(tx, w, now, kindStop); err != nil {
+		return false, err
+	}
+	durability := ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED
+	if force {
+		durability = ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED
+	}
+	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
+	w.LastStop = &ctrlv1.WorkspaceStop{
+		Cause: cause, Force: force, Durability: durability, CommandId: commandID,
+		RequestedAt: timestamppb.New(now), CompletedAt: timestamppb.New(now),
+	}
+	return false, nil
+}
+
+// Delete admits deleting a Workspace.
+func (s *Service) Delete(ctx context.Context, req *ctrlv1.DeleteWorkspaceRequest) (*ctrlv1.DeleteWorkspaceResponse, error) {
+	out, err := s.lifecycle(ctx, req.GetCommand(), kindDelete, req.GetWorkspaceId(), req, s.applyDelete,
+		func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message {
+			return &ctrlv1.DeleteWorkspaceResponse{Workspace: w, Command: c}
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out.(*ctrlv1.DeleteWorkspaceResponse), nil
+}
+
+// applyDelete deletes w and, per its binding, its Volume: a Volume no launch
+// finished creating holds nothing and is deleted whatever the binding says;
+// one to delete with the Workspace needs a node to remove its block file
+// (the command is long); otherwise the binding is released.
+func (s *Service) applyDelete(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) (bool, error) {
+	switch w.GetState() {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
+		return false, nil
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING:
+		active, err := tx.ActiveCommandOn(w.GetWorkspaceId())
+		if err == nil {
+			return false, inProgress(w, active)
+		}
+	}
+	if err := supersede(tx, w, now, kindDelete); err != nil {
+		return false, err
+	}
+	long := false
+	if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+		vol, err := tx.GetVolume(b.GetVolumeId(), true)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING, vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST:
+			vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED
+		case b.GetDeleteWithWorkspace():
+			vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETING
+			long = true
+		default:
+			vol.BoundWorkspaceId = ""
+		}
+		vol.UpdatedAt = timestamppb.New(now)
+		if err := tx.PutVolume(vol); err != nil {
+			return false, err
+		}
+	}
+	w.LastStop = nil
+	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
+	if long {
+		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING
+	}
+	return long, nil
+}
+
+// runDelete removes the Volume that goes with the Workspace.
+func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
+	id := wk.Command().GetTargetId()
+	var w *ctrlv1.Workspace
+	var vol *ctrlv1.Volume
+	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		if w, err = tx.GetWorkspace(id, false); err != nil {
+			return err
+		}
+		vol, err = tx.GetVolume(w.GetSpec().GetVolume().GetVolumeId(), false)
+		return err
+	}); err != nil {
+		return err
+	}
+	finish := func(tx *store.Tx, volState ctrlv1.VolumeState) error {
+		if err := s.setVolume(tx, vol.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = volState }); err != nil {
+			return err
+		}
+		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) { w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED })
+	}
+	return s.fleet.Operate(ctx, wk, fleet.Operation{
+		Name: "remove-volume", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME,
+		Body: &nodev1.RemoveBlockFile{Ref: &nodev1.BlockFileRef{StoragePool: vol.GetSpec().GetStoragePool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: vol.GetVolumeId()}},
+		Succeeded: func(tx *store.Tx, _ *anypb.Any) error {
+			return finish(tx, ctrlv1.VolumeState_VOLUME_STATE_DELETED)
+		},
+		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error {
+			return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) {
+				w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+				w.Failure = failure
+			})
+		},
+	})
+}
+
+func (s *Service) setWorkspace(tx *store.Tx, id string, fn func(w *ctrlv1.Workspace)) error {
+	w, err := tx.GetWorkspace(id, true)
+	if err != nil {
+		return err
+	}
+	fn(w)
+	w.UpdatedAt = timestamppb.New(s.now())
+	return tx.PutWorkspace(w)
+}
+
+func (s *Service) setVolume(tx *store.Tx, id string, fn func(v *ctrlv1.Volume)) error {
+	v, err := tx.GetVolume(id, true)
+	if err != nil {
+		return err
+	}
+	fn(v)
+	v.UpdatedAt = timestamppb.New(s.now())
+	return tx.PutVolume(v)
+}
+
+// runPlacement is the step create and start wait in: placement and the VM
+// provider are not built, so no node can run a Workspace. The command waits,
+// saying why, and is tried again whenever a node connects.
+func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
+	var providers []string
+	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		nodes, err := s.liveNodes(tx)
+		for _, n := range nodes {
+			for _, c := range n.GetObservation().GetCapabilities() {
+				if strings.HasPrefix(c, "provider.") {
+					providers = append(providers, n.GetNodeId())
+				}
+			}
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	reason := "no connected node offers a VM provider (capability provider.*), so no node can run this Workspace yet"
+	if len(providers) > 0 {
+		reason = fmt.Sprintf("nodes %v offer a VM provider, but this ctrl does not place executions yet", providers)
+	}
+	return wk.Wait(ctx, reason, time.Minute)
+}
+
+func (s *Service) liveNodes(tx *store.Tx) ([]*operatorv1.NodeRegistration, error) {
+	var live []*operatorv1.NodeRegistration
+	after := ""
+	for {
+		batch, err := tx.ListNodes(after, 500)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range batch {
+			if s.fleet.Live(n, s.now()) {
+				live = append(live, n)
+			}
+		}
+		if len(batch) < 500 {
+			return live, nil
+		}
+		after = batch[len(batch)-1].GetNodeId()
+	}
+}

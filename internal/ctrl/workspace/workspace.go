@@ -1,0 +1,342 @@
+// Package workspace is the Workspace domain: validation, the state machine,
+// the records and their revisions, and the long commands that drive a
+// Workspace's lifecycle.
+//
+// What runs a Workspace (placement on a node, the VM provider, templates and
+// platforms) is not built yet: a create or start is admitted and recorded,
+// then waits, saying so in GetWorkspaceCommand's waiting_for, until a node
+// can run it. Nothing pretends to have started.
+package workspace
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/labels"
+	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
+	"github.com/kibotos/kibotos/internal/ctrl/page"
+	"github.com/kibotos/kibotos/internal/ctrl/volume"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// Runner is what the domain needs of the command runner.
+type Runner interface {
+	Kick()
+	Handle(kind string, h command.Handler)
+}
+
+// Service is the Workspace domain.
+type Service struct {
+	store   *store.Store
+	fleet   *fleet.Fleet
+	volumes *volume.Service
+	runner  Runner
+	now     func() time.Time
+}
+
+// New makes the Workspace domain and registers its long commands.
+func New(s *store.Store, f *fleet.Fleet, v *volume.Service, r Runner) *Service {
+	w := &Service{store: s, fleet: f, volumes: v, runner: r, now: time.Now}
+	r.Handle(kindCreate, w.runPlacement)
+	r.Handle(kindStart, w.runPlacement)
+	r.Handle(kindDelete, w.runDelete)
+	return w
+}
+
+// Command kinds of this domain.
+const (
+	kindCreate      = "CreateWorkspace"
+	kindStart       = "StartWorkspace"
+	kindStop        = "StopWorkspace"
+	kindDelete      = "DeleteWorkspace"
+	kindMemory      = "UpdateWorkspaceMemory"
+	kindBinding     = "UpdateWorkspaceVolumeBinding"
+	kindLayer       = "ResizeWorkspaceWritableLayer"
+	kindPolicy      = "UpdateWorkspaceNetworkPolicy"
+	kindLabels      = "UpdateWorkspaceLabels"
+	kindAnnotations = "UpdateWorkspaceAnnotations"
+	kindExpiration  = "UpdateWorkspaceExpiration"
+)
+
+var commandKinds = map[string]ctrlv1.WorkspaceCommandKind{
+	kindCreate: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE, kindStart: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_START,
+	kindStop: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_STOP, kindDelete: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_DELETE,
+	kindMemory: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_MEMORY, kindBinding: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_VOLUME_BINDING,
+	kindLayer: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_RESIZE_WRITABLE_LAYER, kindPolicy: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
+	kindLabels: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_LABELS, kindAnnotations: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_ANNOTATIONS,
+	kindExpiration: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_EXPIRATION,
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "ws-" + hex.EncodeToString(b)
+}
+
+// get reads a Workspace or answers not_found.
+func get(tx *store.Tx, id string, lock bool) (*ctrlv1.Workspace, error) {
+	w, err := tx.GetWorkspace(id, lock)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierr.NotFound("workspace", id)
+	}
+	return w, err
+}
+
+func precondition(w *ctrlv1.Workspace, format string, args ...any) error {
+	return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedWorkspace: w}, format, args...)
+}
+
+// Create admits a new Workspace in CREATING.
+func (s *Service) Create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest) (*ctrlv1.CreateWorkspaceResponse, error) {
+	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
+		return nil, err
+	}
+	spec := req.GetSpec()
+	if err := checkTemplate("spec.template", spec.GetTemplate()); err != nil {
+		return nil, err
+	}
+	if err := checkResources("spec.resources", spec.GetResources()); err != nil {
+		return nil, err
+	}
+	binding, err := normalizeBinding("spec.volume", spec.GetVolume(), true)
+	if err != nil {
+		return nil, err
+	}
+	if binding.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW {
+		if err := s.volumes.CheckNewSpec("spec.volume.new_volume", binding.GetNewVolume()); err != nil {
+			return nil, err
+		}
+	}
+	policy, err := netpolicy.Normalize("spec.network_policy", spec.GetNetworkPolicy())
+	if err != nil {
+		return nil, err
+	}
+	if err := labels.ValidateLabels("spec.labels", spec.GetLabels()); err != nil {
+		return nil, err
+	}
+	if err := labels.ValidateAnnotations("spec.annotations", spec.GetAnnotations()); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	if spec.GetExpiration() != nil {
+		if err := checkExpiration("spec.expiration", spec.GetExpiration(), now); err != nil {
+			return nil, err
+		}
+	}
+	var res *ctrlv1.CreateWorkspaceResponse
+	err = command.Do(ctx, s.store, func(tx *store.Tx) error {
+		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), kindCreate, req, func() (command.Effect, error) {
+			if err := checkPolicyReferences(tx, policy); err != nil {
+				return command.Effect{}, err
+			}
+			w := &ctrlv1.Workspace{
+				WorkspaceId: newID(), State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING,
+				CreatedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now),
+				Labels: spec.GetLabels(), Annotations: spec.GetAnnotations(), LabelsRevision: 1, AnnotationsRevision: 1,
+				Spec: &ctrlv1.WorkspaceSpec{
+					Resources: spec.GetResources(), Capabilities: spec.GetCapabilities(),
+					ResourcesRevision: 1, BindingRevision: 1, LaunchBindingVersion: 1,
+				},
+			}
+			policy.Revision = 1
+			w.Spec.NetworkPolicy = policy
+			if spec.GetExpiration() != nil {
+				w.Expiration = &ctrlv1.WorkspaceExpiration{Policy: spec.GetExpiration(), Revision: 1}
+			}
+			if err := s.bind(tx, w, binding); err != nil {
+				return command.Effect{}, err
+			}
+			if err := tx.PutWorkspace(w); err != nil {
+				return command.Effect{}, err
+			}
+			res := &ctrlv1.CreateWorkspaceResponse{Workspace: s.view(tx, w), Command: admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), kindCreate, now)}
+			return command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}, nil
+		})
+		if err == nil {
+			res = out.(*ctrlv1.CreateWorkspaceResponse)
+		}
+		return err
+	})
+	if err == nil {
+		s.runner.Kick()
+	}
+	return res, err
+}
+
+// checkPolicyReferences answers not_found for an Egress or Resolver the
+// policy names: EgressService and ResolverService are not built, so none
+// exists yet.
+func checkPolicyReferences(_ *store.Tx, p *ctrlv1.NetworkPolicy) error {
+	if ids := netpolicy.ReferencedEgresses(p); len(ids) > 0 {
+		return apierr.NotFound("egress", ids[0])
+	}
+	if ids := netpolicy.ReferencedResolvers(p); len(ids) > 0 {
+		return apierr.NotFound("resolver", ids[0])
+	}
+	return nil
+}
+
+// bind stores binding b on w: NEW creates the Volume (CREATING, bound), BOUND
+// checks and binds an existing one, NONE binds nothing.
+func (s *Service) bind(tx *store.Tx, w *ctrlv1.Workspace, b *ctrlv1.WorkspaceVolumeBinding) error {
+	stored := &ctrlv1.WorkspaceVolumeBinding{Mode: b.GetMode(), MountPath: b.GetMountPath(), DeleteWithWorkspace: b.DeleteWithWorkspace, VolumeId: b.GetVolumeId()}
+	switch b.GetMode() {
+	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE:
+		w.Spec.Volume = stored
+		return nil
+	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
+		vol, err := s.volumes.NewVolume(tx, b.GetNewVolume())
+		if err != nil {
+			return err
+		}
+		vol.BoundWorkspaceId = w.GetWorkspaceId()
+		stored.Mode = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND
+		stored.VolumeId = vol.GetVolumeId()
+		w.Spec.Volume = stored
+		return tx.PutVolume(vol)
+	}
+	vol, err := tx.GetVolume(b.GetVolumeId(), true)
+	if errors.Is(err, store.ErrNotFound) {
+		return apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: "volume.volume_id"}, "volume %q not found", b.GetVolumeId())
+	} else if err != nil {
+		return err
+	}
+	switch {
+	case vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST:
+		return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedVolume: vol, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST}, "volume %s is LOST", vol.GetVolumeId())
+	case vol.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE:
+		return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedVolume: vol}, "volume %s is %s; only an AVAILABLE Volume can be bound", vol.GetVolumeId(), vol.GetState())
+	case vol.GetBoundWorkspaceId() != "" && vol.GetBoundWorkspaceId() != w.GetWorkspaceId():
+		return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedVolume: vol}, "volume %s is bound to workspace %s; a Volume is bound by at most one undeleted Workspace", vol.GetVolumeId(), vol.GetBoundWorkspaceId())
+	}
+	vol.BoundWorkspaceId = w.GetWorkspaceId()
+	vol.UpdatedAt = timestamppb.New(s.now())
+	w.Spec.Volume = stored
+	return tx.PutVolume(vol)
+}
+
+// admitted is the WorkspaceCommand as its admission answers it.
+func admitted(id, workspaceID, kind string, now time.Time) *ctrlv1.WorkspaceCommand {
+	return &ctrlv1.WorkspaceCommand{
+		CommandId: id, WorkspaceId: workspaceID, Kind: commandKinds[kind],
+		State: ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_ADMITTED, AdmittedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now),
+	}
+}
+
+// view is a Workspace as the API returns it: stored state with the
+// projections derived at read (persistent paths, retention tiers).
+func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
+	out := proto.Clone(w).(*ctrlv1.Workspace)
+	b := out.GetSpec().GetVolume()
+	promised := &ctrlv1.RetentionTier{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED, Availability: ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_NOT_DECLARED}
+	out.PersistentPaths = nil
+	if b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+		out.PersistentPaths = []string{b.GetMountPath()}
+		promised.Paths = []string{b.GetMountPath()}
+		promised.Availability = ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE
+		if vol, err := tx.GetVolume(b.GetVolumeId(), false); err == nil {
+			switch vol.GetState() {
+			case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_ATTACHED:
+				promised.Availability = ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_AVAILABLE
+			}
+			c := vol.GetSpec().GetCapacityBytes()
+			promised.CapacityBytes = &c
+		}
+	}
+	// The writable layer and the tmpfs tiers exist only once an execution
+	// ran; none has yet while no node can run Workspaces.
+	out.RetentionTiers = []*ctrlv1.RetentionTier{
+		promised,
+		{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT, Paths: []string{"/"}, Availability: ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE},
+		{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_NONE, Paths: []string{"/tmp", "/run"}, Availability: ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE},
+	}
+	return out
+}
+
+// Get reads one Workspace.
+func (s *Service) Get(ctx context.Context, req *ctrlv1.GetWorkspaceRequest) (*ctrlv1.GetWorkspaceResponse, error) {
+	res := &ctrlv1.GetWorkspaceResponse{}
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		w, err := get(tx, req.GetWorkspaceId(), false)
+		if err == nil {
+			res.Workspace = s.view(tx, w)
+		}
+		return err
+	})
+	return res, err
+}
+
+// List pages Workspaces by workspace_id, narrowed by a label selector.
+func (s *Service) List(ctx context.Context, req *ctrlv1.ListWorkspacesRequest) (*ctrlv1.ListWorkspacesResponse, error) {
+	sel, err := labels.Parse(req.GetLabelSelector())
+	if err != nil {
+		return nil, err
+	}
+	filter := fmt.Sprintf("%s|deleted=%t", sel.String(), req.GetIncludeDeleted())
+	after, err := page.After(req.GetPageToken(), filter)
+	if err != nil {
+		return nil, err
+	}
+	res := &ctrlv1.ListWorkspacesResponse{}
+	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+		list, next, err := page.Collect(page.Size(req.GetPageSize()), after, filter,
+			func(w *ctrlv1.Workspace) string { return w.GetWorkspaceId() },
+			func(w *ctrlv1.Workspace) bool { return sel.Matches(w.GetLabels()) },
+			func(after string, n int) ([]*ctrlv1.Workspace, error) {
+				return tx.ListWorkspaces(after, n, req.GetIncludeDeleted())
+			})
+		for _, w := range list {
+			res.Workspaces = append(res.Workspaces, s.view(tx, w))
+		}
+		res.NextPageToken = next
+		return err
+	})
+	return res, err
+}
+
+// GetCommand reads one command of a Workspace.
+func (s *Service) GetCommand(ctx context.Context, req *ctrlv1.GetWorkspaceCommandRequest) (*ctrlv1.GetWorkspaceCommandResponse, error) {
+	var c *store.CommandRow
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		c, err = tx.GetCommand(req.GetCommandId(), false)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && (commandKinds[c.GetKind()] == 0 ||
+			(req.GetWorkspaceId() != "" && c.GetTargetId() != req.GetWorkspaceId()))) {
+			return apierr.NotFound("workspace command", req.GetCommandId())
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ctrlv1.GetWorkspaceCommandResponse{Command: commandView(c.Command)}, nil
+}
+
+var commandStates = map[storev1.CommandState]ctrlv1.WorkspaceCommandState{
+	storev1.CommandState_COMMAND_STATE_ADMITTED:  ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_ADMITTED,
+	storev1.CommandState_COMMAND_STATE_RUNNING:   ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_RUNNING,
+	storev1.CommandState_COMMAND_STATE_WAITING:   ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING,
+	storev1.CommandState_COMMAND_STATE_SUCCEEDED: ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED,
+	storev1.CommandState_COMMAND_STATE_FAILED:    ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED,
+}
+
+func commandView(c *storev1.Command) *ctrlv1.WorkspaceCommand {
+	return &ctrlv1.WorkspaceCommand{
+		CommandId: c.GetCommandId(), WorkspaceId: c.GetTargetId(), Kind: commandKinds[c.GetKind()], State: commandStates[c.GetState()],
+		Progress: c.GetProgress(), WaitingFor: c.GetWaitingFor(), Failure: c.GetFailure(),
+		AdmittedAt: c.GetAdmittedAt(), UpdatedAt: c.GetUpdatedAt(), CompletedAt: c.GetCompletedAt(),
+	}
+}
