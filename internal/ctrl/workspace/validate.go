@@ -89,6 +89,10 @@ func checkMountPath(field, p string) error {
 // UpdateWorkspaceVolumeBinding, which accepts only BOUND and NONE.
 func normalizeBinding(field string, b *ctrlv1.WorkspaceVolumeBinding, allowNew bool) (*ctrlv1.WorkspaceVolumeBinding, error) {
 	out := &ctrlv1.WorkspaceVolumeBinding{Mode: b.GetMode(), VolumeId: b.GetVolumeId(), MountPath: b.GetMountPath(), NewVolume: b.GetNewVolume()}
+	var deleteWith *bool
+	if b != nil {
+		deleteWith = b.DeleteWithWorkspace
+	}
 	if out.Mode == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_UNSPECIFIED && allowNew {
 		out.Mode = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW
 	}
@@ -100,7 +104,7 @@ func normalizeBinding(field string, b *ctrlv1.WorkspaceVolumeBinding, allowNew b
 		if out.VolumeId != "" {
 			return nil, apierr.Invalid(field+".volume_id", "must be empty for NEW")
 		}
-		out.DeleteWithWorkspace = boolOr(b.DeleteWithWorkspace, true)
+		out.DeleteWithWorkspace = boolOr(deleteWith, true)
 	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND:
 		if out.VolumeId == "" {
 			return nil, apierr.Invalid(field+".volume_id", "is required for BOUND")
@@ -108,14 +112,14 @@ func normalizeBinding(field string, b *ctrlv1.WorkspaceVolumeBinding, allowNew b
 		if out.NewVolume != nil {
 			return nil, apierr.Invalid(field+".new_volume", "must be unset for BOUND")
 		}
-		out.DeleteWithWorkspace = boolOr(b.DeleteWithWorkspace, false)
+		out.DeleteWithWorkspace = boolOr(deleteWith, false)
 	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE:
 		switch {
 		case out.VolumeId != "":
 			return nil, apierr.Invalid(field+".volume_id", "must be empty for NONE")
 		case out.MountPath != "":
 			return nil, apierr.Invalid(field+".mount_path", "must be empty for NONE")
-		case b.DeleteWithWorkspace != nil:
+		case deleteWith != nil:
 			return nil, apierr.Invalid(field+".delete_with_workspace", "must be unset for NONE")
 		case out.NewVolume != nil:
 			return nil, apierr.Invalid(field+".new_volume", "must be unset for NONE")
