@@ -2,8 +2,8 @@ package api_test
 
 import (
 	"context"
-	"log/slog"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"

@@ -6,8 +6,8 @@ package page
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"encoding/hex"
+	"encoding/json"
 
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 )

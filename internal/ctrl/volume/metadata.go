@@ -49,7 +49,9 @@ func (v *Service) UpdateAnnotations(ctx context.Context, req *ctrlv1.UpdateVolum
 	out, err := record.ReplaceMetadata(ctx, v.store, v.now(), v.metadataUpdate(record.MetadataUpdate[*ctrlv1.Volume]{
 		Kind: "UpdateVolumeAnnotations", Annotations: true, Command: req.GetCommand(), Request: req, ID: req.GetVolumeId(),
 		Expected: req.GetExpectedAnnotationsRevision(), Values: req.GetAnnotations(), RevisionField: "expected_annotations_revision",
-		Slot: func(vol *ctrlv1.Volume) (*map[string]string, *uint64) { return &vol.Annotations, &vol.AnnotationsRevision },
+		Slot: func(vol *ctrlv1.Volume) (*map[string]string, *uint64) {
+			return &vol.Annotations, &vol.AnnotationsRevision
+		},
 	}))
 	if err != nil {
 		return nil, err

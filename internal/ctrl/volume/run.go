@@ -78,7 +78,9 @@ func (v *Service) runCreate(ctx context.Context, w *command.Work) error {
 				}
 			})
 		},
-		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error { return v.update(tx, id, failVolume(failure)) },
+		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error {
+			return v.update(tx, id, failVolume(failure))
+		},
 	})
 }
 
@@ -132,6 +134,8 @@ func (v *Service) runDelete(ctx context.Context, w *command.Work) error {
 		Succeeded: func(tx *store.Tx, _ *anypb.Any) error {
 			return v.update(tx, id, func(vol *ctrlv1.Volume) { vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED })
 		},
-		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error { return v.update(tx, id, failVolume(failure)) },
+		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error {
+			return v.update(tx, id, failVolume(failure))
+		},
 	})
 }

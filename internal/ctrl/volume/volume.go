@@ -233,7 +233,9 @@ func (v *Service) List(ctx context.Context, req *ctrlv1.ListVolumesRequest) (*ct
 		res.Volumes, res.NextPageToken, err = page.Collect(page.Size(req.GetPageSize()), after, filter,
 			func(vol *ctrlv1.Volume) string { return vol.GetVolumeId() },
 			func(vol *ctrlv1.Volume) bool { return sel.Matches(vol.GetLabels()) },
-			func(after string, n int) ([]*ctrlv1.Volume, error) { return tx.ListVolumes(after, n, req.GetIncludeDeleted()) })
+			func(after string, n int) ([]*ctrlv1.Volume, error) {
+				return tx.ListVolumes(after, n, req.GetIncludeDeleted())
+			})
 		return err
 	})
 	return res, err

@@ -51,7 +51,9 @@ func newEnv(t *testing.T, b storetest.Backend) *env {
 	return &env{store: st, ws: workspace.New(st, f, vols, runner), vols: vols}
 }
 
-func sqlite(t *testing.T) *env { return newEnv(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN}) }
+func sqlite(t *testing.T) *env {
+	return newEnv(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+}
 
 func forEachBackend(t *testing.T, fn func(t *testing.T, e *env)) {
 	for _, b := range storetest.Backends() {
@@ -103,7 +105,9 @@ func TestCreateValidation(t *testing.T) {
 			s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE, DeleteWithWorkspace: boolp(false)}
 		}), connect.CodeInvalidArgument, "spec.volume.delete_with_workspace"},
 		{"relative mount_path", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Volume = &ctrlv1.WorkspaceVolumeBinding{MountPath: "data"} }), connect.CodeInvalidArgument, "spec.volume.mount_path"},
-		{"unclean mount_path", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Volume = &ctrlv1.WorkspaceVolumeBinding{MountPath: "/data/../x"} }), connect.CodeInvalidArgument, "spec.volume.mount_path"},
+		{"unclean mount_path", with(func(s *ctrlv1.WorkspaceCreateSpec) {
+			s.Volume = &ctrlv1.WorkspaceVolumeBinding{MountPath: "/data/../x"}
+		}), connect.CodeInvalidArgument, "spec.volume.mount_path"},
 		{"mount_path under /tmp", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Volume = &ctrlv1.WorkspaceVolumeBinding{MountPath: "/tmp/x"} }), connect.CodeInvalidArgument, "spec.volume.mount_path"},
 		{"mount_path /", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Volume = &ctrlv1.WorkspaceVolumeBinding{MountPath: "/"} }), connect.CodeInvalidArgument, "spec.volume.mount_path"},
 		{"unknown mode", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: 9} }), connect.CodeInvalidArgument, "spec.volume.mode"},
