@@ -7,7 +7,8 @@
 #   postgres_stop    stops it and removes the directory.
 #
 # The server runs as the postgres user when this runs as root (PostgreSQL
-# refuses to run as root). fsync is off: the data is thrown away.
+# refuses to run as root). fsync is off unless PG_FSYNC=on: test data is
+# thrown away; benchmarks turn it on.
 
 postgres_start() {
 	apt_ensure postgresql
@@ -23,7 +24,7 @@ postgres_start() {
 	"${as[@]}" "$bindir/initdb" -D "$PG_TMP/data" -A trust -U postgres -E UTF8 --no-sync >"$PG_TMP/initdb.log" 2>&1 ||
 		{ cat "$PG_TMP/initdb.log"; return 1; }
 	"${as[@]}" "$bindir/pg_ctl" -D "$PG_TMP/data" -l "$PG_TMP/server.log" -w \
-		-o "-k $PG_TMP -c listen_addresses='' -c fsync=off -c max_connections=300" start >/dev/null ||
+		-o "-k $PG_TMP -c listen_addresses='' -c fsync=${PG_FSYNC:-off} -c max_connections=300" start >/dev/null ||
 		{ cat "$PG_TMP/server.log"; return 1; }
 	PG_CTL=("${as[@]}" "$bindir/pg_ctl")
 	export KIBOTOS_TEST_POSTGRES_DSN="postgres://postgres@/postgres?host=${PG_TMP}&sslmode=disable"

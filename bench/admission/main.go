@@ -1,0 +1,205 @@
+// Command admission measures how many CreateVolume commands ctrl admits per
+// second, and their latency, on SQLite and on PostgreSQL, side by side in
+// one run. Each admission is the real path: validation, the command row and
+// the Volume record in one transaction, durably committed. It prints a table.
+//
+//	go run ./bench/admission -n 2000 -c 16 -postgres "$KIBOTOS_TEST_POSTGRES_DSN"
+//
+// scripts/bench.sh starts a throwaway PostgreSQL (fsync on) and runs it.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/api"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/volume"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+func main() {
+	n := flag.Int("n", 2000, "commands per row and round")
+	rounds := flag.Int("rounds", 3, "rounds; rows are interleaved in each round and the median round is shown")
+	conc := flag.Int("c", 16, "concurrent callers")
+	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it); empty skips PostgreSQL")
+	flag.Parse()
+	ctx := context.Background()
+
+	type row struct {
+		db, path string
+		rounds   []result
+	}
+	var rows []*row
+	backends := []struct{ name, dsn string }{{"sqlite", "sqlite"}}
+	if *pg != "" {
+		backends = append(backends, struct{ name, dsn string }{"postgres", *pg})
+	}
+	for _, b := range backends {
+		for _, path := range []string{"domain", "connect"} {
+			rows = append(rows, &row{db: b.name, path: path})
+		}
+	}
+	for round := 0; round < *rounds; round++ {
+		for _, r := range rows {
+			dsn := r.db
+			if r.db == "postgres" {
+				dsn = postgresDSN(*pg) // a fresh database per row and round
+			}
+			res, err := run(ctx, dsn, r.path, *n, *conc)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, r.db, r.path, err)
+				os.Exit(1)
+			}
+			r.rounds = append(r.rounds, res)
+		}
+	}
+	fmt.Printf("CreateVolume admissions: %d per row and round, %d concurrent callers, %d rounds (median round shown), GOMAXPROCS %d\n",
+		*n, *conc, *rounds, runtime.GOMAXPROCS(0))
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "database\tpath\tcommands/s\tp50\tp99\tall rounds (commands/s)\t")
+	for _, r := range rows {
+		sorted := slices.Clone(r.rounds)
+		slices.SortFunc(sorted, func(a, b result) int { return int(a.perSecond - b.perSecond) })
+		med := sorted[len(sorted)/2]
+		var all string
+		for i, x := range r.rounds {
+			if i > 0 {
+				all += " "
+			}
+			all += fmt.Sprintf("%.0f", x.perSecond)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t\n", r.db, r.path, med.perSecond, med.p50.Round(10*time.Microsecond), med.p99.Round(10*time.Microsecond), all)
+	}
+	tw.Flush()
+}
+
+func sqliteDSN() string {
+	dir, err := os.MkdirTemp("", "kibotos-bench")
+	if err != nil {
+		panic(err)
+	}
+	return "sqlite:" + filepath.Join(dir, "bench-"+fmt.Sprint(time.Now().UnixNano())+".db")
+}
+
+func postgresDSN(admin string) string {
+	db, err := sql.Open("pgx", admin)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	name := fmt.Sprintf("kibotos_bench_%d", time.Now().UnixNano())
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		panic(err)
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		panic(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+type result struct {
+	perSecond float64
+	p50, p99  time.Duration
+}
+
+// run admits n CreateVolume commands with conc callers, through the domain
+// directly or through Connect over HTTP on an in-process server.
+func run(ctx context.Context, dsn, path string, n, conc int) (result, error) {
+	if dsn == "sqlite" {
+		dsn = sqliteDSN() // a fresh file per row
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		return result{}, err
+	}
+	defer st.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runner := command.NewRunner(st, "bench", log) // not run: admissions only
+	f := fleet.New(st, runner, log, fleet.DefaultConfig)
+	vols := volume.New(st, f, runner, volume.DefaultProfile)
+	if err := st.Tx(ctx, func(tx *store.Tx) error {
+		return tx.PutNode(&operatorv1.NodeRegistration{NodeId: "bench", Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
+			StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: "bench", StoragePool: "default", DefaultPool: true, Available: true}}})
+	}); err != nil {
+		return result{}, err
+	}
+	create := func(ctx context.Context, req *ctrlv1.CreateVolumeRequest) error {
+		_, err := vols.Create(ctx, req)
+		return err
+	}
+	if path == "connect" {
+		srv := httptest.NewServer(api.NewWorkspaceHandler(&api.Backend{Volumes: vols, Fleet: f, Workspaces: workspace.New(st, f, vols, runner)}))
+		defer srv.Close()
+		transport := &http.Transport{MaxIdleConnsPerHost: conc}
+		defer transport.CloseIdleConnections()
+		client := ctrlv1connect.NewVolumeServiceClient(&http.Client{Transport: transport}, srv.URL)
+		create = func(ctx context.Context, req *ctrlv1.CreateVolumeRequest) error {
+			_, err := client.CreateVolume(ctx, connect.NewRequest(req))
+			return err
+		}
+	}
+	latencies := make([]time.Duration, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	start := time.Now()
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				err := create(ctx, &ctrlv1.CreateVolumeRequest{
+					Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("bench-%s-%d", path, i)},
+					Spec:    &ctrlv1.VolumeSpec{CapacityBytes: 1 << 30},
+					Labels:  map[string]string{"bench": "admission"},
+				})
+				latencies[i] = time.Since(t0)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := firstErr.Load().(error); err != nil {
+		return result{}, err
+	}
+	slices.Sort(latencies)
+	return result{
+		perSecond: float64(n) / elapsed.Seconds(),
+		p50:       latencies[n/2],
+		p99:       latencies[n*99/100],
+	}, nil
+}
