@@ -23,7 +23,7 @@ func clientNouns(out *outputFlag) []*cobra.Command {
 		notBuiltNoun("egress", "Manage Egresses (caller-owned proxies)"),
 		notBuiltNoun("resolver", "Manage Resolvers (DNS upstreams)"),
 		notBuiltNoun("overcommit", "Read and set overcommit ratios"),
-		notBuiltNoun("enrollment", "Create and revoke node enrollment grants"),
+		newEnrollmentCommand(out),
 	}
 }
 
@@ -65,18 +65,20 @@ func nodeRow(n *operatorv1.NodeRegistration) []string {
 }
 
 func newNodeCommand(out *outputFlag) *cobra.Command {
+	var agent agentFlags
 	c := &cobra.Command{
 		Use:   "node",
-		Short: "Run the node agent on this host (not built yet); node list|get inspect the fleet",
-		Long: `Without a subcommand, node runs the node agent on this host (not built yet:
-enrollment and the control session come with ctrl's core, the VM provider after it).
+		Short: "Run the node agent on this host; node list|get inspect the fleet",
+		Long: `Without a subcommand, node runs the node agent on this host: it enrolls with
+ctrl once (--enrollment-grant, or $KIBOTOS_ENROLLMENT_GRANT), then holds its
+control session, declares its storage pools and carries out what ctrl hands it.
+Its state (credential, incarnation, applied operations) is kept in --state-dir.
 
 With a subcommand it is the operator's client for node registrations.`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("the node agent is not built yet: enrollment and the control session come with ctrl's core, the VM provider after it")
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return agent.run(cmd) },
 	}
+	agent.register(c)
 	list := &cobra.Command{
 		Use: "list", Short: "List node registrations", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -1,14 +1,23 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 
 	"github.com/kibotos/kibotos/internal/clientconfig"
 	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/version"
 )
 
@@ -21,7 +30,7 @@ const (
 
 // ctrlFlags are the flags ctrl and dev share.
 type ctrlFlags struct {
-	workspaceListen, operatorListen, nodeListen, stateDir string
+	workspaceListen, operatorListen, nodeListen, stateDir, database string
 }
 
 func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
@@ -29,6 +38,7 @@ func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
 	c.Flags().StringVar(&f.operatorListen, "operator-listen", defaultOperatorListen, "address of the Operator endpoint (kibotos.operator.v1)")
 	c.Flags().StringVar(&f.nodeListen, "node-listen", defaultNodeListen, "address of the node endpoint (kibotos.node.v1, node control sessions)")
 	c.Flags().StringVar(&f.stateDir, "state-dir", "", stateHelp)
+	c.Flags().StringVar(&f.database, "database", "", "PostgreSQL DSN (postgres://…) for replicas sharing one database, or a SQLite file (default: SQLite at <state-dir>/ctrl.db)")
 }
 
 // config resolves the state directory under $KIBOTOS_HOME when not given.
@@ -46,6 +56,7 @@ func (f *ctrlFlags) config(defaultSub string) (ctrl.Config, error) {
 		OperatorListen:  f.operatorListen,
 		NodeListen:      f.nodeListen,
 		StateDir:        dir,
+		Database:        f.database,
 		Logger:          newLogger(os.Stderr),
 	}, nil
 }
@@ -78,38 +89,108 @@ func newDevCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole system on this machine: ctrl and one node, no configuration",
-		Long: `dev runs ctrl on this machine with its state under --state-dir and writes the
-endpoints and credentials it made to <state-dir>/endpoints.env and to the client
+		Long: `dev runs ctrl and one node agent (node_id "dev") in this process, with every
+piece of state under --state-dir: ctrl's SQLite database and keys, the node's
+state, and its default storage pool (<state-dir>/pools/default). It writes the
+endpoints and credentials to <state-dir>/endpoints.env and to the client
 configuration ($KIBOTOS_HOME/config.env), which the CLI then uses without flags.
 
-Not built yet: the in-process node, the default platform and template (see the
-README's status table). Until then the endpoints answer, and every RPC that is
-not built answers unimplemented.`,
+Not built yet: the VM provider, platforms and templates (see the README's
+status table): Workspaces are recorded and wait for a node that can run them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config("dev")
 			if err != nil {
 				return err
 			}
-			srv, err := ctrl.Start(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			clientPath, err := clientconfig.DefaultPath()
-			if err != nil {
-				return err
-			}
-			if err := clientconfig.Write(clientPath, srv.Client); err != nil {
-				return fmt.Errorf("write client configuration: %w", err)
-			}
-			printEndpoints(cmd, srv, cfg.StateDir)
-			fmt.Fprintf(cmd.OutOrStdout(), "client configuration: %s\n", clientPath)
-			fmt.Fprintln(cmd.OutOrStdout(), "ready; Ctrl-C stops")
-			return srv.Wait()
+			return runDev(cmd, cfg)
 		},
 	}
 	f.register(c, "directory of the dev system's state (default $KIBOTOS_HOME/dev)")
 	return c
+}
+
+// devNodeID is the node dev runs in its own process.
+const devNodeID = "dev"
+
+func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
+	ctx := cmd.Context()
+	srv, err := ctrl.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	clientPath, err := clientconfig.DefaultPath()
+	if err != nil {
+		return err
+	}
+	if err := clientconfig.Write(clientPath, srv.Client); err != nil {
+		return fmt.Errorf("write client configuration: %w", err)
+	}
+	// A grant bound to the dev node, used only if the node has no credential
+	// yet (its first start, or a state directory made anew).
+	secret, err := devGrant(ctx, srv.Client)
+	if err != nil {
+		return err
+	}
+	poolDir := filepath.Join(cfg.StateDir, "pools", "default")
+	if err := os.MkdirAll(poolDir, 0o700); err != nil {
+		return err
+	}
+	nodeErr := make(chan error, 1)
+	go func() {
+		nodeErr <- node.Run(ctx, node.Config{
+			Endpoint: srv.NodeEndpoint, NodeID: devNodeID, StateDir: filepath.Join(cfg.StateDir, "node"), EnrollmentGrant: secret,
+			Pools:  []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
+			Logger: cfg.Logger.With("component", "node"),
+		})
+	}()
+	if err := waitNodeReady(ctx, srv.Client, devNodeID, nodeErr); err != nil {
+		return err
+	}
+	printEndpoints(cmd, srv, cfg.StateDir)
+	fmt.Fprintf(cmd.OutOrStdout(), "client configuration: %s\n", clientPath)
+	fmt.Fprintln(cmd.OutOrStdout(), "ready; Ctrl-C stops")
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- srv.Wait() }()
+	select {
+	case err := <-nodeErr:
+		return err
+	case err := <-waitErr:
+		return err
+	}
+}
+
+func devGrant(ctx context.Context, c clientconfig.Config) (string, error) {
+	client := operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, c.OperatorEndpoint, connect.WithInterceptors(bearer(c.OperatorToken)))
+	res, err := client.CreateEnrollmentGrant(ctx, connect.NewRequest(&operatorv1.CreateEnrollmentGrantRequest{
+		Command: newCommandMetadata(""), NodeId: devNodeID, Ttl: durationpb.New(time.Hour), Description: "kibotos dev's own node",
+	}))
+	if err != nil {
+		return "", fmt.Errorf("enrollment grant for the dev node: %w", err)
+	}
+	return res.Msg.GetSecret(), nil
+}
+
+// waitNodeReady polls the node's registration until it is READY, the node
+// agent fails, or ctx ends.
+func waitNodeReady(ctx context.Context, c clientconfig.Config, nodeID string, nodeErr <-chan error) error {
+	client := operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, c.OperatorEndpoint, connect.WithInterceptors(bearer(c.OperatorToken)))
+	ticker := time.NewTicker(50 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		res, err := client.GetNodeRegistration(ctx, connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: nodeID}))
+		if err == nil && res.Msg.GetRegistration().GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY {
+			return nil
+		}
+		select {
+		case err := <-nodeErr:
+			return fmt.Errorf("the dev node stopped before it was ready: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
 }
 
 func printEndpoints(cmd *cobra.Command, srv *ctrl.Server, stateDir string) {

@@ -85,6 +85,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
+	if st.Exclusive() {
+		// Nobody else can hold a lease on this database: the leases are
+		// those of a ctrl that died, and its commands resume now.
+		if err := st.Tx(ctx, func(tx *store.Tx) error { return tx.ReleaseLeases() }); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	workCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{})}
 	backend := newBackend(st, cfg)
@@ -153,8 +161,13 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		for _, srv := range s.servers {
-			// Node sessions are long-lived streams: close rather than wait.
+		for i, srv := range s.servers {
+			// Node sessions are long-lived streams a node re-opens on its
+			// own: cut them rather than wait for them to end.
+			if i == nodeListener {
+				_ = srv.Close()
+				continue
+			}
 			if err := srv.Shutdown(ctx); err != nil {
 				_ = srv.Close()
 			}
@@ -164,6 +177,9 @@ func (s *Server) Close() {
 		s.store.Close()
 	})
 }
+
+// nodeListener is the index of the node endpoint among the listeners.
+const nodeListener = 2
 
 type backend struct {
 	api    *api.Backend

@@ -147,3 +147,11 @@ func (t *Tx) WakeWaiting(now time.Time) error {
 		now.UnixNano(), now.UnixNano())
 	return err
 }
+
+// ReleaseLeases drops every command lease. Only a process that is the
+// database's sole user (Store.Exclusive) may call it, at start: the leases
+// are then those of a process that died.
+func (t *Tx) ReleaseLeases() error {
+	_, err := t.exec("UPDATE commands SET lease_owner = '', lease_until = 0 WHERE lease_until > 0")
+	return err
+}

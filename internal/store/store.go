@@ -15,9 +15,11 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,6 +38,8 @@ var migrations embed.FS
 type Store struct {
 	db *sql.DB
 	d  dialect
+	// lock holds a SQLite database for this process alone.
+	lock *os.File
 }
 
 // Open connects to dsn and brings its schema up to date. A dsn starting with
@@ -70,8 +74,18 @@ func openPostgres(dsn string) (*Store, error) {
 
 // openSQLite opens one file in WAL mode. A single connection serialises
 // every transaction: SQLite has one writer anyway, and this rules out
-// SQLITE_BUSY between our own transactions.
+// SQLITE_BUSY between our own transactions. An exclusive lock on
+// <path>.lock keeps a second ctrl off the same file: replicas share
+// PostgreSQL, never SQLite.
 func openSQLite(path string) (*Store, error) {
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("SQLite database %s is in use by another process (replicas must share PostgreSQL): %w", path, err)
+	}
 	q := url.Values{}
 	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)", "busy_timeout(10000)"} {
 		q.Add("_pragma", p)
@@ -79,14 +93,25 @@ func openSQLite(path string) (*Store, error) {
 	q.Set("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	return &Store{db: db, d: sqliteDialect}, nil
+	return &Store{db: db, d: sqliteDialect, lock: lock}, nil
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	err := s.db.Close()
+	if s.lock != nil {
+		s.lock.Close()
+	}
+	return err
+}
+
+// Exclusive reports whether this process is the database's only user (a
+// SQLite file), so leases held by an earlier process are stale.
+func (s *Store) Exclusive() bool { return s.lock != nil }
 
 // Dialect names the database kind: "sqlite" or "postgres".
 func (s *Store) Dialect() string { return s.d.name }

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -175,5 +176,69 @@ func TestDevStopsCleanlyOnSIGTERM(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Error("kibotos dev did not stop after SIGTERM")
+	}
+}
+
+// The ctrl-core issue's check, through the Connect JSON API as curl sends it.
+func TestDevJSONAPIReplaysRefusesAndWritesNothingStale(t *testing.T) {
+	d := startDev(t)
+	ws, tok := d.env["KIBOTOS_WORKSPACE_ENDPOINT"], d.env["KIBOTOS_TOKEN"]
+	call := func(method, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, ws+"/kibotos.ctrl.v1."+method, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		return res.StatusCode, out
+	}
+	create := `{"command":{"commandId":"vol-1"},"spec":{"capacityBytes":"67108864"}}`
+	code, first := call("VolumeService/CreateVolume", create)
+	if code != 200 {
+		t.Fatalf("CreateVolume: %d %v", code, first)
+	}
+	_, again := call("VolumeService/CreateVolume", create)
+	if fmt.Sprint(again["volume"]) != fmt.Sprint(first["volume"]) {
+		t.Errorf("replay answered %v, want %v", again, first)
+	}
+	if _, other := call("VolumeService/CreateVolume", `{"command":{"commandId":"vol-1"},"spec":{"capacityBytes":"134217728"}}`); other["code"] != "already_exists" {
+		t.Errorf("same command_id, other capacity: %v", other)
+	}
+	for _, memory := range []string{"104857600", "210239488"} { // 100 MiB, 200.5 MiB
+		_, res := call("WorkspaceService/CreateWorkspace", `{"command":{"commandId":"ws-`+memory+`"},"spec":{"resources":{"memoryBytes":"`+memory+`"}}}`)
+		if res["code"] != "invalid_argument" {
+			t.Errorf("memory_bytes %s: %v", memory, res)
+		}
+	}
+	volID := first["volume"].(map[string]any)["volumeId"].(string)
+	_, res := call("VolumeService/UpdateVolumeLabels", `{"command":{"commandId":"l-1"},"volumeId":"`+volID+`","expectedLabelsRevision":"1","labels":{"a":"1"}}`)
+	if res["code"] != nil {
+		t.Fatalf("labels at revision 1: %v", res)
+	}
+	_, res = call("VolumeService/UpdateVolumeLabels", `{"command":{"commandId":"l-2"},"volumeId":"`+volID+`","expectedLabelsRevision":"1","labels":{"a":"2"}}`)
+	if res["code"] != "failed_precondition" {
+		t.Errorf("stale labels_revision: %v", res)
+	}
+	_, got := call("VolumeService/GetVolume", `{"volumeId":"`+volID+`"}`)
+	vol := got["volume"].(map[string]any)
+	if fmt.Sprint(vol["labels"]) != "map[a:1]" || vol["labelsRevision"] != "2" {
+		t.Errorf("after a stale write: labels %v revision %v", vol["labels"], vol["labelsRevision"])
+	}
+	// The dev node makes the Volume's block file: it becomes AVAILABLE.
+	deadline := time.Now().Add(time.Minute)
+	for vol["state"] != "VOLUME_STATE_AVAILABLE" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		_, got = call("VolumeService/GetVolume", `{"volumeId":"`+volID+`"}`)
+		vol = got["volume"].(map[string]any)
+	}
+	if vol["state"] != "VOLUME_STATE_AVAILABLE" {
+		t.Errorf("the dev node did not create the Volume: %v", vol)
 	}
 }

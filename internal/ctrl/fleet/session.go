@@ -138,7 +138,7 @@ func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHell
 		n.Incarnation = hello.GetIncarnation()
 		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING
 		n.Session = &operatorv1.NodeSessionSummary{
-			Live: true, ConnectedAt: timestamppb.New(now), LastSeenAt: timestamppb.New(now), AgentVersion: hello.GetAgentVersion(),
+			Live: true, ConnectedAt: timestamppb.New(s.connectedAt), LastSeenAt: timestamppb.New(now), AgentVersion: hello.GetAgentVersion(),
 		}
 		version := n.GetObservation().GetObservationVersion() + 1
 		n.Observation = &operatorv1.NodeObservationSummary{

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/node"
+)
+
+// agentFlags configure `kibotos node`.
+type agentFlags struct {
+	endpoint, nodeID, stateDir, grant string
+	pools                             []string
+}
+
+func (f *agentFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.endpoint, "ctrl", "http://"+defaultNodeListen, "ctrl's node endpoint")
+	c.Flags().StringVar(&f.nodeID, "node-id", "", "this node's id, a DNS label (default: the host's short name, lowercased)")
+	c.Flags().StringVar(&f.stateDir, "state-dir", "", "the agent's state (default $KIBOTOS_HOME/node)")
+	c.Flags().StringVar(&f.grant, "enrollment-grant", "", "enrollment grant secret, used when the state holds no credential yet (default $KIBOTOS_ENROLLMENT_GRANT)")
+	c.Flags().StringArrayVar(&f.pools, "pool", nil, "a storage pool this node reaches: NAME=DIR, or NAME=DIR,default (repeatable)")
+}
+
+func (f *agentFlags) config() (node.Config, error) {
+	cfg := node.Config{Endpoint: f.endpoint, NodeID: f.nodeID, StateDir: f.stateDir, EnrollmentGrant: f.grant, Logger: newLogger(os.Stderr)}
+	if cfg.NodeID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return cfg, fmt.Errorf("--node-id is required: %w", err)
+		}
+		// A node_id is a DNS label: the host's short name, lowercased.
+		cfg.NodeID = strings.ToLower(strings.SplitN(host, ".", 2)[0])
+	}
+	if cfg.StateDir == "" {
+		home, err := clientconfig.Home()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.StateDir = filepath.Join(home, "node")
+	}
+	if cfg.EnrollmentGrant == "" {
+		cfg.EnrollmentGrant = os.Getenv("KIBOTOS_ENROLLMENT_GRANT")
+	}
+	for _, p := range f.pools {
+		pool, err := node.ParsePool(p)
+		if err != nil {
+			return cfg, fmt.Errorf("--pool %s: %w", p, err)
+		}
+		cfg.Pools = append(cfg.Pools, pool)
+	}
+	return cfg, nil
+}
+
+func (f *agentFlags) run(cmd *cobra.Command) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	return node.Run(cmd.Context(), cfg)
+}

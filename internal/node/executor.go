@@ -1,0 +1,239 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/node/blockfile"
+)
+
+// executor applies commands one at a time, in the order ctrl sent them,
+// for the whole agent run: a command still running when its session ends
+// finishes and is recorded, and ctrl's resend after the reconnect is
+// answered from that record. Running them in order keeps two operations on
+// the same object from overtaking each other.
+type executor struct {
+	a *agent
+
+	mu    sync.Mutex
+	queue []job
+	wake  chan struct{}
+}
+
+type job struct {
+	cmd   *nodev1.NodeCommand
+	reply func(*nodev1.CommandResult)
+}
+
+func newExecutor(a *agent) *executor {
+	return &executor{a: a, wake: make(chan struct{}, 1)}
+}
+
+// enqueue never blocks, so the session keeps answering clock probes while
+// commands run.
+func (e *executor) enqueue(cmd *nodev1.NodeCommand, reply func(*nodev1.CommandResult)) {
+	e.mu.Lock()
+	e.queue = append(e.queue, job{cmd, reply})
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *executor) run(ctx context.Context) {
+	for {
+		e.mu.Lock()
+		var j job
+		ok := len(e.queue) > 0
+		if ok {
+			j = e.queue[0]
+			e.queue[0] = job{}
+			e.queue = e.queue[1:]
+		}
+		e.mu.Unlock()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.wake:
+			}
+			continue
+		}
+		if res := e.a.execute(ctx, j.cmd); res != nil {
+			j.reply(res)
+		}
+	}
+}
+
+// execute answers one command: from the operations record when its
+// operation was applied before, else by applying it and recording the
+// result before it is sent. Only successful results are recorded: a failed
+// operation left nothing half-done and is tried again when ctrl sends it
+// again. It returns nil when the agent stopped during the operation.
+func (a *agent) execute(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.CommandResult {
+	opID := cmd.GetOperationId()
+	log := a.log.With("operation_id", opID, "command_id", cmd.GetCommandId())
+	if opID == "" {
+		return failure("", connect.CodeInvalidArgument, "command without operation_id")
+	}
+	data, found, err := a.store.LookupOperation(opID)
+	if err != nil {
+		log.Error("cannot read the operations record", "err", err)
+		return failure(opID, connect.CodeInternal, "node cannot read its operations record: "+err.Error())
+	}
+	if found {
+		var res nodev1.CommandResult
+		if err := proto.Unmarshal(data, &res); err != nil {
+			log.Error("corrupt operations record", "err", err)
+			return failure(opID, connect.CodeInternal, "node's record of the operation is corrupt: "+err.Error())
+		}
+		log.Info("operation already applied; answering from the record")
+		return &res
+	}
+
+	res := a.apply(ctx, cmd)
+	if ctx.Err() != nil {
+		log.Info("agent stopping; operation abandoned")
+		return nil
+	}
+	res.OperationId = opID
+	if res.Code != 0 {
+		log.Warn("operation failed", "operation", cmd.GetBody().GetTypeUrl(), "code", connect.Code(res.Code), "message", res.Message)
+		return res
+	}
+	data, err = proto.Marshal(res)
+	if err == nil {
+		err = a.store.RecordOperation(opID, data)
+	}
+	if err != nil {
+		// Applied but not recorded: ctrl's resend applies it again, which
+		// the block file operations tolerate.
+		log.Error("operation applied but not recorded", "err", err)
+		return failure(opID, connect.CodeInternal, "operation applied but the node could not record it: "+err.Error())
+	}
+	log.Info("operation applied", "operation", cmd.GetBody().GetTypeUrl())
+	return res
+}
+
+func failure(opID string, code connect.Code, msg string) *nodev1.CommandResult {
+	return &nodev1.CommandResult{OperationId: opID, Code: uint32(code), Message: msg}
+}
+
+func nameOf(m proto.Message) protoreflect.FullName { return m.ProtoReflect().Descriptor().FullName() }
+
+var (
+	ensureBlockFileName = nameOf((*nodev1.EnsureBlockFile)(nil))
+	removeBlockFileName = nameOf((*nodev1.RemoveBlockFile)(nil))
+)
+
+func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.CommandResult {
+	body := cmd.GetBody()
+	if body == nil {
+		return failure("", connect.CodeInvalidArgument, "command without body")
+	}
+	switch body.MessageName() {
+	case ensureBlockFileName:
+		var op nodev1.EnsureBlockFile
+		if err := body.UnmarshalTo(&op); err != nil {
+			return failure("", connect.CodeInvalidArgument, "EnsureBlockFile: "+err.Error())
+		}
+		ref, res := a.blockFileRef(op.GetRef())
+		if res != nil {
+			return res
+		}
+		st, err := a.blocks.Ensure(ctx, ref, op.GetCapacityBytes())
+		return blockFileResult(st, err)
+	case removeBlockFileName:
+		var op nodev1.RemoveBlockFile
+		if err := body.UnmarshalTo(&op); err != nil {
+			return failure("", connect.CodeInvalidArgument, "RemoveBlockFile: "+err.Error())
+		}
+		ref, res := a.blockFileRef(op.GetRef())
+		if res != nil {
+			return res
+		}
+		st, err := a.blocks.Remove(ref)
+		return blockFileResult(st, err)
+	}
+	return failure("", connect.CodeUnimplemented, fmt.Sprintf("this node does not implement %q", body.GetTypeUrl()))
+}
+
+func (a *agent) blockFileRef(ref *nodev1.BlockFileRef) (blockfile.Ref, *nodev1.CommandResult) {
+	if a.blocks == nil {
+		return blockfile.Ref{}, failure("", connect.CodeUnimplemented, "this node cannot make block files (e2fsprogs missing)")
+	}
+	if ref == nil {
+		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, "no block file ref")
+	}
+	pool, ok := a.pools[ref.GetStoragePool()]
+	if !ok {
+		return blockfile.Ref{}, failure("", connect.CodeNotFound, fmt.Sprintf("storage pool %q is not declared by this node", ref.GetStoragePool()))
+	}
+	r := blockfile.Ref{PoolDir: pool.Dir, ObjectID: ref.GetObjectId()}
+	switch ref.GetKind() {
+	case nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME:
+		r.Kind = blockfile.Volume
+	case nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER:
+		r.Kind = blockfile.WritableLayer
+	default:
+		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, fmt.Sprintf("block file kind %v", ref.GetKind()))
+	}
+	if err := blockfile.ValidObjectID(r.ObjectID); err != nil {
+		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, err.Error())
+	}
+	return r, nil
+}
+
+func blockFileResult(st blockfile.Status, err error) *nodev1.CommandResult {
+	res := &nodev1.CommandResult{}
+	if err == nil || st.Exists {
+		status, aerr := anypb.New(&nodev1.BlockFileStatus{
+			Exists:         st.Exists,
+			CapacityBytes:  st.CapacityBytes,
+			AllocatedBytes: st.AllocatedBytes,
+		})
+		if aerr != nil {
+			return failure("", connect.CodeInternal, aerr.Error())
+		}
+		res.Result = status
+	}
+	if err != nil {
+		res.Code = uint32(errorCode(err))
+		res.Message = err.Error()
+	}
+	return res
+}
+
+func errorCode(err error) connect.Code {
+	switch {
+	case errors.Is(err, blockfile.ErrInvalid):
+		return connect.CodeInvalidArgument
+	case errors.Is(err, blockfile.ErrShrink):
+		return connect.CodeFailedPrecondition
+	case errors.Is(err, blockfile.ErrPoolUnavailable):
+		// Transient from ctrl's point of view: the pool may come back.
+		return connect.CodeUnavailable
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), noSpace(err):
+		return connect.CodeResourceExhausted
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeCanceled
+	}
+	return connect.CodeInternal
+}
+
+// noSpace reports an e2fsprogs run that failed for lack of disk space.
+func noSpace(err error) bool {
+	var te *blockfile.ToolError
+	return errors.As(err, &te) && (strings.Contains(te.Output, "No space left on device") || strings.Contains(te.Output, "Disk quota exceeded"))
+}

@@ -1,0 +1,332 @@
+// Package node is the node agent (`kibotos node`): it enrolls with ctrl,
+// holds its control session, reports the host and its storage pools, and
+// applies the operations ctrl hands it, each at most once.
+//
+// The protocol is kibotos.node.v1 (proto/kibotos/node/v1). Local state
+// lives in the state directory (see package state); block files in the
+// storage pools (see package blockfile).
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	"github.com/kibotos/kibotos/internal/node/blockfile"
+	"github.com/kibotos/kibotos/internal/node/hostinfo"
+	"github.com/kibotos/kibotos/internal/node/state"
+)
+
+// Pool is a storage pool the node declares: a directory on local disk or
+// on shared storage.
+type Pool struct {
+	Name    string
+	Dir     string
+	Default bool
+}
+
+// Config configures Run.
+type Config struct {
+	// Endpoint is ctrl's node endpoint, e.g. http://127.0.0.1:7672 (h2c)
+	// or https://ctrl.example:7672. Empty means the one stored in the state
+	// directory by an earlier run.
+	Endpoint string
+	// NodeID is the node's identity, a DNS label:
+	// [a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?
+	NodeID string
+	// StateDir is the agent's local state directory; it is created when
+	// missing and locked while Run runs.
+	StateDir string
+	// EnrollmentGrant is the grant secret Run enrolls with, used only when
+	// the state directory holds no credential yet.
+	EnrollmentGrant string
+	// Pools are the storage pools the node declares; at most one is Default.
+	Pools  []Pool
+	Logger *slog.Logger
+}
+
+// Capability names the node advertises in its hello.
+const CapabilityBlockFile = "storage.block_file"
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// ParsePool parses a --pool flag: "name=/dir" or "name=/dir,default".
+func ParsePool(s string) (Pool, error) {
+	name, dir, ok := strings.Cut(s, "=")
+	if !ok {
+		return Pool{}, errors.New("want name=/dir or name=/dir,default")
+	}
+	p := Pool{Name: name}
+	if d, isDefault := strings.CutSuffix(dir, ",default"); isDefault {
+		dir, p.Default = d, true
+	}
+	if !dnsLabel.MatchString(name) {
+		return Pool{}, fmt.Errorf("pool name %q is not a DNS label ([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)", name)
+	}
+	if !filepath.IsAbs(dir) {
+		return Pool{}, fmt.Errorf("pool directory %q is not an absolute path", dir)
+	}
+	p.Dir = filepath.Clean(dir)
+	return p, nil
+}
+
+func (cfg *Config) validate() error {
+	if !dnsLabel.MatchString(cfg.NodeID) {
+		return fmt.Errorf("node id %q is not a DNS label ([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)", cfg.NodeID)
+	}
+	if cfg.StateDir == "" {
+		return errors.New("no state directory")
+	}
+	names := map[string]bool{}
+	defaults := 0
+	for _, p := range cfg.Pools {
+		if !dnsLabel.MatchString(p.Name) {
+			return fmt.Errorf("pool name %q is not a DNS label", p.Name)
+		}
+		if !filepath.IsAbs(p.Dir) {
+			return fmt.Errorf("pool %s: directory %q is not an absolute path", p.Name, p.Dir)
+		}
+		if names[p.Name] {
+			return fmt.Errorf("pool %s declared twice", p.Name)
+		}
+		names[p.Name] = true
+		if p.Default {
+			defaults++
+		}
+	}
+	if defaults > 1 {
+		return errors.New("more than one default pool")
+	}
+	return nil
+}
+
+func checkEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return fmt.Errorf("ctrl endpoint %q: %w", endpoint, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("ctrl endpoint %q: want http://host:port or https://host:port", endpoint)
+	}
+	return nil
+}
+
+// newHTTPClient speaks HTTP/2 only: over TLS for https:// and cleartext
+// (h2c, prior knowledge) for http://, as ctrl's node endpoint serves. Pings
+// find a dead connection that would otherwise leave the session hanging.
+func newHTTPClient() *http.Client {
+	t := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout:  15 * time.Second,
+			PingTimeout:      10 * time.Second,
+			WriteByteTimeout: 30 * time.Second,
+		},
+	}
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP2(true)
+	t.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: t}
+}
+
+// agent is one run of Run.
+type agent struct {
+	cfg         Config
+	log         *slog.Logger
+	store       *state.Store
+	client      nodev1connect.NodeSessionServiceClient
+	incarnation uint64
+	bootID      string
+	blocks      *blockfile.Manager // nil when e2fsprogs is missing
+	pools       map[string]Pool
+	exec        *executor
+}
+
+// Run runs the node agent until ctx ends, then returns nil. It returns an
+// error when it cannot start (bad configuration, state directory in use,
+// no credential and no grant) or when ctrl refuses enrollment for good.
+// Connection failures are retried with backoff, never returned.
+func Run(ctx context.Context, cfg Config) error {
+	return run(ctx, cfg, newHTTPClient())
+}
+
+func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("node_id", cfg.NodeID)
+
+	store, err := state.Open(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	stored := store.Identity()
+	if stored.NodeID != "" && stored.NodeID != cfg.NodeID {
+		return fmt.Errorf("state directory %s belongs to node %q, not %q", cfg.StateDir, stored.NodeID, cfg.NodeID)
+	}
+	endpoint := cfg.Endpoint
+	if endpoint == "" {
+		endpoint = stored.Endpoint
+	}
+	if endpoint == "" {
+		return errors.New("no ctrl endpoint given and none stored in the state directory")
+	}
+	if err := checkEndpoint(endpoint); err != nil {
+		return err
+	}
+	if stored.Credential == "" && cfg.EnrollmentGrant == "" {
+		return errors.New("the node is not enrolled yet: give it an enrollment grant")
+	}
+
+	var incarnation uint64
+	err = store.Update(func(id *state.Identity) {
+		id.NodeID = cfg.NodeID
+		id.Endpoint = endpoint
+		id.Incarnation++
+		incarnation = id.Incarnation
+	})
+	if err != nil {
+		return fmt.Errorf("store incarnation: %w", err)
+	}
+	log = log.With("incarnation", incarnation)
+
+	a := &agent{
+		cfg:         cfg,
+		log:         log,
+		store:       store,
+		client:      nodev1connect.NewNodeSessionServiceClient(httpClient, strings.TrimSuffix(endpoint, "/")),
+		incarnation: incarnation,
+		pools:       map[string]Pool{},
+	}
+	for _, p := range cfg.Pools {
+		a.pools[p.Name] = p
+	}
+	if a.bootID, err = hostinfo.BootID(); err != nil {
+		log.Warn("cannot read the boot id", "err", err)
+	}
+	if a.blocks, err = blockfile.New(); err != nil {
+		log.Warn("block files unavailable: not advertising "+CapabilityBlockFile, "err", err)
+		a.blocks = nil
+	}
+	for _, p := range cfg.Pools {
+		if !hostinfo.Writable(p.Dir) {
+			log.Warn("storage pool directory is not writable now; declared unavailable", "pool", p.Name, "dir", p.Dir)
+		}
+	}
+	log.Info("node agent starting", "endpoint", endpoint, "state_dir", cfg.StateDir, "pools", len(cfg.Pools))
+
+	if store.Identity().Credential == "" {
+		if err := a.enroll(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+
+	a.exec = newExecutor(a)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.exec.run(ctx)
+	}()
+	a.sessions(ctx)
+	<-done
+	log.Info("node agent stopped")
+	return nil
+}
+
+// enroll exchanges the grant for a credential and stores it, retrying
+// while ctrl cannot be reached.
+func (a *agent) enroll(ctx context.Context) error {
+	b := newBackoff()
+	for {
+		resp, err := a.client.Enroll(ctx, connect.NewRequest(&nodev1.EnrollRequest{
+			GrantSecret: a.cfg.EnrollmentGrant,
+			NodeId:      a.cfg.NodeID,
+			Incarnation: a.incarnation,
+		}))
+		if err == nil {
+			msg := resp.Msg
+			if msg.GetNodeId() != "" && msg.GetNodeId() != a.cfg.NodeID {
+				return fmt.Errorf("enroll: ctrl answered node id %q for %q", msg.GetNodeId(), a.cfg.NodeID)
+			}
+			if msg.GetCredential() == "" {
+				return errors.New("enroll: ctrl answered no credential")
+			}
+			if err := a.store.Update(func(id *state.Identity) { id.Credential = msg.GetCredential() }); err != nil {
+				return fmt.Errorf("store credential: %w", err)
+			}
+			a.log.Info("enrolled")
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		switch connect.CodeOf(err) {
+		case connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeInvalidArgument,
+			connect.CodeNotFound, connect.CodeUnimplemented:
+			return fmt.Errorf("enroll: %w", err)
+		}
+		d := b.next()
+		a.log.Warn("enroll failed; retrying", "err", err, "retry_in", d)
+		if !sleep(ctx, d) {
+			return ctx.Err()
+		}
+	}
+}
+
+// sessions holds the control session until ctx ends, reconnecting with
+// backoff.
+func (a *agent) sessions(ctx context.Context) {
+	b := newBackoff()
+	for {
+		welcomed, err := a.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if welcomed {
+			b.reset()
+		}
+		d := b.next()
+		switch code := connect.CodeOf(err); code {
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeFailedPrecondition:
+			a.log.Error("ctrl refused the session; retrying", "code", code, "err", err, "retry_in", d)
+		default:
+			a.log.Warn("session ended; reconnecting", "err", err, "retry_in", d)
+		}
+		if !sleep(ctx, d) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

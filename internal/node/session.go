@@ -1,0 +1,260 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/node/hostinfo"
+	"github.com/kibotos/kibotos/internal/version"
+)
+
+const (
+	backoffMin = 200 * time.Millisecond
+	backoffMax = 5 * time.Second
+	// defaultObservationInterval applies when welcome names none.
+	defaultObservationInterval = 15 * time.Second
+	minObservationInterval     = 10 * time.Millisecond
+	// welcomeTimeout bounds the wait for ctrl's answer to the hello.
+	welcomeTimeout = 30 * time.Second
+)
+
+// backoff doubles from backoffMin to backoffMax; each wait is drawn from
+// [d/2, d] so a fleet that lost ctrl does not come back in lockstep.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{} }
+
+func (b *backoff) reset() { b.d = 0 }
+
+func (b *backoff) next() time.Duration {
+	if b.d == 0 {
+		b.d = backoffMin
+	} else {
+		b.d = min(2*b.d, backoffMax)
+	}
+	return b.d/2 + rand.N(b.d/2+1)
+}
+
+// session is one control session stream. send is safe for concurrent use
+// and fails once the request side is closed.
+type session struct {
+	cancel context.CancelFunc
+	stream *connect.BidiStreamForClient[nodev1.SessionRequest, nodev1.SessionResponse]
+
+	mu        sync.Mutex
+	reqClosed bool
+}
+
+var errSessionClosed = errors.New("session closed")
+
+func (s *session) send(req *nodev1.SessionRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reqClosed {
+		return errSessionClosed
+	}
+	if err := s.stream.Send(req); err != nil {
+		// The stream is broken; ending the session context also ends the
+		// Receive that reports why.
+		s.cancel()
+		return err
+	}
+	return nil
+}
+
+// closeRequest ends the request side. The HTTP/2 transport notices a
+// canceled context only once the request body is done, so ending the
+// session context alone would leave Receive blocked: the session closes its
+// request side when its context ends.
+func (s *session) closeRequest() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.reqClosed {
+		s.reqClosed = true
+		s.stream.CloseRequest()
+	}
+}
+
+// session runs one control session until it fails or ctx ends. welcomed
+// reports whether ctrl accepted the hello.
+func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	stream := a.client.Session(sctx)
+	stream.RequestHeader().Set("Authorization", "Bearer "+a.store.Identity().Credential)
+	stream.RequestHeader().Set("Kibotos-Node-Id", a.cfg.NodeID)
+	s := &session{cancel: cancel, stream: stream}
+	context.AfterFunc(sctx, s.closeRequest)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		s.closeRequest()
+		stream.CloseResponse()
+	}()
+
+	if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_Hello{Hello: a.hello()}}); err != nil {
+		return false, receiveError(stream, err)
+	}
+	// A ctrl that takes the stream but never answers is given up on.
+	welcomeTimer := time.AfterFunc(welcomeTimeout, cancel)
+	first, err := stream.Receive()
+	if !welcomeTimer.Stop() {
+		return false, fmt.Errorf("no welcome from ctrl within %v", welcomeTimeout)
+	}
+	if err != nil {
+		return false, err
+	}
+	welcome := first.GetWelcome()
+	if welcome == nil {
+		return false, fmt.Errorf("ctrl answered the hello with %T, not welcome", first.GetMessage())
+	}
+	interval := defaultObservationInterval
+	if d := welcome.GetObservationInterval(); d != nil && d.AsDuration() > 0 {
+		interval = max(d.AsDuration(), minObservationInterval)
+	}
+	a.log.Info("session established", "observation_interval", interval)
+
+	wg.Go(func() { a.observe(sctx, s, interval) })
+
+	for {
+		msg, err := stream.Receive()
+		if err != nil {
+			return true, err
+		}
+		switch m := msg.GetMessage().(type) {
+		case *nodev1.SessionResponse_ClockProbe:
+			reply := &nodev1.ClockReply{
+				ProbeId:         m.ClockProbe.GetProbeId(),
+				NodeTime:        timestamppb.Now(),
+				Synchronization: clockSynchronization(hostinfo.ClockState()),
+			}
+			if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: reply}}); err != nil {
+				a.log.Debug("clock reply not sent", "err", err)
+			}
+		case *nodev1.SessionResponse_Command:
+			a.exec.enqueue(m.Command, func(res *nodev1.CommandResult) {
+				err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_CommandResult{CommandResult: res}})
+				if err != nil {
+					a.log.Warn("command result not sent; ctrl will send the command again", "operation_id", res.GetOperationId(), "err", err)
+				}
+			})
+		case *nodev1.SessionResponse_Welcome:
+			a.log.Debug("ignoring a second welcome")
+		default:
+			a.log.Warn("ignoring an unknown message from ctrl", "type", fmt.Sprintf("%T", m))
+		}
+	}
+}
+
+// receiveError turns a failed first Send into the error ctrl ended the
+// stream with, when it did.
+func receiveError(stream *connect.BidiStreamForClient[nodev1.SessionRequest, nodev1.SessionResponse], sendErr error) error {
+	if _, err := stream.Receive(); err != nil {
+		return err
+	}
+	return sendErr
+}
+
+func (a *agent) observe(ctx context.Context, s *session, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		obs := a.observation()
+		if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_Observation{Observation: obs}}); err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func clockSynchronization(c hostinfo.ClockSync) nodev1.ClockSynchronization {
+	switch c {
+	case hostinfo.ClockSynchronized:
+		return nodev1.ClockSynchronization_CLOCK_SYNCHRONIZATION_SYNCHRONIZED
+	case hostinfo.ClockUnsynchronized:
+		return nodev1.ClockSynchronization_CLOCK_SYNCHRONIZATION_UNSYNCHRONIZED
+	}
+	return nodev1.ClockSynchronization_CLOCK_SYNCHRONIZATION_UNSPECIFIED
+}
+
+func (a *agent) capabilities() []string {
+	var caps []string
+	if a.blocks != nil && len(a.pools) > 0 {
+		caps = append(caps, CapabilityBlockFile)
+	}
+	return caps
+}
+
+func (a *agent) hello() *nodev1.NodeHello {
+	res := &nodev1.HostResources{
+		CpuMillis: uint32(min(hostinfo.CPUs()*1000, math.MaxUint32)),
+	}
+	if m, err := hostinfo.ReadMeminfo(); err == nil {
+		res.MemoryBytes = m.TotalBytes
+	} else {
+		a.log.Warn("cannot read /proc/meminfo", "err", err)
+	}
+	if sp, err := hostinfo.Statfs(a.cfg.StateDir); err == nil {
+		res.DiskBytes = sp.FreeBytes
+	} else {
+		a.log.Warn("cannot read the state directory's filesystem", "err", err)
+	}
+	return &nodev1.NodeHello{
+		NodeId:       a.cfg.NodeID,
+		Incarnation:  a.incarnation,
+		Resources:    res,
+		StoragePools: a.poolDeclarations(),
+		Capabilities: a.capabilities(),
+		AgentVersion: version.String(),
+		BootId:       a.bootID,
+	}
+}
+
+func (a *agent) poolDeclarations() []*nodev1.StoragePoolDeclaration {
+	decls := make([]*nodev1.StoragePoolDeclaration, 0, len(a.cfg.Pools))
+	for _, p := range a.cfg.Pools {
+		d := &nodev1.StoragePoolDeclaration{
+			StoragePool: p.Name,
+			DefaultPool: p.Default,
+			Available:   hostinfo.Writable(p.Dir),
+		}
+		if sp, err := hostinfo.Statfs(p.Dir); err == nil {
+			d.FilesystemSizeBytes = &sp.SizeBytes
+			d.FilesystemFreeBytes = &sp.FreeBytes
+		}
+		decls = append(decls, d)
+	}
+	return decls
+}
+
+func (a *agent) observation() *nodev1.NodeObservation {
+	obs := &nodev1.NodeObservation{StoragePools: a.poolDeclarations()}
+	if m, err := hostinfo.ReadMeminfo(); err == nil && m.HasAvailable {
+		obs.MemoryAvailableBytes = &m.AvailableBytes
+	}
+	if p, err := hostinfo.ReadPressure("cpu"); err == nil && p.HasSome60 {
+		obs.CpuPressureSomeBasisPoints = &p.Some60
+	}
+	if p, err := hostinfo.ReadPressure("memory"); err == nil {
+		if p.HasSome60 {
+			obs.MemoryPressureSomeBasisPoints = &p.Some60
+		}
+		if p.HasFull60 {
+			obs.MemoryPressureFullBasisPoints = &p.Full60
+		}
+	}
+	return obs
+}
