@@ -62,18 +62,18 @@ func startProc(t *testing.T, name string, env []string, ready string, args ...st
 			t.Logf("%s stderr:\n%s", name, tail(string(b), 40))
 		}
 	})
-	found := make(chan bool, 1)
-	go func() {
+	found := make(chan bool, 2)
+	go func(want string) {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if ready != "" && strings.Contains(sc.Text(), ready) {
+			if want != "" && strings.Contains(sc.Text(), want) {
 				found <- true
-				ready = ""
+				want = ""
 			}
 		}
 		found <- false
 		_, _ = io.Copy(io.Discard, stdout)
-	}()
+	}(ready)
 	if ready != "" {
 		select {
 		case ok := <-found:
