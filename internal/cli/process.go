@@ -17,6 +17,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/clientconfig"
 	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/version"
 )
@@ -31,6 +32,7 @@ const (
 // ctrlFlags are the flags ctrl and dev share.
 type ctrlFlags struct {
 	workspaceListen, operatorListen, nodeListen, stateDir, database string
+	clockTolerance                                                  time.Duration
 }
 
 func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
@@ -38,6 +40,7 @@ func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
 	c.Flags().StringVar(&f.operatorListen, "operator-listen", defaultOperatorListen, "address of the Operator endpoint (kibotos.operator.v1)")
 	c.Flags().StringVar(&f.nodeListen, "node-listen", defaultNodeListen, "address of the node endpoint (kibotos.node.v1, node control sessions)")
 	c.Flags().StringVar(&f.stateDir, "state-dir", "", stateHelp)
+	c.Flags().DurationVar(&f.clockTolerance, "clock-tolerance", fleet.DefaultConfig.ClockTolerance, "allowed clock skew of a node; beyond it (less the measurement's uncertainty) the node receives no new placement")
 	c.Flags().StringVar(&f.database, "database", "", "PostgreSQL DSN (postgres://…) for replicas sharing one database, or a SQLite file (default: SQLite at <state-dir>/ctrl.db)")
 }
 
@@ -57,8 +60,15 @@ func (f *ctrlFlags) config(defaultSub string) (ctrl.Config, error) {
 		NodeListen:      f.nodeListen,
 		StateDir:        dir,
 		Database:        f.database,
+		Fleet:           fleetConfig(f.clockTolerance),
 		Logger:          newLogger(os.Stderr),
 	}, nil
+}
+
+func fleetConfig(tolerance time.Duration) fleet.Config {
+	fc := fleet.DefaultConfig
+	fc.ClockTolerance = tolerance
+	return fc
 }
 
 func newCtrlCommand() *cobra.Command {

@@ -80,10 +80,16 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}
 	_ = f.waker.WakeWaiting(ctx) // commands waiting for a node may go on now
 
+	// The senders must be done before the handler returns: after that the
+	// stream is closed and may not be written.
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go f.probeClock(ctx, s)
-	go f.sendOperations(ctx, s)
+	var senders sync.WaitGroup
+	defer func() {
+		cancel()
+		senders.Wait()
+	}()
+	senders.Go(func() { f.probeClock(ctx, s) })
+	senders.Go(func() { f.sendOperations(ctx, s) })
 	for {
 		msg, err := stream.Receive()
 		if err != nil {

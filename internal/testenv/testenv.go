@@ -1,0 +1,182 @@
+// Package testenv runs an in-process cluster for tests: a real ctrl (its
+// listeners, store and workers) and real node agents, talking over loopback.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/node"
+)
+
+// Cluster is a running ctrl and the clients to reach it.
+type Cluster struct {
+	Ctrl       *ctrl.Server
+	Volumes    ctrlv1connect.VolumeServiceClient
+	Workspaces ctrlv1connect.WorkspaceServiceClient
+	Nodes      operatorv1connect.NodeRegistrationServiceClient
+	Enrollment operatorv1connect.EnrollmentServiceClient
+	log        *slog.Logger
+}
+
+// Option changes the ctrl configuration.
+type Option func(*ctrl.Config)
+
+// WithFleet sets the node session timings.
+func WithFleet(fc fleet.Config) Option { return func(c *ctrl.Config) { c.Fleet = fc } }
+
+// Logger is quiet unless KIBOTOS_TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("KIBOTOS_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// New starts ctrl on free loopback ports with SQLite in a temporary directory.
+func New(t testing.TB, opts ...Option) *Cluster {
+	t.Helper()
+	cfg := ctrl.Config{
+		WorkspaceListen: "127.0.0.1:0", OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
+		StateDir: t.TempDir(), Logger: Logger(),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := ctrl.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ws := connect.WithInterceptors(bearer(srv.Client.Token))
+	op := connect.WithInterceptors(bearer(srv.Client.OperatorToken))
+	return &Cluster{
+		Ctrl:       srv,
+		Volumes:    ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
+		Workspaces: ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
+		Nodes:      operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
+		Enrollment: operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
+		log:        cfg.Logger,
+	}
+}
+
+func bearer(token string) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	})
+}
+
+// Grant makes an enrollment grant bound to nodeID and returns its secret.
+func (c *Cluster) Grant(t testing.TB, nodeID string) string {
+	t.Helper()
+	res, err := c.Enrollment.CreateEnrollmentGrant(context.Background(), connect.NewRequest(&operatorv1.CreateEnrollmentGrantRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("grant-%s-%d", nodeID, time.Now().UnixNano())}, NodeId: nodeID, Ttl: durationpb.New(time.Hour),
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Msg.GetSecret()
+}
+
+// Node is a node agent running in this process.
+type Node struct {
+	ID       string
+	StateDir string
+	PoolDir  string
+	stop     context.CancelFunc
+	done     chan error
+}
+
+// StartNode enrolls and runs a node agent with one default pool "default"
+// (its own directory unless poolDir is given), and waits until it is READY.
+func (c *Cluster) StartNode(t testing.TB, id, stateDir, poolDir string) *Node {
+	t.Helper()
+	if stateDir == "" {
+		stateDir = t.TempDir()
+	}
+	if poolDir == "" {
+		poolDir = t.TempDir()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{ID: id, StateDir: stateDir, PoolDir: poolDir, stop: cancel, done: make(chan error, 1)}
+	grant := c.Grant(t, id)
+	go func() {
+		n.done <- node.Run(ctx, node.Config{
+			Endpoint: c.Ctrl.NodeEndpoint, NodeID: id, StateDir: stateDir, EnrollmentGrant: grant,
+			Pools: []node.Pool{{Name: "default", Dir: poolDir, Default: true}}, Logger: c.log.With("node", id),
+		})
+	}()
+	t.Cleanup(func() { n.Stop(t) })
+	c.WaitStatus(t, id, operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY)
+	return n
+}
+
+// Stop stops the agent and waits for it to end.
+func (n *Node) Stop(t testing.TB) {
+	n.stop()
+	if err := <-n.done; err != nil {
+		t.Errorf("node %s: %v", n.ID, err)
+	}
+	n.done <- nil // a second Stop returns at once
+}
+
+// Registration reads a node's registration.
+func (c *Cluster) Registration(t testing.TB, id string) *operatorv1.NodeRegistration {
+	t.Helper()
+	res, err := c.Nodes.GetNodeRegistration(context.Background(), connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Msg.GetRegistration()
+}
+
+// WaitStatus waits until node id reports status.
+func (c *Cluster) WaitStatus(t testing.TB, id string, status operatorv1.NodeRegistrationStatus) *operatorv1.NodeRegistration {
+	t.Helper()
+	var last *operatorv1.NodeRegistration
+	WaitFor(t, fmt.Sprintf("node %s %s", id, status), func() bool {
+		res, err := c.Nodes.GetNodeRegistration(context.Background(), connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: id}))
+		if err != nil {
+			return false
+		}
+		last = res.Msg.GetRegistration()
+		return last.GetStatus() == status
+	})
+	return last
+}
+
+// WaitFor polls cond (a stored state, read through the API) until it holds.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// PoolFile is where a node keeps a Volume's block file.
+func (n *Node) PoolFile(volumeID string) string {
+	return filepath.Join(n.PoolDir, "volumes", volumeID+".img")
+}
