@@ -47,6 +47,34 @@ func (c *clients) operator() (connect.HTTPClient, string, connect.ClientOption, 
 	return http.DefaultClient, c.cfg.OperatorEndpoint, connect.WithInterceptors(bearer(c.cfg.OperatorToken)), nil
 }
 
+// onWorkspace makes a client of the Native Workspace endpoint.
+func onWorkspace[C any](newClient func(connect.HTTPClient, string, ...connect.ClientOption) C) (C, error) {
+	var zero C
+	c, err := loadClients()
+	if err != nil {
+		return zero, err
+	}
+	hc, url, opt, err := c.workspace()
+	if err != nil {
+		return zero, err
+	}
+	return newClient(hc, url, opt), nil
+}
+
+// onOperator makes a client of the Operator endpoint.
+func onOperator[C any](newClient func(connect.HTTPClient, string, ...connect.ClientOption) C) (C, error) {
+	var zero C
+	c, err := loadClients()
+	if err != nil {
+		return zero, err
+	}
+	hc, url, opt, err := c.operator()
+	if err != nil {
+		return zero, err
+	}
+	return newClient(hc, url, opt), nil
+}
+
 // bearer adds the API key to every request.
 func bearer(token string) connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {

@@ -13,15 +13,7 @@ import (
 )
 
 func enrollmentClient() (operatorv1connect.EnrollmentServiceClient, error) {
-	c, err := loadClients()
-	if err != nil {
-		return nil, err
-	}
-	hc, url, opt, err := c.operator()
-	if err != nil {
-		return nil, err
-	}
-	return operatorv1connect.NewEnrollmentServiceClient(hc, url, opt), nil
+	return onOperator(operatorv1connect.NewEnrollmentServiceClient)
 }
 
 var grantHeader = []string{"GRANT", "STATE", "NODE", "REUSABLE", "EXPIRES"}

@@ -41,15 +41,7 @@ func notBuiltNoun(use, short string) *cobra.Command {
 }
 
 func nodeRegistrationClient() (operatorv1connect.NodeRegistrationServiceClient, error) {
-	c, err := loadClients()
-	if err != nil {
-		return nil, err
-	}
-	hc, url, opt, err := c.operator()
-	if err != nil {
-		return nil, err
-	}
-	return operatorv1connect.NewNodeRegistrationServiceClient(hc, url, opt), nil
+	return onOperator(operatorv1connect.NewNodeRegistrationServiceClient)
 }
 
 var nodeHeader = []string{"NODE", "STATUS", "ADMISSION", "INCARNATION", "ISOLATED"}

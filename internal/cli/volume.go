@@ -12,15 +12,7 @@ import (
 )
 
 func volumeClient() (ctrlv1connect.VolumeServiceClient, error) {
-	c, err := loadClients()
-	if err != nil {
-		return nil, err
-	}
-	hc, url, opt, err := c.workspace()
-	if err != nil {
-		return nil, err
-	}
-	return ctrlv1connect.NewVolumeServiceClient(hc, url, opt), nil
+	return onWorkspace(ctrlv1connect.NewVolumeServiceClient)
 }
 
 var volumeHeader = []string{"VOLUME", "STATE", "CAPACITY_MIB", "POOL", "WORKSPACE"}

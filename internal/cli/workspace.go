@@ -15,15 +15,7 @@ import (
 const mib = 1 << 20
 
 func workspaceClient() (ctrlv1connect.WorkspaceServiceClient, error) {
-	c, err := loadClients()
-	if err != nil {
-		return nil, err
-	}
-	hc, url, opt, err := c.workspace()
-	if err != nil {
-		return nil, err
-	}
-	return ctrlv1connect.NewWorkspaceServiceClient(hc, url, opt), nil
+	return onWorkspace(ctrlv1connect.NewWorkspaceServiceClient)
 }
 
 var workspaceHeader = []string{"WORKSPACE", "STATE", "GENERATION", "TEMPLATE", "MEMORY_MIB"}
