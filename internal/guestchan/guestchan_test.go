@@ -1,0 +1,49 @@
+package guestchan_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
+	"github.com/kibotos/kibotos/internal/guestchan"
+)
+
+type agent struct {
+	guestv1connect.UnimplementedGuestAgentServiceHandler
+}
+
+func (agent) Ping(context.Context, *connect.Request[guestv1.PingRequest]) (*connect.Response[guestv1.PingResponse], error) {
+	return connect.NewResponse(&guestv1.PingResponse{BootId: "boot-1"}), nil
+}
+
+// The host end is a unix socket whose connections reach the guest's port one
+// at a time, as QEMU's chardev does; a second host connection after the
+// first one broke is served too.
+func TestCallsCrossTheChannelAndSurviveAHostReconnect(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, h := guestv1connect.NewGuestAgentServiceHandler(agent{})
+	go guestchan.Serve(ctx, func() (io.ReadWriteCloser, error) { return ln.Accept() }, h, nil)
+
+	for round := 0; round < 2; round++ {
+		hc := guestchan.Client(sock)
+		client := guestv1connect.NewGuestAgentServiceClient(hc, guestchan.BaseURL)
+		res, err := client.Ping(ctx, connect.NewRequest(&guestv1.PingRequest{}))
+		if err != nil || res.Msg.GetBootId() != "boot-1" {
+			t.Fatalf("round %d: %v %v", round, res, err)
+		}
+		hc.CloseIdleConnections()
+	}
+}
