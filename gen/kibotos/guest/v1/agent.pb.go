@@ -28,6 +28,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ExecStream names a process's output stream.
+type ExecStream int32
+
+const (
+	ExecStream_EXEC_STREAM_UNSPECIFIED ExecStream = 0
+	ExecStream_EXEC_STREAM_STDOUT      ExecStream = 1
+	ExecStream_EXEC_STREAM_STDERR      ExecStream = 2
+)
+
+// Enum value maps for ExecStream.
+var (
+	ExecStream_name = map[int32]string{
+		0: "EXEC_STREAM_UNSPECIFIED",
+		1: "EXEC_STREAM_STDOUT",
+		2: "EXEC_STREAM_STDERR",
+	}
+	ExecStream_value = map[string]int32{
+		"EXEC_STREAM_UNSPECIFIED": 0,
+		"EXEC_STREAM_STDOUT":      1,
+		"EXEC_STREAM_STDERR":      2,
+	}
+)
+
+func (x ExecStream) Enum() *ExecStream {
+	p := new(ExecStream)
+	*p = x
+	return p
+}
+
+func (x ExecStream) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExecStream) Descriptor() protoreflect.EnumDescriptor {
+	return file_kibotos_guest_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (ExecStream) Type() protoreflect.EnumType {
+	return &file_kibotos_guest_v1_agent_proto_enumTypes[0]
+}
+
+func (x ExecStream) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExecStream.Descriptor instead.
+func (ExecStream) EnumDescriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
 type PingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -128,6 +178,414 @@ func (x *PingResponse) GetGuestTime() *timestamppb.Timestamp {
 	return nil
 }
 
+type ExecRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// argv[0] is looked up in PATH when it has no slash.
+	Argv []string `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
+	// env is added to a minimal environment (PATH, HOME, TERM).
+	Env map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// cwd is the working directory; empty is /.
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// stdin is written to the process's standard input, which is then closed.
+	Stdin         []byte `protobuf:"bytes,4,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecRequest) Reset() {
+	*x = ExecRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecRequest) ProtoMessage() {}
+
+func (x *ExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
+func (*ExecRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExecRequest) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ExecRequest) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
+	}
+	return nil
+}
+
+type ExecResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*ExecResponse_Started
+	//	*ExecResponse_Output
+	//	*ExecResponse_Exited
+	Event         isExecResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecResponse) Reset() {
+	*x = ExecResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecResponse) ProtoMessage() {}
+
+func (x *ExecResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
+func (*ExecResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ExecResponse) GetEvent() isExecResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetStarted() *ExecStarted {
+	if x != nil {
+		if x, ok := x.Event.(*ExecResponse_Started); ok {
+			return x.Started
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetOutput() *ExecOutput {
+	if x != nil {
+		if x, ok := x.Event.(*ExecResponse_Output); ok {
+			return x.Output
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetExited() *ExecExited {
+	if x != nil {
+		if x, ok := x.Event.(*ExecResponse_Exited); ok {
+			return x.Exited
+		}
+	}
+	return nil
+}
+
+type isExecResponse_Event interface {
+	isExecResponse_Event()
+}
+
+type ExecResponse_Started struct {
+	Started *ExecStarted `protobuf:"bytes,1,opt,name=started,proto3,oneof"`
+}
+
+type ExecResponse_Output struct {
+	Output *ExecOutput `protobuf:"bytes,2,opt,name=output,proto3,oneof"`
+}
+
+type ExecResponse_Exited struct {
+	Exited *ExecExited `protobuf:"bytes,3,opt,name=exited,proto3,oneof"`
+}
+
+func (*ExecResponse_Started) isExecResponse_Event() {}
+
+func (*ExecResponse_Output) isExecResponse_Event() {}
+
+func (*ExecResponse_Exited) isExecResponse_Event() {}
+
+type ExecStarted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pid           int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStarted) Reset() {
+	*x = ExecStarted{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStarted) ProtoMessage() {}
+
+func (x *ExecStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStarted.ProtoReflect.Descriptor instead.
+func (*ExecStarted) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ExecStarted) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+type ExecOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        ExecStream             `protobuf:"varint,1,opt,name=stream,proto3,enum=kibotos.guest.v1.ExecStream" json:"stream,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecOutput) Reset() {
+	*x = ExecOutput{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecOutput) ProtoMessage() {}
+
+func (x *ExecOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
+func (*ExecOutput) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ExecOutput) GetStream() ExecStream {
+	if x != nil {
+		return x.Stream
+	}
+	return ExecStream_EXEC_STREAM_UNSPECIFIED
+}
+
+func (x *ExecOutput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ExecExited struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// exit_code is the process's exit status, or -1 when a signal ended it.
+	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// signal is the signal that ended it, zero otherwise.
+	Signal        int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecExited) Reset() {
+	*x = ExecExited{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecExited) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecExited) ProtoMessage() {}
+
+func (x *ExecExited) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecExited.ProtoReflect.Descriptor instead.
+func (*ExecExited) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ExecExited) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ExecExited) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+type ShutdownRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShutdownRequest) Reset() {
+	*x = ShutdownRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShutdownRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShutdownRequest) ProtoMessage() {}
+
+func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
+func (*ShutdownRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+type ShutdownResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Durable       bool                   `protobuf:"varint,1,opt,name=durable,proto3" json:"durable,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShutdownResponse) Reset() {
+	*x = ShutdownResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShutdownResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShutdownResponse) ProtoMessage() {}
+
+func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
+func (*ShutdownResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ShutdownResponse) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
+func (x *ShutdownResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_kibotos_guest_v1_agent_proto protoreflect.FileDescriptor
 
 const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
@@ -138,9 +596,43 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\aboot_id\x18\x01 \x01(\tR\x06bootId\x12#\n" +
 	"\ragent_version\x18\x02 \x01(\tR\fagentVersion\x129\n" +
 	"\n" +
-	"guest_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tguestTime2Z\n" +
+	"guest_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tguestTime\"\xbb\x01\n" +
+	"\vExecRequest\x12\x12\n" +
+	"\x04argv\x18\x01 \x03(\tR\x04argv\x128\n" +
+	"\x03env\x18\x02 \x03(\v2&.kibotos.guest.v1.ExecRequest.EnvEntryR\x03env\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12\x14\n" +
+	"\x05stdin\x18\x04 \x01(\fR\x05stdin\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc2\x01\n" +
+	"\fExecResponse\x129\n" +
+	"\astarted\x18\x01 \x01(\v2\x1d.kibotos.guest.v1.ExecStartedH\x00R\astarted\x126\n" +
+	"\x06output\x18\x02 \x01(\v2\x1c.kibotos.guest.v1.ExecOutputH\x00R\x06output\x126\n" +
+	"\x06exited\x18\x03 \x01(\v2\x1c.kibotos.guest.v1.ExecExitedH\x00R\x06exitedB\a\n" +
+	"\x05event\"\x1f\n" +
+	"\vExecStarted\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\"V\n" +
+	"\n" +
+	"ExecOutput\x124\n" +
+	"\x06stream\x18\x01 \x01(\x0e2\x1c.kibotos.guest.v1.ExecStreamR\x06stream\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"A\n" +
+	"\n" +
+	"ExecExited\x12\x1b\n" +
+	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\x05R\x06signal\"\x11\n" +
+	"\x0fShutdownRequest\"F\n" +
+	"\x10ShutdownResponse\x12\x18\n" +
+	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*Y\n" +
+	"\n" +
+	"ExecStream\x12\x1b\n" +
+	"\x17EXEC_STREAM_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12EXEC_STREAM_STDOUT\x10\x01\x12\x16\n" +
+	"\x12EXEC_STREAM_STDERR\x10\x022\xf6\x01\n" +
 	"\x11GuestAgentService\x12E\n" +
-	"\x04Ping\x12\x1d.kibotos.guest.v1.PingRequest\x1a\x1e.kibotos.guest.v1.PingResponseB9Z7github.com/kibotos/kibotos/gen/kibotos/guest/v1;guestv1b\x06proto3"
+	"\x04Ping\x12\x1d.kibotos.guest.v1.PingRequest\x1a\x1e.kibotos.guest.v1.PingResponse\x12G\n" +
+	"\x04Exec\x12\x1d.kibotos.guest.v1.ExecRequest\x1a\x1e.kibotos.guest.v1.ExecResponse0\x01\x12Q\n" +
+	"\bShutdown\x12!.kibotos.guest.v1.ShutdownRequest\x1a\".kibotos.guest.v1.ShutdownResponseB9Z7github.com/kibotos/kibotos/gen/kibotos/guest/v1;guestv1b\x06proto3"
 
 var (
 	file_kibotos_guest_v1_agent_proto_rawDescOnce sync.Once
@@ -154,21 +646,40 @@ func file_kibotos_guest_v1_agent_proto_rawDescGZIP() []byte {
 	return file_kibotos_guest_v1_agent_proto_rawDescData
 }
 
-var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_kibotos_guest_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_kibotos_guest_v1_agent_proto_goTypes = []any{
-	(*PingRequest)(nil),           // 0: kibotos.guest.v1.PingRequest
-	(*PingResponse)(nil),          // 1: kibotos.guest.v1.PingResponse
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(ExecStream)(0),               // 0: kibotos.guest.v1.ExecStream
+	(*PingRequest)(nil),           // 1: kibotos.guest.v1.PingRequest
+	(*PingResponse)(nil),          // 2: kibotos.guest.v1.PingResponse
+	(*ExecRequest)(nil),           // 3: kibotos.guest.v1.ExecRequest
+	(*ExecResponse)(nil),          // 4: kibotos.guest.v1.ExecResponse
+	(*ExecStarted)(nil),           // 5: kibotos.guest.v1.ExecStarted
+	(*ExecOutput)(nil),            // 6: kibotos.guest.v1.ExecOutput
+	(*ExecExited)(nil),            // 7: kibotos.guest.v1.ExecExited
+	(*ShutdownRequest)(nil),       // 8: kibotos.guest.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),      // 9: kibotos.guest.v1.ShutdownResponse
+	nil,                           // 10: kibotos.guest.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_kibotos_guest_v1_agent_proto_depIdxs = []int32{
-	2, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
-	0, // 1: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
-	1, // 2: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	11, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
+	10, // 1: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
+	5,  // 2: kibotos.guest.v1.ExecResponse.started:type_name -> kibotos.guest.v1.ExecStarted
+	6,  // 3: kibotos.guest.v1.ExecResponse.output:type_name -> kibotos.guest.v1.ExecOutput
+	7,  // 4: kibotos.guest.v1.ExecResponse.exited:type_name -> kibotos.guest.v1.ExecExited
+	0,  // 5: kibotos.guest.v1.ExecOutput.stream:type_name -> kibotos.guest.v1.ExecStream
+	1,  // 6: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
+	3,  // 7: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
+	8,  // 8: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
+	2,  // 9: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
+	4,  // 10: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
+	9,  // 11: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
+	9,  // [9:12] is the sub-list for method output_type
+	6,  // [6:9] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_guest_v1_agent_proto_init() }
@@ -176,18 +687,24 @@ func file_kibotos_guest_v1_agent_proto_init() {
 	if File_kibotos_guest_v1_agent_proto != nil {
 		return
 	}
+	file_kibotos_guest_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
+		(*ExecResponse_Started)(nil),
+		(*ExecResponse_Output)(nil),
+		(*ExecResponse_Exited)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_guest_v1_agent_proto_rawDesc), len(file_kibotos_guest_v1_agent_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      1,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_kibotos_guest_v1_agent_proto_goTypes,
 		DependencyIndexes: file_kibotos_guest_v1_agent_proto_depIdxs,
+		EnumInfos:         file_kibotos_guest_v1_agent_proto_enumTypes,
 		MessageInfos:      file_kibotos_guest_v1_agent_proto_msgTypes,
 	}.Build()
 	File_kibotos_guest_v1_agent_proto = out.File

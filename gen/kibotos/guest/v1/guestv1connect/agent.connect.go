@@ -40,6 +40,11 @@ const (
 const (
 	// GuestAgentServicePingProcedure is the fully-qualified name of the GuestAgentService's Ping RPC.
 	GuestAgentServicePingProcedure = "/kibotos.guest.v1.GuestAgentService/Ping"
+	// GuestAgentServiceExecProcedure is the fully-qualified name of the GuestAgentService's Exec RPC.
+	GuestAgentServiceExecProcedure = "/kibotos.guest.v1.GuestAgentService/Exec"
+	// GuestAgentServiceShutdownProcedure is the fully-qualified name of the GuestAgentService's
+	// Shutdown RPC.
+	GuestAgentServiceShutdownProcedure = "/kibotos.guest.v1.GuestAgentService/Shutdown"
 )
 
 // GuestAgentServiceClient is a client for the kibotos.guest.v1.GuestAgentService service.
@@ -48,6 +53,15 @@ type GuestAgentServiceClient interface {
 	// boot_id other than the one that started the execution means the guest
 	// rebooted.
 	Ping(context.Context, *connect.Request[v1.PingRequest]) (*connect.Response[v1.PingResponse], error)
+	// Exec runs one process to its end, streaming its output: first a
+	// `started` event with the pid, then output chunks, then `exited`. A
+	// process that cannot start (no such file, not executable) answers
+	// failed_precondition with the reason and streams nothing.
+	Exec(context.Context, *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error)
+	// Shutdown syncs and unmounts the Volume, the overlay and the writable
+	// layer, answers, then powers the machine off. durable is true when every
+	// unmount succeeded, so the stop can report STOP_DURABILITY_CONFIRMED.
+	Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error)
 }
 
 // NewGuestAgentServiceClient constructs a client for the kibotos.guest.v1.GuestAgentService
@@ -67,17 +81,41 @@ func NewGuestAgentServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(guestAgentServiceMethods.ByName("Ping")),
 			connect.WithClientOptions(opts...),
 		),
+		exec: connect.NewClient[v1.ExecRequest, v1.ExecResponse](
+			httpClient,
+			baseURL+GuestAgentServiceExecProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("Exec")),
+			connect.WithClientOptions(opts...),
+		),
+		shutdown: connect.NewClient[v1.ShutdownRequest, v1.ShutdownResponse](
+			httpClient,
+			baseURL+GuestAgentServiceShutdownProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("Shutdown")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // guestAgentServiceClient implements GuestAgentServiceClient.
 type guestAgentServiceClient struct {
-	ping *connect.Client[v1.PingRequest, v1.PingResponse]
+	ping     *connect.Client[v1.PingRequest, v1.PingResponse]
+	exec     *connect.Client[v1.ExecRequest, v1.ExecResponse]
+	shutdown *connect.Client[v1.ShutdownRequest, v1.ShutdownResponse]
 }
 
 // Ping calls kibotos.guest.v1.GuestAgentService.Ping.
 func (c *guestAgentServiceClient) Ping(ctx context.Context, req *connect.Request[v1.PingRequest]) (*connect.Response[v1.PingResponse], error) {
 	return c.ping.CallUnary(ctx, req)
+}
+
+// Exec calls kibotos.guest.v1.GuestAgentService.Exec.
+func (c *guestAgentServiceClient) Exec(ctx context.Context, req *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error) {
+	return c.exec.CallServerStream(ctx, req)
+}
+
+// Shutdown calls kibotos.guest.v1.GuestAgentService.Shutdown.
+func (c *guestAgentServiceClient) Shutdown(ctx context.Context, req *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error) {
+	return c.shutdown.CallUnary(ctx, req)
 }
 
 // GuestAgentServiceHandler is an implementation of the kibotos.guest.v1.GuestAgentService service.
@@ -86,6 +124,15 @@ type GuestAgentServiceHandler interface {
 	// boot_id other than the one that started the execution means the guest
 	// rebooted.
 	Ping(context.Context, *connect.Request[v1.PingRequest]) (*connect.Response[v1.PingResponse], error)
+	// Exec runs one process to its end, streaming its output: first a
+	// `started` event with the pid, then output chunks, then `exited`. A
+	// process that cannot start (no such file, not executable) answers
+	// failed_precondition with the reason and streams nothing.
+	Exec(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecResponse]) error
+	// Shutdown syncs and unmounts the Volume, the overlay and the writable
+	// layer, answers, then powers the machine off. durable is true when every
+	// unmount succeeded, so the stop can report STOP_DURABILITY_CONFIRMED.
+	Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error)
 }
 
 // NewGuestAgentServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -101,10 +148,26 @@ func NewGuestAgentServiceHandler(svc GuestAgentServiceHandler, opts ...connect.H
 		connect.WithSchema(guestAgentServiceMethods.ByName("Ping")),
 		connect.WithHandlerOptions(opts...),
 	)
+	guestAgentServiceExecHandler := connect.NewServerStreamHandler(
+		GuestAgentServiceExecProcedure,
+		svc.Exec,
+		connect.WithSchema(guestAgentServiceMethods.ByName("Exec")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceShutdownHandler := connect.NewUnaryHandler(
+		GuestAgentServiceShutdownProcedure,
+		svc.Shutdown,
+		connect.WithSchema(guestAgentServiceMethods.ByName("Shutdown")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.guest.v1.GuestAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GuestAgentServicePingProcedure:
 			guestAgentServicePingHandler.ServeHTTP(w, r)
+		case GuestAgentServiceExecProcedure:
+			guestAgentServiceExecHandler.ServeHTTP(w, r)
+		case GuestAgentServiceShutdownProcedure:
+			guestAgentServiceShutdownHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -116,4 +179,12 @@ type UnimplementedGuestAgentServiceHandler struct{}
 
 func (UnimplementedGuestAgentServiceHandler) Ping(context.Context, *connect.Request[v1.PingRequest]) (*connect.Response[v1.PingResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.Ping is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) Exec(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.Exec is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.Shutdown is not implemented"))
 }

@@ -1,0 +1,35 @@
+package qemu_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kibotos/kibotos/internal/node/provider/qemu"
+)
+
+func TestArgsDescribeTheMicroVM(t *testing.T) {
+	args := qemu.Args(qemu.Spec{
+		RunDir: "/run/x", Kernel: "/p/vmlinux", Initrd: "/p/initrd", Cmdline: "kibotos.root=/dev/vda",
+		VCPUs: 2, MemoryMiB: 512, Accel: qemu.TCG,
+		Drives: []qemu.Drive{{Path: "/t/root.img", ReadOnly: true}, {Path: "/l/layer.img"}},
+	})
+	line := strings.Join(args, " ")
+	for _, want := range []string{
+		"-M microvm", "-accel tcg", "-smp 2", "-m 512", "-kernel /p/vmlinux", "-initrd /p/initrd",
+		"id=vda,file=/t/root.img,format=raw,if=none,cache=none,aio=threads,readonly=on",
+		"id=vdb,file=/l/layer.img,format=raw,if=none,cache=none,aio=threads -device virtio-blk-device,drive=vdb",
+		"virtserialport,chardev=agent,name=kibotos.agent", "path=/run/x/agent.sock", "-pidfile /run/x/qemu.pid", "-no-reboot",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("missing %q in\n%s", want, line)
+		}
+	}
+	appendArg := args[slices.Index(args, "-append")+1]
+	if !strings.HasPrefix(appendArg, "console=ttyS0") || !strings.HasSuffix(appendArg, "kibotos.root=/dev/vda") {
+		t.Errorf("kernel command line %q", appendArg)
+	}
+	if strings.Contains(line, "-cpu host") {
+		t.Error("-cpu host is for KVM only")
+	}
+}

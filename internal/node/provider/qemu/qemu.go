@@ -1,0 +1,274 @@
+// Package qemu runs executions as QEMU microVMs: `qemu-system-x86_64 -M
+// microvm`, the platform's kernel booted directly, virtio block devices for
+// the template root, the writable layer and the Volume, and a virtio-serial
+// port for the guest agent (internal/guestchan).
+//
+// A VM is a process of its own session: killing the node agent never kills
+// a Workspace. Each execution has a run directory holding QEMU's pid file,
+// the agent socket and the console log, from which a restarted node agent
+// re-attaches (Attach).
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
+	"github.com/kibotos/kibotos/internal/guestchan"
+)
+
+// Accel is how QEMU executes guest code.
+type Accel string
+
+const (
+	// KVM is hardware virtualisation, used only where a boot probe shows it
+	// is usable and fast.
+	KVM Accel = "kvm"
+	// TCG is QEMU's software emulation: slower, available everywhere.
+	TCG Accel = "tcg"
+)
+
+// Drive is one virtio block device, in the order the guest sees them
+// (vda, vdb, vdc).
+type Drive struct {
+	Path     string
+	ReadOnly bool
+}
+
+// Spec is one VM to run.
+type Spec struct {
+	// RunDir is the execution's directory: pid file, agent socket, console.
+	RunDir  string
+	Binary  string // qemu-system-x86_64; empty looks it up in PATH
+	Kernel  string // an uncompressed vmlinux (PVH entry)
+	Initrd  string
+	Cmdline string // appended to the base kernel command line
+	VCPUs   int
+	// MemoryMiB is guest RAM, exactly what the Workspace asked for.
+	MemoryMiB uint64
+	Drives    []Drive
+	Accel     Accel
+}
+
+// Files in a run directory.
+const (
+	pidFile     = "qemu.pid"
+	agentSocket = "agent.sock"
+	consoleLog  = "console.log"
+)
+
+// baseCmdline makes the guest quiet, send its console to the serial port,
+// power off instead of rebooting, and skip the TSC calibration that hangs
+// under load on these hosts (notes/vm-on-ci.md).
+func baseCmdline() string {
+	args := []string{"console=ttyS0", "reboot=t", "panic=-1", "quiet", "loglevel=4"}
+	if khz := hostKHz(); khz > 0 {
+		args = append(args, fmt.Sprintf("tsc_early_khz=%d", khz))
+	}
+	return strings.Join(args, " ")
+}
+
+// hostKHz reads the host CPU frequency, or 0.
+func hostKHz() int {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
+			mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return int(mhz * 1000)
+			}
+		}
+	}
+	return 0
+}
+
+// Args is QEMU's command line for s.
+func Args(s Spec) []string {
+	accel := s.Accel
+	if accel == "" {
+		accel = TCG
+	}
+	args := []string{
+		"-M", "microvm,x-option-roms=off,isa-serial=on,rtc=on",
+		"-accel", string(accel),
+		"-smp", strconv.Itoa(max(s.VCPUs, 1)),
+		"-m", strconv.FormatUint(s.MemoryMiB, 10),
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-kernel", s.Kernel,
+		"-append", strings.TrimSpace(baseCmdline() + " " + s.Cmdline),
+		"-serial", "file:" + filepath.Join(s.RunDir, consoleLog),
+		"-pidfile", filepath.Join(s.RunDir, pidFile),
+	}
+	if accel == KVM {
+		args = append(args, "-cpu", "host")
+	}
+	if s.Initrd != "" {
+		args = append(args, "-initrd", s.Initrd)
+	}
+	for i, d := range s.Drives {
+		id := fmt.Sprintf("vd%c", 'a'+i)
+		opt := fmt.Sprintf("id=%s,file=%s,format=raw,if=none,cache=none,aio=threads", id, d.Path)
+		if d.ReadOnly {
+			opt += ",readonly=on"
+		}
+		args = append(args, "-drive", opt, "-device", "virtio-blk-device,drive="+id)
+	}
+	return append(args,
+		"-device", "virtio-serial-device",
+		"-chardev", fmt.Sprintf("socket,id=agent,path=%s,server=on,wait=off", filepath.Join(s.RunDir, agentSocket)),
+		"-device", "virtserialport,chardev=agent,name="+guestchan.PortName,
+	)
+}
+
+// VM is a running QEMU process.
+type VM struct {
+	RunDir string
+	PID    int
+	cmd    *exec.Cmd // nil for a re-attached VM
+	exited chan struct{}
+	err    error
+}
+
+// Start launches s in its own session, so the VM outlives this process.
+func Start(s Spec) (*VM, error) {
+	if err := os.MkdirAll(s.RunDir, 0o700); err != nil {
+		return nil, err
+	}
+	bin := s.Binary
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+			return nil, fmt.Errorf("QEMU is not installed (Debian package qemu-system-x86): %w", err)
+		}
+	}
+	_ = os.Remove(filepath.Join(s.RunDir, agentSocket))
+	cmd := exec.Command(bin, Args(s)...)
+	stderr, err := os.Create(filepath.Join(s.RunDir, "qemu.stderr"))
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close()
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start QEMU: %w", err)
+	}
+	vm := &VM{RunDir: s.RunDir, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		vm.err = cmd.Wait()
+		close(vm.exited)
+	}()
+	return vm, nil
+}
+
+// Attach finds the VM of a run directory again, from its pid file.
+func Attach(runDir string) (*VM, error) {
+	b, err := os.ReadFile(filepath.Join(runDir, pidFile))
+	if err != nil {
+		return nil, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("pid file of %s: %w", runDir, err)
+	}
+	vm := &VM{RunDir: runDir, PID: pid, exited: make(chan struct{})}
+	if !vm.Alive() {
+		close(vm.exited)
+		return nil, fmt.Errorf("the VM of %s (pid %d) is not running", runDir, pid)
+	}
+	go vm.watch()
+	return vm, nil
+}
+
+// watch notices the exit of a VM this process is not the parent of.
+func (v *VM) watch() {
+	for v.Alive() {
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(v.exited)
+}
+
+// Alive reports whether the QEMU process still runs.
+func (v *VM) Alive() bool {
+	if v.cmd != nil {
+		select {
+		case <-v.exited:
+			return false
+		default:
+			return true
+		}
+	}
+	if err := syscall.Kill(v.PID, 0); err != nil {
+		return false
+	}
+	// A zombie or a reused pid is not our VM.
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", v.PID))
+	return err == nil && strings.Contains(string(cmdline), v.RunDir)
+}
+
+// Exited is closed when the VM's process has ended.
+func (v *VM) Exited() <-chan struct{} { return v.exited }
+
+// Agent is a client of the guest agent.
+func (v *VM) Agent() guestv1connect.GuestAgentServiceClient {
+	return guestv1connect.NewGuestAgentServiceClient(v.agentHTTP(), guestchan.BaseURL)
+}
+
+func (v *VM) agentHTTP() *http.Client { return guestchan.Client(filepath.Join(v.RunDir, agentSocket)) }
+
+// WaitAgent pings the guest agent until it answers, the VM exits, or ctx
+// ends.
+func (v *VM) WaitAgent(ctx context.Context) (*guestv1.PingResponse, error) {
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
+		res, err := v.Agent().Ping(attempt, connect.NewRequest(&guestv1.PingRequest{}))
+		cancel()
+		if err == nil {
+			return res.Msg, nil
+		}
+		select {
+		case <-v.exited:
+			return nil, fmt.Errorf("the VM exited before its agent answered: %s", v.Console(20))
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the guest agent did not answer: %w (last: %v); console: %s", ctx.Err(), err, v.Console(20))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Console returns the last lines the guest wrote to its console.
+func (v *VM) Console(lines int) string {
+	b, _ := os.ReadFile(filepath.Join(v.RunDir, consoleLog))
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// Kill ends the VM at once (a force stop) and waits for it to be gone.
+func (v *VM) Kill() error {
+	if err := syscall.Kill(v.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	<-v.exited
+	return nil
+}
