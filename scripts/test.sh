@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 step() { printf '\n== %s\n' "$*"; }
 
 step "dependencies"
-apt_ensure git ca-certificates
+# QEMU, Debian's static busybox (the test template), xz (to cut vmlinux out of
+# the kernel package) and e2fsprogs (block files and images) for the VM tests.
+apt_ensure git ca-certificates qemu-system-x86 busybox-static xz-utils e2fsprogs
 go mod download
 
 step "gofmt"

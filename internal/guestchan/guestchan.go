@@ -5,15 +5,16 @@
 // serial port is.
 //
 // The stream runs cleartext HTTP/2, so one port carries any number of
-// concurrent calls and streams. When the host side reconnects (a restarted
-// node agent), the guest's server sees a broken connection, ends it and
-// serves the next one on the same port; the host retries its first call.
+// concurrent calls and streams. Each host connection opens with a handshake
+// (handshake.go) that both ends find in any leftover bytes of an earlier
+// connection, so a restarted node agent reconnects cleanly.
 package guestchan
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -60,6 +61,14 @@ func Serve(ctx context.Context, open func() (io.ReadWriteCloser, error), h http.
 		if err != nil {
 			return err
 		}
+		conn, err := guestHandshake(f)
+		if err != nil {
+			f.Close()
+			if ctx.Err() == nil && onError != nil {
+				onError(fmt.Errorf("guest channel handshake: %w", err))
+			}
+			continue
+		}
 		done := make(chan struct{})
 		go func() {
 			select {
@@ -68,7 +77,7 @@ func Serve(ctx context.Context, open func() (io.ReadWriteCloser, error), h http.
 			case <-done:
 			}
 		}()
-		srv.ServeConn(rwConn{f}, &http2.ServeConnOpts{Context: ctx, Handler: h})
+		srv.ServeConn(rwConn{conn}, &http2.ServeConnOpts{Context: ctx, Handler: h})
 		close(done)
 		f.Close()
 		if ctx.Err() == nil && onError != nil {
@@ -85,7 +94,16 @@ func Client(socketPath string) *http.Client {
 		AllowHTTP: true,
 		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
+			conn, err := d.DialContext(ctx, "unix", socketPath)
+			if err != nil {
+				return nil, err
+			}
+			hc, err := hostHandshake(conn)
+			if err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return hc, nil
 		},
 		ReadIdleTimeout: 10 * time.Second,
 		PingTimeout:     5 * time.Second,

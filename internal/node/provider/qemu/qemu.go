@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -145,6 +146,11 @@ type VM struct {
 	cmd    *exec.Cmd // nil for a re-attached VM
 	exited chan struct{}
 	err    error
+
+	// QEMU's chardev socket takes one connection at a time, so every call
+	// to the agent shares one HTTP/2 connection.
+	httpOnce sync.Once
+	http     *http.Client
 }
 
 // Start launches s in its own session, so the VM outlives this process.
@@ -232,7 +238,16 @@ func (v *VM) Agent() guestv1connect.GuestAgentServiceClient {
 	return guestv1connect.NewGuestAgentServiceClient(v.agentHTTP(), guestchan.BaseURL)
 }
 
-func (v *VM) agentHTTP() *http.Client { return guestchan.Client(filepath.Join(v.RunDir, agentSocket)) }
+func (v *VM) agentHTTP() *http.Client {
+	v.httpOnce.Do(func() { v.http = guestchan.Client(filepath.Join(v.RunDir, agentSocket)) })
+	return v.http
+}
+
+// Release closes this process's connection to the guest agent, so another
+// process (a restarted node agent) can connect.
+func (v *VM) Release() {
+	v.agentHTTP().CloseIdleConnections()
+}
 
 // WaitAgent pings the guest agent until it answers, the VM exits, or ctx
 // ends.

@@ -1,0 +1,119 @@
+package guest_test
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kibotos/kibotos/internal/guest"
+)
+
+func TestSplitCmdlineHonoursQuotes(t *testing.T) {
+	got := guest.SplitCmdline(` console=ttyS0  quiet a="b c" "d=e f"	g=` + "\n")
+	want := []guest.Param{
+		{Key: "console", Value: "ttyS0", HasValue: true},
+		{Key: "quiet"},
+		{Key: "a", Value: "b c", HasValue: true},
+		{Key: "d", Value: "e f", HasValue: true},
+		{Key: "g", Value: "", HasValue: true},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %#v\nwant %#v", got, want)
+	}
+}
+
+func TestParseCmdline(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cmdline string
+		want    guest.Config // Params are not compared
+		errs    []string     // substrings of the error; none: no error
+	}{
+		{
+			name:    "nothing",
+			cmdline: "console=ttyS0 reboot=t panic=-1 quiet",
+			want:    guest.Config{RootFSType: "ext4"},
+		},
+		{
+			name:    "everything",
+			cmdline: "console=ttyS0 kibotos.root=/dev/vda kibotos.layer=/dev/vdb kibotos.volume=/dev/vdc:/data/ kibotos.boot_id=b-1 quiet",
+			want: guest.Config{Root: "/dev/vda", RootFSType: "ext4", Layer: "/dev/vdb",
+				Volume: &guest.VolumeMount{Device: "/dev/vdc", Path: "/data"}, BootID: "b-1"},
+		},
+		{
+			name:    "root fs type and a volume alone",
+			cmdline: "kibotos.rootfstype=erofs kibotos.volume=/dev/vda:/home/user/work",
+			want:    guest.Config{RootFSType: "erofs", Volume: &guest.VolumeMount{Device: "/dev/vda", Path: "/home/user/work"}},
+		},
+		{
+			name:    "last one wins",
+			cmdline: "kibotos.boot_id=a kibotos.boot_id=b",
+			want:    guest.Config{RootFSType: "ext4", BootID: "b"},
+		},
+		{
+			name:    "root without layer",
+			cmdline: "kibotos.root=/dev/vda",
+			want:    guest.Config{Root: "/dev/vda", RootFSType: "ext4"},
+			errs:    []string{"go together"},
+		},
+		{
+			name:    "malformed values are left out and reported",
+			cmdline: "kibotos.root=vda kibotos.layer=/dev/vdb kibotos.volume=/dev/vdc kibotos.boot_id kibotos.bogus=1 kibotos.volume=/dev/vdc:relative kibotos.volume=/dev/vdc:/ kibotos.volume=/dev/vdc:/proc/x",
+			want:    guest.Config{RootFSType: "ext4", Layer: "/dev/vdb"},
+			errs: []string{`kibotos.root: "vda" is not a clean absolute device path`, "not DEVICE:MOUNTPATH",
+				"kibotos.boot_id: no value", "kibotos.bogus: unknown parameter", "not absolute",
+				"cannot be mounted at /", "under /proc", "go together"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := guest.ParseCmdline(tc.cmdline)
+			got.Params = nil
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("config %+v (volume %+v), want %+v (volume %+v)", got, got.Volume, tc.want, tc.want.Volume)
+			}
+			if len(tc.errs) == 0 && err != nil {
+				t.Errorf("unexpected error: %v", err)
+			}
+			if len(tc.errs) > 0 && err == nil {
+				t.Fatalf("no error, want %q", tc.errs)
+			}
+			for _, e := range tc.errs {
+				if !strings.Contains(err.Error(), e) {
+					t.Errorf("error %q lacks %q", err, e)
+				}
+			}
+		})
+	}
+}
+
+func TestSwitchesRootNeedsRootAndLayer(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  guest.Config
+		want bool
+	}{
+		{guest.Config{}, false},
+		{guest.Config{Root: "/dev/vda"}, false},
+		{guest.Config{Layer: "/dev/vdb"}, false},
+		{guest.Config{Root: "/dev/vda", Layer: "/dev/vdb"}, true},
+	} {
+		if got := tc.cfg.SwitchesRoot(); got != tc.want {
+			t.Errorf("%+v: %t", tc.cfg, got)
+		}
+	}
+}
+
+func TestModuleParamsComeFromTheCmdline(t *testing.T) {
+	params := guest.SplitCmdline(`virtio_mmio.device=512@0xfeb00e00:12 virtio-mmio.device=4K@0xfeb00c00:13 ` +
+		`virtio_mmio_x.y=1 virtio_blk.queue_depth=4 foo.bar="a b" foo.flag quiet virtio_mmio.`)
+	for _, tc := range []struct{ module, want string }{
+		{"virtio_mmio", "device=512@0xfeb00e00:12 device=4K@0xfeb00c00:13"},
+		{"virtio-mmio", "device=512@0xfeb00e00:12 device=4K@0xfeb00c00:13"},
+		{"virtio_blk", "queue_depth=4"},
+		{"foo", `bar="a b" flag`},
+		{"ext4", ""},
+	} {
+		if got := guest.ModuleParams(params, tc.module); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.module, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/kibotos/kibotos/internal/platform"
+	"github.com/kibotos/kibotos/internal/template"
+)
+
+// CacheDir is where tests keep downloads between runs: $KIBOTOS_CACHE, or
+// the user's cache directory.
+func CacheDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("KIBOTOS_CACHE")
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(base, "kibotos")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// VMArtifacts are what a test VM boots.
+type VMArtifacts struct {
+	Platform *platform.Manifest
+	Dir      string // holds the platform's files
+	Template *template.Image
+}
+
+// Kernel and Initrd are the paths QEMU needs.
+func (a *VMArtifacts) Kernel() string { return filepath.Join(a.Dir, a.Platform.Vmlinux) }
+func (a *VMArtifacts) Initrd() string { return filepath.Join(a.Dir, a.Platform.Initramfs) }
+
+var (
+	vmOnce sync.Once
+	vmArt  *VMArtifacts
+	vmErr  error
+)
+
+// BuildVMArtifacts builds, once per test binary, a platform from Debian's
+// kernel package and this tree's kibotos-guest, and a busybox template.
+// Nothing is faked: the kernel is Debian's, the agent the real one.
+func BuildVMArtifacts(t testing.TB) *VMArtifacts {
+	t.Helper()
+	cache := CacheDir(t)
+	vmOnce.Do(func() { vmArt, vmErr = buildVMArtifacts(cache) })
+	if vmErr != nil {
+		t.Fatal(vmErr)
+	}
+	return vmArt
+}
+
+func buildVMArtifacts(cache string) (*VMArtifacts, error) {
+	ctx := context.Background()
+	work, err := os.MkdirTemp("", "kibotos-vm-artifacts")
+	if err != nil {
+		return nil, err
+	}
+	guest := filepath.Join(work, "kibotos-guest")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", guest, "github.com/kibotos/kibotos/cmd/kibotos-guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, wrap("build kibotos-guest", err, out)
+	}
+	deb, err := platform.DownloadDebianKernel(ctx, cache, nil)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(work, "platform")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	m, err := platform.Build(ctx, platform.BuildInput{KernelDeb: deb, GuestBinary: guest}, dir)
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(work, "root")
+	if err := template.BusyboxDir(busybox(), root); err != nil {
+		return nil, err
+	}
+	img, err := template.FromDir(ctx, root, filepath.Join(work, "root.img"))
+	if err != nil {
+		return nil, err
+	}
+	return &VMArtifacts{Platform: m, Dir: dir, Template: img}, nil
+}
+
+// busybox is Debian's static busybox (package busybox-static).
+func busybox() string {
+	if p, err := exec.LookPath("busybox"); err == nil {
+		return p
+	}
+	return "/bin/busybox"
+}
+
+type buildError struct {
+	what string
+	err  error
+	out  string
+}
+
+func (e *buildError) Error() string { return e.what + ": " + e.err.Error() + ": " + e.out }
+
+func wrap(what string, err error, out []byte) error { return &buildError{what, err, string(out)} }
