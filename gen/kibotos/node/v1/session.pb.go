@@ -441,7 +441,9 @@ type NodeHello struct {
 	BootId string `protobuf:"bytes,7,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	// instance_ids are the executions this incarnation still runs, so ctrl can
 	// reconcile them with its records (the node reads SYNCING until it has).
-	InstanceIds   []string `protobuf:"bytes,8,rep,name=instance_ids,json=instanceIds,proto3" json:"instance_ids,omitempty"`
+	InstanceIds []string `protobuf:"bytes,8,rep,name=instance_ids,json=instanceIds,proto3" json:"instance_ids,omitempty"`
+	// data_endpoint is the URL of the node's NodeDataService.
+	DataEndpoint  string `protobuf:"bytes,9,opt,name=data_endpoint,json=dataEndpoint,proto3" json:"data_endpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +534,13 @@ func (x *NodeHello) GetInstanceIds() []string {
 	return nil
 }
 
+func (x *NodeHello) GetDataEndpoint() string {
+	if x != nil {
+		return x.DataEndpoint
+	}
+	return ""
+}
+
 // SessionWelcome accepts a hello.
 type SessionWelcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -539,7 +548,10 @@ type SessionWelcome struct {
 	// nothing changes.
 	ObservationInterval *durationpb.Duration `protobuf:"bytes,1,opt,name=observation_interval,json=observationInterval,proto3" json:"observation_interval,omitempty"`
 	// ctrl_time is ctrl's clock when it sent the welcome.
-	CtrlTime      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=ctrl_time,json=ctrlTime,proto3" json:"ctrl_time,omitempty"`
+	CtrlTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=ctrl_time,json=ctrlTime,proto3" json:"ctrl_time,omitempty"`
+	// data_token authorises ctrl's calls to the node's data endpoint for this
+	// session.
+	DataToken     string `protobuf:"bytes,3,opt,name=data_token,json=dataToken,proto3" json:"data_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -586,6 +598,13 @@ func (x *SessionWelcome) GetCtrlTime() *timestamppb.Timestamp {
 		return x.CtrlTime
 	}
 	return nil
+}
+
+func (x *SessionWelcome) GetDataToken() string {
+	if x != nil {
+		return x.DataToken
+	}
+	return ""
 }
 
 type HostResources struct {
@@ -743,8 +762,11 @@ type NodeObservation struct {
 	MemoryTightThresholdBytes uint64                    `protobuf:"varint,8,opt,name=memory_tight_threshold_bytes,json=memoryTightThresholdBytes,proto3" json:"memory_tight_threshold_bytes,omitempty"`
 	StoragePools              []*StoragePoolDeclaration `protobuf:"bytes,9,rep,name=storage_pools,json=storagePools,proto3" json:"storage_pools,omitempty"`
 	InstanceIds               []string                  `protobuf:"bytes,10,rep,name=instance_ids,json=instanceIds,proto3" json:"instance_ids,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// executions are the executions the node runs or that ended since it
+	// last reported them.
+	Executions    []*ExecutionReport `protobuf:"bytes,11,rep,name=executions,proto3" json:"executions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeObservation) Reset() {
@@ -843,6 +865,13 @@ func (x *NodeObservation) GetStoragePools() []*StoragePoolDeclaration {
 func (x *NodeObservation) GetInstanceIds() []string {
 	if x != nil {
 		return x.InstanceIds
+	}
+	return nil
+}
+
+func (x *NodeObservation) GetExecutions() []*ExecutionReport {
+	if x != nil {
+		return x.Executions
 	}
 	return nil
 }
@@ -1092,7 +1121,7 @@ var File_kibotos_node_v1_session_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkibotos/node/v1/session.proto\x12\x0fkibotos.node.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"m\n" +
+	"\x1dkibotos/node/v1/session.proto\x12\x0fkibotos.node.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fkibotos/node/v1/execution.proto\"m\n" +
 	"\rEnrollRequest\x12!\n" +
 	"\fgrant_secret\x18\x01 \x01(\tR\vgrantSecret\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12 \n" +
@@ -1115,7 +1144,7 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\vclock_probe\x18\x02 \x01(\v2\x1b.kibotos.node.v1.ClockProbeH\x00R\n" +
 	"clockProbe\x128\n" +
 	"\acommand\x18\x03 \x01(\v2\x1c.kibotos.node.v1.NodeCommandH\x00R\acommandB\t\n" +
-	"\amessage\"\xd7\x02\n" +
+	"\amessage\"\xfc\x02\n" +
 	"\tNodeHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12<\n" +
@@ -1124,10 +1153,13 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\fcapabilities\x18\x05 \x03(\tR\fcapabilities\x12#\n" +
 	"\ragent_version\x18\x06 \x01(\tR\fagentVersion\x12\x17\n" +
 	"\aboot_id\x18\a \x01(\tR\x06bootId\x12!\n" +
-	"\finstance_ids\x18\b \x03(\tR\vinstanceIds\"\x97\x01\n" +
+	"\finstance_ids\x18\b \x03(\tR\vinstanceIds\x12#\n" +
+	"\rdata_endpoint\x18\t \x01(\tR\fdataEndpoint\"\xb6\x01\n" +
 	"\x0eSessionWelcome\x12L\n" +
 	"\x14observation_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x13observationInterval\x127\n" +
-	"\tctrl_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bctrlTime\"p\n" +
+	"\tctrl_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bctrlTime\x12\x1d\n" +
+	"\n" +
+	"data_token\x18\x03 \x01(\tR\tdataToken\"p\n" +
 	"\rHostResources\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\rR\tcpuMillis\x12!\n" +
@@ -1141,7 +1173,7 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\x15filesystem_size_bytes\x18\x04 \x01(\x04H\x00R\x13filesystemSizeBytes\x88\x01\x01\x127\n" +
 	"\x15filesystem_free_bytes\x18\x05 \x01(\x04H\x01R\x13filesystemFreeBytes\x88\x01\x01B\x18\n" +
 	"\x16_filesystem_size_bytesB\x18\n" +
-	"\x16_filesystem_free_bytes\"\xb5\x06\n" +
+	"\x16_filesystem_free_bytes\"\xf7\x06\n" +
 	"\x0fNodeObservation\x12'\n" +
 	"\rvm_cpu_millis\x18\x01 \x01(\rH\x00R\vvmCpuMillis\x88\x01\x01\x12+\n" +
 	"\x0fvm_memory_bytes\x18\x02 \x01(\x04H\x01R\rvmMemoryBytes\x88\x01\x01\x129\n" +
@@ -1153,7 +1185,10 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\x1cmemory_tight_threshold_bytes\x18\b \x01(\x04R\x19memoryTightThresholdBytes\x12L\n" +
 	"\rstorage_pools\x18\t \x03(\v2'.kibotos.node.v1.StoragePoolDeclarationR\fstoragePools\x12!\n" +
 	"\finstance_ids\x18\n" +
-	" \x03(\tR\vinstanceIdsB\x10\n" +
+	" \x03(\tR\vinstanceIds\x12@\n" +
+	"\n" +
+	"executions\x18\v \x03(\v2 .kibotos.node.v1.ExecutionReportR\n" +
+	"executionsB\x10\n" +
 	"\x0e_vm_cpu_millisB\x12\n" +
 	"\x10_vm_memory_bytesB\x19\n" +
 	"\x17_memory_available_bytesB!\n" +
@@ -1181,10 +1216,11 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\x14ClockSynchronization\x12%\n" +
 	"!CLOCK_SYNCHRONIZATION_UNSPECIFIED\x10\x00\x12&\n" +
 	"\"CLOCK_SYNCHRONIZATION_SYNCHRONIZED\x10\x01\x12(\n" +
-	"$CLOCK_SYNCHRONIZATION_UNSYNCHRONIZED\x10\x022\xb1\x01\n" +
+	"$CLOCK_SYNCHRONIZATION_UNSYNCHRONIZED\x10\x022\x93\x02\n" +
 	"\x12NodeSessionService\x12I\n" +
 	"\x06Enroll\x12\x1e.kibotos.node.v1.EnrollRequest\x1a\x1f.kibotos.node.v1.EnrollResponse\x12P\n" +
-	"\aSession\x12\x1f.kibotos.node.v1.SessionRequest\x1a .kibotos.node.v1.SessionResponse(\x010\x01B7Z5github.com/kibotos/kibotos/gen/kibotos/node/v1;nodev1b\x06proto3"
+	"\aSession\x12\x1f.kibotos.node.v1.SessionRequest\x1a .kibotos.node.v1.SessionResponse(\x010\x01\x12`\n" +
+	"\rFetchArtifact\x12%.kibotos.node.v1.FetchArtifactRequest\x1a&.kibotos.node.v1.FetchArtifactResponse0\x01B7Z5github.com/kibotos/kibotos/gen/kibotos/node/v1;nodev1b\x06proto3"
 
 var (
 	file_kibotos_node_v1_session_proto_rawDescOnce sync.Once
@@ -1217,7 +1253,10 @@ var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(*CommandResult)(nil),          // 13: kibotos.node.v1.CommandResult
 	(*timestamppb.Timestamp)(nil),  // 14: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),    // 15: google.protobuf.Duration
-	(*anypb.Any)(nil),              // 16: google.protobuf.Any
+	(*ExecutionReport)(nil),        // 16: kibotos.node.v1.ExecutionReport
+	(*anypb.Any)(nil),              // 17: google.protobuf.Any
+	(*FetchArtifactRequest)(nil),   // 18: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),  // 19: kibotos.node.v1.FetchArtifactResponse
 }
 var file_kibotos_node_v1_session_proto_depIdxs = []int32{
 	14, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
@@ -1234,19 +1273,22 @@ var file_kibotos_node_v1_session_proto_depIdxs = []int32{
 	14, // 11: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
 	14, // 12: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
 	8,  // 13: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	14, // 14: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
-	0,  // 15: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
-	16, // 16: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
-	16, // 17: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
-	1,  // 18: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
-	3,  // 19: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
-	2,  // 20: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
-	4,  // 21: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
-	20, // [20:22] is the sub-list for method output_type
-	18, // [18:20] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	16, // 14: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
+	14, // 15: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
+	0,  // 16: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
+	17, // 17: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
+	17, // 18: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
+	1,  // 19: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
+	3,  // 20: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
+	18, // 21: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
+	2,  // 22: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
+	4,  // 23: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
+	19, // 24: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
+	22, // [22:25] is the sub-list for method output_type
+	19, // [19:22] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_session_proto_init() }
@@ -1254,6 +1296,7 @@ func file_kibotos_node_v1_session_proto_init() {
 	if File_kibotos_node_v1_session_proto != nil {
 		return
 	}
+	file_kibotos_node_v1_execution_proto_init()
 	file_kibotos_node_v1_session_proto_msgTypes[2].OneofWrappers = []any{
 		(*SessionRequest_Hello)(nil),
 		(*SessionRequest_Observation)(nil),

@@ -45,6 +45,9 @@ const (
 	// NodeSessionServiceSessionProcedure is the fully-qualified name of the NodeSessionService's
 	// Session RPC.
 	NodeSessionServiceSessionProcedure = "/kibotos.node.v1.NodeSessionService/Session"
+	// NodeSessionServiceFetchArtifactProcedure is the fully-qualified name of the NodeSessionService's
+	// FetchArtifact RPC.
+	NodeSessionServiceFetchArtifactProcedure = "/kibotos.node.v1.NodeSessionService/FetchArtifact"
 )
 
 // NodeSessionServiceClient is a client for the kibotos.node.v1.NodeSessionService service.
@@ -72,6 +75,10 @@ type NodeSessionServiceClient interface {
 	// state, so a command ctrl sends again after a reconnect is answered from
 	// that record rather than applied twice.
 	Session(context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse]
+	// FetchArtifact streams a content-addressed artifact (a platform's kernel
+	// and initramfs, a template's root image) to a node that needs it.
+	// Authenticated like Session. An unknown digest is not_found.
+	FetchArtifact(context.Context, *connect.Request[v1.FetchArtifactRequest]) (*connect.ServerStreamForClient[v1.FetchArtifactResponse], error)
 }
 
 // NewNodeSessionServiceClient constructs a client for the kibotos.node.v1.NodeSessionService
@@ -97,13 +104,20 @@ func NewNodeSessionServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(nodeSessionServiceMethods.ByName("Session")),
 			connect.WithClientOptions(opts...),
 		),
+		fetchArtifact: connect.NewClient[v1.FetchArtifactRequest, v1.FetchArtifactResponse](
+			httpClient,
+			baseURL+NodeSessionServiceFetchArtifactProcedure,
+			connect.WithSchema(nodeSessionServiceMethods.ByName("FetchArtifact")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeSessionServiceClient implements NodeSessionServiceClient.
 type nodeSessionServiceClient struct {
-	enroll  *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
-	session *connect.Client[v1.SessionRequest, v1.SessionResponse]
+	enroll        *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
+	session       *connect.Client[v1.SessionRequest, v1.SessionResponse]
+	fetchArtifact *connect.Client[v1.FetchArtifactRequest, v1.FetchArtifactResponse]
 }
 
 // Enroll calls kibotos.node.v1.NodeSessionService.Enroll.
@@ -114,6 +128,11 @@ func (c *nodeSessionServiceClient) Enroll(ctx context.Context, req *connect.Requ
 // Session calls kibotos.node.v1.NodeSessionService.Session.
 func (c *nodeSessionServiceClient) Session(ctx context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse] {
 	return c.session.CallBidiStream(ctx)
+}
+
+// FetchArtifact calls kibotos.node.v1.NodeSessionService.FetchArtifact.
+func (c *nodeSessionServiceClient) FetchArtifact(ctx context.Context, req *connect.Request[v1.FetchArtifactRequest]) (*connect.ServerStreamForClient[v1.FetchArtifactResponse], error) {
+	return c.fetchArtifact.CallServerStream(ctx, req)
 }
 
 // NodeSessionServiceHandler is an implementation of the kibotos.node.v1.NodeSessionService service.
@@ -141,6 +160,10 @@ type NodeSessionServiceHandler interface {
 	// state, so a command ctrl sends again after a reconnect is answered from
 	// that record rather than applied twice.
 	Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error
+	// FetchArtifact streams a content-addressed artifact (a platform's kernel
+	// and initramfs, a template's root image) to a node that needs it.
+	// Authenticated like Session. An unknown digest is not_found.
+	FetchArtifact(context.Context, *connect.Request[v1.FetchArtifactRequest], *connect.ServerStream[v1.FetchArtifactResponse]) error
 }
 
 // NewNodeSessionServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -162,12 +185,20 @@ func NewNodeSessionServiceHandler(svc NodeSessionServiceHandler, opts ...connect
 		connect.WithSchema(nodeSessionServiceMethods.ByName("Session")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeSessionServiceFetchArtifactHandler := connect.NewServerStreamHandler(
+		NodeSessionServiceFetchArtifactProcedure,
+		svc.FetchArtifact,
+		connect.WithSchema(nodeSessionServiceMethods.ByName("FetchArtifact")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.node.v1.NodeSessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeSessionServiceEnrollProcedure:
 			nodeSessionServiceEnrollHandler.ServeHTTP(w, r)
 		case NodeSessionServiceSessionProcedure:
 			nodeSessionServiceSessionHandler.ServeHTTP(w, r)
+		case NodeSessionServiceFetchArtifactProcedure:
+			nodeSessionServiceFetchArtifactHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -183,4 +214,8 @@ func (UnimplementedNodeSessionServiceHandler) Enroll(context.Context, *connect.R
 
 func (UnimplementedNodeSessionServiceHandler) Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.node.v1.NodeSessionService.Session is not implemented"))
+}
+
+func (UnimplementedNodeSessionServiceHandler) FetchArtifact(context.Context, *connect.Request[v1.FetchArtifactRequest], *connect.ServerStream[v1.FetchArtifactResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.node.v1.NodeSessionService.FetchArtifact is not implemented"))
 }
