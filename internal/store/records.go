@@ -216,3 +216,5 @@ func (t *Tx) InitSetting(name string, value []byte) ([]byte, error) {
 	}
 	return t.Setting(name)
 }
+
+func unmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }

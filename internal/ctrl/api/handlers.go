@@ -111,6 +111,10 @@ func (h nodeSessionHandler) Enroll(ctx context.Context, req *connect.Request[nod
 	return respond(h.f.Enroll(ctx, req.Msg))
 }
 
+func (h nodeSessionHandler) FetchArtifact(ctx context.Context, req *connect.Request[nodev1.FetchArtifactRequest], stream *connect.ServerStream[nodev1.FetchArtifactResponse]) error {
+	return h.f.FetchArtifact(ctx, req.Header(), req.Msg, stream.Send)
+}
+
 func (h nodeSessionHandler) Session(ctx context.Context, stream *connect.BidiStream[nodev1.SessionRequest, nodev1.SessionResponse]) error {
 	return h.f.Session(ctx, stream)
 }

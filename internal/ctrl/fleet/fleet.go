@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -48,6 +49,28 @@ type Fleet struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // node_id → the session this replica holds
+
+	artifacts Artifacts
+	observer  ExecutionObserver
+}
+
+// Artifacts finds the file of an artifact by digest.
+type Artifacts interface {
+	ArtifactPath(digest string) (string, error)
+}
+
+// ExecutionObserver is told about executions a node reports.
+type ExecutionObserver interface {
+	// ExecutionEnded is called for an execution that ended without a stop
+	// command (the guest powered off, the host killed it).
+	ExecutionEnded(ctx context.Context, nodeID string, report *nodev1.ExecutionReport)
+	// ExecutionObserved is called for each running execution's report.
+	ExecutionObserved(ctx context.Context, nodeID string, report *nodev1.ExecutionReport)
+}
+
+// Serve sets where artifacts come from and who hears of executions.
+func (f *Fleet) Serve(a Artifacts, o ExecutionObserver) {
+	f.artifacts, f.observer = a, o
 }
 
 // New makes a Fleet.

@@ -3,8 +3,12 @@ package fleet
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +44,10 @@ type session struct {
 	probes map[uint64]time.Time // probe_id → when it was sent
 	nextID uint64
 	sent   map[string]bool // operation_ids sent on this session
+
+	// dataToken authorises ctrl's calls to the node's data endpoint while
+	// this session lasts.
+	dataToken string
 }
 
 func (s *session) send(msg *nodev1.SessionResponse) error {
@@ -65,6 +73,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	s := &session{
 		nodeID: nodeID, incarnation: hello.GetIncarnation(), connectedAt: f.now(), stream: stream,
 		notify: make(chan struct{}, 1), probes: map[uint64]time.Time{}, sent: map[string]bool{},
+		dataToken: "kbd_" + hex.EncodeToString(randomBytes(24)),
 	}
 	if err := f.register(ctx, s, hello); err != nil {
 		return err
@@ -74,7 +83,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	f.log.Info("node session opened", "node_id", nodeID, "incarnation", s.incarnation)
 
 	if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Welcome{Welcome: &nodev1.SessionWelcome{
-		ObservationInterval: durationpb.New(f.cfg.ObservationInterval), CtrlTime: timestamppb.New(f.now()),
+		ObservationInterval: durationpb.New(f.cfg.ObservationInterval), CtrlTime: timestamppb.New(f.now()), DataToken: s.dataToken,
 	}}}); err != nil {
 		return err
 	}
@@ -157,7 +166,10 @@ func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHell
 		n.StoragePools = attachments(s.nodeID, hello.GetStoragePools(), now)
 		n.RegistrationVersion++
 		n.UpdatedAt = timestamppb.New(now)
-		return tx.PutNode(n)
+		if err := tx.PutNode(n); err != nil {
+			return err
+		}
+		return tx.SetNodeData(s.nodeID, hello.GetDataEndpoint(), s.dataToken)
 	})
 }
 
@@ -256,6 +268,15 @@ func (f *Fleet) touch(ctx context.Context, s *session, fn func(n *operatorv1.Nod
 }
 
 func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) error {
+	if f.observer != nil {
+		for _, r := range o.GetExecutions() {
+			if r.GetRunning() {
+				f.observer.ExecutionObserved(ctx, s.nodeID, r)
+			} else {
+				f.observer.ExecutionEnded(ctx, s.nodeID, r)
+			}
+		}
+	}
 	return f.touch(ctx, s, func(n *operatorv1.NodeRegistration, now time.Time) {
 		// The first observation after the hello ends SYNCING: there is no
 		// execution to reconcile yet (the VM provider comes later).
@@ -408,4 +429,61 @@ func StartOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID 
 		State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING, Body: body, CreatedAt: timestamppb.New(now),
 	})
 	return err
+}
+
+// FetchArtifact streams an artifact to an authenticated node.
+func (f *Fleet) FetchArtifact(ctx context.Context, header http.Header, req *nodev1.FetchArtifactRequest, send func(*nodev1.FetchArtifactResponse) error) error {
+	if _, err := f.authenticate(ctx, header.Get("Authorization"), header.Get(HeaderNodeID)); err != nil {
+		return err
+	}
+	if f.artifacts == nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("this ctrl serves no artifacts"))
+	}
+	path, err := f.artifacts.ArtifactPath(req.GetDigest())
+	if err != nil {
+		return connect.NewError(connect.CodeNotFound, err)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	info, err := file.Stat()
+	if err != nil {
+		return err
+	}
+	total := uint64(info.Size())
+	if req.GetOffset() > total {
+		return apierr.Invalid("offset", "is beyond the artifact's %d bytes", total)
+	}
+	if _, err := file.Seek(int64(req.GetOffset()), io.SeekStart); err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	offset := req.GetOffset()
+	for {
+		n, err := file.Read(buf)
+		if n > 0 {
+			if serr := send(&nodev1.FetchArtifactResponse{Offset: offset, Data: buf[:n], TotalBytes: total}); serr != nil {
+				return serr
+			}
+			offset += uint64(n)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// NodeData is how ctrl reaches node's data endpoint: its URL and the token
+// of its current session.
+func (f *Fleet) NodeData(ctx context.Context, nodeID string) (endpoint, token string, err error) {
+	err = f.store.Tx(ctx, func(tx *store.Tx) error {
+		endpoint, token, err = tx.NodeData(nodeID)
+		return err
+	})
+	return endpoint, token, err
 }

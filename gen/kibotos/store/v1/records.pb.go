@@ -11,6 +11,7 @@ package storev1
 
 import (
 	v1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	v11 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	anypb "google.golang.org/protobuf/types/known/anypb"
@@ -418,11 +419,264 @@ func (x *NodeOperation) GetAnsweredAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Launch is one immutable platform revision: what boots.
+type Launch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LaunchRef     string                 `protobuf:"bytes,1,opt,name=launch_ref,json=launchRef,proto3" json:"launch_ref,omitempty"`
+	PlatformKey   string                 `protobuf:"bytes,2,opt,name=platform_key,json=platformKey,proto3" json:"platform_key,omitempty"`
+	Kernel        *v11.Artifact          `protobuf:"bytes,3,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	Initrd        *v11.Artifact          `protobuf:"bytes,4,opt,name=initrd,proto3" json:"initrd,omitempty"`
+	KernelVersion string                 `protobuf:"bytes,5,opt,name=kernel_version,json=kernelVersion,proto3" json:"kernel_version,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Launch) Reset() {
+	*x = Launch{}
+	mi := &file_kibotos_store_v1_records_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Launch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Launch) ProtoMessage() {}
+
+func (x *Launch) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_store_v1_records_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Launch.ProtoReflect.Descriptor instead.
+func (*Launch) Descriptor() ([]byte, []int) {
+	return file_kibotos_store_v1_records_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Launch) GetLaunchRef() string {
+	if x != nil {
+		return x.LaunchRef
+	}
+	return ""
+}
+
+func (x *Launch) GetPlatformKey() string {
+	if x != nil {
+		return x.PlatformKey
+	}
+	return ""
+}
+
+func (x *Launch) GetKernel() *v11.Artifact {
+	if x != nil {
+		return x.Kernel
+	}
+	return nil
+}
+
+func (x *Launch) GetInitrd() *v11.Artifact {
+	if x != nil {
+		return x.Initrd
+	}
+	return nil
+}
+
+func (x *Launch) GetKernelVersion() string {
+	if x != nil {
+		return x.KernelVersion
+	}
+	return ""
+}
+
+func (x *Launch) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// TemplateRevision is one immutable root filesystem image.
+type TemplateRevision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      string                 `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	Revision      string                 `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Root          *v11.Artifact          `protobuf:"bytes,3,opt,name=root,proto3" json:"root,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateRevision) Reset() {
+	*x = TemplateRevision{}
+	mi := &file_kibotos_store_v1_records_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateRevision) ProtoMessage() {}
+
+func (x *TemplateRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_store_v1_records_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateRevision.ProtoReflect.Descriptor instead.
+func (*TemplateRevision) Descriptor() ([]byte, []int) {
+	return file_kibotos_store_v1_records_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TemplateRevision) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *TemplateRevision) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *TemplateRevision) GetRoot() *v11.Artifact {
+	if x != nil {
+		return x.Root
+	}
+	return nil
+}
+
+func (x *TemplateRevision) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// WorkspaceRuntime is what ctrl keeps of a Workspace's executions beside the
+// API record: where its writable layer lives and what runs now.
+type WorkspaceRuntime struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// layer_pool is the pool of the writable layer, once a start placed it.
+	LayerPool string `protobuf:"bytes,2,opt,name=layer_pool,json=layerPool,proto3" json:"layer_pool,omitempty"`
+	// layer_template is the template digest the layer was made over.
+	LayerTemplate string `protobuf:"bytes,3,opt,name=layer_template,json=layerTemplate,proto3" json:"layer_template,omitempty"`
+	// instance_id, node_id and boot_id name the current execution; empty
+	// when none runs.
+	InstanceId string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	NodeId     string `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	BootId     string `protobuf:"bytes,6,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	// starts counts the executions started, for instance ids.
+	Starts        uint64 `protobuf:"varint,7,opt,name=starts,proto3" json:"starts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkspaceRuntime) Reset() {
+	*x = WorkspaceRuntime{}
+	mi := &file_kibotos_store_v1_records_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkspaceRuntime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkspaceRuntime) ProtoMessage() {}
+
+func (x *WorkspaceRuntime) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_store_v1_records_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkspaceRuntime.ProtoReflect.Descriptor instead.
+func (*WorkspaceRuntime) Descriptor() ([]byte, []int) {
+	return file_kibotos_store_v1_records_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WorkspaceRuntime) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *WorkspaceRuntime) GetLayerPool() string {
+	if x != nil {
+		return x.LayerPool
+	}
+	return ""
+}
+
+func (x *WorkspaceRuntime) GetLayerTemplate() string {
+	if x != nil {
+		return x.LayerTemplate
+	}
+	return ""
+}
+
+func (x *WorkspaceRuntime) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *WorkspaceRuntime) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *WorkspaceRuntime) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
+}
+
+func (x *WorkspaceRuntime) GetStarts() uint64 {
+	if x != nil {
+		return x.Starts
+	}
+	return 0
+}
+
 var File_kibotos_store_v1_records_proto protoreflect.FileDescriptor
 
 const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\n" +
-	"\x1ekibotos/store/v1/records.proto\x12\x10kibotos.store.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\"\xcb\x04\n" +
+	"\x1ekibotos/store/v1/records.proto\x12\x10kibotos.store.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1fkibotos/node/v1/execution.proto\"\xcb\x04\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x12\n" +
@@ -457,7 +711,32 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vanswered_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"answeredAt*\xb6\x01\n" +
+	"answeredAt\"\x92\x02\n" +
+	"\x06Launch\x12\x1d\n" +
+	"\n" +
+	"launch_ref\x18\x01 \x01(\tR\tlaunchRef\x12!\n" +
+	"\fplatform_key\x18\x02 \x01(\tR\vplatformKey\x121\n" +
+	"\x06kernel\x18\x03 \x01(\v2\x19.kibotos.node.v1.ArtifactR\x06kernel\x121\n" +
+	"\x06initrd\x18\x04 \x01(\v2\x19.kibotos.node.v1.ArtifactR\x06initrd\x12%\n" +
+	"\x0ekernel_version\x18\x05 \x01(\tR\rkernelVersion\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xb4\x01\n" +
+	"\x10TemplateRevision\x12\x1a\n" +
+	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\tR\brevision\x12-\n" +
+	"\x04root\x18\x03 \x01(\v2\x19.kibotos.node.v1.ArtifactR\x04root\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xe6\x01\n" +
+	"\x10WorkspaceRuntime\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x1d\n" +
+	"\n" +
+	"layer_pool\x18\x02 \x01(\tR\tlayerPool\x12%\n" +
+	"\x0elayer_template\x18\x03 \x01(\tR\rlayerTemplate\x12\x1f\n" +
+	"\vinstance_id\x18\x04 \x01(\tR\n" +
+	"instanceId\x12\x17\n" +
+	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x12\x17\n" +
+	"\aboot_id\x18\x06 \x01(\tR\x06bootId\x12\x16\n" +
+	"\x06starts\x18\a \x01(\x04R\x06starts*\xb6\x01\n" +
 	"\fCommandState\x12\x1d\n" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16COMMAND_STATE_ADMITTED\x10\x01\x12\x19\n" +
@@ -484,34 +763,43 @@ func file_kibotos_store_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_store_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_store_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_kibotos_store_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_kibotos_store_v1_records_proto_goTypes = []any{
 	(CommandState)(0),             // 0: kibotos.store.v1.CommandState
 	(NodeOperationState)(0),       // 1: kibotos.store.v1.NodeOperationState
 	(*Command)(nil),               // 2: kibotos.store.v1.Command
 	(*NodeOperation)(nil),         // 3: kibotos.store.v1.NodeOperation
-	(*anypb.Any)(nil),             // 4: google.protobuf.Any
-	(*v1.WorkspaceFailure)(nil),   // 5: kibotos.ctrl.v1.WorkspaceFailure
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*Launch)(nil),                // 4: kibotos.store.v1.Launch
+	(*TemplateRevision)(nil),      // 5: kibotos.store.v1.TemplateRevision
+	(*WorkspaceRuntime)(nil),      // 6: kibotos.store.v1.WorkspaceRuntime
+	(*anypb.Any)(nil),             // 7: google.protobuf.Any
+	(*v1.WorkspaceFailure)(nil),   // 8: kibotos.ctrl.v1.WorkspaceFailure
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*v11.Artifact)(nil),          // 10: kibotos.node.v1.Artifact
 }
 var file_kibotos_store_v1_records_proto_depIdxs = []int32{
 	0,  // 0: kibotos.store.v1.Command.state:type_name -> kibotos.store.v1.CommandState
-	4,  // 1: kibotos.store.v1.Command.request:type_name -> google.protobuf.Any
-	4,  // 2: kibotos.store.v1.Command.result:type_name -> google.protobuf.Any
-	5,  // 3: kibotos.store.v1.Command.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
-	6,  // 4: kibotos.store.v1.Command.admitted_at:type_name -> google.protobuf.Timestamp
-	6,  // 5: kibotos.store.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 6: kibotos.store.v1.Command.completed_at:type_name -> google.protobuf.Timestamp
+	7,  // 1: kibotos.store.v1.Command.request:type_name -> google.protobuf.Any
+	7,  // 2: kibotos.store.v1.Command.result:type_name -> google.protobuf.Any
+	8,  // 3: kibotos.store.v1.Command.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
+	9,  // 4: kibotos.store.v1.Command.admitted_at:type_name -> google.protobuf.Timestamp
+	9,  // 5: kibotos.store.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	9,  // 6: kibotos.store.v1.Command.completed_at:type_name -> google.protobuf.Timestamp
 	1,  // 7: kibotos.store.v1.NodeOperation.state:type_name -> kibotos.store.v1.NodeOperationState
-	4,  // 8: kibotos.store.v1.NodeOperation.body:type_name -> google.protobuf.Any
-	4,  // 9: kibotos.store.v1.NodeOperation.result:type_name -> google.protobuf.Any
-	6,  // 10: kibotos.store.v1.NodeOperation.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 11: kibotos.store.v1.NodeOperation.answered_at:type_name -> google.protobuf.Timestamp
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 8: kibotos.store.v1.NodeOperation.body:type_name -> google.protobuf.Any
+	7,  // 9: kibotos.store.v1.NodeOperation.result:type_name -> google.protobuf.Any
+	9,  // 10: kibotos.store.v1.NodeOperation.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 11: kibotos.store.v1.NodeOperation.answered_at:type_name -> google.protobuf.Timestamp
+	10, // 12: kibotos.store.v1.Launch.kernel:type_name -> kibotos.node.v1.Artifact
+	10, // 13: kibotos.store.v1.Launch.initrd:type_name -> kibotos.node.v1.Artifact
+	9,  // 14: kibotos.store.v1.Launch.created_at:type_name -> google.protobuf.Timestamp
+	10, // 15: kibotos.store.v1.TemplateRevision.root:type_name -> kibotos.node.v1.Artifact
+	9,  // 16: kibotos.store.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_store_v1_records_proto_init() }
@@ -525,7 +813,7 @@ func file_kibotos_store_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_store_v1_records_proto_rawDesc), len(file_kibotos_store_v1_records_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   2,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
