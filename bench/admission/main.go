@@ -35,6 +35,7 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
@@ -154,7 +155,8 @@ func run(ctx context.Context, dsn, path string, n, conc int) (result, error) {
 		return err
 	}
 	if path == "connect" {
-		srv := httptest.NewServer(api.NewWorkspaceHandler(&api.Backend{Volumes: vols, Fleet: f, Workspaces: workspace.New(st, f, vols, runner)}))
+		ws := workspace.New(st, f, vols, runner)
+		srv := httptest.NewServer(api.NewWorkspaceHandler(&api.Backend{Volumes: vols, Fleet: f, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f)}))
 		defer srv.Close()
 		transport := &http.Transport{MaxIdleConnsPerHost: conc}
 		defer transport.CloseIdleConnections()

@@ -19,6 +19,8 @@ import (
 	"github.com/kibotos/kibotos/internal/clientconfig"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/catalog"
+	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
@@ -55,6 +57,7 @@ type Server struct {
 	done    chan struct{}
 
 	closeOnce sync.Once
+	catalog   *catalog.Catalog
 
 	// Endpoints and credentials, as written to endpoints.env.
 	Client clientconfig.Config
@@ -95,7 +98,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	workCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{})}
-	backend := newBackend(st, cfg)
+	backend, err := newBackend(st, cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.catalog = backend.catalog
 	go func() {
 		defer close(s.done)
 		go backend.api.Workspaces.RunExpiration(workCtx, time.Second, cfg.Logger)
@@ -182,24 +190,36 @@ func (s *Server) Close() {
 const nodeListener = 2
 
 type backend struct {
-	api    *api.Backend
-	runner *command.Runner
+	api     *api.Backend
+	runner  *command.Runner
+	catalog *catalog.Catalog
 }
 
-// newBackend wires the domain: one command runner, the fleet, the Volumes.
-func newBackend(st *store.Store, cfg Config) backend {
+// newBackend wires the domain: one command runner, the fleet, the catalog,
+// the Volumes and Workspaces, the data plane.
+func newBackend(st *store.Store, cfg Config) (backend, error) {
 	runner := command.NewRunner(st, replicaID(), cfg.Logger)
 	fc := cfg.Fleet
 	if fc == (fleet.Config{}) {
 		fc = fleet.DefaultConfig
 	}
 	f := fleet.New(st, runner, cfg.Logger, fc)
-	vols := volume.New(st, f, runner, volume.DefaultProfile)
-	return backend{
-		api:    &api.Backend{Fleet: f, Volumes: vols, Workspaces: workspace.New(st, f, vols, runner)},
-		runner: runner,
+	cat, err := catalog.New(st, filepath.Join(cfg.StateDir, "artifacts"))
+	if err != nil {
+		return backend{}, err
 	}
+	vols := volume.New(st, f, runner, volume.DefaultProfile)
+	ws := workspace.New(st, f, vols, runner)
+	f.Serve(cat, ws)
+	return backend{
+		api:     &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f)},
+		runner:  runner,
+		catalog: cat,
+	}, nil
 }
+
+// Catalog is this ctrl's catalog of platforms and templates.
+func (s *Server) Catalog() *catalog.Catalog { return s.catalog }
 
 // replicaID names this process in command leases.
 func replicaID() string {

@@ -56,7 +56,7 @@ func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.H
 	e.mount(ctrlv1connect.NewEgressServiceHandler(ctrlv1connect.UnimplementedEgressServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewResolverServiceHandler(ctrlv1connect.UnimplementedResolverServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewSessionServiceHandler(ctrlv1connect.UnimplementedSessionServiceHandler{}, opts))
-	e.mount(ctrlv1connect.NewProcessServiceHandler(ctrlv1connect.UnimplementedProcessServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewProcessServiceHandler(b.Processes, opts))
 	e.mount(ctrlv1connect.NewFileServiceHandler(ctrlv1connect.UnimplementedFileServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewExposureServiceHandler(ctrlv1connect.UnimplementedExposureServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewDesktopServiceHandler(ctrlv1connect.UnimplementedDesktopServiceHandler{}, opts))

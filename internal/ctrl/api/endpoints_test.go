@@ -19,6 +19,7 @@ import (
 	_ "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
@@ -32,7 +33,8 @@ func newBackend(t *testing.T) *api.Backend {
 	runner := command.NewRunner(st, "test", slog.Default())
 	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
-	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: workspace.New(st, f, vols, runner)}
+	ws := workspace.New(st, f, vols, runner)
+	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f)}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service

@@ -11,6 +11,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
@@ -21,6 +22,7 @@ type Backend struct {
 	Workspaces *workspace.Service
 	Volumes    *volume.Service
 	Fleet      *fleet.Fleet
+	Processes  *dataplane.Processes
 }
 
 // respond wraps a domain answer in a Connect response.

@@ -143,25 +143,66 @@ const CapabilityBlockFile = "storage.block_file"
 // isolated, with a live session, declaring the pool available, and able to
 // handle block files. It returns "" when there is none.
 func (f *Fleet) NodeForPool(tx *store.Tx, pool string) (string, error) {
+	n, err := f.pick(tx, []string{CapabilityBlockFile}, []string{pool})
+	return n.GetNodeId(), err
+}
+
+// CapabilityQEMU is the capability of nodes that run executions as QEMU VMs.
+const CapabilityQEMU = "provider.qemu"
+
+// NodeForExecution picks a node that can run an execution now: admitted,
+// not isolated, live, with a VM provider, reaching every pool in pools
+// (empty names are ignored). It returns nil when there is none.
+//
+// Placement by resources, overcommit, clock skew and memory pressure is not
+// built yet: the first such node by node_id is taken.
+func (f *Fleet) NodeForExecution(tx *store.Tx, pools []string) (*operatorv1.NodeRegistration, error) {
+	return f.pick(tx, []string{CapabilityQEMU, CapabilityBlockFile}, pools)
+}
+
+func (f *Fleet) pick(tx *store.Tx, capabilities, pools []string) (*operatorv1.NodeRegistration, error) {
 	nodes, err := allNodes(tx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	now := f.now()
+next:
 	for _, n := range nodes {
 		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED || n.GetIsolated() || !f.Live(n, now) {
 			continue
 		}
-		if !hasCapability(n, CapabilityBlockFile) {
-			continue
-		}
-		for _, a := range n.GetStoragePools() {
-			if a.GetStoragePool() == pool && a.GetAvailable() {
-				return n.GetNodeId(), nil
+		for _, c := range capabilities {
+			if !hasCapability(n, c) {
+				continue next
 			}
 		}
+		for _, p := range pools {
+			if p != "" && !reaches(n, p) {
+				continue next
+			}
+		}
+		return n, nil
 	}
-	return "", nil
+	return nil, nil
+}
+
+func reaches(n *operatorv1.NodeRegistration, pool string) bool {
+	for _, a := range n.GetStoragePools() {
+		if a.GetStoragePool() == pool && a.GetAvailable() {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultPoolOf is the node's own default pool, or "".
+func DefaultPoolOf(n *operatorv1.NodeRegistration) string {
+	for _, a := range n.GetStoragePools() {
+		if a.GetDefaultPool() {
+			return a.GetStoragePool()
+		}
+	}
+	return ""
 }
 
 func hasCapability(n *operatorv1.NodeRegistration, c string) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,7 +13,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
@@ -164,13 +162,21 @@ func (s *Service) Stop(ctx context.Context, req *ctrlv1.StopWorkspaceRequest) (*
 	return out.(*ctrlv1.StopWorkspaceResponse), nil
 }
 
-// applyStop stops w. Nothing executes yet (no node runs Workspaces), so a
-// start still waiting for placement is cancelled and the Workspace is
-// STOPPED at once: nothing ran, so nothing needed writing back.
+// applyStop stops w. An AVAILABLE Workspace is STOPPING until its node
+// stopped the execution (a long command). A start still waiting for
+// placement is cancelled instead and the Workspace is STOPPED at once:
+// nothing ran, so nothing needed writing back.
 func (s *Service) applyStop(tx *store.Tx, w *ctrlv1.Workspace, now time.Time, commandID string, cause ctrlv1.StopCause, force bool) (bool, error) {
 	switch w.GetState() {
 	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED:
 		return false, nil
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
+		if active, err := tx.ActiveCommandOn(w.GetWorkspaceId()); err == nil {
+			return false, inProgress(w, active)
+		}
+		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING
+		w.LastStop = &ctrlv1.WorkspaceStop{Cause: cause, Force: force, CommandId: commandID, RequestedAt: timestamppb.New(now)}
+		return true, nil
 	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
 	default:
 		return false, precondition(w, "workspace %s is %s and has no execution to stop", w.GetWorkspaceId(), w.GetState())
@@ -219,7 +225,12 @@ func (s *Service) applyDelete(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) 
 	if err := supersede(tx, w, now, kindDelete); err != nil {
 		return false, err
 	}
-	long := false
+	rt, err := tx.GetRuntime(w.GetWorkspaceId(), false)
+	if err != nil {
+		return false, err
+	}
+	// A running execution and a writable layer need a node to go away.
+	long := rt.GetInstanceId() != "" || rt.GetLayerPool() != ""
 	if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
 		vol, err := tx.GetVolume(b.GetVolumeId(), true)
 		if err != nil {
@@ -247,20 +258,50 @@ func (s *Service) applyDelete(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) 
 	return long, nil
 }
 
-// runDelete removes the Volume that goes with the Workspace.
+// runDelete stops the execution if one runs, removes the writable layer,
+// then the Volume when it goes with the Workspace.
 func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
 	id := wk.Command().GetTargetId()
 	var w *ctrlv1.Workspace
 	var vol *ctrlv1.Volume
+	var rt *storev1.WorkspaceRuntime
 	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
 		if w, err = tx.GetWorkspace(id, false); err != nil {
 			return err
 		}
-		vol, err = tx.GetVolume(w.GetSpec().GetVolume().GetVolumeId(), false)
+		if rt, err = tx.GetRuntime(id, false); err != nil {
+			return err
+		}
+		if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+			vol, err = tx.GetVolume(b.GetVolumeId(), false)
+		}
 		return err
 	}); err != nil {
 		return err
+	}
+	if rt.GetInstanceId() != "" {
+		answer, err := s.fleet.Await(ctx, wk, "stop", rt.GetNodeId(), &nodev1.StopExecution{InstanceId: rt.GetInstanceId(), Force: true}, ctrlv1.FailureStage_FAILURE_STAGE_DELETING)
+		if answer == nil || err != nil {
+			return err
+		}
+		if answer.Failure != nil {
+			return wk.Fail(ctx, answer.Failure, func(*store.Tx) error { return nil })
+		}
+	}
+	if rt.GetLayerPool() != "" {
+		done, err := s.removeLayer(ctx, wk, rt)
+		if !done || err != nil {
+			return err
+		}
+	}
+	if vol == nil || vol.GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETING {
+		return wk.Succeed(ctx, func(tx *store.Tx) error {
+			if err := s.clearRuntime(tx, id); err != nil {
+				return err
+			}
+			return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) { w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED })
+		})
 	}
 	finish := func(tx *store.Tx, volState ctrlv1.VolumeState) error {
 		if err := s.setVolume(tx, vol.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = volState }); err != nil {
@@ -272,6 +313,9 @@ func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
 		Name: "remove-volume", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME,
 		Body: &nodev1.RemoveBlockFile{Ref: &nodev1.BlockFileRef{StoragePool: vol.GetSpec().GetStoragePool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: vol.GetVolumeId()}},
 		Succeeded: func(tx *store.Tx, _ *anypb.Any) error {
+			if err := s.clearRuntime(tx, id); err != nil {
+				return err
+			}
 			return finish(tx, ctrlv1.VolumeState_VOLUME_STATE_DELETED)
 		},
 		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error {
@@ -303,47 +347,38 @@ func (s *Service) setVolume(tx *store.Tx, id string, fn func(v *ctrlv1.Volume)) 
 	return tx.PutVolume(v)
 }
 
-// runPlacement is the step create and start wait in: placement and the VM
-// provider are not built, so no node can run a Workspace. The command waits,
-// saying why, and is tried again whenever a node connects.
-func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
-	var providers []string
-	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
-		nodes, err := s.liveNodes(tx)
-		for _, n := range nodes {
-			for _, c := range n.GetObservation().GetCapabilities() {
-				if strings.HasPrefix(c, "provider.") {
-					providers = append(providers, n.GetNodeId())
-				}
-			}
+// removeLayer has a node reaching the layer's pool remove its block file.
+// done is false while the node has not answered (the step ended).
+func (s *Service) removeLayer(ctx context.Context, wk *command.Work, rt *storev1.WorkspaceRuntime) (bool, error) {
+	nodeID := rt.GetNodeId()
+	if nodeID == "" {
+		if err := s.store.Tx(ctx, func(tx *store.Tx) error {
+			var err error
+			nodeID, err = s.fleet.NodeForPool(tx, rt.GetLayerPool())
+			return err
+		}); err != nil {
+			return false, err
 		}
-		return err
-	}); err != nil {
-		return err
+		if nodeID == "" {
+			return false, wk.Wait(ctx, fmt.Sprintf("no connected node reaches storage pool %q to remove the writable layer", rt.GetLayerPool()), time.Minute)
+		}
 	}
-	reason := "no connected node offers a VM provider (capability provider.*), so no node can run this Workspace yet"
-	if len(providers) > 0 {
-		reason = fmt.Sprintf("nodes %v offer a VM provider, but this ctrl does not place executions yet", providers)
+	answer, err := s.fleet.Await(ctx, wk, "remove-layer", nodeID, &nodev1.RemoveBlockFile{Ref: layerRef(rt)}, ctrlv1.FailureStage_FAILURE_STAGE_DELETING)
+	if answer == nil || err != nil {
+		return false, err
 	}
-	return wk.Wait(ctx, reason, time.Minute)
+	if answer.Failure != nil {
+		return false, wk.Fail(ctx, answer.Failure, func(tx *store.Tx) error {
+			return s.setWorkspace(tx, rt.GetWorkspaceId(), func(w *ctrlv1.Workspace) {
+				w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+				w.Failure = answer.Failure
+			})
+		})
+	}
+	return true, nil
 }
 
-func (s *Service) liveNodes(tx *store.Tx) ([]*operatorv1.NodeRegistration, error) {
-	var live []*operatorv1.NodeRegistration
-	after := ""
-	for {
-		batch, err := tx.ListNodes(after, 500)
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range batch {
-			if s.fleet.Live(n, s.now()) {
-				live = append(live, n)
-			}
-		}
-		if len(batch) < 500 {
-			return live, nil
-		}
-		after = batch[len(batch)-1].GetNodeId()
-	}
+// clearRuntime forgets a deleted Workspace's execution and layer.
+func (s *Service) clearRuntime(tx *store.Tx, id string) error {
+	return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: id})
 }

@@ -52,6 +52,7 @@ func New(s *store.Store, f *fleet.Fleet, v *volume.Service, r Runner) *Service {
 	w := &Service{store: s, fleet: f, volumes: v, runner: r, now: time.Now}
 	r.Handle(kindCreate, w.runPlacement)
 	r.Handle(kindStart, w.runPlacement)
+	r.Handle(kindStop, w.runStop)
 	r.Handle(kindDelete, w.runDelete)
 	return w
 }
@@ -240,29 +241,53 @@ func admitted(id, workspaceID, kind string, now time.Time) *ctrlv1.WorkspaceComm
 // projections derived at read (persistent paths, retention tiers).
 func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
 	out := proto.Clone(w).(*ctrlv1.Workspace)
-	b := out.GetSpec().GetVolume()
+	rt, err := tx.GetRuntime(w.GetWorkspaceId(), false)
+	if err != nil {
+		rt = &storev1.WorkspaceRuntime{}
+	}
+	running := rt.GetInstanceId() != ""
+	first := rt.GetStarts() <= 1
+	reset := func(reason ctrlv1.RetentionResetReason) (ctrlv1.RetentionContinuity, ctrlv1.RetentionResetReason) {
+		return ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, reason
+	}
+	unavailable := ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE
+	available := ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_AVAILABLE
+
 	promised := &ctrlv1.RetentionTier{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED, Availability: ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_NOT_DECLARED}
 	out.PersistentPaths = nil
-	if b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+	if b := out.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
 		out.PersistentPaths = []string{b.GetMountPath()}
 		promised.Paths = []string{b.GetMountPath()}
-		promised.Availability = ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE
+		promised.Availability = unavailable
 		if vol, err := tx.GetVolume(b.GetVolumeId(), false); err == nil {
 			switch vol.GetState() {
 			case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_ATTACHED:
-				promised.Availability = ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_AVAILABLE
+				promised.Availability = available
 			}
 			c := vol.GetSpec().GetCapacityBytes()
 			promised.CapacityBytes = &c
 		}
+		if rt.GetStarts() > 0 {
+			promised.Continuity = ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED
+			if first {
+				promised.Continuity, promised.ResetReason = reset(ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START)
+			}
+		}
 	}
-	// The writable layer and the tmpfs tiers exist only once an execution
-	// ran; none has yet while no node can run Workspaces.
-	out.RetentionTiers = []*ctrlv1.RetentionTier{
-		promised,
-		{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT, Paths: []string{"/"}, Availability: ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE},
-		{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_NONE, Paths: []string{"/tmp", "/run"}, Availability: ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE},
+	bestEffort := &ctrlv1.RetentionTier{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT, Paths: []string{"/"}, Availability: unavailable}
+	if rt.GetStarts() > 0 && rt.GetLayerPool() != "" {
+		bestEffort.Availability = available
+		c := rt.GetLayerCapacityBytes()
+		bestEffort.CapacityBytes = &c
+		bestEffort.Continuity, bestEffort.ResetReason = rt.GetLayerContinuity(), rt.GetLayerResetReason()
 	}
+	none := &ctrlv1.RetentionTier{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_NONE, Paths: []string{"/tmp", "/run"}, Availability: unavailable}
+	if running {
+		// tmpfs: whatever was there is gone at every start.
+		none.Availability = available
+		none.Continuity = ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET
+	}
+	out.RetentionTiers = []*ctrlv1.RetentionTier{promised, bestEffort, none}
 	return out
 }
 

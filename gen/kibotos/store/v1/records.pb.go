@@ -587,10 +587,16 @@ type WorkspaceRuntime struct {
 	InstanceId string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	NodeId     string `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	BootId     string `protobuf:"bytes,6,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
-	// starts counts the executions started, for instance ids.
-	Starts        uint64 `protobuf:"varint,7,opt,name=starts,proto3" json:"starts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// starts counts the executions started.
+	Starts uint64 `protobuf:"varint,7,opt,name=starts,proto3" json:"starts,omitempty"`
+	// layer_capacity_bytes is the capacity the layer has.
+	LayerCapacityBytes uint64 `protobuf:"varint,8,opt,name=layer_capacity_bytes,json=layerCapacityBytes,proto3" json:"layer_capacity_bytes,omitempty"`
+	// layer_continuity and layer_reset_reason are the BEST_EFFORT tier's
+	// continuity at the latest start.
+	LayerContinuity  v1.RetentionContinuity  `protobuf:"varint,9,opt,name=layer_continuity,json=layerContinuity,proto3,enum=kibotos.ctrl.v1.RetentionContinuity" json:"layer_continuity,omitempty"`
+	LayerResetReason v1.RetentionResetReason `protobuf:"varint,10,opt,name=layer_reset_reason,json=layerResetReason,proto3,enum=kibotos.ctrl.v1.RetentionResetReason" json:"layer_reset_reason,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WorkspaceRuntime) Reset() {
@@ -672,6 +678,27 @@ func (x *WorkspaceRuntime) GetStarts() uint64 {
 	return 0
 }
 
+func (x *WorkspaceRuntime) GetLayerCapacityBytes() uint64 {
+	if x != nil {
+		return x.LayerCapacityBytes
+	}
+	return 0
+}
+
+func (x *WorkspaceRuntime) GetLayerContinuity() v1.RetentionContinuity {
+	if x != nil {
+		return x.LayerContinuity
+	}
+	return v1.RetentionContinuity(0)
+}
+
+func (x *WorkspaceRuntime) GetLayerResetReason() v1.RetentionResetReason {
+	if x != nil {
+		return x.LayerResetReason
+	}
+	return v1.RetentionResetReason(0)
+}
+
 var File_kibotos_store_v1_records_proto protoreflect.FileDescriptor
 
 const file_kibotos_store_v1_records_proto_rawDesc = "" +
@@ -726,7 +753,7 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\tR\brevision\x12-\n" +
 	"\x04root\x18\x03 \x01(\v2\x19.kibotos.node.v1.ArtifactR\x04root\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xe6\x01\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xbe\x03\n" +
 	"\x10WorkspaceRuntime\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x1d\n" +
 	"\n" +
@@ -736,7 +763,11 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aboot_id\x18\x06 \x01(\tR\x06bootId\x12\x16\n" +
-	"\x06starts\x18\a \x01(\x04R\x06starts*\xb6\x01\n" +
+	"\x06starts\x18\a \x01(\x04R\x06starts\x120\n" +
+	"\x14layer_capacity_bytes\x18\b \x01(\x04R\x12layerCapacityBytes\x12O\n" +
+	"\x10layer_continuity\x18\t \x01(\x0e2$.kibotos.ctrl.v1.RetentionContinuityR\x0flayerContinuity\x12S\n" +
+	"\x12layer_reset_reason\x18\n" +
+	" \x01(\x0e2%.kibotos.ctrl.v1.RetentionResetReasonR\x10layerResetReason*\xb6\x01\n" +
 	"\fCommandState\x12\x1d\n" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16COMMAND_STATE_ADMITTED\x10\x01\x12\x19\n" +
@@ -776,6 +807,8 @@ var file_kibotos_store_v1_records_proto_goTypes = []any{
 	(*v1.WorkspaceFailure)(nil),   // 8: kibotos.ctrl.v1.WorkspaceFailure
 	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 	(*v11.Artifact)(nil),          // 10: kibotos.node.v1.Artifact
+	(v1.RetentionContinuity)(0),   // 11: kibotos.ctrl.v1.RetentionContinuity
+	(v1.RetentionResetReason)(0),  // 12: kibotos.ctrl.v1.RetentionResetReason
 }
 var file_kibotos_store_v1_records_proto_depIdxs = []int32{
 	0,  // 0: kibotos.store.v1.Command.state:type_name -> kibotos.store.v1.CommandState
@@ -795,11 +828,13 @@ var file_kibotos_store_v1_records_proto_depIdxs = []int32{
 	9,  // 14: kibotos.store.v1.Launch.created_at:type_name -> google.protobuf.Timestamp
 	10, // 15: kibotos.store.v1.TemplateRevision.root:type_name -> kibotos.node.v1.Artifact
 	9,  // 16: kibotos.store.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	11, // 17: kibotos.store.v1.WorkspaceRuntime.layer_continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
+	12, // 18: kibotos.store.v1.WorkspaceRuntime.layer_reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_store_v1_records_proto_init() }

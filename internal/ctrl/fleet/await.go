@@ -1,0 +1,98 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// Answer is a node's answer to an operation: a result, or a failure.
+type Answer struct {
+	Result  *anypb.Any
+	Failure *ctrlv1.WorkspaceFailure
+}
+
+// Await hands the operation name of the command w drives to nodeID (once)
+// and returns the node's answer when there is one. While there is none it
+// ends the step (the command continues when the answer arrives) and returns
+// nil: the caller then returns nil too. Commands of several operations
+// await them one after the other, each under its own name.
+func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string, body proto.Message, stage ctrlv1.FailureStage) (*Answer, error) {
+	opID := w.Command().GetCommandId() + "/" + name
+	var op *storev1.NodeOperation
+	err := f.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		op, err = tx.GetNodeOperation(opID, false)
+		if errors.Is(err, store.ErrNotFound) {
+			op, err = nil, nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if op == nil {
+		anyBody, err := anypb.New(body)
+		if err != nil {
+			return nil, err
+		}
+		err = w.Continue(ctx, fmt.Sprintf("%s: sent to node %s", name, nodeID), 30*time.Second, func(tx *store.Tx, c *storev1.Command) error {
+			c.NodeId = nodeID
+			return StartOperation(tx, w.Now(), opID, nodeID, c.GetCommandId(), anyBody)
+		})
+		if err == nil {
+			f.Notify(nodeID)
+		}
+		return nil, err
+	}
+	switch op.GetState() {
+	case storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED:
+		return &Answer{Result: op.GetResult()}, nil
+	case storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED:
+		code := connect.Code(op.GetCode())
+		return &Answer{Failure: &ctrlv1.WorkspaceFailure{
+			Stage: stage, Reason: reasonOf(code), Retryable: code == connect.CodeUnavailable,
+			Message: fmt.Sprintf("node %s: %s", op.GetNodeId(), op.GetMessage()),
+		}}, nil
+	}
+	return nil, w.Continue(ctx, fmt.Sprintf("%s: waiting for node %s to answer", name, op.GetNodeId()), 30*time.Second, nil)
+}
+
+// Operate drives a command step that hands op to a node: it picks a node
+// that reaches op.Pool (waiting while there is none), records the operation,
+// waits for the node's answer (the node's session sends it, again after any
+// reconnect), then ends the command.
+func (f *Fleet) Operate(ctx context.Context, w *command.Work, op Operation) error {
+	nodeID := w.Command().GetNodeId()
+	if nodeID == "" {
+		err := f.store.Tx(ctx, func(tx *store.Tx) error {
+			var err error
+			nodeID, err = f.NodeForPool(tx, op.Pool)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if nodeID == "" {
+			return w.Wait(ctx, fmt.Sprintf("no connected node reaches storage pool %q", op.Pool), 30*time.Second)
+		}
+	}
+	answer, err := f.Await(ctx, w, op.Name, nodeID, op.Body, op.Stage)
+	if answer == nil || err != nil {
+		return err
+	}
+	if answer.Failure != nil {
+		return w.Fail(ctx, answer.Failure, func(tx *store.Tx) error { return op.Failed(tx, answer.Failure) })
+	}
+	return w.Succeed(ctx, func(tx *store.Tx) error { return op.Succeeded(tx, answer.Result) })
+}

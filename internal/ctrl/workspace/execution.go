@@ -1,0 +1,457 @@
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// DefaultLayerCapacity is the writable layer a request of zero gets: the
+// storage profile of the nodes (a sparse file: it uses only what is
+// written).
+const DefaultLayerCapacity = 4 << 30
+
+// instanceID names an execution by its Workspace and the command that
+// started it, so a node's report leads back to the Workspace.
+func instanceID(workspaceID, commandID string) string {
+	sum := sha256.Sum256([]byte(commandID))
+	return workspaceID + "." + hex.EncodeToString(sum[:6])
+}
+
+// WorkspaceOf is the Workspace an instance id belongs to.
+func WorkspaceOf(instanceID string) string {
+	ws, _, _ := strings.Cut(instanceID, ".")
+	return ws
+}
+
+// launchPlan is what a start needs, read at the start of a step.
+type launchPlan struct {
+	w        *ctrlv1.Workspace
+	runtime  *storev1.WorkspaceRuntime
+	volume   *ctrlv1.Volume
+	launch   *storev1.Launch
+	template *storev1.TemplateRevision
+}
+
+// runPlacement drives create and start: resolve what boots, place the
+// execution on a node, create the NEW Volume there if it is not yet, start
+// the VM and wait for its agent.
+func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
+	plan, wait, err := s.plan(ctx, wk)
+	if err != nil || wait != "" {
+		if wait != "" {
+			return wk.Wait(ctx, wait, time.Minute)
+		}
+		return err
+	}
+	nodeID := wk.Command().GetNodeId()
+	if nodeID == "" {
+		nodeID, wait, err = s.place(ctx, plan)
+		if err != nil || wait != "" {
+			if wait != "" {
+				return wk.Wait(ctx, wait, time.Minute)
+			}
+			return err
+		}
+	}
+	stage := ctrlv1.FailureStage_FAILURE_STAGE_STARTING
+	if wk.Command().GetKind() == kindCreate {
+		stage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING
+	}
+	if v := plan.volume; v != nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING {
+		answer, err := s.fleet.Await(ctx, wk, "ensure-volume", nodeID, &nodev1.EnsureBlockFile{
+			Ref: volumeRef(v), CapacityBytes: v.GetSpec().GetCapacityBytes(),
+		}, ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME)
+		if answer == nil || err != nil {
+			return err
+		}
+		if answer.Failure != nil {
+			return s.failStart(ctx, wk, answer.Failure)
+		}
+		if err := s.store.Tx(ctx, func(tx *store.Tx) error {
+			return s.setVolume(tx, v.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+		}); err != nil {
+			return err
+		}
+	}
+	start := s.startExecution(plan, nodeID, wk.Command().GetCommandId())
+	answer, err := s.fleet.Await(ctx, wk, "start", nodeID, start, stage)
+	if answer == nil || err != nil {
+		return err
+	}
+	if answer.Failure != nil {
+		return s.failStart(ctx, wk, answer.Failure)
+	}
+	status := &nodev1.ExecutionStatus{}
+	if err := answer.Result.UnmarshalTo(status); err != nil {
+		return err
+	}
+	return wk.Succeed(ctx, func(tx *store.Tx) error { return s.started(tx, plan, nodeID, start, status) })
+}
+
+// plan reads the Workspace and resolves its template and Launch, storing
+// them in its spec the first time. wait says why the command cannot go on.
+func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, string, error) {
+	req, err := wk.Request()
+	if err != nil {
+		return nil, "", err
+	}
+	var plan *launchPlan
+	var wait string
+	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+		w, err := tx.GetWorkspace(wk.Command().GetTargetId(), true)
+		if err != nil {
+			return err
+		}
+		plan = &launchPlan{w: w}
+		if plan.runtime, err = tx.GetRuntime(w.GetWorkspaceId(), true); err != nil {
+			return err
+		}
+		if wait, err = s.resolve(tx, plan, req); err != nil || wait != "" {
+			return err
+		}
+		if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+			if plan.volume, err = tx.GetVolume(b.GetVolumeId(), false); err != nil {
+				return err
+			}
+		}
+		w.UpdatedAt = timestamppb.New(s.now())
+		return tx.PutWorkspace(w)
+	})
+	return plan, wait, err
+}
+
+// resolve fills the plan's template and Launch. A create binds the
+// template its selector names and the default Launch of the deployment's
+// default PlatformKey; an explicit start rebinds launch_ref to the current
+// default of the PlatformKey it is on.
+func (s *Service) resolve(tx *store.Tx, plan *launchPlan, req any) (string, error) {
+	spec := plan.w.GetSpec()
+	if spec.GetTemplate() == nil {
+		sel := &ctrlv1.TemplateSelector{}
+		if create, ok := req.(*ctrlv1.CreateWorkspaceRequest); ok {
+			sel = create.GetSpec().GetTemplate()
+		}
+		t, err := tx.TemplateRevision(sel.GetTemplate(), sel.GetRevision())
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Sprintf("no template matches %q (revision %q): register one (kibotos dev does at first start)", sel.GetTemplate(), sel.GetRevision()), nil
+		} else if err != nil {
+			return "", err
+		}
+		spec.Template = &ctrlv1.TemplateRef{Template: t.GetTemplate(), Revision: t.GetRevision()}
+	}
+	t, err := tx.TemplateRevision(spec.GetTemplate().GetTemplate(), spec.GetTemplate().GetRevision())
+	if err != nil {
+		return "", fmt.Errorf("template %v: %w", spec.GetTemplate(), err)
+	}
+	plan.template = t
+	key := ""
+	if spec.GetLaunchRef() != "" {
+		current, err := tx.GetLaunch(spec.GetLaunchRef())
+		if err != nil {
+			return "", err
+		}
+		key = current.GetPlatformKey()
+		if _, isStart := req.(*ctrlv1.StartWorkspaceRequest); !isStart {
+			plan.launch = current
+			return "", nil
+		}
+	}
+	l, err := tx.DefaultLaunch(key)
+	if errors.Is(err, store.ErrNotFound) {
+		return "no platform is registered: register one (kibotos dev does at first start)", nil
+	} else if err != nil {
+		return "", err
+	}
+	if spec.GetLaunchRef() != "" && spec.GetLaunchRef() != l.GetLaunchRef() {
+		spec.LaunchBindingVersion++
+	}
+	spec.LaunchRef = l.GetLaunchRef()
+	plan.launch = l
+	return "", nil
+}
+
+// place picks a node that reaches the Workspace's pools and runs VMs, and
+// records where a first writable layer goes: beside the Volume, or in the
+// node's default pool.
+func (s *Service) place(ctx context.Context, plan *launchPlan) (string, string, error) {
+	pools := []string{plan.runtime.GetLayerPool()}
+	if plan.volume != nil {
+		pools = append(pools, plan.volume.GetSpec().GetStoragePool())
+	}
+	var nodeID string
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		n, err := s.fleet.NodeForExecution(tx, pools)
+		if n == nil || err != nil {
+			return err
+		}
+		nodeID = n.GetNodeId()
+		rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
+		if err != nil {
+			return err
+		}
+		if rt.GetLayerPool() == "" {
+			rt.LayerPool = fleet.DefaultPoolOf(n)
+			if plan.volume != nil {
+				rt.LayerPool = plan.volume.GetSpec().GetStoragePool()
+			}
+			if err := tx.PutRuntime(rt); err != nil {
+				return err
+			}
+		}
+		plan.runtime = rt
+		return nil
+	})
+	if err != nil || nodeID != "" {
+		return nodeID, "", err
+	}
+	return "", fmt.Sprintf("no connected node runs VMs (capability %s) and reaches storage pools %v", fleet.CapabilityQEMU, nonEmpty(pools)), nil
+}
+
+func nonEmpty(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func volumeRef(v *ctrlv1.Volume) *nodev1.BlockFileRef {
+	return &nodev1.BlockFileRef{StoragePool: v.GetSpec().GetStoragePool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: v.GetVolumeId()}
+}
+
+func layerRef(rt *storev1.WorkspaceRuntime) *nodev1.BlockFileRef {
+	return &nodev1.BlockFileRef{StoragePool: rt.GetLayerPool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER, ObjectId: rt.GetWorkspaceId()}
+}
+
+// startExecution is the node operation that boots the plan.
+func (s *Service) startExecution(plan *launchPlan, nodeID, commandID string) *nodev1.StartExecution {
+	res := plan.w.GetSpec().GetResources()
+	layer := res.GetWritableLayerCapacityBytes()
+	if layer == 0 {
+		layer = DefaultLayerCapacity
+	}
+	vcpus := (res.GetCpuMillis() + 999) / 1000
+	start := &nodev1.StartExecution{
+		InstanceId: instanceID(plan.w.GetWorkspaceId(), commandID), BootId: "boot-" + commandHash(commandID),
+		Kernel: plan.launch.GetKernel(), Initrd: plan.launch.GetInitrd(), TemplateRoot: plan.template.GetRoot(),
+		Layer: layerRef(plan.runtime), LayerCapacityBytes: layer,
+		Vcpus: max(vcpus, 1), MemoryBytes: res.GetMemoryBytes(),
+	}
+	if plan.volume != nil {
+		start.Volume = volumeRef(plan.volume)
+		start.VolumeMountPath = plan.w.GetSpec().GetVolume().GetMountPath()
+	}
+	return start
+}
+
+func commandHash(commandID string) string {
+	sum := sha256.Sum256([]byte(commandID))
+	return hex.EncodeToString(sum[:8])
+}
+
+// started records a running execution: AVAILABLE, one more generation, the
+// retention tiers' continuity, the Volume attached.
+func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *nodev1.StartExecution, status *nodev1.ExecutionStatus) error {
+	rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
+	if err != nil {
+		return err
+	}
+	continuity, reason := ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED, ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_UNSPECIFIED
+	switch {
+	case status.GetLayerCreated() && rt.GetStarts() == 0:
+		continuity, reason = ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START
+	case status.GetLayerCreated():
+		continuity, reason = ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE
+	}
+	rt.InstanceId, rt.NodeId, rt.BootId = start.GetInstanceId(), nodeID, start.GetBootId()
+	rt.Starts++
+	rt.LayerCapacityBytes = status.GetLayerCapacityBytes()
+	rt.LayerTemplate = plan.template.GetRoot().GetDigest()
+	rt.LayerContinuity, rt.LayerResetReason = continuity, reason
+	if err := tx.PutRuntime(rt); err != nil {
+		return err
+	}
+	if plan.volume != nil {
+		if err := s.setVolume(tx, plan.volume.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = ctrlv1.VolumeState_VOLUME_STATE_ATTACHED }); err != nil {
+			return err
+		}
+	}
+	return s.setWorkspace(tx, plan.w.GetWorkspaceId(), func(w *ctrlv1.Workspace) {
+		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
+		w.Spec = plan.w.GetSpec()
+		w.Generation++
+		w.Failure = nil
+		w.GuestObservation = &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(s.now()), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
+	})
+}
+
+// failStart records a create or start that failed: the Workspace is FAILED
+// and holds no execution, so it can be started again.
+func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrlv1.WorkspaceFailure) error {
+	return wk.Fail(ctx, failure, func(tx *store.Tx) error {
+		return s.setWorkspace(tx, wk.Command().GetTargetId(), func(w *ctrlv1.Workspace) {
+			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+			w.Failure = failure
+		})
+	})
+}
+
+// runStop stops the current execution.
+func (s *Service) runStop(ctx context.Context, wk *command.Work) error {
+	req, err := wk.Request()
+	if err != nil {
+		return err
+	}
+	force := false
+	cause := ctrlv1.StopCause_STOP_CAUSE_REQUESTED
+	switch r := req.(type) {
+	case *ctrlv1.StopWorkspaceRequest:
+		force = r.GetMode() == ctrlv1.StopMode_STOP_MODE_FORCE
+	}
+	if strings.HasPrefix(wk.Command().GetCommandId(), "expire:") {
+		cause = ctrlv1.StopCause_STOP_CAUSE_EXPIRED
+	}
+	var rt *storev1.WorkspaceRuntime
+	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		rt, err = tx.GetRuntime(wk.Command().GetTargetId(), false)
+		return err
+	}); err != nil {
+		return err
+	}
+	answer, err := s.fleet.Await(ctx, wk, "stop", rt.GetNodeId(), &nodev1.StopExecution{InstanceId: rt.GetInstanceId(), Force: force}, ctrlv1.FailureStage_FAILURE_STAGE_STOPPING)
+	if answer == nil || err != nil {
+		return err
+	}
+	if answer.Failure != nil {
+		return wk.Fail(ctx, answer.Failure, func(*store.Tx) error { return nil })
+	}
+	result := &nodev1.StopResult{}
+	if err := answer.Result.UnmarshalTo(result); err != nil {
+		return err
+	}
+	durability := ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED
+	if result.GetDurable() {
+		durability = ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED
+	}
+	return wk.Succeed(ctx, func(tx *store.Tx) error {
+		return s.stopped(tx, wk.Command().GetTargetId(), rt.GetInstanceId(), &ctrlv1.WorkspaceStop{
+			Cause: cause, Force: force, Durability: durability, CommandId: wk.Command().GetCommandId(),
+			RequestedAt: wk.Command().GetAdmittedAt(), CompletedAt: timestamppb.New(s.now()),
+		})
+	})
+}
+
+// stopped records that instance no longer runs: STOPPED with stop, the
+// Volume detached. A report about an older instance changes nothing.
+func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrlv1.WorkspaceStop) error {
+	rt, err := tx.GetRuntime(workspaceID, true)
+	if err != nil || rt.GetInstanceId() != instance {
+		return err
+	}
+	rt.InstanceId, rt.NodeId, rt.BootId = "", "", ""
+	if err := tx.PutRuntime(rt); err != nil {
+		return err
+	}
+	w, err := tx.GetWorkspace(workspaceID, true)
+	if err != nil {
+		return err
+	}
+	if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+		if err := s.setVolume(tx, b.GetVolumeId(), func(v *ctrlv1.Volume) {
+			if v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_ATTACHED {
+				v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING || w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		return nil
+	}
+	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
+	w.LastStop = stop
+	w.GuestObservation = nil
+	w.UpdatedAt = timestamppb.New(s.now())
+	return tx.PutWorkspace(w)
+}
+
+// ExecutionEnded records an execution a node saw end without a stop: the
+// guest powered off, or the host killed its VMM. ctrl releases it as a
+// forced stop, so the Workspace can start again.
+func (s *Service) ExecutionEnded(ctx context.Context, nodeID string, r *nodev1.ExecutionReport) {
+	cause := ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN
+	if r.GetEnd() == nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED {
+		cause = ctrlv1.StopCause_STOP_CAUSE_HOST_MEMORY_EXHAUSTED
+	} else if r.GetEnd() == nodev1.ExecutionEnd_EXECUTION_END_STOPPED {
+		return // a StopExecution's own answer records it
+	}
+	now := timestamppb.New(s.now())
+	_ = s.store.Tx(ctx, func(tx *store.Tx) error {
+		rt, err := tx.GetRuntime(WorkspaceOf(r.GetInstanceId()), false)
+		if err != nil || rt.GetInstanceId() != r.GetInstanceId() || rt.GetNodeId() != nodeID {
+			return err
+		}
+		return s.stopped(tx, rt.GetWorkspaceId(), r.GetInstanceId(), &ctrlv1.WorkspaceStop{
+			Cause: cause, Force: true, Durability: ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED, RequestedAt: now, CompletedAt: now,
+		})
+	})
+}
+
+// ExecutionObserved records the node's latest probe of a running guest. It
+// is an observation: it never changes the Workspace's state.
+func (s *Service) ExecutionObserved(ctx context.Context, nodeID string, r *nodev1.ExecutionReport) {
+	_ = s.store.Tx(ctx, func(tx *store.Tx) error {
+		id := WorkspaceOf(r.GetInstanceId())
+		rt, err := tx.GetRuntime(id, false)
+		if err != nil || rt.GetInstanceId() != r.GetInstanceId() {
+			return err
+		}
+		w, err := tx.GetWorkspace(id, true)
+		if err != nil {
+			return err
+		}
+		prev := w.GetGuestObservation()
+		obs := &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(s.now()), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
+		if !r.GetResponding() {
+			obs.Condition = ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
+			obs.Error = r.GetProbeError()
+			obs.UnresponsiveSince = obs.GetObservedAt()
+			if prev.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE {
+				obs.UnresponsiveSince = prev.GetUnresponsiveSince()
+			}
+		}
+		w.GuestObservation = obs
+		return tx.PutWorkspace(w)
+	})
+}
+
+// Execution is where a Workspace's current execution runs, for the data
+// plane: its node and instance. ok is false when none runs.
+func (s *Service) Execution(ctx context.Context, workspaceID string) (w *ctrlv1.Workspace, nodeID, instance string, err error) {
+	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+		if w, err = get(tx, workspaceID, false); err != nil {
+			return err
+		}
+		rt, err := tx.GetRuntime(workspaceID, false)
+		nodeID, instance = rt.GetNodeId(), rt.GetInstanceId()
+		return err
+	})
+	return w, nodeID, instance, err
+}
