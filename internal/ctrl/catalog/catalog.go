@@ -150,4 +150,3 @@ func (c *Catalog) HasDefaults(ctx context.Context) (bool, error) {
 	})
 	return ok, err
 }
-
