@@ -105,8 +105,9 @@ state, and its default storage pool (<state-dir>/pools/default). It writes the
 endpoints and credentials to <state-dir>/endpoints.env and to the client
 configuration ($KIBOTOS_HOME/config.env), which the CLI then uses without flags.
 
-Not built yet: the VM provider, platforms and templates (see the README's
-status table): Workspaces are recorded and wait for a node that can run them.`,
+At first start it builds a default platform (Debian's kernel package, an
+initramfs with kibotos-guest) and a default template (a busybox root) and
+registers them; later starts reuse them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config("dev")
@@ -136,6 +137,9 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 	}
 	if err := clientconfig.Write(clientPath, srv.Client); err != nil {
 		return fmt.Errorf("write client configuration: %w", err)
+	}
+	if err := ensureDefaults(ctx, srv.Catalog(), cfg.StateDir, cmd.OutOrStdout()); err != nil {
+		return fmt.Errorf("default platform and template: %w", err)
 	}
 	// A grant bound to the dev node, used only if the node has no credential
 	// yet (its first start, or a state directory made anew).

@@ -20,8 +20,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(stderr, "kibotos:", describe(err))
-		return 1
+		var exit exitError
+		if !errors.As(err, &exit) {
+			fmt.Fprintln(stderr, "kibotos:", describe(err))
+		}
+		return exitCodeOf(err)
 	}
 	return 0
 }

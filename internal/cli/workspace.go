@@ -143,7 +143,7 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 	}
 	mutation(del)
 
-	c.AddCommand(list, get, create, start, stop, del)
+	c.AddCommand(list, get, create, start, stop, del, newExecCommand(out))
 	return c
 }
 
