@@ -112,4 +112,3 @@ func busyboxPath() string {
 	}
 	return "busybox"
 }
-
