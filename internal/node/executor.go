@@ -17,17 +17,23 @@ import (
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 )
 
-// executor applies commands one at a time, in the order ctrl sent them,
-// for the whole agent run: a command still running when its session ends
-// finishes and is recorded, and ctrl's resend after the reconnect is
-// answered from that record. Running them in order keeps two operations on
-// the same object from overtaking each other.
+// executor applies commands for the whole agent run: a command still
+// running when its session ends finishes and is recorded, and ctrl's
+// resend after the reconnect is answered from that record.
+//
+// Commands on the same object (one block file, one execution's instance)
+// run one at a time, in the order ctrl sent them, so two operations on it
+// never overtake each other; commands on different objects run
+// concurrently, so a slow boot does not hold up every other Workspace.
 type executor struct {
 	a *agent
 
 	mu    sync.Mutex
 	queue []job
 	wake  chan struct{}
+	// lanes holds, per object, the jobs not finished yet; the first one
+	// runs. Only run's goroutine starts lanes.
+	lanes map[string][]job
 }
 
 type job struct {
@@ -36,7 +42,7 @@ type job struct {
 }
 
 func newExecutor(a *agent) *executor {
-	return &executor{a: a, wake: make(chan struct{}, 1)}
+	return &executor{a: a, wake: make(chan struct{}, 1), lanes: map[string][]job{}}
 }
 
 // enqueue never blocks, so the session keeps answering clock probes while
@@ -51,7 +57,11 @@ func (e *executor) enqueue(cmd *nodev1.NodeCommand, reply func(*nodev1.CommandRe
 	}
 }
 
+// run hands the queued commands to their objects' lanes until ctx ends,
+// then waits for the commands running.
 func (e *executor) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		e.mu.Lock()
 		var j job
@@ -60,6 +70,12 @@ func (e *executor) run(ctx context.Context) {
 			j = e.queue[0]
 			e.queue[0] = job{}
 			e.queue = e.queue[1:]
+			key := objectKey(j.cmd)
+			busy := len(e.lanes[key]) > 0
+			e.lanes[key] = append(e.lanes[key], j)
+			if !busy {
+				wg.Go(func() { e.lane(ctx, key) })
+			}
 		}
 		e.mu.Unlock()
 		if !ok {
@@ -68,12 +84,66 @@ func (e *executor) run(ctx context.Context) {
 				return
 			case <-e.wake:
 			}
-			continue
-		}
-		if res := e.a.execute(ctx, j.cmd); res != nil {
-			j.reply(res)
 		}
 	}
+}
+
+// lane runs the jobs of one object in order until there are none. Once
+// ctx ended, the jobs left are dropped: ctrl sends them again.
+func (e *executor) lane(ctx context.Context, key string) {
+	for {
+		e.mu.Lock()
+		j := e.lanes[key][0]
+		e.mu.Unlock()
+		if ctx.Err() == nil {
+			if res := e.a.execute(ctx, j.cmd); res != nil {
+				j.reply(res)
+			}
+		}
+		e.mu.Lock()
+		rest := e.lanes[key][1:]
+		if len(rest) == 0 {
+			delete(e.lanes, key)
+			e.mu.Unlock()
+			return
+		}
+		e.lanes[key] = rest
+		e.mu.Unlock()
+	}
+}
+
+// objectKey names the object a command works on: commands with the same
+// key run in order. A command the node cannot read has a key of its own
+// (its operation): it fails anyway.
+func objectKey(cmd *nodev1.NodeCommand) string {
+	body := cmd.GetBody()
+	switch body.MessageName() {
+	case ensureBlockFileName:
+		var op nodev1.EnsureBlockFile
+		if body.UnmarshalTo(&op) == nil {
+			return blockFileKey(op.GetRef())
+		}
+	case removeBlockFileName:
+		var op nodev1.RemoveBlockFile
+		if body.UnmarshalTo(&op) == nil {
+			return blockFileKey(op.GetRef())
+		}
+	case startExecutionName:
+		var op nodev1.StartExecution
+		if body.UnmarshalTo(&op) == nil {
+			return "execution\x00" + op.GetInstanceId()
+		}
+	case stopExecutionName:
+		var op nodev1.StopExecution
+		if body.UnmarshalTo(&op) == nil {
+			return "execution\x00" + op.GetInstanceId()
+		}
+	}
+	return "operation\x00" + cmd.GetOperationId()
+}
+
+func blockFileKey(ref *nodev1.BlockFileRef) string {
+	return fmt.Sprintf("block file\x00%s\x00%d\x00%s", ref.GetStoragePool(), ref.GetKind(), ref.GetObjectId())
 }
 
 // execute answers one command: from the operations record when its
@@ -135,6 +205,8 @@ func nameOf(m proto.Message) protoreflect.FullName { return m.ProtoReflect().Des
 var (
 	ensureBlockFileName = nameOf((*nodev1.EnsureBlockFile)(nil))
 	removeBlockFileName = nameOf((*nodev1.RemoveBlockFile)(nil))
+	startExecutionName  = nameOf((*nodev1.StartExecution)(nil))
+	stopExecutionName   = nameOf((*nodev1.StopExecution)(nil))
 )
 
 func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.CommandResult {
@@ -165,6 +237,18 @@ func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Comm
 		}
 		st, err := a.blocks.Remove(ref)
 		return blockFileResult(st, err)
+	case startExecutionName:
+		var op nodev1.StartExecution
+		if err := body.UnmarshalTo(&op); err != nil {
+			return failure("", connect.CodeInvalidArgument, "StartExecution: "+err.Error())
+		}
+		return a.execs.startExecution(ctx, &op)
+	case stopExecutionName:
+		var op nodev1.StopExecution
+		if err := body.UnmarshalTo(&op); err != nil {
+			return failure("", connect.CodeInvalidArgument, "StopExecution: "+err.Error())
+		}
+		return a.execs.stopExecution(ctx, &op)
 	}
 	return failure("", connect.CodeUnimplemented, fmt.Sprintf("this node does not implement %q", body.GetTypeUrl()))
 }

@@ -1,10 +1,16 @@
 // Package node is the node agent (`kibotos node`): it enrolls with ctrl,
 // holds its control session, reports the host and its storage pools, and
-// applies the operations ctrl hands it, each at most once.
+// applies the operations ctrl hands it, each at most once: block files,
+// and executions (QEMU microVMs, see executions.go) booted from artifacts
+// it fetches from ctrl (package artifact). It serves ctrl's calls into the
+// executions on its data endpoint (dataplane.go).
 //
 // The protocol is kibotos.node.v1 (proto/kibotos/node/v1). Local state
-// lives in the state directory (see package state); block files in the
-// storage pools (see package blockfile).
+// lives in the state directory (see package state), with the artifact
+// cache in its artifacts/ and the executions' run directories in its
+// executions/; block files live in the storage pools (see package
+// blockfile). The VMs run in their own sessions: stopping the agent never
+// stops them, and the next run takes them back.
 package node
 
 import (
@@ -18,12 +24,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	"github.com/kibotos/kibotos/internal/node/artifact"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
 	"github.com/kibotos/kibotos/internal/node/state"
@@ -53,8 +61,15 @@ type Config struct {
 	// the state directory holds no credential yet.
 	EnrollmentGrant string
 	// Pools are the storage pools the node declares; at most one is Default.
-	Pools  []Pool
-	Logger *slog.Logger
+	Pools []Pool
+	// DataListen is the address the data endpoint (NodeDataService, for
+	// ctrl) listens on; empty is DefaultDataListen, 127.0.0.1:0.
+	DataListen string
+	// DataEndpoint is the URL the node reports for its data endpoint;
+	// empty derives it from the listener (http://<address>, the host name
+	// for a wildcard address).
+	DataEndpoint string
+	Logger       *slog.Logger
 }
 
 // Capability names the node advertises in its hello.
@@ -153,6 +168,11 @@ type agent struct {
 	blocks      *blockfile.Manager // nil when e2fsprogs is missing
 	pools       map[string]Pool
 	exec        *executor
+	artifacts   *artifact.Cache
+	execs       *executions
+	data        *dataServer
+	// dataToken is the data token of the latest session welcome.
+	dataToken atomic.Pointer[string]
 }
 
 // Run runs the node agent until ctx ends, then returns nil. It returns an
@@ -234,6 +254,32 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 	}
 	log.Info("node agent starting", "endpoint", endpoint, "state_dir", cfg.StateDir, "pools", len(cfg.Pools))
 
+	// The executions first: the first hello lists those still running.
+	if a.execs, err = newExecutions(ctx, a); err != nil {
+		return fmt.Errorf("executions: %w", err)
+	}
+	defer a.execs.detach()
+	if err := a.execs.reattach(); err != nil {
+		return fmt.Errorf("re-attach executions: %w", err)
+	}
+	a.artifacts, err = artifact.New(ctx, artifact.Config{
+		Dir: filepath.Join(cfg.StateDir, "artifacts"),
+		// Artifacts are kernels and file system images: compressing them
+		// in flight costs far more CPU than it saves, so the node does
+		// not accept gzip for them.
+		Client: nodev1connect.NewNodeSessionServiceClient(httpClient, strings.TrimSuffix(endpoint, "/"),
+			connect.WithAcceptCompression("gzip", nil, nil)),
+		Header: a.authHeader,
+		Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("artifact cache: %w", err)
+	}
+	if a.data, err = startDataServer(a); err != nil {
+		return err
+	}
+	defer a.data.close()
+
 	if store.Identity().Credential == "" {
 		if err := a.enroll(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -253,6 +299,12 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 	<-done
 	log.Info("node agent stopped")
 	return nil
+}
+
+// authHeader sets the headers that authenticate the node to ctrl.
+func (a *agent) authHeader(h http.Header) {
+	h.Set("Authorization", "Bearer "+a.store.Identity().Credential)
+	h.Set("Kibotos-Node-Id", a.cfg.NodeID)
 }
 
 // enroll exchanges the grant for a credential and stores it, retrying

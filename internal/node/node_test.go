@@ -3,12 +3,14 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,14 +41,23 @@ type fakeCtrl struct {
 	enrolls  chan *nodev1.EnrollRequest
 	sessions chan *fakeSession
 	refuse   error // Enroll answers it when set
+
+	mu        sync.Mutex
+	artifacts map[string]string // digest → file FetchArtifact serves
+	// fetchGate, when set, holds every FetchArtifact until it is closed.
+	fetchGate chan struct{}
+	welcomes  int // sessions welcomed, for a data token each
 }
 
 type fakeSession struct {
-	header http.Header
-	hello  *nodev1.NodeHello
-	in     chan *nodev1.SessionRequest
-	out    chan *nodev1.SessionResponse
-	drop   chan struct{}
+	header    http.Header
+	hello     *nodev1.NodeHello
+	dataToken string
+	// seen are the messages expect consumed, oldest first.
+	seen []*nodev1.SessionRequest
+	in   chan *nodev1.SessionRequest
+	out  chan *nodev1.SessionResponse
+	drop chan struct{}
 }
 
 func (f *fakeCtrl) Enroll(_ context.Context, req *connect.Request[nodev1.EnrollRequest]) (*connect.Response[nodev1.EnrollResponse], error) {
@@ -72,18 +83,23 @@ func (f *fakeCtrl) Session(ctx context.Context, stream *connect.BidiStream[nodev
 	if first.GetHello() == nil {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("first message is not hello"))
 	}
+	f.mu.Lock()
+	f.welcomes++
+	token := fmt.Sprintf("data-token-%d", f.welcomes)
+	f.mu.Unlock()
 	err = stream.Send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Welcome{
-		Welcome: &nodev1.SessionWelcome{ObservationInterval: durationpb.New(f.interval)},
+		Welcome: &nodev1.SessionWelcome{ObservationInterval: durationpb.New(f.interval), DataToken: token},
 	}})
 	if err != nil {
 		return err
 	}
 	s := &fakeSession{
-		header: h.Clone(),
-		hello:  first.GetHello(),
-		in:     make(chan *nodev1.SessionRequest),
-		out:    make(chan *nodev1.SessionResponse),
-		drop:   make(chan struct{}),
+		header:    h.Clone(),
+		hello:     first.GetHello(),
+		dataToken: token,
+		in:        make(chan *nodev1.SessionRequest),
+		out:       make(chan *nodev1.SessionResponse),
+		drop:      make(chan struct{}),
 	}
 	done := make(chan struct{})
 	defer close(done)
@@ -119,6 +135,49 @@ func (f *fakeCtrl) Session(ctx context.Context, stream *connect.BidiStream[nodev
 	}
 }
 
+// FetchArtifact serves the files registered in artifacts.
+func (f *fakeCtrl) FetchArtifact(ctx context.Context, req *connect.Request[nodev1.FetchArtifactRequest], stream *connect.ServerStream[nodev1.FetchArtifactResponse]) error {
+	h := req.Header()
+	if h.Get("Authorization") != "Bearer "+credential || h.Get("Kibotos-Node-Id") != nodeID {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("bad node credential"))
+	}
+	f.mu.Lock()
+	path, ok := f.artifacts[req.Msg.GetDigest()]
+	gate := f.fetchGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if !ok {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no artifact %s", req.Msg.GetDigest()))
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(req.Msg.GetOffset()); off < fi.Size(); {
+		n, err := file.ReadAt(buf, off)
+		if n == 0 && err != nil {
+			return err
+		}
+		if err := stream.Send(&nodev1.FetchArtifactResponse{Offset: uint64(off), Data: buf[:n], TotalBytes: uint64(fi.Size())}); err != nil {
+			return err
+		}
+		off += int64(n)
+	}
+	return nil
+}
+
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
 	select {
@@ -143,10 +202,16 @@ func (s *fakeSession) send(t *testing.T, msg *nodev1.SessionResponse) {
 // skipping others (observations arrive at any time).
 func (s *fakeSession) expect(t *testing.T, what string, match func(*nodev1.SessionRequest) bool) *nodev1.SessionRequest {
 	t.Helper()
-	deadline := time.After(timeout)
+	return s.expectWithin(t, timeout, what, match)
+}
+
+func (s *fakeSession) expectWithin(t *testing.T, d time.Duration, what string, match func(*nodev1.SessionRequest) bool) *nodev1.SessionRequest {
+	t.Helper()
+	deadline := time.After(d)
 	for {
 		select {
 		case msg := <-s.in:
+			s.seen = append(s.seen, msg)
 			if match(msg) {
 				return msg
 			}
@@ -158,6 +223,12 @@ func (s *fakeSession) expect(t *testing.T, what string, match func(*nodev1.Sessi
 
 func (s *fakeSession) command(t *testing.T, opID string, body proto.Message) *nodev1.CommandResult {
 	t.Helper()
+	return s.commandWithin(t, timeout, opID, body)
+}
+
+// commandWithin sends a command and waits up to d for its result.
+func (s *fakeSession) commandWithin(t *testing.T, d time.Duration, opID string, body proto.Message) *nodev1.CommandResult {
+	t.Helper()
 	a, err := anypb.New(body)
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +236,7 @@ func (s *fakeSession) command(t *testing.T, opID string, body proto.Message) *no
 	s.send(t, &nodev1.SessionResponse{Message: &nodev1.SessionResponse_Command{
 		Command: &nodev1.NodeCommand{OperationId: opID, CommandId: "cmd-" + opID, Body: a},
 	}})
-	msg := s.expect(t, "result of "+opID, func(m *nodev1.SessionRequest) bool {
+	msg := s.expectWithin(t, d, "result of "+opID, func(m *nodev1.SessionRequest) bool {
 		return m.GetCommandResult().GetOperationId() == opID
 	})
 	return msg.GetCommandResult()
@@ -181,9 +252,10 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	ctrl := &fakeCtrl{
-		interval: 20 * time.Millisecond,
-		enrolls:  make(chan *nodev1.EnrollRequest, 10),
-		sessions: make(chan *fakeSession),
+		interval:  20 * time.Millisecond,
+		enrolls:   make(chan *nodev1.EnrollRequest, 10),
+		sessions:  make(chan *fakeSession),
+		artifacts: map[string]string{},
 	}
 	mux := http.NewServeMux()
 	mux.Handle(nodev1connect.NewNodeSessionServiceHandler(ctrl))
@@ -265,7 +337,7 @@ func TestSession(t *testing.T) {
 	if hello.GetNodeId() != nodeID || hello.GetIncarnation() != 1 {
 		t.Fatalf("hello %v", hello)
 	}
-	if !slices.Equal(hello.GetCapabilities(), []string{node.CapabilityBlockFile}) {
+	if !slices.Contains(hello.GetCapabilities(), node.CapabilityBlockFile) {
 		t.Errorf("capabilities %v", hello.GetCapabilities())
 	}
 	if want := uint32(hostinfo.CPUs() * 1000); hello.GetResources().GetCpuMillis() != want {

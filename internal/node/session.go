@@ -89,8 +89,7 @@ func (s *session) closeRequest() {
 func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	stream := a.client.Session(sctx)
-	stream.RequestHeader().Set("Authorization", "Bearer "+a.store.Identity().Credential)
-	stream.RequestHeader().Set("Kibotos-Node-Id", a.cfg.NodeID)
+	a.authHeader(stream.RequestHeader())
 	s := &session{cancel: cancel, stream: stream}
 	context.AfterFunc(sctx, s.closeRequest)
 	var wg sync.WaitGroup
@@ -120,6 +119,12 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	interval := defaultObservationInterval
 	if d := welcome.GetObservationInterval(); d != nil && d.AsDuration() > 0 {
 		interval = max(d.AsDuration(), minObservationInterval)
+	}
+	if tok := welcome.GetDataToken(); tok != "" {
+		a.dataToken.Store(&tok)
+	} else {
+		a.log.Warn("the welcome carries no data token: the data endpoint refuses every call")
+		a.dataToken.Store(nil)
 	}
 	a.log.Info("session established", "observation_interval", interval)
 
@@ -168,14 +173,17 @@ func (a *agent) observe(ctx context.Context, s *session, interval time.Duration)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		obs := a.observation()
+		obs, ended := a.observation()
 		if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_Observation{Observation: obs}}); err != nil {
 			return
 		}
+		a.execs.reported(ended)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-a.execs.changed:
+			// An execution changed: report it now.
 		}
 	}
 }
@@ -195,7 +203,7 @@ func (a *agent) capabilities() []string {
 	if a.blocks != nil && len(a.pools) > 0 {
 		caps = append(caps, CapabilityBlockFile)
 	}
-	return caps
+	return append(caps, a.execs.capabilities()...)
 }
 
 func (a *agent) hello() *nodev1.NodeHello {
@@ -220,6 +228,8 @@ func (a *agent) hello() *nodev1.NodeHello {
 		Capabilities: a.capabilities(),
 		AgentVersion: version.String(),
 		BootId:       a.bootID,
+		InstanceIds:  a.execs.instanceIDs(),
+		DataEndpoint: a.data.url,
 	}
 }
 
@@ -240,8 +250,12 @@ func (a *agent) poolDeclarations() []*nodev1.StoragePoolDeclaration {
 	return decls
 }
 
-func (a *agent) observation() *nodev1.NodeObservation {
-	obs := &nodev1.NodeObservation{StoragePools: a.poolDeclarations()}
+// observation is the node's report; ended are the ended executions it
+// carries, reported once it is sent.
+func (a *agent) observation() (obs *nodev1.NodeObservation, ended []string) {
+	obs = &nodev1.NodeObservation{StoragePools: a.poolDeclarations()}
+	obs.InstanceIds = a.execs.instanceIDs()
+	obs.Executions, ended = a.execs.reports()
 	if m, err := hostinfo.ReadMeminfo(); err == nil && m.HasAvailable {
 		obs.MemoryAvailableBytes = &m.AvailableBytes
 	}
@@ -256,5 +270,5 @@ func (a *agent) observation() *nodev1.NodeObservation {
 			obs.MemoryPressureFullBasisPoints = &p.Full60
 		}
 	}
-	return obs
+	return obs, ended
 }

@@ -59,7 +59,17 @@ type dev struct {
 // startDev runs `kibotos dev` on free ports and waits until it says ready.
 func startDev(t *testing.T) *dev {
 	t.Helper()
-	home := t.TempDir()
+	return startDevAt(t, t.TempDir())
+}
+
+// restartDev runs `kibotos dev` again on the state of d.
+func restartDev(t *testing.T, d *dev) *dev {
+	t.Helper()
+	return startDevAt(t, d.home)
+}
+
+func startDevAt(t *testing.T, home string) *dev {
+	t.Helper()
 	cmd := exec.Command(kibotosBin, "dev",
 		"--workspace-listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+home)
@@ -94,8 +104,8 @@ func startDev(t *testing.T) *dev {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(time.Minute):
-		t.Fatalf("kibotos dev not ready after a minute: %s", stderr.String())
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("kibotos dev not ready after 5 minutes: %s", stderr.String())
 	}
 	d.env, err = clientconfig.ReadEnvFile(filepath.Join(home, "dev", "endpoints.env"))
 	if err != nil {
@@ -249,4 +259,17 @@ func TestDevJSONAPIReplaysRefusesAndWritesNothingStale(t *testing.T) {
 	if vol["state"] != "VOLUME_STATE_AVAILABLE" {
 		t.Errorf("the dev node did not create the Volume: %v", vol)
 	}
+}
+
+// httpClientWithToken sends the API key with every request.
+func httpClientWithToken(token string) *http.Client {
+	return &http.Client{Transport: tokenTransport{token}}
+}
+
+type tokenTransport struct{ token string }
+
+func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+t.token)
+	return http.DefaultTransport.RoundTrip(req)
 }

@@ -19,7 +19,7 @@ func TestArgsDescribeTheMicroVM(t *testing.T) {
 		"-M microvm", "-accel tcg", "-smp 2", "-m 512", "-kernel /p/vmlinux", "-initrd /p/initrd",
 		"id=vda,file=/t/root.img,format=raw,if=none,cache=none,aio=threads,readonly=on",
 		"id=vdb,file=/l/layer.img,format=raw,if=none,cache=none,aio=threads -device virtio-blk-device,drive=vdb",
-		"virtserialport,chardev=agent,name=kibotos.agent", "path=/run/x/agent.sock", "-pidfile /run/x/qemu.pid", "-no-reboot",
+		"virtserialport,chardev=agent,name=kibotos.agent", "path=agent.sock", "-pidfile /run/x/qemu.pid", "-no-reboot",
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("missing %q in\n%s", want, line)

@@ -134,7 +134,9 @@ func Args(s Spec) []string {
 	}
 	return append(args,
 		"-device", "virtio-serial-device",
-		"-chardev", fmt.Sprintf("socket,id=agent,path=%s,server=on,wait=off", filepath.Join(s.RunDir, agentSocket)),
+		// Relative to QEMU's working directory, the run directory: a unix
+		// socket path is limited to 107 bytes, and run directories nest.
+		"-chardev", fmt.Sprintf("socket,id=agent,path=%s,server=on,wait=off", agentSocket),
 		"-device", "virtserialport,chardev=agent,name="+guestchan.PortName,
 	)
 }
@@ -151,6 +153,7 @@ type VM struct {
 	// to the agent shares one HTTP/2 connection.
 	httpOnce sync.Once
 	http     *http.Client
+	runDirFD *os.File // keeps a /proc/self/fd path to the socket valid
 }
 
 // Start launches s in its own session, so the VM outlives this process.
@@ -167,6 +170,7 @@ func Start(s Spec) (*VM, error) {
 	}
 	_ = os.Remove(filepath.Join(s.RunDir, agentSocket))
 	cmd := exec.Command(bin, Args(s)...)
+	cmd.Dir = s.RunDir
 	stderr, err := os.Create(filepath.Join(s.RunDir, "qemu.stderr"))
 	if err != nil {
 		return nil, err
@@ -233,13 +237,32 @@ func (v *VM) Alive() bool {
 // Exited is closed when the VM's process has ended.
 func (v *VM) Exited() <-chan struct{} { return v.exited }
 
+// ExitState is how the QEMU process ended, once Exited is closed. It is nil
+// before, and always for a re-attached VM, which this process cannot wait
+// for.
+func (v *VM) ExitState() *os.ProcessState {
+	if v.cmd == nil {
+		return nil
+	}
+	select {
+	case <-v.exited:
+		return v.cmd.ProcessState
+	default:
+		return nil
+	}
+}
+
 // Agent is a client of the guest agent.
 func (v *VM) Agent() guestv1connect.GuestAgentServiceClient {
 	return guestv1connect.NewGuestAgentServiceClient(v.agentHTTP(), guestchan.BaseURL)
 }
 
 func (v *VM) agentHTTP() *http.Client {
-	v.httpOnce.Do(func() { v.http = guestchan.Client(filepath.Join(v.RunDir, agentSocket)) })
+	v.httpOnce.Do(func() {
+		path, dir := socketPath(v.RunDir)
+		v.runDirFD = dir
+		v.http = guestchan.Client(path)
+	})
 	return v.http
 }
 
@@ -286,4 +309,20 @@ func (v *VM) Kill() error {
 	}
 	<-v.exited
 	return nil
+}
+
+// socketPath is a path the host can connect to the agent socket by. A unix
+// socket path is limited to 107 bytes; a longer one is reached through a
+// descriptor of the run directory (/proc/self/fd/N/agent.sock), which stays
+// open for the life of this process.
+func socketPath(runDir string) (string, *os.File) {
+	full := filepath.Join(runDir, agentSocket)
+	if len(full) < 100 {
+		return full, nil
+	}
+	dir, err := os.Open(runDir)
+	if err != nil {
+		return full, nil
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), agentSocket), dir
 }

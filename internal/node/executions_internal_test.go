@@ -1,0 +1,54 @@
+package node
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+)
+
+// exitOf runs sh -c script and returns how it ended.
+func exitOf(t *testing.T, script string) *os.ProcessState {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	_ = cmd.Run()
+	return cmd.ProcessState
+}
+
+func TestClassifyEnd(t *testing.T) {
+	killed := exitOf(t, "kill -KILL $$")
+	exited := exitOf(t, "exit 0")
+	const (
+		shutdown = nodev1.ExecutionEnd_EXECUTION_END_GUEST_SHUTDOWN
+		oom      = nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED
+		crashed  = nodev1.ExecutionEnd_EXECUTION_END_CRASHED
+	)
+	for _, tc := range []struct {
+		name      string
+		console   string
+		st        *os.ProcessState
+		oomBefore int64
+		oomAfter  int64
+		want      nodev1.ExecutionEnd
+	}{
+		{"power off", "x\n[ 16.8] reboot: Power down\n", exited, 3, 3, shutdown},
+		{"restart", "[ 1.0] reboot: Restarting system\n", exited, 3, 3, shutdown},
+		{"panic", "Kernel panic - not syncing: x\nreboot: Restarting system\n", exited, 3, 3, crashed},
+		{"power off, re-attached", "reboot: Power down", nil, 3, 3, shutdown},
+		{"SIGKILL with an OOM kill", "booted", killed, 3, 4, oom},
+		{"SIGKILL without an OOM kill", "booted", killed, 3, 3, crashed},
+		{"SIGKILL, no counter", "booted", killed, -1, -1, oom},
+		{"QEMU exited", "booted", exited, 3, 4, crashed},
+		{"re-attached, OOM kill", "booted", nil, 3, 4, oom},
+		{"re-attached, no OOM kill", "booted", nil, 3, 3, crashed},
+		{"re-attached, no counter", "booted", nil, -1, -1, crashed},
+	} {
+		if got := classifyEnd(tc.console, tc.st, tc.oomBefore, tc.oomAfter); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if n := oomKills(); n < 0 {
+		t.Logf("no oom_kill counter in /proc/vmstat here")
+	}
+}

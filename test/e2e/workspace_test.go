@@ -1,0 +1,126 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/clientconfig"
+)
+
+func (d *dev) workspaces() ctrlv1connect.WorkspaceServiceClient {
+	cfg := clientconfig.Config{Token: d.env[clientconfig.EnvToken]}
+	return ctrlv1connect.NewWorkspaceServiceClient(httpClientWithToken(cfg.Token), d.env[clientconfig.EnvWorkspaceEndpoint])
+}
+
+func (d *dev) workspace(t *testing.T, id string) *ctrlv1.Workspace {
+	t.Helper()
+	res, err := d.workspaces().GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Msg.GetWorkspace()
+}
+
+func (d *dev) waitState(t *testing.T, id string, want ctrlv1.WorkspaceState) *ctrlv1.Workspace {
+	t.Helper()
+	var w *ctrlv1.Workspace
+	waitUntil(t, "workspace "+want.String(), 5*time.Minute, func() bool {
+		w = d.workspace(t, id)
+		if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+			t.Fatalf("workspace failed: %v", w.GetFailure())
+		}
+		return w.GetState() == want
+	})
+	return w
+}
+
+// mustKibotos runs the CLI and fails the test on a non-zero exit.
+func (d *dev) mustKibotos(t *testing.T, args ...string) string {
+	t.Helper()
+	out, code := d.kibotos(t, args...)
+	if code != 0 {
+		t.Fatalf("kibotos %v: exit %d: %s", args, code, out)
+	}
+	return out
+}
+
+// The Workspaces issue's check: a real VM, through the CLI and the API,
+// with data kept across stop and start and the node agent killed under a
+// running VM.
+func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
+	d := startDev(t)
+	var created struct {
+		Workspace struct {
+			WorkspaceID string `json:"workspaceId"`
+		} `json:"workspace"`
+	}
+	if err := json.Unmarshal([]byte(d.mustKibotos(t, "workspace", "create", "--memory", "256", "-o", "json")), &created); err != nil {
+		t.Fatal(err)
+	}
+	id := created.Workspace.WorkspaceID
+	w := d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if w.GetGeneration() != 1 {
+		t.Errorf("generation %d after create, want 1", w.GetGeneration())
+	}
+	if best := w.GetRetentionTiers()[1]; best.GetResetReason() != ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START || best.CapacityBytes == nil {
+		t.Errorf("BEST_EFFORT tier after the first start: %v", best)
+	}
+
+	uname := d.mustKibotos(t, "workspace", "exec", id, "--", "uname", "-a")
+	if !strings.Contains(uname, "Linux") || !strings.Contains(uname, "amd64") {
+		t.Errorf("uname -a in the guest: %q", uname)
+	}
+	d.mustKibotos(t, "workspace", "exec", id, "--", "sh", "-c", "echo root > /root/kept && echo vol > /data/kept && echo tmp > /tmp/gone && sync")
+
+	d.mustKibotos(t, "workspace", "stop", id)
+	stopped := d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if s := stopped.GetLastStop(); s.GetCause() != ctrlv1.StopCause_STOP_CAUSE_REQUESTED || s.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED {
+		t.Errorf("normal stop: %v", s)
+	}
+	d.mustKibotos(t, "workspace", "start", id)
+	w = d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if w.GetGeneration() != 2 || w.GetLastStop() != nil {
+		t.Errorf("after start: generation %d, last_stop %v", w.GetGeneration(), w.GetLastStop())
+	}
+	if out, code := d.kibotos(t, "workspace", "exec", id, "--", "sh", "-c", "cat /root/kept /data/kept; ls /tmp/gone"); code == 0 ||
+		!strings.Contains(out, "root") || !strings.Contains(out, "vol") {
+		t.Errorf("after stop and start: exit %d: %q (want / and the Volume kept, /tmp emptied)", code, out)
+	}
+
+	// Kill the whole dev process (ctrl and its node agent) under the
+	// running VM: the VM runs on, and a new dev finds it.
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.cmd.Wait()
+	d2 := restartDev(t, d)
+	if got := d2.workspace(t, id); got.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || got.GetGeneration() != 2 {
+		t.Errorf("after the node agent was killed: %v generation %d", got.GetState(), got.GetGeneration())
+	}
+	if out := d2.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/root/kept"); !strings.Contains(out, "root") {
+		t.Errorf("exec after the restart: %q", out)
+	}
+
+	d2.mustKibotos(t, "workspace", "stop", "--force", id)
+	forced := d2.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if forced.GetLastStop().GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED {
+		t.Errorf("force stop: %v", forced.GetLastStop())
+	}
+	if out, code := d2.kibotos(t, "workspace", "exec", id, "--", "true"); code == 0 || !strings.Contains(out, "failed_precondition") {
+		t.Errorf("exec in a stopped Workspace: exit %d: %s", code, out)
+	}
+	d2.mustKibotos(t, "workspace", "delete", id)
+	d2.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+	if qemus, _ := exec.Command("pgrep", "-f", id).Output(); len(qemus) > 0 {
+		t.Errorf("a VMM still runs for the deleted Workspace: %s", qemus)
+	}
+}
