@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -34,8 +36,15 @@ func workspaceRow(w *ctrlv1.Workspace) []string {
 func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 	c := &cobra.Command{Use: "workspace", Aliases: []string{"ws"}, Short: "Create, inspect, start, stop and delete Workspaces"}
 	var commandID string
+	var noWait bool
 	mutation := func(cmd *cobra.Command) {
 		cmd.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe); default: a new one")
+	}
+	// long marks a lifecycle command the CLI follows to its end, showing
+	// its progress, unless --no-wait.
+	long := func(cmd *cobra.Command) {
+		mutation(cmd)
+		cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the command is admitted instead of following it to its end")
 	}
 
 	list := &cobra.Command{
@@ -91,14 +100,14 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 			res, err := client.CreateWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 				Command: newCommandMetadata(commandID), Spec: spec,
 			}))
-			return showWorkspace(cmd, out, res, err)
+			return followWorkspace(cmd, out, client, res, err, noWait)
 		},
 	}
 	create.Flags().StringVar(&template, "template", "", "template name (default: the deployment's default template)")
 	create.Flags().Uint64Var(&memoryMiB, "memory", 512, "guest memory in MiB (at least 128)")
 	create.Flags().Uint64Var(&cpuMillis, "cpu", 1000, "CPU in thousandths of a vCPU")
 	create.Flags().BoolVar(&noVolume, "no-volume", false, "create no Volume (nothing is promised to persist)")
-	mutation(create)
+	long(create)
 
 	var force bool
 	start := &cobra.Command{
@@ -109,10 +118,10 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 				return err
 			}
 			res, err := client.StartWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: newCommandMetadata(commandID), WorkspaceId: args[0]}))
-			return showWorkspace(cmd, out, res, err)
+			return followWorkspace(cmd, out, client, res, err, noWait)
 		},
 	}
-	mutation(start)
+	long(start)
 	stop := &cobra.Command{
 		Use: "stop WORKSPACE_ID", Short: "Stop a Workspace (--force: without waiting for the guest)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -125,11 +134,11 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 				mode = ctrlv1.StopMode_STOP_MODE_FORCE
 			}
 			res, err := client.StopWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: newCommandMetadata(commandID), WorkspaceId: args[0], Mode: mode}))
-			return showWorkspace(cmd, out, res, err)
+			return followWorkspace(cmd, out, client, res, err, noWait)
 		},
 	}
 	stop.Flags().BoolVar(&force, "force", false, "end the execution at once; the stop reports UNCONFIRMED durability")
-	mutation(stop)
+	long(stop)
 	del := &cobra.Command{
 		Use: "delete WORKSPACE_ID", Short: "Delete a Workspace", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -138,10 +147,10 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 				return err
 			}
 			res, err := client.DeleteWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: newCommandMetadata(commandID), WorkspaceId: args[0]}))
-			return showWorkspace(cmd, out, res, err)
+			return followWorkspace(cmd, out, client, res, err, noWait)
 		},
 	}
-	mutation(del)
+	long(del)
 
 	c.AddCommand(list, get, create, start, stop, del, newExecCommand(out))
 	return c
@@ -161,3 +170,54 @@ func showWorkspace[T any, PT interface {
 }
 
 func trimEnum(s, prefix string) string { return strings.TrimPrefix(s, prefix) }
+
+// followWorkspace follows a lifecycle command to its end, printing its
+// progress to stderr as it changes, then prints the Workspace as it is
+// then. A command that fails is an error.
+func followWorkspace[T any, PT interface {
+	*T
+	proto.Message
+	GetWorkspace() *ctrlv1.Workspace
+	GetCommand() *ctrlv1.WorkspaceCommand
+}](cmd *cobra.Command, out *outputFlag, client ctrlv1connect.WorkspaceServiceClient, res *connect.Response[T], err error, noWait bool) error {
+	if err != nil || noWait {
+		return showWorkspace[T, PT](cmd, out, res, err)
+	}
+	var msg PT = res.Msg
+	id := msg.GetWorkspace().GetWorkspaceId()
+	last := ""
+	for {
+		c, err := client.GetWorkspaceCommand(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: id, CommandId: msg.GetCommand().GetCommandId()}))
+		if err != nil {
+			return err
+		}
+		wc := c.Msg.GetCommand()
+		if line := progressLine(wc); line != last && line != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), line)
+			last = line
+		}
+		switch wc.GetState() {
+		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED:
+			got, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+			return showWorkspace(cmd, out, got, err)
+		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED:
+			f := wc.GetFailure()
+			return fmt.Errorf("%s failed at %s (%s): %s", id, trimEnum(f.GetStage().String(), "FAILURE_STAGE_"), trimEnum(f.GetReason().String(), "FAILURE_REASON_"), f.GetMessage())
+		}
+		select {
+		case <-cmd.Context().Done():
+			return cmd.Context().Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func progressLine(c *ctrlv1.WorkspaceCommand) string {
+	switch {
+	case c.GetWaitingFor() != "":
+		return "waiting: " + c.GetWaitingFor()
+	case c.GetProgress() != "":
+		return c.GetProgress()
+	}
+	return ""
+}

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -63,8 +64,17 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 			WorkspaceID string `json:"workspaceId"`
 		} `json:"workspace"`
 	}
-	if err := json.Unmarshal([]byte(d.mustKibotos(t, "workspace", "create", "--memory", "256", "-o", "json")), &created); err != nil {
-		t.Fatal(err)
+	// create follows its command to AVAILABLE, showing progress on stderr.
+	cmd := exec.Command(kibotosBin, "workspace", "create", "--memory", "256", "-o", "json")
+	cmd.Env = []string{"KIBOTOS_HOME=" + d.home, "HOME=" + d.home, "PATH=" + os.Getenv("PATH")}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("workspace create: %v: %s", err, stderr.String())
+	}
+	if err := json.Unmarshal(stdout, &created); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
 	}
 	id := created.Workspace.WorkspaceID
 	w := d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
