@@ -86,6 +86,8 @@ func startDevAt(t *testing.T, home string) *dev {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		// VMs outlive the agent by design: end the ones this test left.
+		_ = exec.Command("pkill", "-KILL", "-f", "qemu-system.*"+home).Run()
 	})
 	ready := make(chan error, 1)
 	go func() {
