@@ -15,6 +15,7 @@ import (
 // agentFlags configure `kibotos node`.
 type agentFlags struct {
 	endpoint, nodeID, stateDir, grant string
+	dataListen, dataEndpoint          string
 	pools                             []string
 }
 
@@ -23,11 +24,16 @@ func (f *agentFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.nodeID, "node-id", "", "this node's id, a DNS label (default: the host's short name, lowercased)")
 	c.Flags().StringVar(&f.stateDir, "state-dir", "", "the agent's state (default $KIBOTOS_HOME/node)")
 	c.Flags().StringVar(&f.grant, "enrollment-grant", "", "enrollment grant secret, used when the state holds no credential yet (default $KIBOTOS_ENROLLMENT_GRANT)")
+	c.Flags().StringVar(&f.dataListen, "data-listen", "127.0.0.1:0", "address of the node's data endpoint, which ctrl calls to reach guests (exec)")
+	c.Flags().StringVar(&f.dataEndpoint, "data-endpoint", "", "URL ctrl reaches the data endpoint at, when not the listener's own address (NAT, another interface)")
 	c.Flags().StringArrayVar(&f.pools, "pool", nil, "a storage pool this node reaches: NAME=DIR, or NAME=DIR,default (repeatable)")
 }
 
 func (f *agentFlags) config() (node.Config, error) {
-	cfg := node.Config{Endpoint: f.endpoint, NodeID: f.nodeID, StateDir: f.stateDir, EnrollmentGrant: f.grant, Logger: newLogger(os.Stderr)}
+	cfg := node.Config{
+		Endpoint: f.endpoint, NodeID: f.nodeID, StateDir: f.stateDir, EnrollmentGrant: f.grant,
+		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, Logger: newLogger(os.Stderr),
+	}
 	if cfg.NodeID == "" {
 		host, err := os.Hostname()
 		if err != nil {
