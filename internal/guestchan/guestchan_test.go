@@ -1,11 +1,13 @@
 package guestchan_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -45,5 +47,42 @@ func TestCallsCrossTheChannelAndSurviveAHostReconnect(t *testing.T) {
 			t.Fatalf("round %d: %v %v", round, res, err)
 		}
 		hc.CloseIdleConnections()
+	}
+}
+
+// Bytes an earlier host connection left in the port (SYNCs of a host that
+// gave up, stray frame bytes) and SYNCs queued while the guest was not
+// reading do not keep a new host from connecting.
+func TestHandshakeSkipsLeftoversAndQueuedSyncs(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, h := guestv1connect.NewGuestAgentServiceHandler(agent{})
+	leftover := []byte("\x00KIBOTOS-SYNC:stale\n\x00\x00\x04\x08garbage\x00KIBOTOS-SYNC:stale\n\x00KIBOTOS-SYNC:stale\n")
+	go guestchan.Serve(ctx, func() (io.ReadWriteCloser, error) {
+		conn, err := ln.Accept()
+		if err != nil {
+			return nil, err
+		}
+		// The guest reads the leftovers before whatever the host sends.
+		return struct {
+			io.Reader
+			io.Writer
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(leftover), conn), conn, conn}, nil
+	}, h, nil)
+	hc := guestchan.Client(sock)
+	defer hc.CloseIdleConnections()
+	client := guestv1connect.NewGuestAgentServiceClient(hc, guestchan.BaseURL)
+	callCtx, callCancel := context.WithTimeout(ctx, 8*time.Second) // under the host's 10 s handshake limit
+	defer callCancel()
+	res, err := client.Ping(callCtx, connect.NewRequest(&guestv1.PingRequest{}))
+	if err != nil || res.Msg.GetBootId() != "boot-1" {
+		t.Fatalf("ping through leftovers: %v %v", res, err)
 	}
 }

@@ -38,24 +38,14 @@ func (c bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // scanFor reads r until prefix followed by a line, and returns the line.
 func scanFor(r *bufio.Reader, prefix []byte) (string, error) {
-	window := make([]byte, 0, len(prefix))
-	for {
-		b, err := r.ReadByte()
-		if err != nil {
-			return "", err
-		}
-		window = append(window, b)
-		if len(window) > len(prefix) {
-			window = window[1:]
-		}
-		if bytes.Equal(window, prefix) {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return "", err
-			}
-			return line[:len(line)-1], nil
-		}
+	if err := skipTo(r, prefix); err != nil {
+		return "", err
 	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return line[:len(line)-1], nil
 }
 
 // hostHandshake opens a connection from the host: SYNC until ACK.
@@ -90,19 +80,86 @@ func hostHandshake(conn net.Conn) (net.Conn, error) {
 	return nil, fmt.Errorf("the guest agent did not answer the channel handshake within %s", HandshakeTimeout)
 }
 
-// guestHandshake waits on the guest side for a SYNC and answers it.
+// http2Preface is what an HTTP/2 client sends first.
+var http2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+// guestHandshake waits on the guest side for a SYNC and answers it, then
+// reads on to the host's HTTP/2 preface, which the host sends only after it
+// saw its ACK. The host resends SYNC until then, so more SYNCs can be queued
+// (a guest that opened its port late finds several): a repeat of the nonce
+// answered is skipped, a SYNC with a new nonce (a host that reconnected, or
+// the answered SYNC was a stale one of an earlier connection) is answered
+// too.
 func guestHandshake(rw io.ReadWriteCloser) (io.ReadWriteCloser, error) {
 	r := bufio.NewReader(rw)
-	nonce, err := scanFor(r, syncPrefix)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := rw.Write(append(append([]byte{}, ackPrefix...), nonce+"\n"...)); err != nil {
-		return nil, err
+	answered := ""
+	for {
+		isPreface, nonce, err := scanSyncOrPreface(r)
+		if err != nil {
+			return nil, err
+		}
+		if isPreface {
+			if answered == "" {
+				continue // a preface before any SYNC is a leftover: keep looking
+			}
+			break
+		}
+		if nonce == answered {
+			continue
+		}
+		if _, err := rw.Write(append(append([]byte{}, ackPrefix...), nonce+"\n"...)); err != nil {
+			return nil, err
+		}
+		answered = nonce
 	}
 	return struct {
 		io.Reader
 		io.Writer
 		io.Closer
-	}{r, rw, rw}, nil
+	}{io.MultiReader(bytes.NewReader(http2Preface), r), rw, rw}, nil
+}
+
+// scanSyncOrPreface reads r up to the next SYNC (returning its nonce) or the
+// HTTP/2 preface, whichever comes first.
+func scanSyncOrPreface(r *bufio.Reader) (isPreface bool, nonce string, err error) {
+	size := max(len(syncPrefix), len(http2Preface))
+	window := make([]byte, 0, size)
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return false, "", err
+		}
+		window = append(window, b)
+		if len(window) > size {
+			window = window[1:]
+		}
+		switch {
+		case bytes.HasSuffix(window, http2Preface):
+			return true, "", nil
+		case bytes.HasSuffix(window, syncPrefix):
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return false, "", err
+			}
+			return false, line[:len(line)-1], nil
+		}
+	}
+}
+
+// skipTo reads r up to and including want.
+func skipTo(r *bufio.Reader, want []byte) error {
+	window := make([]byte, 0, len(want))
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return err
+		}
+		window = append(window, b)
+		if len(window) > len(want) {
+			window = window[1:]
+		}
+		if bytes.Equal(window, want) {
+			return nil
+		}
+	}
 }
