@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
 )
 
 // clients are the API clients a command uses, configured from the client
@@ -76,32 +76,7 @@ func onOperator[C any](newClient func(connect.HTTPClient, string, ...connect.Cli
 }
 
 // bearer adds the API key to every request, unary and streaming.
-func bearer(token string) connect.Interceptor { return bearerInterceptor(token) }
-
-type bearerInterceptor string
-
-func (b bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if b != "" {
-			req.Header().Set("Authorization", "Bearer "+string(b))
-		}
-		return next(ctx, req)
-	}
-}
-
-func (b bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		if b != "" {
-			conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		}
-		return conn
-	}
-}
-
-func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
-}
+func bearer(token string) connect.Interceptor { return auth.Bearer(token) }
 
 // newCommandMetadata makes the command_id of a mutation: the one given with
 // --command-id (to retry a command safely), or a fresh random one.

@@ -21,6 +21,7 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/node"
 )
@@ -64,8 +65,8 @@ func New(t testing.TB, opts ...Option) *Cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	ws := connect.WithInterceptors(bearer(srv.Client.Token))
-	op := connect.WithInterceptors(bearer(srv.Client.OperatorToken))
+	ws := connect.WithInterceptors(auth.Bearer(srv.Client.Token))
+	op := connect.WithInterceptors(auth.Bearer(srv.Client.OperatorToken))
 	return &Cluster{
 		Ctrl:       srv,
 		Volumes:    ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
@@ -74,15 +75,6 @@ func New(t testing.TB, opts ...Option) *Cluster {
 		Enrollment: operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
 		log:        cfg.Logger,
 	}
-}
-
-func bearer(token string) connect.Interceptor {
-	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+token)
-			return next(ctx, req)
-		}
-	})
 }
 
 // Grant makes an enrollment grant bound to nodeID and returns its secret.

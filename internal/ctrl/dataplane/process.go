@@ -26,6 +26,7 @@ import (
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 )
@@ -75,7 +76,7 @@ func (p *Processes) ExecProcess(ctx context.Context, req *connect.Request[ctrlv1
 		return failed(ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
 			"node %s has no data endpoint now", nodeID)
 	}
-	client := nodev1connect.NewNodeDataServiceClient(p.http, endpoint, connect.WithInterceptors(bearer(token)))
+	client := nodev1connect.NewNodeDataServiceClient(p.http, endpoint, connect.WithInterceptors(auth.Bearer(token)))
 	node, err := client.Exec(ctx, connect.NewRequest(&nodev1.ExecRequest{InstanceId: instance, Exec: &guestv1.ExecRequest{
 		Argv: msg.GetSpec().GetArgv(), Env: msg.GetSpec().GetEnv(), Cwd: msg.GetSpec().GetCwd(),
 	}}))
@@ -152,29 +153,4 @@ func newProcessID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return "proc-" + hex.EncodeToString(b)
-}
-
-func bearer(token string) connect.Interceptor {
-	return &bearerInterceptor{token}
-}
-
-type bearerInterceptor struct{ token string }
-
-func (b *bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+b.token)
-		return next(ctx, req)
-	}
-}
-
-func (b *bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+b.token)
-		return conn
-	}
-}
-
-func (b *bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
