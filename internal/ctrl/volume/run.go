@@ -30,8 +30,9 @@ func (v *Service) current(ctx context.Context, w *command.Work) (*ctrlv1.Volume,
 	return vol, err
 }
 
-// update changes the command's Volume inside a step's transaction.
-func (v *Service) update(tx *store.Tx, id string, fn func(vol *ctrlv1.Volume)) error {
+// Update changes a stored Volume inside the caller's transaction, stamping
+// updated_at. Other domains (a Workspace's binding and executions) use it too.
+func (v *Service) Update(tx *store.Tx, id string, fn func(vol *ctrlv1.Volume)) error {
 	vol, err := tx.GetVolume(id, true)
 	if err != nil {
 		return err
@@ -72,14 +73,14 @@ func (v *Service) runCreate(ctx context.Context, w *command.Work) error {
 			if _, err := statusOf(result); err != nil {
 				return err
 			}
-			return v.update(tx, id, func(vol *ctrlv1.Volume) {
+			return v.Update(tx, id, func(vol *ctrlv1.Volume) {
 				if vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING {
 					vol.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
 				}
 			})
 		},
 		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error {
-			return v.update(tx, id, failVolume(failure))
+			return v.Update(tx, id, failVolume(failure))
 		},
 	})
 }
@@ -111,14 +112,14 @@ func (v *Service) runResize(ctx context.Context, w *command.Work) error {
 			if err != nil {
 				return err
 			}
-			return v.update(tx, id, func(vol *ctrlv1.Volume) {
+			return v.Update(tx, id, func(vol *ctrlv1.Volume) {
 				restore(vol)
 				vol.Spec.CapacityBytes = st.GetCapacityBytes()
 			})
 		},
 		// A grow that failed leaves the Volume as it was: AVAILABLE at its
 		// old capacity (the node never shrinks or half-grows a file).
-		Failed: func(tx *store.Tx, _ *ctrlv1.WorkspaceFailure) error { return v.update(tx, id, restore) },
+		Failed: func(tx *store.Tx, _ *ctrlv1.WorkspaceFailure) error { return v.Update(tx, id, restore) },
 	})
 }
 
@@ -132,10 +133,10 @@ func (v *Service) runDelete(ctx context.Context, w *command.Work) error {
 		Name: "remove", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME,
 		Body: &nodev1.RemoveBlockFile{Ref: blockFile(vol)},
 		Succeeded: func(tx *store.Tx, _ *anypb.Any) error {
-			return v.update(tx, id, func(vol *ctrlv1.Volume) { vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED })
+			return v.Update(tx, id, func(vol *ctrlv1.Volume) { vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED })
 		},
 		Failed: func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error {
-			return v.update(tx, id, failVolume(failure))
+			return v.Update(tx, id, failVolume(failure))
 		},
 	})
 }

@@ -82,7 +82,7 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 			return s.failStart(ctx, wk, answer.Failure)
 		}
 		if err := s.store.Tx(ctx, func(tx *store.Tx) error {
-			return s.setVolume(tx, v.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+			return s.volumes.Update(tx, v.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
 		}); err != nil {
 			return err
 		}
@@ -288,7 +288,7 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 		return err
 	}
 	if plan.volume != nil {
-		if err := s.setVolume(tx, plan.volume.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = ctrlv1.VolumeState_VOLUME_STATE_ATTACHED }); err != nil {
+		if err := s.volumes.Update(tx, plan.volume.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = ctrlv1.VolumeState_VOLUME_STATE_ATTACHED }); err != nil {
 			return err
 		}
 	}
@@ -374,7 +374,7 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 		return err
 	}
 	if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
-		if err := s.setVolume(tx, b.GetVolumeId(), func(v *ctrlv1.Volume) {
+		if err := s.volumes.Update(tx, b.GetVolumeId(), func(v *ctrlv1.Volume) {
 			if v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_ATTACHED {
 				v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
 			}

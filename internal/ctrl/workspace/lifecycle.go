@@ -304,7 +304,7 @@ func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
 		})
 	}
 	finish := func(tx *store.Tx, volState ctrlv1.VolumeState) error {
-		if err := s.setVolume(tx, vol.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = volState }); err != nil {
+		if err := s.volumes.Update(tx, vol.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = volState }); err != nil {
 			return err
 		}
 		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) { w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED })
@@ -335,16 +335,6 @@ func (s *Service) setWorkspace(tx *store.Tx, id string, fn func(w *ctrlv1.Worksp
 	fn(w)
 	w.UpdatedAt = timestamppb.New(s.now())
 	return tx.PutWorkspace(w)
-}
-
-func (s *Service) setVolume(tx *store.Tx, id string, fn func(v *ctrlv1.Volume)) error {
-	v, err := tx.GetVolume(id, true)
-	if err != nil {
-		return err
-	}
-	fn(v)
-	v.UpdatedAt = timestamppb.New(s.now())
-	return tx.PutVolume(v)
 }
 
 // removeLayer has a node reaching the layer's pool remove its block file.

@@ -120,7 +120,7 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 				return false, nil
 			}
 			if old.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND && old.GetVolumeId() != binding.GetVolumeId() {
-				if err := s.setVolume(tx, old.GetVolumeId(), func(v *ctrlv1.Volume) { v.BoundWorkspaceId = "" }); err != nil {
+				if err := s.volumes.Update(tx, old.GetVolumeId(), func(v *ctrlv1.Volume) { v.BoundWorkspaceId = "" }); err != nil {
 					return false, err
 				}
 			}
