@@ -15,6 +15,7 @@ package guestv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -27,6 +28,56 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// MemoryCondition mirrors kibotos.ctrl.v1.GuestMemoryCondition.
+type MemoryCondition int32
+
+const (
+	MemoryCondition_MEMORY_CONDITION_UNSPECIFIED MemoryCondition = 0
+	MemoryCondition_MEMORY_CONDITION_NORMAL      MemoryCondition = 1
+	MemoryCondition_MEMORY_CONDITION_SATURATED   MemoryCondition = 2
+)
+
+// Enum value maps for MemoryCondition.
+var (
+	MemoryCondition_name = map[int32]string{
+		0: "MEMORY_CONDITION_UNSPECIFIED",
+		1: "MEMORY_CONDITION_NORMAL",
+		2: "MEMORY_CONDITION_SATURATED",
+	}
+	MemoryCondition_value = map[string]int32{
+		"MEMORY_CONDITION_UNSPECIFIED": 0,
+		"MEMORY_CONDITION_NORMAL":      1,
+		"MEMORY_CONDITION_SATURATED":   2,
+	}
+)
+
+func (x MemoryCondition) Enum() *MemoryCondition {
+	p := new(MemoryCondition)
+	*p = x
+	return p
+}
+
+func (x MemoryCondition) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MemoryCondition) Descriptor() protoreflect.EnumDescriptor {
+	return file_kibotos_guest_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (MemoryCondition) Type() protoreflect.EnumType {
+	return &file_kibotos_guest_v1_agent_proto_enumTypes[0]
+}
+
+func (x MemoryCondition) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MemoryCondition.Descriptor instead.
+func (MemoryCondition) EnumDescriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{0}
+}
 
 // ExecStream names a process's output stream.
 type ExecStream int32
@@ -62,11 +113,11 @@ func (x ExecStream) String() string {
 }
 
 func (ExecStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_guest_v1_agent_proto_enumTypes[0].Descriptor()
+	return file_kibotos_guest_v1_agent_proto_enumTypes[1].Descriptor()
 }
 
 func (ExecStream) Type() protoreflect.EnumType {
-	return &file_kibotos_guest_v1_agent_proto_enumTypes[0]
+	return &file_kibotos_guest_v1_agent_proto_enumTypes[1]
 }
 
 func (x ExecStream) Number() protoreflect.EnumNumber {
@@ -75,7 +126,7 @@ func (x ExecStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecStream.Descriptor instead.
 func (ExecStream) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
 type PingRequest struct {
@@ -122,7 +173,10 @@ type PingResponse struct {
 	// agent_version is the kibotos-guest version.
 	AgentVersion string `protobuf:"bytes,2,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// guest_time is the guest's wall clock when it answered.
-	GuestTime     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=guest_time,json=guestTime,proto3" json:"guest_time,omitempty"`
+	GuestTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=guest_time,json=guestTime,proto3" json:"guest_time,omitempty"`
+	// memory is the guest's judgment of its processes' memory (PSI); absent
+	// when the guest kernel does not account memory pressure.
+	Memory        *MemoryReport `protobuf:"bytes,4,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -178,6 +232,191 @@ func (x *PingResponse) GetGuestTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PingResponse) GetMemory() *MemoryReport {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+// MemoryReport is what the guest's memory watch knows when it answers a
+// Ping.
+type MemoryReport struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Condition MemoryCondition        `protobuf:"varint,1,opt,name=condition,proto3,enum=kibotos.guest.v1.MemoryCondition" json:"condition,omitempty"`
+	// saturated_since is present only for SATURATED, on the guest's clock.
+	SaturatedSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=saturated_since,json=saturatedSince,proto3" json:"saturated_since,omitempty"`
+	// kill_count counts the processes the guest killed since it booted
+	// because memory stayed saturated.
+	KillCount uint32 `protobuf:"varint,3,opt,name=kill_count,json=killCount,proto3" json:"kill_count,omitempty"`
+	// latest_kill describes the latest of those kills; absent while
+	// kill_count is zero.
+	LatestKill *MemoryKill `protobuf:"bytes,4,opt,name=latest_kill,json=latestKill,proto3" json:"latest_kill,omitempty"`
+	// full_avg10_permille is PSI "full avg10" in thousandths, for logs and
+	// the node's own reading.
+	FullAvg10Permille uint32 `protobuf:"varint,5,opt,name=full_avg10_permille,json=fullAvg10Permille,proto3" json:"full_avg10_permille,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *MemoryReport) Reset() {
+	*x = MemoryReport{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryReport) ProtoMessage() {}
+
+func (x *MemoryReport) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryReport.ProtoReflect.Descriptor instead.
+func (*MemoryReport) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MemoryReport) GetCondition() MemoryCondition {
+	if x != nil {
+		return x.Condition
+	}
+	return MemoryCondition_MEMORY_CONDITION_UNSPECIFIED
+}
+
+func (x *MemoryReport) GetSaturatedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SaturatedSince
+	}
+	return nil
+}
+
+func (x *MemoryReport) GetKillCount() uint32 {
+	if x != nil {
+		return x.KillCount
+	}
+	return 0
+}
+
+func (x *MemoryReport) GetLatestKill() *MemoryKill {
+	if x != nil {
+		return x.LatestKill
+	}
+	return nil
+}
+
+func (x *MemoryReport) GetFullAvg10Permille() uint32 {
+	if x != nil {
+		return x.FullAvg10Permille
+	}
+	return 0
+}
+
+// MemoryKill mirrors kibotos.ctrl.v1.GuestMemoryKill, on the guest's clock.
+type MemoryKill struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	KilledAt          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=killed_at,json=killedAt,proto3" json:"killed_at,omitempty"`
+	Pid               int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	Command           string                 `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
+	RssBytes          uint64                 `protobuf:"varint,4,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`
+	FullStallPermille uint32                 `protobuf:"varint,5,opt,name=full_stall_permille,json=fullStallPermille,proto3" json:"full_stall_permille,omitempty"`
+	Window            *durationpb.Duration   `protobuf:"bytes,6,opt,name=window,proto3" json:"window,omitempty"`
+	SaturatedFor      *durationpb.Duration   `protobuf:"bytes,7,opt,name=saturated_for,json=saturatedFor,proto3" json:"saturated_for,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *MemoryKill) Reset() {
+	*x = MemoryKill{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryKill) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryKill) ProtoMessage() {}
+
+func (x *MemoryKill) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryKill.ProtoReflect.Descriptor instead.
+func (*MemoryKill) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *MemoryKill) GetKilledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.KilledAt
+	}
+	return nil
+}
+
+func (x *MemoryKill) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *MemoryKill) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *MemoryKill) GetRssBytes() uint64 {
+	if x != nil {
+		return x.RssBytes
+	}
+	return 0
+}
+
+func (x *MemoryKill) GetFullStallPermille() uint32 {
+	if x != nil {
+		return x.FullStallPermille
+	}
+	return 0
+}
+
+func (x *MemoryKill) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *MemoryKill) GetSaturatedFor() *durationpb.Duration {
+	if x != nil {
+		return x.SaturatedFor
+	}
+	return nil
+}
+
 type ExecRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// argv[0] is looked up in PATH when it has no slash.
@@ -194,7 +433,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[2]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -206,7 +445,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[2]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -219,7 +458,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExecRequest) GetArgv() []string {
@@ -264,7 +503,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[3]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +515,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[3]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +528,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExecResponse) GetEvent() isExecResponse_Event {
@@ -357,7 +596,7 @@ type ExecStarted struct {
 
 func (x *ExecStarted) Reset() {
 	*x = ExecStarted{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[4]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +608,7 @@ func (x *ExecStarted) String() string {
 func (*ExecStarted) ProtoMessage() {}
 
 func (x *ExecStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[4]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +621,7 @@ func (x *ExecStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStarted.ProtoReflect.Descriptor instead.
 func (*ExecStarted) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExecStarted) GetPid() int32 {
@@ -402,7 +641,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[5]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +653,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[5]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +666,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecOutput) GetStream() ExecStream {
@@ -456,7 +695,7 @@ type ExecExited struct {
 
 func (x *ExecExited) Reset() {
 	*x = ExecExited{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[6]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +707,7 @@ func (x *ExecExited) String() string {
 func (*ExecExited) ProtoMessage() {}
 
 func (x *ExecExited) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[6]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +720,7 @@ func (x *ExecExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExited.ProtoReflect.Descriptor instead.
 func (*ExecExited) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExecExited) GetExitCode() int32 {
@@ -506,7 +745,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[7]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +757,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[7]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +770,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 type ShutdownResponse struct {
@@ -544,7 +783,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[8]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +795,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[8]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +808,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ShutdownResponse) GetDurable() bool {
@@ -590,13 +829,31 @@ var File_kibotos_guest_v1_agent_proto protoreflect.FileDescriptor
 
 const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1ckibotos/guest/v1/agent.proto\x12\x10kibotos.guest.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\r\n" +
-	"\vPingRequest\"\x87\x01\n" +
+	"\x1ckibotos/guest/v1/agent.proto\x12\x10kibotos.guest.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\r\n" +
+	"\vPingRequest\"\xbf\x01\n" +
 	"\fPingResponse\x12\x17\n" +
 	"\aboot_id\x18\x01 \x01(\tR\x06bootId\x12#\n" +
 	"\ragent_version\x18\x02 \x01(\tR\fagentVersion\x129\n" +
 	"\n" +
-	"guest_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tguestTime\"\xbb\x01\n" +
+	"guest_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tguestTime\x126\n" +
+	"\x06memory\x18\x04 \x01(\v2\x1e.kibotos.guest.v1.MemoryReportR\x06memory\"\xa2\x02\n" +
+	"\fMemoryReport\x12?\n" +
+	"\tcondition\x18\x01 \x01(\x0e2!.kibotos.guest.v1.MemoryConditionR\tcondition\x12C\n" +
+	"\x0fsaturated_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0esaturatedSince\x12\x1d\n" +
+	"\n" +
+	"kill_count\x18\x03 \x01(\rR\tkillCount\x12=\n" +
+	"\vlatest_kill\x18\x04 \x01(\v2\x1c.kibotos.guest.v1.MemoryKillR\n" +
+	"latestKill\x12.\n" +
+	"\x13full_avg10_permille\x18\x05 \x01(\rR\x11fullAvg10Permille\"\xb1\x02\n" +
+	"\n" +
+	"MemoryKill\x127\n" +
+	"\tkilled_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bkilledAt\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x18\n" +
+	"\acommand\x18\x03 \x01(\tR\acommand\x12\x1b\n" +
+	"\trss_bytes\x18\x04 \x01(\x04R\brssBytes\x12.\n" +
+	"\x13full_stall_permille\x18\x05 \x01(\rR\x11fullStallPermille\x121\n" +
+	"\x06window\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12>\n" +
+	"\rsaturated_for\x18\a \x01(\v2\x19.google.protobuf.DurationR\fsaturatedFor\"\xbb\x01\n" +
 	"\vExecRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x128\n" +
 	"\x03env\x18\x02 \x03(\v2&.kibotos.guest.v1.ExecRequest.EnvEntryR\x03env\x12\x10\n" +
@@ -623,7 +880,11 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\x0fShutdownRequest\"F\n" +
 	"\x10ShutdownResponse\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*Y\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*p\n" +
+	"\x0fMemoryCondition\x12 \n" +
+	"\x1cMEMORY_CONDITION_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17MEMORY_CONDITION_NORMAL\x10\x01\x12\x1e\n" +
+	"\x1aMEMORY_CONDITION_SATURATED\x10\x02*Y\n" +
 	"\n" +
 	"ExecStream\x12\x1b\n" +
 	"\x17EXEC_STREAM_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -646,40 +907,51 @@ func file_kibotos_guest_v1_agent_proto_rawDescGZIP() []byte {
 	return file_kibotos_guest_v1_agent_proto_rawDescData
 }
 
-var file_kibotos_guest_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_kibotos_guest_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_kibotos_guest_v1_agent_proto_goTypes = []any{
-	(ExecStream)(0),               // 0: kibotos.guest.v1.ExecStream
-	(*PingRequest)(nil),           // 1: kibotos.guest.v1.PingRequest
-	(*PingResponse)(nil),          // 2: kibotos.guest.v1.PingResponse
-	(*ExecRequest)(nil),           // 3: kibotos.guest.v1.ExecRequest
-	(*ExecResponse)(nil),          // 4: kibotos.guest.v1.ExecResponse
-	(*ExecStarted)(nil),           // 5: kibotos.guest.v1.ExecStarted
-	(*ExecOutput)(nil),            // 6: kibotos.guest.v1.ExecOutput
-	(*ExecExited)(nil),            // 7: kibotos.guest.v1.ExecExited
-	(*ShutdownRequest)(nil),       // 8: kibotos.guest.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),      // 9: kibotos.guest.v1.ShutdownResponse
-	nil,                           // 10: kibotos.guest.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(MemoryCondition)(0),          // 0: kibotos.guest.v1.MemoryCondition
+	(ExecStream)(0),               // 1: kibotos.guest.v1.ExecStream
+	(*PingRequest)(nil),           // 2: kibotos.guest.v1.PingRequest
+	(*PingResponse)(nil),          // 3: kibotos.guest.v1.PingResponse
+	(*MemoryReport)(nil),          // 4: kibotos.guest.v1.MemoryReport
+	(*MemoryKill)(nil),            // 5: kibotos.guest.v1.MemoryKill
+	(*ExecRequest)(nil),           // 6: kibotos.guest.v1.ExecRequest
+	(*ExecResponse)(nil),          // 7: kibotos.guest.v1.ExecResponse
+	(*ExecStarted)(nil),           // 8: kibotos.guest.v1.ExecStarted
+	(*ExecOutput)(nil),            // 9: kibotos.guest.v1.ExecOutput
+	(*ExecExited)(nil),            // 10: kibotos.guest.v1.ExecExited
+	(*ShutdownRequest)(nil),       // 11: kibotos.guest.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),      // 12: kibotos.guest.v1.ShutdownResponse
+	nil,                           // 13: kibotos.guest.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
 }
 var file_kibotos_guest_v1_agent_proto_depIdxs = []int32{
-	11, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
-	10, // 1: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
-	5,  // 2: kibotos.guest.v1.ExecResponse.started:type_name -> kibotos.guest.v1.ExecStarted
-	6,  // 3: kibotos.guest.v1.ExecResponse.output:type_name -> kibotos.guest.v1.ExecOutput
-	7,  // 4: kibotos.guest.v1.ExecResponse.exited:type_name -> kibotos.guest.v1.ExecExited
-	0,  // 5: kibotos.guest.v1.ExecOutput.stream:type_name -> kibotos.guest.v1.ExecStream
-	1,  // 6: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
-	3,  // 7: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
-	8,  // 8: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
-	2,  // 9: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
-	4,  // 10: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
-	9,  // 11: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
-	9,  // [9:12] is the sub-list for method output_type
-	6,  // [6:9] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	14, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
+	4,  // 1: kibotos.guest.v1.PingResponse.memory:type_name -> kibotos.guest.v1.MemoryReport
+	0,  // 2: kibotos.guest.v1.MemoryReport.condition:type_name -> kibotos.guest.v1.MemoryCondition
+	14, // 3: kibotos.guest.v1.MemoryReport.saturated_since:type_name -> google.protobuf.Timestamp
+	5,  // 4: kibotos.guest.v1.MemoryReport.latest_kill:type_name -> kibotos.guest.v1.MemoryKill
+	14, // 5: kibotos.guest.v1.MemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	15, // 6: kibotos.guest.v1.MemoryKill.window:type_name -> google.protobuf.Duration
+	15, // 7: kibotos.guest.v1.MemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	13, // 8: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
+	8,  // 9: kibotos.guest.v1.ExecResponse.started:type_name -> kibotos.guest.v1.ExecStarted
+	9,  // 10: kibotos.guest.v1.ExecResponse.output:type_name -> kibotos.guest.v1.ExecOutput
+	10, // 11: kibotos.guest.v1.ExecResponse.exited:type_name -> kibotos.guest.v1.ExecExited
+	1,  // 12: kibotos.guest.v1.ExecOutput.stream:type_name -> kibotos.guest.v1.ExecStream
+	2,  // 13: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
+	6,  // 14: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
+	11, // 15: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
+	3,  // 16: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
+	7,  // 17: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
+	12, // 18: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_guest_v1_agent_proto_init() }
@@ -687,7 +959,7 @@ func file_kibotos_guest_v1_agent_proto_init() {
 	if File_kibotos_guest_v1_agent_proto != nil {
 		return
 	}
-	file_kibotos_guest_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
+	file_kibotos_guest_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
 		(*ExecResponse_Started)(nil),
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exited)(nil),
@@ -697,8 +969,8 @@ func file_kibotos_guest_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_guest_v1_agent_proto_rawDesc), len(file_kibotos_guest_v1_agent_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   10,
+			NumEnums:      2,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
