@@ -170,8 +170,15 @@ type StartExecution struct {
 	VolumeMountPath string        `protobuf:"bytes,9,opt,name=volume_mount_path,json=volumeMountPath,proto3" json:"volume_mount_path,omitempty"`
 	Vcpus           uint32        `protobuf:"varint,10,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
 	MemoryBytes     uint64        `protobuf:"varint,11,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// public_internet gives the guest's network device a path out (QEMU
+	// user-mode networking); false isolates it (restrict=on), as
+	// NETWORK_POLICY_MODE_DENY_ALL asks. The policy is read at start.
+	PublicInternet bool `protobuf:"varint,12,opt,name=public_internet,json=publicInternet,proto3" json:"public_internet,omitempty"`
+	// template_digest is the template root's digest, recorded beside the
+	// writable layer so a later start on another revision is seen.
+	TemplateDigest string `protobuf:"bytes,13,opt,name=template_digest,json=templateDigest,proto3" json:"template_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StartExecution) Reset() {
@@ -281,6 +288,20 @@ func (x *StartExecution) GetMemoryBytes() uint64 {
 	return 0
 }
 
+func (x *StartExecution) GetPublicInternet() bool {
+	if x != nil {
+		return x.PublicInternet
+	}
+	return false
+}
+
+func (x *StartExecution) GetTemplateDigest() string {
+	if x != nil {
+		return x.TemplateDigest
+	}
+	return ""
+}
+
 // ExecutionStatus is an execution as the node found it.
 type ExecutionStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -294,8 +315,11 @@ type ExecutionStatus struct {
 	BootId string `protobuf:"bytes,5,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	// layer_capacity_bytes is the capacity the layer has.
 	LayerCapacityBytes uint64 `protobuf:"varint,6,opt,name=layer_capacity_bytes,json=layerCapacityBytes,proto3" json:"layer_capacity_bytes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// template_changed is true when the node discarded a layer made over
+	// another template revision (the layer is then new: layer_created).
+	TemplateChanged bool `protobuf:"varint,7,opt,name=template_changed,json=templateChanged,proto3" json:"template_changed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ExecutionStatus) Reset() {
@@ -368,6 +392,13 @@ func (x *ExecutionStatus) GetLayerCapacityBytes() uint64 {
 		return x.LayerCapacityBytes
 	}
 	return 0
+}
+
+func (x *ExecutionStatus) GetTemplateChanged() bool {
+	if x != nil {
+		return x.TemplateChanged
+	}
+	return false
 }
 
 // StopExecution stops one execution (NodeCommand body). A normal stop asks
@@ -496,8 +527,11 @@ type ExecutionReport struct {
 	// end says how a no-longer-running execution ended.
 	End ExecutionEnd `protobuf:"varint,3,opt,name=end,proto3,enum=kibotos.node.v1.ExecutionEnd" json:"end,omitempty"`
 	// responding is the guest agent's answer to the node's latest probe.
-	Responding    bool   `protobuf:"varint,4,opt,name=responding,proto3" json:"responding,omitempty"`
-	ProbeError    string `protobuf:"bytes,5,opt,name=probe_error,json=probeError,proto3" json:"probe_error,omitempty"`
+	Responding bool   `protobuf:"varint,4,opt,name=responding,proto3" json:"responding,omitempty"`
+	ProbeError string `protobuf:"bytes,5,opt,name=probe_error,json=probeError,proto3" json:"probe_error,omitempty"`
+	// memory is the guest's latest memory report; it stands (kill count
+	// included) while the guest does not answer.
+	Memory        *v1.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +599,13 @@ func (x *ExecutionReport) GetProbeError() string {
 		return x.ProbeError
 	}
 	return ""
+}
+
+func (x *ExecutionReport) GetMemory() *v1.MemoryReport {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
 }
 
 type FetchArtifactRequest struct {
@@ -786,7 +827,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xf3\x03\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xc5\x04\n" +
 	"\x0eStartExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
@@ -800,7 +841,9 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x11volume_mount_path\x18\t \x01(\tR\x0fvolumeMountPath\x12\x14\n" +
 	"\x05vcpus\x18\n" +
 	" \x01(\rR\x05vcpus\x12!\n" +
-	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\"\xd2\x01\n" +
+	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12'\n" +
+	"\x0fpublic_internet\x18\f \x01(\bR\x0epublicInternet\x12'\n" +
+	"\x0ftemplate_digest\x18\r \x01(\tR\x0etemplateDigest\"\xfd\x01\n" +
 	"\x0fExecutionStatus\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -808,7 +851,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\rlayer_created\x18\x03 \x01(\bR\flayerCreated\x12\x14\n" +
 	"\x05accel\x18\x04 \x01(\tR\x05accel\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
-	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"o\n" +
+	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\x12)\n" +
+	"\x10template_changed\x18\a \x01(\bR\x0ftemplateChanged\"o\n" +
 	"\rStopExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
@@ -817,7 +861,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xbe\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xf6\x01\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -827,7 +871,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"responding\x18\x04 \x01(\bR\n" +
 	"responding\x12\x1f\n" +
 	"\vprobe_error\x18\x05 \x01(\tR\n" +
-	"probeError\"F\n" +
+	"probeError\x126\n" +
+	"\x06memory\x18\x06 \x01(\v2\x1e.kibotos.guest.v1.MemoryReportR\x06memory\"F\n" +
 	"\x14FetchArtifactRequest\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\"d\n" +
@@ -878,8 +923,9 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*ExecRequest)(nil),           // 9: kibotos.node.v1.ExecRequest
 	(*ExecResponse)(nil),          // 10: kibotos.node.v1.ExecResponse
 	(*BlockFileRef)(nil),          // 11: kibotos.node.v1.BlockFileRef
-	(*v1.ExecRequest)(nil),        // 12: kibotos.guest.v1.ExecRequest
-	(*v1.ExecResponse)(nil),       // 13: kibotos.guest.v1.ExecResponse
+	(*v1.MemoryReport)(nil),       // 12: kibotos.guest.v1.MemoryReport
+	(*v1.ExecRequest)(nil),        // 13: kibotos.guest.v1.ExecRequest
+	(*v1.ExecResponse)(nil),       // 14: kibotos.guest.v1.ExecResponse
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
@@ -888,15 +934,16 @@ var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	11, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
 	11, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
 	0,  // 5: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	12, // 6: kibotos.node.v1.ExecRequest.exec:type_name -> kibotos.guest.v1.ExecRequest
-	13, // 7: kibotos.node.v1.ExecResponse.event:type_name -> kibotos.guest.v1.ExecResponse
-	9,  // 8: kibotos.node.v1.NodeDataService.Exec:input_type -> kibotos.node.v1.ExecRequest
-	10, // 9: kibotos.node.v1.NodeDataService.Exec:output_type -> kibotos.node.v1.ExecResponse
-	9,  // [9:10] is the sub-list for method output_type
-	8,  // [8:9] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	13, // 7: kibotos.node.v1.ExecRequest.exec:type_name -> kibotos.guest.v1.ExecRequest
+	14, // 8: kibotos.node.v1.ExecResponse.event:type_name -> kibotos.guest.v1.ExecResponse
+	9,  // 9: kibotos.node.v1.NodeDataService.Exec:input_type -> kibotos.node.v1.ExecRequest
+	10, // 10: kibotos.node.v1.NodeDataService.Exec:output_type -> kibotos.node.v1.ExecResponse
+	10, // [10:11] is the sub-list for method output_type
+	9,  // [9:10] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
