@@ -116,9 +116,10 @@ func (t *Tx) GetRuntime(workspaceID string, lock bool) (*storev1.WorkspaceRuntim
 	return r, err
 }
 
-// PutRuntime writes a Workspace's runtime record.
+// PutRuntime writes a Workspace's runtime record, with the node its
+// current execution runs on in a column of its own (NodeExecutions).
 func (t *Tx) PutRuntime(r *storev1.WorkspaceRuntime) error {
-	return t.upsert("workspace_runtime", []string{"workspace_id", "body"}, r.GetWorkspaceId(), marshal(r))
+	return t.upsert("workspace_runtime", []string{"workspace_id", "node_id", "body"}, r.GetWorkspaceId(), r.GetNodeId(), marshal(r))
 }
 
 // SetNodeData records how ctrl reaches a node's data endpoint.

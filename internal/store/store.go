@@ -165,14 +165,20 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := s.applyMigration(ctx, conn, version, s.d.schema(string(body))); err != nil {
+		if err := s.applyMigration(ctx, conn, version, s.d.schema(string(body)), migrationHooks[version]); err != nil {
 			return fmt.Errorf("migration %s: %w", name, err)
 		}
 	}
 	return nil
 }
 
-func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int, body string) error {
+// migrationHooks are the Go steps of a migration, run after its SQL in the
+// same transaction: what SQL cannot do, such as reading protobuf bodies.
+var migrationHooks = map[int]func(*sql.Tx, dialect) error{
+	4: backfillRuntimeNodes,
+}
+
+func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int, body string, hook func(*sql.Tx, dialect) error) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -184,6 +190,11 @@ func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int,
 		}
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("%w in %s", err, strings.TrimSpace(stmt))
+		}
+	}
+	if hook != nil {
+		if err := hook(tx, s.d); err != nil {
+			return err
 		}
 	}
 	if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO schema_migrations (version) VALUES (?)"), version); err != nil {

@@ -11,7 +11,10 @@ import (
 // The conformance suite, once per database kind.
 func TestStore(t *testing.T) {
 	for _, b := range storetest.Backends() {
-		t.Run(b.Name, func(t *testing.T) { storetest.Run(t, b) })
+		t.Run(b.Name, func(t *testing.T) {
+			storetest.Run(t, b)
+			storetest.RunNodeLifecycle(t, b)
+		})
 	}
 }
 
