@@ -49,6 +49,9 @@ type Agent struct {
 	Reaper *Reaper
 	// Machine serves Shutdown; nil answers unimplemented.
 	Machine Machine
+	// Memory is the guest's memory watch, reported by Ping; nil reports
+	// none.
+	Memory *MemoryWatch
 
 	shutdownOnce sync.Once
 }
@@ -73,6 +76,7 @@ func (a *Agent) Ping(context.Context, *connect.Request[guestv1.PingRequest]) (*c
 		BootId:       a.BootID,
 		AgentVersion: a.Version,
 		GuestTime:    timestamppb.New(now()),
+		Memory:       a.Memory.Report(),
 	}), nil
 }
 

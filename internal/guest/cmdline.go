@@ -3,6 +3,7 @@ package guest
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 )
@@ -14,6 +15,8 @@ const (
 	ParamLayer      = "kibotos.layer"      // writable layer block device, e.g. /dev/vdb
 	ParamVolume     = "kibotos.volume"     // DEVICE:MOUNTPATH, e.g. /dev/vdc:/data
 	ParamBootID     = "kibotos.boot_id"    // the id the host gives this boot
+	ParamNet        = "kibotos.net"        // ADDR/PREFIX,GATEWAY,DNS for eth0, e.g. 10.0.2.15/24,10.0.2.2,10.0.2.3
+	ParamHostname   = "kibotos.hostname"   // the guest's host name
 )
 
 // DefaultRootFSType is the template root's file system unless
@@ -78,6 +81,8 @@ type Config struct {
 	Layer      string // writable layer block device; empty: none
 	Volume     *VolumeMount
 	BootID     string // empty: use the kernel's boot id
+	Net        *NetConfig
+	Hostname   string
 	// Params is the whole command line, for module parameters
 	// (ModuleParams).
 	Params []Param
@@ -126,6 +131,15 @@ func ParseCmdline(cmdline string) (Config, error) {
 			cfg.Volume = &v
 		case ParamBootID:
 			cfg.BootID = p.Value
+		case ParamNet:
+			n, err := parseNet(p.Value)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", p.Key, err))
+				continue
+			}
+			cfg.Net = &n
+		case ParamHostname:
+			cfg.Hostname = p.Value
 		default:
 			errs = append(errs, fmt.Errorf("%s: unknown parameter", p.Key))
 		}
@@ -165,6 +179,34 @@ func parseVolume(s string) (VolumeMount, error) {
 		}
 	}
 	return VolumeMount{Device: dev, Path: path}, nil
+}
+
+// NetConfig is eth0's static IPv4 configuration.
+type NetConfig struct {
+	Address netip.Prefix // the guest's address and its network
+	Gateway netip.Addr
+	DNS     netip.Addr // the only nameserver the guest is given
+}
+
+// parseNet reads ADDR/PREFIX,GATEWAY,DNS.
+func parseNet(s string) (NetConfig, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) != 3 {
+		return NetConfig{}, fmt.Errorf("%q is not ADDR/PREFIX,GATEWAY,DNS", s)
+	}
+	addr, err := netip.ParsePrefix(parts[0])
+	if err != nil || !addr.Addr().Is4() {
+		return NetConfig{}, fmt.Errorf("%q is not an IPv4 address with a prefix length", parts[0])
+	}
+	gw, err := netip.ParseAddr(parts[1])
+	if err != nil || !gw.Is4() || !addr.Masked().Contains(gw) {
+		return NetConfig{}, fmt.Errorf("gateway %q is not an IPv4 address in %s", parts[1], addr.Masked())
+	}
+	dns, err := netip.ParseAddr(parts[2])
+	if err != nil || !dns.Is4() {
+		return NetConfig{}, fmt.Errorf("nameserver %q is not an IPv4 address", parts[2])
+	}
+	return NetConfig{Address: addr, Gateway: gw, DNS: dns}, nil
 }
 
 // ModuleParams returns the parameters the command line gives module name

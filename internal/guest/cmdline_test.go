@@ -1,6 +1,7 @@
 package guest_test
 
 import (
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -49,6 +50,18 @@ func TestParseCmdline(t *testing.T) {
 			name:    "last one wins",
 			cmdline: "kibotos.boot_id=a kibotos.boot_id=b",
 			want:    guest.Config{RootFSType: "ext4", BootID: "b"},
+		},
+		{
+			name:    "network and host name",
+			cmdline: "kibotos.net=10.0.2.15/24,10.0.2.2,10.0.2.3 kibotos.hostname=ws-1",
+			want: guest.Config{RootFSType: "ext4", Hostname: "ws-1", Net: &guest.NetConfig{
+				Address: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"), DNS: netip.MustParseAddr("10.0.2.3")}},
+		},
+		{
+			name:    "malformed networks are left out and reported",
+			cmdline: "kibotos.net=10.0.2.15 kibotos.net=10.0.2.15/24,10.0.3.2,10.0.2.3 kibotos.net=fe80::1/64,fe80::2,10.0.2.3 kibotos.net=10.0.2.15/24,10.0.2.2,x",
+			want:    guest.Config{RootFSType: "ext4"},
+			errs:    []string{"is not ADDR/PREFIX,GATEWAY,DNS", "gateway \"10.0.3.2\" is not an IPv4 address in 10.0.2.0/24", "\"fe80::1/64\" is not an IPv4 address", "nameserver \"x\""},
 		},
 		{
 			name:    "root without layer",

@@ -102,7 +102,13 @@ func RunInit(version string) {
 	if err != nil {
 		s.PowerOff(fmt.Sprintf("boot failed: %v", err))
 	}
-	agent := &Agent{BootID: bootID, Version: version, Reaper: reaper, Machine: s}
+	memory := &MemoryWatch{ProcDir: "/proc", Logf: s.Log.Printf}
+	go func() {
+		if err := memory.Run(context.Background()); err != nil {
+			s.Log.Printf("memory watch: %v", err)
+		}
+	}()
+	agent := &Agent{BootID: bootID, Version: version, Reaper: reaper, Machine: s, Memory: memory}
 	s.Log.Printf("agent %s serving on %s (boot id %s)", version, port, bootID)
 	_ = Serve(context.Background(), port, agent.Handler(), func(err error) {
 		if !s.down.Load() {
@@ -163,6 +169,12 @@ func (s *System) boot() (port, bootID string, err error) {
 	}
 	if err := loopbackUp(); err != nil {
 		s.Log.Printf("loopback: %v", err)
+	}
+	s.setUpNetwork(ctx, cfg)
+	if cfg.Hostname != "" {
+		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+			s.Log.Printf("host name: %v", err)
+		}
 	}
 
 	bootID = cfg.BootID
@@ -268,20 +280,23 @@ func (s *System) mountStorage(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// loopbackUp brings up lo (the kernel gives it 127.0.0.1 and ::1).
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
+// setUpNetwork configures eth0 as cfg.Net says. A network that cannot be
+// set up is logged, not fatal: the agent runs over virtio-serial, so the
+// Workspace stays usable and says why on its console.
+func (s *System) setUpNetwork(ctx context.Context, cfg Config) {
+	if cfg.Net == nil {
+		return
 	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
+	if err := WaitForInterface(ctx, "/sys", NetInterface, DeviceTimeout); err != nil {
+		s.Log.Printf("network: %v", err)
+		return
 	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
+	if err := ConfigureNetwork(NetInterface, *cfg.Net); err != nil {
+		s.Log.Printf("network: %v", err)
+		return
 	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+	if err := WriteResolvConf("/", cfg.Net.DNS); err != nil {
+		s.Log.Printf("network: nameserver: %v", err)
+	}
+	s.Log.Printf("network: %s %s via %s, nameserver %s", NetInterface, cfg.Net.Address, cfg.Net.Gateway, cfg.Net.DNS)
 }

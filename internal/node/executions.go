@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
@@ -106,7 +107,8 @@ type execution struct {
 	end        nodev1.ExecutionEnd
 	responding bool
 	probeErr   string
-	cancel     context.CancelFunc // ends its watcher and prober
+	memory     *guestv1.MemoryReport // the latest, times on this host's clock
+	cancel     context.CancelFunc    // ends its watcher and prober
 }
 
 // executions are the VMs this agent runs.
@@ -312,10 +314,17 @@ func (e *executions) probe(ctx context.Context, x *execution) {
 		case res.Msg.GetBootId() != x.rec.BootID:
 			probeErr = fmt.Sprintf("the guest answers with boot_id %q, not %q: it rebooted", res.Msg.GetBootId(), x.rec.BootID)
 		}
+		var memory *guestv1.MemoryReport
+		if err == nil {
+			memory = hostClockMemory(res.Msg, time.Now())
+		}
 		e.mu.Lock()
-		changed := x.state == running && (x.responding != responding || x.probeErr != probeErr)
+		changed := x.state == running && (x.responding != responding || x.probeErr != probeErr || memoryChanged(x.memory, memory))
 		if x.state == running {
 			x.responding, x.probeErr = responding, probeErr
+			if memory != nil {
+				x.memory = memory
+			}
 		}
 		e.mu.Unlock()
 		if changed {
@@ -352,7 +361,7 @@ func (e *executions) reports() (reports []*nodev1.ExecutionReport, endedIDs []st
 	for id, x := range e.byID {
 		switch x.state {
 		case running:
-			reports = append(reports, &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr})
+			reports = append(reports, &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory})
 		case ended:
 			reports = append(reports, &nodev1.ExecutionReport{InstanceId: id, End: x.end})
 			endedIDs = append(endedIDs, id)
@@ -417,6 +426,10 @@ func validInstanceID(id string) error {
 	return nil
 }
 
+// hostnamePattern is what a guest host name may be (sethostname takes up
+// to 64 bytes; the kernel command line takes no spaces).
+var hostnamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,63}$`)
+
 func validateStart(op *nodev1.StartExecution) error {
 	if err := validInstanceID(op.GetInstanceId()); err != nil {
 		return err
@@ -448,6 +461,9 @@ func validateStart(op *nodev1.StartExecution) error {
 				return fmt.Errorf("volume_mount_path %s is under %s, which the guest mounts itself", p, reserved)
 			}
 		}
+	}
+	if h := op.GetHostname(); h != "" && !hostnamePattern.MatchString(h) {
+		return fmt.Errorf("hostname %q is not 1 to 64 of [A-Za-z0-9.-]", h)
 	}
 	if op.GetVcpus() == 0 {
 		return errors.New("vcpus is 0")
@@ -595,7 +611,10 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 		cmdline += " kibotos.volume=/dev/vdc:" + rec.VolumeMountPath
 		drives = append(drives, qemu.Drive{Path: volumePath})
 	}
-	cmdline += " kibotos.boot_id=" + op.GetBootId()
+	cmdline += " kibotos.boot_id=" + op.GetBootId() + " " + qemu.NetCmdline()
+	if h := op.GetHostname(); h != "" {
+		cmdline += " kibotos.hostname=" + h
+	}
 	if err := writeRecord(runDir, rec); err != nil {
 		removeLayer()
 		return failure("", errorCode(err), "write the execution record: "+err.Error())
@@ -930,4 +949,39 @@ func exitDescription(st *os.ProcessState) string {
 		return "unknown (re-attached)"
 	}
 	return st.String()
+}
+
+// hostClockMemory is the guest's memory report with its times moved to
+// this host's clock (the API reports them "on the clock of the host that
+// probed"), using the guest's clock reading in the same answer.
+func hostClockMemory(ping *guestv1.PingResponse, hostNow time.Time) *guestv1.MemoryReport {
+	r := ping.GetMemory()
+	if r == nil {
+		return nil
+	}
+	r = proto.Clone(r).(*guestv1.MemoryReport)
+	if ping.GetGuestTime() == nil {
+		return r
+	}
+	offset := hostNow.Sub(ping.GetGuestTime().AsTime())
+	move := func(ts *timestamppb.Timestamp) *timestamppb.Timestamp {
+		if ts == nil {
+			return nil
+		}
+		return timestamppb.New(ts.AsTime().Add(offset))
+	}
+	r.SaturatedSince = move(r.GetSaturatedSince())
+	if k := r.GetLatestKill(); k != nil {
+		k.KilledAt = move(k.GetKilledAt())
+	}
+	return r
+}
+
+// memoryChanged tells whether a report is worth an observation: the
+// condition or the kills changed (the stall share alone moves every second).
+func memoryChanged(old, cur *guestv1.MemoryReport) bool {
+	if cur == nil {
+		return false
+	}
+	return old.GetCondition() != cur.GetCondition() || old.GetKillCount() != cur.GetKillCount()
 }

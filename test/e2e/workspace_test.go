@@ -89,6 +89,18 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 	if !strings.Contains(uname, "Linux") || !strings.Contains(uname, "amd64") {
 		t.Errorf("uname -a in the guest: %q", uname)
 	}
+	// The guest's machine: its host name, an isolated network device with
+	// an address, a default route and the link nameserver.
+	machine := d.mustKibotos(t, "workspace", "exec", id, "--", "sh", "-c", "hostname; cat /etc/resolv.conf /proc/net/route /sys/class/net/eth0/address; cat /proc/net/fib_trie")
+	for _, want := range []string{id + "\n", "nameserver 10.0.2.3", "eth0\t00000000\t0202000A", "10.0.2.15"} {
+		if !strings.Contains(machine, want) {
+			t.Errorf("guest machine lacks %q:\n%s", want, machine)
+		}
+	}
+	// The guest judges its memory from PSI, and the probe reports it.
+	waitUntil(t, "memory condition NORMAL", 2*time.Minute, func() bool {
+		return d.workspace(t, id).GetGuestObservation().GetMemoryCondition() == ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_NORMAL
+	})
 	d.mustKibotos(t, "workspace", "exec", id, "--", "sh", "-c", "echo root > /root/kept && echo vol > /data/kept && echo tmp > /tmp/gone && sync")
 
 	d.mustKibotos(t, "workspace", "stop", id)

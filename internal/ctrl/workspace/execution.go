@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
@@ -252,6 +253,7 @@ func (s *Service) startExecution(plan *launchPlan, nodeID, commandID string) *no
 		Kernel: plan.launch.GetKernel(), Initrd: plan.launch.GetInitrd(), TemplateRoot: plan.template.GetRoot(),
 		Layer: layerRef(plan.runtime), LayerCapacityBytes: layer,
 		Vcpus: max(vcpus, 1), MemoryBytes: res.GetMemoryBytes(),
+		Hostname: plan.w.GetWorkspaceId(),
 	}
 	if plan.volume != nil {
 		start.Volume = volumeRef(plan.volume)
@@ -437,9 +439,37 @@ func (s *Service) ExecutionObserved(ctx context.Context, nodeID string, r *nodev
 				obs.UnresponsiveSince = prev.GetUnresponsiveSince()
 			}
 		}
+		observeMemory(obs, prev, r.GetMemory())
 		w.GuestObservation = obs
 		return tx.PutWorkspace(w)
 	})
+}
+
+// observeMemory fills the memory fields of obs from the guest's report.
+// The condition is known only while the guest responds; the kills stand
+// while it does not.
+func observeMemory(obs, prev *ctrlv1.GuestObservation, m *guestv1.MemoryReport) {
+	if m == nil {
+		obs.MemoryKillCount, obs.LatestMemoryKill = prev.GetMemoryKillCount(), prev.GetLatestMemoryKill()
+		return
+	}
+	obs.MemoryKillCount = m.GetKillCount()
+	if k := m.GetLatestKill(); k != nil {
+		obs.LatestMemoryKill = &ctrlv1.GuestMemoryKill{
+			KilledAt: k.GetKilledAt(), Pid: k.GetPid(), Command: k.GetCommand(), RssBytes: k.GetRssBytes(),
+			FullStallPermille: k.GetFullStallPermille(), Window: k.GetWindow(), SaturatedFor: k.GetSaturatedFor(),
+		}
+	}
+	if obs.GetCondition() != ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING {
+		return
+	}
+	switch m.GetCondition() {
+	case guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL:
+		obs.MemoryCondition = ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_NORMAL
+	case guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED:
+		obs.MemoryCondition = ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_SATURATED
+		obs.MemorySaturatedSince = m.GetSaturatedSince()
+	}
 }
 
 // Execution is where a Workspace's current execution runs, for the data

@@ -170,15 +170,10 @@ type StartExecution struct {
 	VolumeMountPath string        `protobuf:"bytes,9,opt,name=volume_mount_path,json=volumeMountPath,proto3" json:"volume_mount_path,omitempty"`
 	Vcpus           uint32        `protobuf:"varint,10,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
 	MemoryBytes     uint64        `protobuf:"varint,11,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	// public_internet gives the guest's network device a path out (QEMU
-	// user-mode networking); false isolates it (restrict=on), as
-	// NETWORK_POLICY_MODE_DENY_ALL asks. The policy is read at start.
-	PublicInternet bool `protobuf:"varint,12,opt,name=public_internet,json=publicInternet,proto3" json:"public_internet,omitempty"`
-	// template_digest is the template root's digest, recorded beside the
-	// writable layer so a later start on another revision is seen.
-	TemplateDigest string `protobuf:"bytes,13,opt,name=template_digest,json=templateDigest,proto3" json:"template_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// hostname is the guest's host name (the Workspace id).
+	Hostname      string `protobuf:"bytes,13,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartExecution) Reset() {
@@ -288,16 +283,9 @@ func (x *StartExecution) GetMemoryBytes() uint64 {
 	return 0
 }
 
-func (x *StartExecution) GetPublicInternet() bool {
+func (x *StartExecution) GetHostname() string {
 	if x != nil {
-		return x.PublicInternet
-	}
-	return false
-}
-
-func (x *StartExecution) GetTemplateDigest() string {
-	if x != nil {
-		return x.TemplateDigest
+		return x.Hostname
 	}
 	return ""
 }
@@ -315,11 +303,8 @@ type ExecutionStatus struct {
 	BootId string `protobuf:"bytes,5,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	// layer_capacity_bytes is the capacity the layer has.
 	LayerCapacityBytes uint64 `protobuf:"varint,6,opt,name=layer_capacity_bytes,json=layerCapacityBytes,proto3" json:"layer_capacity_bytes,omitempty"`
-	// template_changed is true when the node discarded a layer made over
-	// another template revision (the layer is then new: layer_created).
-	TemplateChanged bool `protobuf:"varint,7,opt,name=template_changed,json=templateChanged,proto3" json:"template_changed,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ExecutionStatus) Reset() {
@@ -392,13 +377,6 @@ func (x *ExecutionStatus) GetLayerCapacityBytes() uint64 {
 		return x.LayerCapacityBytes
 	}
 	return 0
-}
-
-func (x *ExecutionStatus) GetTemplateChanged() bool {
-	if x != nil {
-		return x.TemplateChanged
-	}
-	return false
 }
 
 // StopExecution stops one execution (NodeCommand body). A normal stop asks
@@ -827,7 +805,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xc5\x04\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\x95\x04\n" +
 	"\x0eStartExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
@@ -841,9 +819,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x11volume_mount_path\x18\t \x01(\tR\x0fvolumeMountPath\x12\x14\n" +
 	"\x05vcpus\x18\n" +
 	" \x01(\rR\x05vcpus\x12!\n" +
-	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12'\n" +
-	"\x0fpublic_internet\x18\f \x01(\bR\x0epublicInternet\x12'\n" +
-	"\x0ftemplate_digest\x18\r \x01(\tR\x0etemplateDigest\"\xfd\x01\n" +
+	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12\x1a\n" +
+	"\bhostname\x18\r \x01(\tR\bhostnameJ\x04\b\f\x10\r\"\xd2\x01\n" +
 	"\x0fExecutionStatus\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -851,8 +828,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\rlayer_created\x18\x03 \x01(\bR\flayerCreated\x12\x14\n" +
 	"\x05accel\x18\x04 \x01(\tR\x05accel\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
-	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\x12)\n" +
-	"\x10template_changed\x18\a \x01(\bR\x0ftemplateChanged\"o\n" +
+	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"o\n" +
 	"\rStopExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +

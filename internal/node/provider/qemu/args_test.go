@@ -20,6 +20,7 @@ func TestArgsDescribeTheMicroVM(t *testing.T) {
 		"id=vda,file=/t/root.img,format=raw,if=none,cache=none,aio=threads,readonly=on",
 		"id=vdb,file=/l/layer.img,format=raw,if=none,cache=none,aio=threads -device virtio-blk-device,drive=vdb",
 		"virtserialport,chardev=agent,name=kibotos.agent", "path=agent.sock", "-pidfile /run/x/qemu.pid", "-no-reboot",
+		"-netdev user,id=net0,restrict=on,net=10.0.2.0/24 -device virtio-net-device,netdev=net0",
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("missing %q in\n%s", want, line)

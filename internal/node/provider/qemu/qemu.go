@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +65,21 @@ type Spec struct {
 	Accel     Accel
 }
 
+// The guest's network as QEMU's user-mode network lays it out: the guest at
+// .15, the gateway at .2, the nameserver at .3.
+var (
+	GuestNetwork    = netip.MustParsePrefix("10.0.2.0/24")
+	GuestAddress    = netip.MustParsePrefix("10.0.2.15/24")
+	GuestGateway    = netip.MustParseAddr("10.0.2.2")
+	GuestNameserver = netip.MustParseAddr("10.0.2.3")
+)
+
+// NetCmdline is the kernel command line parameter that tells the guest
+// its network (kibotos.net, read by kibotos-guest).
+func NetCmdline() string {
+	return fmt.Sprintf("kibotos.net=%s,%s,%s", GuestAddress, GuestGateway, GuestNameserver)
+}
+
 // Files in a run directory.
 const (
 	pidFile     = "qemu.pid"
@@ -72,10 +88,12 @@ const (
 )
 
 // baseCmdline makes the guest quiet, send its console to the serial port,
-// power off instead of rebooting, and skip the TSC calibration that hangs
-// under load on these hosts (notes/vm-on-ci.md).
+// power off instead of rebooting, account memory pressure (Debian's kernel
+// has PSI off unless asked: the guest's memory watch reads it), and skip
+// the TSC calibration that hangs under load on these hosts
+// (notes/vm-on-ci.md).
 func baseCmdline() string {
-	args := []string{"console=ttyS0", "reboot=t", "panic=-1", "quiet", "loglevel=4"}
+	args := []string{"console=ttyS0", "reboot=t", "panic=-1", "quiet", "loglevel=4", "psi=1"}
 	if khz := hostKHz(); khz > 0 {
 		args = append(args, fmt.Sprintf("tsc_early_khz=%d", khz))
 	}
@@ -133,6 +151,14 @@ func Args(s Spec) []string {
 		args = append(args, "-drive", opt, "-device", "virtio-blk-device,drive="+id)
 	}
 	return append(args,
+		// The guest's network device: QEMU's user-mode network, with no
+		// root needed. restrict=on keeps every packet inside: slirp would
+		// otherwise forward the gateway address to the host's own
+		// loopback (ctrl's endpoints), which no network policy may reach.
+		// Egress for NETWORK_POLICY_MODE_PUBLIC_INTERNET needs a tap device
+		// and nftables, not built yet.
+		"-netdev", "user,id=net0,restrict=on,net="+GuestNetwork.String(),
+		"-device", "virtio-net-device,netdev=net0",
 		"-device", "virtio-serial-device",
 		// Relative to QEMU's working directory, the run directory: a unix
 		// socket path is limited to 107 bytes, and run directories nest.
@@ -256,6 +282,10 @@ func (v *VM) ExitState() *os.ProcessState {
 func (v *VM) Agent() guestv1connect.GuestAgentServiceClient {
 	return guestv1connect.NewGuestAgentServiceClient(v.agentHTTP(), guestchan.BaseURL)
 }
+
+// AgentTransport is the transport of the guest channel, for relaying
+// calls to the guest agent as they are (the node's data endpoint).
+func (v *VM) AgentTransport() http.RoundTripper { return v.agentHTTP().Transport }
 
 func (v *VM) agentHTTP() *http.Client {
 	v.httpOnce.Do(func() {
