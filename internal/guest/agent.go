@@ -49,6 +49,9 @@ type Agent struct {
 	Reaper *Reaper
 	// Machine serves Shutdown; nil answers unimplemented.
 	Machine Machine
+	// Root is the directory guest paths of file calls are under, and whose
+	// /etc/passwd names users; empty is / (tests use a temporary one).
+	Root string
 	// Memory is the guest's memory watch, reported by Ping; nil reports
 	// none.
 	Memory *MemoryWatch

@@ -30,6 +30,10 @@ const PortName = "kibotos.agent"
 // BaseURL is the URL clients of the channel use; the host part is ignored.
 const BaseURL = "http://guest"
 
+// InstanceHeader names, on a call to a node's data endpoint, the execution
+// whose guest agent the node relays the call to.
+const InstanceHeader = "Kibotos-Instance"
+
 // rwConn makes a character device (or any stream) look like a net.Conn for
 // HTTP/2, which needs no deadlines from it.
 type rwConn struct {

@@ -1,12 +1,12 @@
 package node
 
 import (
-	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"strings"
@@ -14,17 +14,24 @@ import (
 
 	"connectrpc.com/connect"
 
-	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
+	"github.com/kibotos/kibotos/internal/guestchan"
 )
 
 // DefaultDataListen is where the data endpoint listens unless
 // Config.DataListen says otherwise.
 const DefaultDataListen = "127.0.0.1:0"
 
-// dataServer serves NodeDataService for ctrl on the data endpoint: h2c
-// (and HTTP/1.1), every call authorised by the data token of the latest
-// session welcome.
+// dataServer is the data endpoint, for ctrl only: h2c (and HTTP/1.1),
+// every call authorised by the data token of the latest session welcome.
+//
+// It relays guest agent calls (kibotos.guest.v1.GuestAgentService) to the
+// execution that the Kibotos-Instance header names, as an HTTP reverse
+// proxy onto that VM's guest channel, instead of serving a node RPC per
+// guest RPC: the guest agent's API grows (files, processes) without node
+// code, and ctrl speaks the guest's API directly. The relay keeps the node
+// in charge of what only it knows: the data token, which executions run,
+// and Shutdown, which only StopExecution may call.
 type dataServer struct {
 	a   *agent
 	srv *http.Server
@@ -45,9 +52,7 @@ func startDataServer(a *agent) (*dataServer, error) {
 	if d.url == "" {
 		d.url = advertisedURL(ln.Addr().(*net.TCPAddr))
 	}
-	mux := http.NewServeMux()
-	mux.Handle(nodev1connect.NewNodeDataServiceHandler(d, connect.WithInterceptors(tokenAuth{a})))
-	d.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	d.srv = &http.Server{Handler: &guestRelay{a: a, errors: connect.NewErrorWriter()}, ReadHeaderTimeout: 10 * time.Second}
 	d.srv.Protocols = new(http.Protocols)
 	d.srv.Protocols.SetHTTP1(true)
 	d.srv.Protocols.SetUnencryptedHTTP2(true)
@@ -77,71 +82,55 @@ func (d *dataServer) close() {
 	_ = d.srv.Close()
 }
 
-// tokenAuth admits calls bearing the current data token.
-type tokenAuth struct{ a *agent }
+// guestRelay relays authorised guest agent calls to a running execution.
+type guestRelay struct {
+	a      *agent
+	errors *connect.ErrorWriter
+}
 
-func (t tokenAuth) check(h http.Header) error {
-	want := t.a.dataToken.Load()
-	got, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+// relayedPrefix is the URL path of the calls the relay passes on.
+var relayedPrefix = "/" + guestv1connect.GuestAgentServiceName + "/"
+
+func (g *guestRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := g.admit(r); err != nil {
+		g.errors.Write(w, r, err)
+		return
+	}
+	vm, err := g.a.execs.runningVM(r.Header.Get(guestchan.InstanceHeader))
+	if err != nil {
+		g.errors.Write(w, r, err)
+		return
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			target, _ := url.Parse(guestchan.BaseURL)
+			pr.SetURL(target)
+			// The guest needs neither ctrl's token nor the routing header.
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del(guestchan.InstanceHeader)
+		},
+		Transport: vm.AgentTransport(),
+		// Streams: every message goes on as it arrives.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			g.errors.Write(w, r, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the guest agent: %w", err)))
+		},
+	}
+	proxy.ServeHTTP(w, r)
+}
+
+// admit checks the data token and that the call is one the relay passes.
+func (g *guestRelay) admit(r *http.Request) error {
+	want := g.a.dataToken.Load()
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if want == nil || *want == "" || !ok || subtle.ConstantTimeCompare([]byte(got), []byte(*want)) != 1 {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("this call needs the data token of the node's current session"))
 	}
-	return nil
-}
-
-func (t tokenAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := t.check(req.Header()); err != nil {
-			return nil, err
-		}
-		return next(ctx, req)
+	if !strings.HasPrefix(r.URL.Path, relayedPrefix) {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("the data endpoint relays only %s calls", guestv1connect.GuestAgentServiceName))
 	}
-}
-
-func (t tokenAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (t tokenAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := t.check(conn.RequestHeader()); err != nil {
-			return err
-		}
-		return next(ctx, conn)
-	}
-}
-
-// Exec proxies the guest agent's Exec stream of a running execution.
-func (d *dataServer) Exec(ctx context.Context, req *connect.Request[nodev1.ExecRequest], out *connect.ServerStream[nodev1.ExecResponse]) error {
-	if req.Msg.GetExec() == nil {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("no exec request"))
-	}
-	vm, err := d.a.execs.runningVM(req.Msg.GetInstanceId())
-	if err != nil {
-		return err
-	}
-	in, err := vm.Agent().Exec(ctx, connect.NewRequest(req.Msg.GetExec()))
-	if err != nil {
-		return guestError(err)
-	}
-	defer in.Close()
-	for in.Receive() {
-		if err := out.Send(&nodev1.ExecResponse{Event: in.Msg()}); err != nil {
-			return err
-		}
-	}
-	if err := in.Err(); err != nil {
-		return guestError(err)
+	if r.URL.Path == guestv1connect.GuestAgentServiceShutdownProcedure {
+		return connect.NewError(connect.CodePermissionDenied, errors.New("only StopExecution shuts a guest down"))
 	}
 	return nil
-}
-
-// guestError passes the guest agent's own errors on, and names a channel
-// failure for what it is.
-func guestError(err error) error {
-	var ce *connect.Error
-	if errors.As(err, &ce) && ce.Code() != connect.CodeUnknown && ce.Code() != connect.CodeUnavailable {
-		return err
-	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the guest agent: %w", err))
 }

@@ -21,8 +21,9 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	"github.com/kibotos/kibotos/internal/guestchan"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
@@ -119,10 +120,23 @@ func stopResult(t *testing.T, res *nodev1.CommandResult) *nodev1.StopResult {
 	return &st
 }
 
-// dataClient calls the node's data endpoint with a bearer token ("" for
-// none).
-func dataClient(endpoint, token string) nodev1connect.NodeDataServiceClient {
-	return nodev1connect.NewNodeDataServiceClient(http.DefaultClient, endpoint, connect.WithInterceptors(bearerInterceptor(token)))
+// dataClient calls guest agents through the node's data endpoint with a
+// bearer token ("" for none).
+type dataClient struct{ endpoint, token string }
+
+// agent is a client of one execution's guest agent through the relay.
+func (d dataClient) agent(instanceID string) guestv1connect.GuestAgentServiceClient {
+	return guestv1connect.NewGuestAgentServiceClient(&http.Client{Transport: instanceHeader(instanceID)}, d.endpoint,
+		connect.WithInterceptors(bearerInterceptor(d.token)))
+}
+
+// instanceHeader names the execution on every request.
+type instanceHeader string
+
+func (h instanceHeader) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(guestchan.InstanceHeader, string(h))
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 type bearerInterceptor string
@@ -143,10 +157,10 @@ func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 
 // run runs argv in the execution through the data endpoint and returns its
 // output and exit code.
-func run(c nodev1connect.NodeDataServiceClient, instanceID string, argv ...string) (string, int32, error) {
+func run(c dataClient, instanceID string, argv ...string) (string, int32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stream, err := c.Exec(ctx, connect.NewRequest(&nodev1.ExecRequest{InstanceId: instanceID, Exec: &guestv1.ExecRequest{Argv: argv}}))
+	stream, err := c.agent(instanceID).Exec(ctx, connect.NewRequest(&guestv1.ExecRequest{Argv: argv}))
 	if err != nil {
 		return "", 0, err
 	}
@@ -154,7 +168,7 @@ func run(c nodev1connect.NodeDataServiceClient, instanceID string, argv ...strin
 	var out strings.Builder
 	code := int32(-100)
 	for stream.Receive() {
-		switch ev := stream.Msg().GetEvent().GetEvent().(type) {
+		switch ev := stream.Msg().GetEvent().(type) {
 		case *guestv1.ExecResponse_Output:
 			out.Write(ev.Output.GetData())
 		case *guestv1.ExecResponse_Exited:
@@ -297,14 +311,14 @@ func TestExecutionLifecycle(t *testing.T) {
 	}
 
 	// The data endpoint: only with the session's data token.
-	data := dataClient(s.hello.GetDataEndpoint(), s.dataToken)
+	data := dataClient{s.hello.GetDataEndpoint(), s.dataToken}
 	out, code, err := run(data, "inst-1", "uname", "-r")
 	if err != nil || code != 0 || strings.TrimSpace(out) != art.Platform.KernelVersion {
 		t.Fatalf("uname -r: %q exit %d %v, want %s", out, code, err, art.Platform.KernelVersion)
 	}
-	for name, c := range map[string]nodev1connect.NodeDataServiceClient{
-		"no token":    dataClient(s.hello.GetDataEndpoint(), ""),
-		"wrong token": dataClient(s.hello.GetDataEndpoint(), "data-token-0"),
+	for name, c := range map[string]dataClient{
+		"no token":    dataClient{s.hello.GetDataEndpoint(), ""},
+		"wrong token": dataClient{s.hello.GetDataEndpoint(), "data-token-0"},
 	} {
 		if _, _, err := run(c, "inst-1", "true"); connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Errorf("%s: %v, want unauthenticated", name, err)
@@ -333,7 +347,7 @@ func TestExecutionLifecycle(t *testing.T) {
 	if s.hello.GetIncarnation() != 2 || !slices.Equal(s.hello.GetInstanceIds(), []string{"inst-1"}) {
 		t.Fatalf("hello after restart: incarnation %d, instance_ids %v", s.hello.GetIncarnation(), s.hello.GetInstanceIds())
 	}
-	if _, _, err := run(dataClient(s.hello.GetDataEndpoint(), "data-token-1"), "inst-1", "true"); connect.CodeOf(err) != connect.CodeUnauthenticated {
+	if _, _, err := run(dataClient{s.hello.GetDataEndpoint(), "data-token-1"}, "inst-1", "true"); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("the previous session's data token: %v, want unauthenticated", err)
 	}
 	// A StartExecution for the running instance answers its status.
@@ -344,7 +358,7 @@ func TestExecutionLifecycle(t *testing.T) {
 	if pidOf(t, h.stateDir, "inst-1") != pid {
 		t.Fatal("StartExecution booted the running instance again")
 	}
-	data = dataClient(s.hello.GetDataEndpoint(), s.dataToken)
+	data = dataClient{s.hello.GetDataEndpoint(), s.dataToken}
 	if out, _, err := run(data, "inst-1", "cat", "/tmp/marker"); err != nil || strings.TrimSpace(out) != "still-here" {
 		t.Fatalf("after the restart: %q %v, want the same VM", out, err)
 	}
@@ -386,7 +400,7 @@ func TestExecutionEndsWithoutStop(t *testing.T) {
 	executionStatus(t, s.commandWithin(t, bootWait, "start-p", op))
 	pid := pidOf(t, h.stateDir, "inst-p")
 
-	data := dataClient(s.hello.GetDataEndpoint(), s.dataToken)
+	data := dataClient{s.hello.GetDataEndpoint(), s.dataToken}
 	mark := len(s.seen)
 	// PID 1 (kibotos-guest) powers the machine off on SIGTERM. The call
 	// may or may not see its process exit before the channel goes.

@@ -57,7 +57,7 @@ func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.H
 	e.mount(ctrlv1connect.NewResolverServiceHandler(ctrlv1connect.UnimplementedResolverServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewSessionServiceHandler(ctrlv1connect.UnimplementedSessionServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewProcessServiceHandler(b.Processes, opts))
-	e.mount(ctrlv1connect.NewFileServiceHandler(ctrlv1connect.UnimplementedFileServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewFileServiceHandler(b.Processes.Files(), opts))
 	e.mount(ctrlv1connect.NewExposureServiceHandler(ctrlv1connect.UnimplementedExposureServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewDesktopServiceHandler(ctrlv1connect.UnimplementedDesktopServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewMetricsServiceHandler(ctrlv1connect.UnimplementedMetricsServiceHandler{}, opts))

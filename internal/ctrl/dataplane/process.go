@@ -13,8 +13,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"net/http"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,10 +21,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
-	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 )
@@ -35,22 +30,18 @@ import (
 // answer unimplemented.
 type Processes struct {
 	ctrlv1connect.UnimplementedProcessServiceHandler
-	workspaces *workspace.Service
-	fleet      *fleet.Fleet
-	http       *http.Client
+	*relay
 }
 
 // NewProcesses makes the process service.
 func NewProcesses(w *workspace.Service, f *fleet.Fleet) *Processes {
-	t := &http.Transport{}
-	t.Protocols = new(http.Protocols)
-	t.Protocols.SetUnencryptedHTTP2(true)
-	return &Processes{workspaces: w, fleet: f, http: &http.Client{Transport: t}}
+	return &Processes{relay: newRelay(w, f)}
 }
 
-func failed(stage ctrlv1.FailureStage, reason ctrlv1.FailureReason, code connect.Code, format string, args ...any) error {
-	return apierr.New(code, &ctrlv1.ErrorDetail{Stage: stage, Reason: reason, Retryable: code == connect.CodeUnavailable}, format, args...)
-}
+// Files is the file service on the same relay. It hangs off Processes so
+// that the API's backend, which already carries Processes, needs no new
+// wiring.
+func (p *Processes) Files() *Files { return &Files{relay: p.relay} }
 
 // ExecProcess runs a process in the Workspace's guest and streams it.
 func (p *Processes) ExecProcess(ctx context.Context, req *connect.Request[ctrlv1.ExecProcessRequest], stream *connect.ServerStream[ctrlv1.ExecProcessResponse]) error {
@@ -62,39 +53,28 @@ func (p *Processes) ExecProcess(ctx context.Context, req *connect.Request[ctrlv1
 		return failed(ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS, ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED, connect.CodeUnimplemented,
 			"spec.pty, spec.user and spec.stdin are not built yet")
 	}
-	w, nodeID, instance, err := p.workspaces.Execution(ctx, msg.GetWorkspaceId())
+	g, _, err := p.guest(ctx, msg.GetWorkspaceId(), ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS)
 	if err != nil {
 		return err
 	}
-	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || instance == "" {
-		return apierr.New(connect.CodeFailedPrecondition, &ctrlv1.ErrorDetail{
-			Stage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, ObservedWorkspace: w,
-		}, "workspace %s is %s: a process needs an AVAILABLE Workspace (start it first)", w.GetWorkspaceId(), w.GetState())
-	}
-	endpoint, token, err := p.fleet.NodeData(ctx, nodeID)
-	if err != nil || endpoint == "" {
-		return failed(ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
-			"node %s has no data endpoint now", nodeID)
-	}
-	client := nodev1connect.NewNodeDataServiceClient(p.http, endpoint, connect.WithInterceptors(auth.Bearer(token)))
-	node, err := client.Exec(ctx, connect.NewRequest(&nodev1.ExecRequest{InstanceId: instance, Exec: &guestv1.ExecRequest{
+	node, err := g.Exec(ctx, connect.NewRequest(&guestv1.ExecRequest{
 		Argv: msg.GetSpec().GetArgv(), Env: msg.GetSpec().GetEnv(), Cwd: msg.GetSpec().GetCwd(),
-	}}))
+	}))
 	if err != nil {
 		return stageOf(err, ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS)
 	}
 	defer node.Close()
-	return relay(node, stream)
+	return relayExec(node, stream)
 }
 
-// relay turns the guest's exec events into the API's.
-func relay(node *connect.ServerStreamForClient[nodev1.ExecResponse], stream *connect.ServerStream[ctrlv1.ExecProcessResponse]) error {
+// relayExec turns the guest's exec events into the API's.
+func relayExec(node *connect.ServerStreamForClient[guestv1.ExecResponse], stream *connect.ServerStream[ctrlv1.ExecProcessResponse]) error {
 	processID := newProcessID()
 	offsets := map[ctrlv1.ProcessOutputStream]uint64{}
 	started := false
 	for node.Receive() {
 		var out *ctrlv1.ExecProcessResponse
-		switch ev := node.Msg().GetEvent().GetEvent().(type) {
+		switch ev := node.Msg().GetEvent().(type) {
 		case *guestv1.ExecResponse_Started:
 			started = true
 			out = &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Started{Started: &ctrlv1.ProcessStarted{
@@ -132,21 +112,6 @@ func relay(node *connect.ServerStreamForClient[nodev1.ExecResponse], stream *con
 		return stageOf(err, stage)
 	}
 	return nil
-}
-
-// stageOf keeps a node's canonical code and message and names the stage.
-func stageOf(err error, stage ctrlv1.FailureStage) error {
-	var cerr *connect.Error
-	code := connect.CodeUnavailable
-	msg := err.Error()
-	if errors.As(err, &cerr) {
-		code, msg = cerr.Code(), cerr.Message()
-	}
-	reason := ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE
-	if code == connect.CodeFailedPrecondition || code == connect.CodeNotFound || code == connect.CodeInvalidArgument {
-		reason = ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST
-	}
-	return failed(stage, reason, code, "%s", msg)
 }
 
 func newProcessID() string {

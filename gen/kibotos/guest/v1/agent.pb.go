@@ -13,6 +13,7 @@
 package guestv1
 
 import (
+	v1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -825,11 +826,1360 @@ func (x *ShutdownResponse) GetMessage() string {
 	return ""
 }
 
+// StartProcessRequest is ProcessService.StartProcess with the ids ctrl
+// assigned.
+type StartProcessRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// process_id names the process in later calls.
+	ProcessId string `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// command_id tags the process, so that a replayed start finds it.
+	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// generation is reported back in Process.generation.
+	Generation    uint64          `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Spec          *v1.ProcessSpec `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartProcessRequest) Reset() {
+	*x = StartProcessRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartProcessRequest) ProtoMessage() {}
+
+func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
+func (*StartProcessRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *StartProcessRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *StartProcessRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *StartProcessRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *StartProcessRequest) GetSpec() *v1.ProcessSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+type StartProcessResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Response      *v1.StartProcessResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartProcessResponse) Reset() {
+	*x = StartProcessResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartProcessResponse) ProtoMessage() {}
+
+func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
+func (*StartProcessResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StartProcessResponse) GetResponse() *v1.StartProcessResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type ReadFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *v1.ReadFileRequest    `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileRequest) Reset() {
+	*x = ReadFileRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileRequest) ProtoMessage() {}
+
+func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadFileRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReadFileRequest) GetRequest() *v1.ReadFileRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ReadFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *v1.ReadFileResponse   `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileResponse) Reset() {
+	*x = ReadFileResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileResponse) ProtoMessage() {}
+
+func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
+func (*ReadFileResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReadFileResponse) GetResponse() *v1.ReadFileResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type WriteFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *v1.WriteFileRequest   `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileRequest) Reset() {
+	*x = WriteFileRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileRequest) ProtoMessage() {}
+
+func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
+func (*WriteFileRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WriteFileRequest) GetRequest() *v1.WriteFileRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type WriteFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *v1.WriteFileResponse  `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileResponse) Reset() {
+	*x = WriteFileResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileResponse) ProtoMessage() {}
+
+func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
+func (*WriteFileResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WriteFileResponse) GetResponse() *v1.WriteFileResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type StatFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *v1.StatFileRequest    `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatFileRequest) Reset() {
+	*x = StatFileRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatFileRequest) ProtoMessage() {}
+
+func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
+func (*StatFileRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *StatFileRequest) GetRequest() *v1.StatFileRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type StatFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *v1.StatFileResponse   `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatFileResponse) Reset() {
+	*x = StatFileResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatFileResponse) ProtoMessage() {}
+
+func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
+func (*StatFileResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StatFileResponse) GetResponse() *v1.StatFileResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type ListDirectoryRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Request       *v1.ListDirectoryRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDirectoryRequest) Reset() {
+	*x = ListDirectoryRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDirectoryRequest) ProtoMessage() {}
+
+func (x *ListDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*ListDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListDirectoryRequest) GetRequest() *v1.ListDirectoryRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ListDirectoryResponse struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Response      *v1.ListDirectoryResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDirectoryResponse) Reset() {
+	*x = ListDirectoryResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDirectoryResponse) ProtoMessage() {}
+
+func (x *ListDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*ListDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListDirectoryResponse) GetResponse() *v1.ListDirectoryResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type MakeDirectoryRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Request       *v1.MakeDirectoryRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeDirectoryRequest) Reset() {
+	*x = MakeDirectoryRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeDirectoryRequest) ProtoMessage() {}
+
+func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *MakeDirectoryRequest) GetRequest() *v1.MakeDirectoryRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type MakeDirectoryResponse struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Response      *v1.MakeDirectoryResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeDirectoryResponse) Reset() {
+	*x = MakeDirectoryResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeDirectoryResponse) ProtoMessage() {}
+
+func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *MakeDirectoryResponse) GetResponse() *v1.MakeDirectoryResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type MoveFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *v1.MoveFileRequest    `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveFileRequest) Reset() {
+	*x = MoveFileRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveFileRequest) ProtoMessage() {}
+
+func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveFileRequest.ProtoReflect.Descriptor instead.
+func (*MoveFileRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *MoveFileRequest) GetRequest() *v1.MoveFileRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type MoveFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *v1.MoveFileResponse   `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveFileResponse) Reset() {
+	*x = MoveFileResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveFileResponse) ProtoMessage() {}
+
+func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveFileResponse.ProtoReflect.Descriptor instead.
+func (*MoveFileResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MoveFileResponse) GetResponse() *v1.MoveFileResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type DeleteFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *v1.DeleteFileRequest  `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteFileRequest) Reset() {
+	*x = DeleteFileRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteFileRequest) ProtoMessage() {}
+
+func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
+func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DeleteFileRequest) GetRequest() *v1.DeleteFileRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type DeleteFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *v1.DeleteFileResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteFileResponse) Reset() {
+	*x = DeleteFileResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteFileResponse) ProtoMessage() {}
+
+func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
+func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DeleteFileResponse) GetResponse() *v1.DeleteFileResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type StreamProcessOutputRequest struct {
+	state         protoimpl.MessageState         `protogen:"open.v1"`
+	Request       *v1.StreamProcessOutputRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamProcessOutputRequest) Reset() {
+	*x = StreamProcessOutputRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamProcessOutputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamProcessOutputRequest) ProtoMessage() {}
+
+func (x *StreamProcessOutputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamProcessOutputRequest.ProtoReflect.Descriptor instead.
+func (*StreamProcessOutputRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *StreamProcessOutputRequest) GetRequest() *v1.StreamProcessOutputRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type StreamProcessOutputResponse struct {
+	state         protoimpl.MessageState          `protogen:"open.v1"`
+	Response      *v1.StreamProcessOutputResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamProcessOutputResponse) Reset() {
+	*x = StreamProcessOutputResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamProcessOutputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamProcessOutputResponse) ProtoMessage() {}
+
+func (x *StreamProcessOutputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamProcessOutputResponse.ProtoReflect.Descriptor instead.
+func (*StreamProcessOutputResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *StreamProcessOutputResponse) GetResponse() *v1.StreamProcessOutputResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type SendProcessInputRequest struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Request       *v1.SendProcessInputRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendProcessInputRequest) Reset() {
+	*x = SendProcessInputRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendProcessInputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendProcessInputRequest) ProtoMessage() {}
+
+func (x *SendProcessInputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendProcessInputRequest.ProtoReflect.Descriptor instead.
+func (*SendProcessInputRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SendProcessInputRequest) GetRequest() *v1.SendProcessInputRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type SendProcessInputResponse struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Response      *v1.SendProcessInputResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendProcessInputResponse) Reset() {
+	*x = SendProcessInputResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendProcessInputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendProcessInputResponse) ProtoMessage() {}
+
+func (x *SendProcessInputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendProcessInputResponse.ProtoReflect.Descriptor instead.
+func (*SendProcessInputResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SendProcessInputResponse) GetResponse() *v1.SendProcessInputResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type ResizeProcessPtyRequest struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Request       *v1.ResizeProcessPtyRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeProcessPtyRequest) Reset() {
+	*x = ResizeProcessPtyRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeProcessPtyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeProcessPtyRequest) ProtoMessage() {}
+
+func (x *ResizeProcessPtyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeProcessPtyRequest.ProtoReflect.Descriptor instead.
+func (*ResizeProcessPtyRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ResizeProcessPtyRequest) GetRequest() *v1.ResizeProcessPtyRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ResizeProcessPtyResponse struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Response      *v1.ResizeProcessPtyResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeProcessPtyResponse) Reset() {
+	*x = ResizeProcessPtyResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeProcessPtyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeProcessPtyResponse) ProtoMessage() {}
+
+func (x *ResizeProcessPtyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeProcessPtyResponse.ProtoReflect.Descriptor instead.
+func (*ResizeProcessPtyResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ResizeProcessPtyResponse) GetResponse() *v1.ResizeProcessPtyResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type SignalProcessRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Request       *v1.SignalProcessRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalProcessRequest) Reset() {
+	*x = SignalProcessRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalProcessRequest) ProtoMessage() {}
+
+func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
+func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SignalProcessRequest) GetRequest() *v1.SignalProcessRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type SignalProcessResponse struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Response      *v1.SignalProcessResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalProcessResponse) Reset() {
+	*x = SignalProcessResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalProcessResponse) ProtoMessage() {}
+
+func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
+func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SignalProcessResponse) GetResponse() *v1.SignalProcessResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type GetProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *v1.GetProcessRequest  `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProcessRequest) Reset() {
+	*x = GetProcessRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProcessRequest) ProtoMessage() {}
+
+func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProcessRequest.ProtoReflect.Descriptor instead.
+func (*GetProcessRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetProcessRequest) GetRequest() *v1.GetProcessRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type GetProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *v1.GetProcessResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProcessResponse) Reset() {
+	*x = GetProcessResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProcessResponse) ProtoMessage() {}
+
+func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProcessResponse.ProtoReflect.Descriptor instead.
+func (*GetProcessResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetProcessResponse) GetResponse() *v1.GetProcessResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type ListProcessesRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Request       *v1.ListProcessesRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesRequest) Reset() {
+	*x = ListProcessesRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesRequest) ProtoMessage() {}
+
+func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
+func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListProcessesRequest) GetRequest() *v1.ListProcessesRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ListProcessesResponse struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Response      *v1.ListProcessesResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesResponse) Reset() {
+	*x = ListProcessesResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesResponse) ProtoMessage() {}
+
+func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
+func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListProcessesResponse) GetResponse() *v1.ListProcessesResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type WaitProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *v1.WaitProcessRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitProcessRequest) Reset() {
+	*x = WaitProcessRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitProcessRequest) ProtoMessage() {}
+
+func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
+func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WaitProcessRequest) GetRequest() *v1.WaitProcessRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type WaitProcessResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Response      *v1.WaitProcessResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitProcessResponse) Reset() {
+	*x = WaitProcessResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitProcessResponse) ProtoMessage() {}
+
+func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitProcessResponse.ProtoReflect.Descriptor instead.
+func (*WaitProcessResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *WaitProcessResponse) GetResponse() *v1.WaitProcessResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 var File_kibotos_guest_v1_agent_proto protoreflect.FileDescriptor
 
 const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1ckibotos/guest/v1/agent.proto\x12\x10kibotos.guest.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\r\n" +
+	"\x1ckibotos/guest/v1/agent.proto\x12\x10kibotos.guest.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/file.proto\x1a\x1dkibotos/ctrl/v1/process.proto\"\r\n" +
 	"\vPingRequest\"\xbf\x01\n" +
 	"\fPingResponse\x12\x17\n" +
 	"\aboot_id\x18\x01 \x01(\tR\x06bootId\x12#\n" +
@@ -880,7 +2230,74 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\x0fShutdownRequest\"F\n" +
 	"\x10ShutdownResponse\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*p\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xa5\x01\n" +
+	"\x13StartProcessRequest\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x120\n" +
+	"\x04spec\x18\x04 \x01(\v2\x1c.kibotos.ctrl.v1.ProcessSpecR\x04spec\"Y\n" +
+	"\x14StartProcessResponse\x12A\n" +
+	"\bresponse\x18\x01 \x01(\v2%.kibotos.ctrl.v1.StartProcessResponseR\bresponse\"M\n" +
+	"\x0fReadFileRequest\x12:\n" +
+	"\arequest\x18\x01 \x01(\v2 .kibotos.ctrl.v1.ReadFileRequestR\arequest\"Q\n" +
+	"\x10ReadFileResponse\x12=\n" +
+	"\bresponse\x18\x01 \x01(\v2!.kibotos.ctrl.v1.ReadFileResponseR\bresponse\"O\n" +
+	"\x10WriteFileRequest\x12;\n" +
+	"\arequest\x18\x01 \x01(\v2!.kibotos.ctrl.v1.WriteFileRequestR\arequest\"S\n" +
+	"\x11WriteFileResponse\x12>\n" +
+	"\bresponse\x18\x01 \x01(\v2\".kibotos.ctrl.v1.WriteFileResponseR\bresponse\"M\n" +
+	"\x0fStatFileRequest\x12:\n" +
+	"\arequest\x18\x01 \x01(\v2 .kibotos.ctrl.v1.StatFileRequestR\arequest\"Q\n" +
+	"\x10StatFileResponse\x12=\n" +
+	"\bresponse\x18\x01 \x01(\v2!.kibotos.ctrl.v1.StatFileResponseR\bresponse\"W\n" +
+	"\x14ListDirectoryRequest\x12?\n" +
+	"\arequest\x18\x01 \x01(\v2%.kibotos.ctrl.v1.ListDirectoryRequestR\arequest\"[\n" +
+	"\x15ListDirectoryResponse\x12B\n" +
+	"\bresponse\x18\x01 \x01(\v2&.kibotos.ctrl.v1.ListDirectoryResponseR\bresponse\"W\n" +
+	"\x14MakeDirectoryRequest\x12?\n" +
+	"\arequest\x18\x01 \x01(\v2%.kibotos.ctrl.v1.MakeDirectoryRequestR\arequest\"[\n" +
+	"\x15MakeDirectoryResponse\x12B\n" +
+	"\bresponse\x18\x01 \x01(\v2&.kibotos.ctrl.v1.MakeDirectoryResponseR\bresponse\"M\n" +
+	"\x0fMoveFileRequest\x12:\n" +
+	"\arequest\x18\x01 \x01(\v2 .kibotos.ctrl.v1.MoveFileRequestR\arequest\"Q\n" +
+	"\x10MoveFileResponse\x12=\n" +
+	"\bresponse\x18\x01 \x01(\v2!.kibotos.ctrl.v1.MoveFileResponseR\bresponse\"Q\n" +
+	"\x11DeleteFileRequest\x12<\n" +
+	"\arequest\x18\x01 \x01(\v2\".kibotos.ctrl.v1.DeleteFileRequestR\arequest\"U\n" +
+	"\x12DeleteFileResponse\x12?\n" +
+	"\bresponse\x18\x01 \x01(\v2#.kibotos.ctrl.v1.DeleteFileResponseR\bresponse\"c\n" +
+	"\x1aStreamProcessOutputRequest\x12E\n" +
+	"\arequest\x18\x01 \x01(\v2+.kibotos.ctrl.v1.StreamProcessOutputRequestR\arequest\"g\n" +
+	"\x1bStreamProcessOutputResponse\x12H\n" +
+	"\bresponse\x18\x01 \x01(\v2,.kibotos.ctrl.v1.StreamProcessOutputResponseR\bresponse\"]\n" +
+	"\x17SendProcessInputRequest\x12B\n" +
+	"\arequest\x18\x01 \x01(\v2(.kibotos.ctrl.v1.SendProcessInputRequestR\arequest\"a\n" +
+	"\x18SendProcessInputResponse\x12E\n" +
+	"\bresponse\x18\x01 \x01(\v2).kibotos.ctrl.v1.SendProcessInputResponseR\bresponse\"]\n" +
+	"\x17ResizeProcessPtyRequest\x12B\n" +
+	"\arequest\x18\x01 \x01(\v2(.kibotos.ctrl.v1.ResizeProcessPtyRequestR\arequest\"a\n" +
+	"\x18ResizeProcessPtyResponse\x12E\n" +
+	"\bresponse\x18\x01 \x01(\v2).kibotos.ctrl.v1.ResizeProcessPtyResponseR\bresponse\"W\n" +
+	"\x14SignalProcessRequest\x12?\n" +
+	"\arequest\x18\x01 \x01(\v2%.kibotos.ctrl.v1.SignalProcessRequestR\arequest\"[\n" +
+	"\x15SignalProcessResponse\x12B\n" +
+	"\bresponse\x18\x01 \x01(\v2&.kibotos.ctrl.v1.SignalProcessResponseR\bresponse\"Q\n" +
+	"\x11GetProcessRequest\x12<\n" +
+	"\arequest\x18\x01 \x01(\v2\".kibotos.ctrl.v1.GetProcessRequestR\arequest\"U\n" +
+	"\x12GetProcessResponse\x12?\n" +
+	"\bresponse\x18\x01 \x01(\v2#.kibotos.ctrl.v1.GetProcessResponseR\bresponse\"W\n" +
+	"\x14ListProcessesRequest\x12?\n" +
+	"\arequest\x18\x01 \x01(\v2%.kibotos.ctrl.v1.ListProcessesRequestR\arequest\"[\n" +
+	"\x15ListProcessesResponse\x12B\n" +
+	"\bresponse\x18\x01 \x01(\v2&.kibotos.ctrl.v1.ListProcessesResponseR\bresponse\"S\n" +
+	"\x12WaitProcessRequest\x12=\n" +
+	"\arequest\x18\x01 \x01(\v2#.kibotos.ctrl.v1.WaitProcessRequestR\arequest\"W\n" +
+	"\x13WaitProcessResponse\x12@\n" +
+	"\bresponse\x18\x01 \x01(\v2$.kibotos.ctrl.v1.WaitProcessResponseR\bresponse*p\n" +
 	"\x0fMemoryCondition\x12 \n" +
 	"\x1cMEMORY_CONDITION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17MEMORY_CONDITION_NORMAL\x10\x01\x12\x1e\n" +
@@ -889,11 +2306,28 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"ExecStream\x12\x1b\n" +
 	"\x17EXEC_STREAM_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EXEC_STREAM_STDOUT\x10\x01\x12\x16\n" +
-	"\x12EXEC_STREAM_STDERR\x10\x022\xf6\x01\n" +
+	"\x12EXEC_STREAM_STDERR\x10\x022\x8a\r\n" +
 	"\x11GuestAgentService\x12E\n" +
 	"\x04Ping\x12\x1d.kibotos.guest.v1.PingRequest\x1a\x1e.kibotos.guest.v1.PingResponse\x12G\n" +
 	"\x04Exec\x12\x1d.kibotos.guest.v1.ExecRequest\x1a\x1e.kibotos.guest.v1.ExecResponse0\x01\x12Q\n" +
-	"\bShutdown\x12!.kibotos.guest.v1.ShutdownRequest\x1a\".kibotos.guest.v1.ShutdownResponseB9Z7github.com/kibotos/kibotos/gen/kibotos/guest/v1;guestv1b\x06proto3"
+	"\bShutdown\x12!.kibotos.guest.v1.ShutdownRequest\x1a\".kibotos.guest.v1.ShutdownResponse\x12S\n" +
+	"\bReadFile\x12!.kibotos.guest.v1.ReadFileRequest\x1a\".kibotos.guest.v1.ReadFileResponse0\x01\x12V\n" +
+	"\tWriteFile\x12\".kibotos.guest.v1.WriteFileRequest\x1a#.kibotos.guest.v1.WriteFileResponse(\x01\x12Q\n" +
+	"\bStatFile\x12!.kibotos.guest.v1.StatFileRequest\x1a\".kibotos.guest.v1.StatFileResponse\x12`\n" +
+	"\rListDirectory\x12&.kibotos.guest.v1.ListDirectoryRequest\x1a'.kibotos.guest.v1.ListDirectoryResponse\x12`\n" +
+	"\rMakeDirectory\x12&.kibotos.guest.v1.MakeDirectoryRequest\x1a'.kibotos.guest.v1.MakeDirectoryResponse\x12Q\n" +
+	"\bMoveFile\x12!.kibotos.guest.v1.MoveFileRequest\x1a\".kibotos.guest.v1.MoveFileResponse\x12W\n" +
+	"\n" +
+	"DeleteFile\x12#.kibotos.guest.v1.DeleteFileRequest\x1a$.kibotos.guest.v1.DeleteFileResponse\x12]\n" +
+	"\fStartProcess\x12%.kibotos.guest.v1.StartProcessRequest\x1a&.kibotos.guest.v1.StartProcessResponse\x12t\n" +
+	"\x13StreamProcessOutput\x12,.kibotos.guest.v1.StreamProcessOutputRequest\x1a-.kibotos.guest.v1.StreamProcessOutputResponse0\x01\x12i\n" +
+	"\x10SendProcessInput\x12).kibotos.guest.v1.SendProcessInputRequest\x1a*.kibotos.guest.v1.SendProcessInputResponse\x12i\n" +
+	"\x10ResizeProcessPty\x12).kibotos.guest.v1.ResizeProcessPtyRequest\x1a*.kibotos.guest.v1.ResizeProcessPtyResponse\x12`\n" +
+	"\rSignalProcess\x12&.kibotos.guest.v1.SignalProcessRequest\x1a'.kibotos.guest.v1.SignalProcessResponse\x12W\n" +
+	"\n" +
+	"GetProcess\x12#.kibotos.guest.v1.GetProcessRequest\x1a$.kibotos.guest.v1.GetProcessResponse\x12`\n" +
+	"\rListProcesses\x12&.kibotos.guest.v1.ListProcessesRequest\x1a'.kibotos.guest.v1.ListProcessesResponse\x12Z\n" +
+	"\vWaitProcess\x12$.kibotos.guest.v1.WaitProcessRequest\x1a%.kibotos.guest.v1.WaitProcessResponseB9Z7github.com/kibotos/kibotos/gen/kibotos/guest/v1;guestv1b\x06proto3"
 
 var (
 	file_kibotos_guest_v1_agent_proto_rawDescOnce sync.Once
@@ -908,50 +2342,170 @@ func file_kibotos_guest_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_guest_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_kibotos_guest_v1_agent_proto_goTypes = []any{
-	(MemoryCondition)(0),          // 0: kibotos.guest.v1.MemoryCondition
-	(ExecStream)(0),               // 1: kibotos.guest.v1.ExecStream
-	(*PingRequest)(nil),           // 2: kibotos.guest.v1.PingRequest
-	(*PingResponse)(nil),          // 3: kibotos.guest.v1.PingResponse
-	(*MemoryReport)(nil),          // 4: kibotos.guest.v1.MemoryReport
-	(*MemoryKill)(nil),            // 5: kibotos.guest.v1.MemoryKill
-	(*ExecRequest)(nil),           // 6: kibotos.guest.v1.ExecRequest
-	(*ExecResponse)(nil),          // 7: kibotos.guest.v1.ExecResponse
-	(*ExecStarted)(nil),           // 8: kibotos.guest.v1.ExecStarted
-	(*ExecOutput)(nil),            // 9: kibotos.guest.v1.ExecOutput
-	(*ExecExited)(nil),            // 10: kibotos.guest.v1.ExecExited
-	(*ShutdownRequest)(nil),       // 11: kibotos.guest.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),      // 12: kibotos.guest.v1.ShutdownResponse
-	nil,                           // 13: kibotos.guest.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(MemoryCondition)(0),                   // 0: kibotos.guest.v1.MemoryCondition
+	(ExecStream)(0),                        // 1: kibotos.guest.v1.ExecStream
+	(*PingRequest)(nil),                    // 2: kibotos.guest.v1.PingRequest
+	(*PingResponse)(nil),                   // 3: kibotos.guest.v1.PingResponse
+	(*MemoryReport)(nil),                   // 4: kibotos.guest.v1.MemoryReport
+	(*MemoryKill)(nil),                     // 5: kibotos.guest.v1.MemoryKill
+	(*ExecRequest)(nil),                    // 6: kibotos.guest.v1.ExecRequest
+	(*ExecResponse)(nil),                   // 7: kibotos.guest.v1.ExecResponse
+	(*ExecStarted)(nil),                    // 8: kibotos.guest.v1.ExecStarted
+	(*ExecOutput)(nil),                     // 9: kibotos.guest.v1.ExecOutput
+	(*ExecExited)(nil),                     // 10: kibotos.guest.v1.ExecExited
+	(*ShutdownRequest)(nil),                // 11: kibotos.guest.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),               // 12: kibotos.guest.v1.ShutdownResponse
+	(*StartProcessRequest)(nil),            // 13: kibotos.guest.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),           // 14: kibotos.guest.v1.StartProcessResponse
+	(*ReadFileRequest)(nil),                // 15: kibotos.guest.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),               // 16: kibotos.guest.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),               // 17: kibotos.guest.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),              // 18: kibotos.guest.v1.WriteFileResponse
+	(*StatFileRequest)(nil),                // 19: kibotos.guest.v1.StatFileRequest
+	(*StatFileResponse)(nil),               // 20: kibotos.guest.v1.StatFileResponse
+	(*ListDirectoryRequest)(nil),           // 21: kibotos.guest.v1.ListDirectoryRequest
+	(*ListDirectoryResponse)(nil),          // 22: kibotos.guest.v1.ListDirectoryResponse
+	(*MakeDirectoryRequest)(nil),           // 23: kibotos.guest.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),          // 24: kibotos.guest.v1.MakeDirectoryResponse
+	(*MoveFileRequest)(nil),                // 25: kibotos.guest.v1.MoveFileRequest
+	(*MoveFileResponse)(nil),               // 26: kibotos.guest.v1.MoveFileResponse
+	(*DeleteFileRequest)(nil),              // 27: kibotos.guest.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),             // 28: kibotos.guest.v1.DeleteFileResponse
+	(*StreamProcessOutputRequest)(nil),     // 29: kibotos.guest.v1.StreamProcessOutputRequest
+	(*StreamProcessOutputResponse)(nil),    // 30: kibotos.guest.v1.StreamProcessOutputResponse
+	(*SendProcessInputRequest)(nil),        // 31: kibotos.guest.v1.SendProcessInputRequest
+	(*SendProcessInputResponse)(nil),       // 32: kibotos.guest.v1.SendProcessInputResponse
+	(*ResizeProcessPtyRequest)(nil),        // 33: kibotos.guest.v1.ResizeProcessPtyRequest
+	(*ResizeProcessPtyResponse)(nil),       // 34: kibotos.guest.v1.ResizeProcessPtyResponse
+	(*SignalProcessRequest)(nil),           // 35: kibotos.guest.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),          // 36: kibotos.guest.v1.SignalProcessResponse
+	(*GetProcessRequest)(nil),              // 37: kibotos.guest.v1.GetProcessRequest
+	(*GetProcessResponse)(nil),             // 38: kibotos.guest.v1.GetProcessResponse
+	(*ListProcessesRequest)(nil),           // 39: kibotos.guest.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),          // 40: kibotos.guest.v1.ListProcessesResponse
+	(*WaitProcessRequest)(nil),             // 41: kibotos.guest.v1.WaitProcessRequest
+	(*WaitProcessResponse)(nil),            // 42: kibotos.guest.v1.WaitProcessResponse
+	nil,                                    // 43: kibotos.guest.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil),          // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 45: google.protobuf.Duration
+	(*v1.ProcessSpec)(nil),                 // 46: kibotos.ctrl.v1.ProcessSpec
+	(*v1.StartProcessResponse)(nil),        // 47: kibotos.ctrl.v1.StartProcessResponse
+	(*v1.ReadFileRequest)(nil),             // 48: kibotos.ctrl.v1.ReadFileRequest
+	(*v1.ReadFileResponse)(nil),            // 49: kibotos.ctrl.v1.ReadFileResponse
+	(*v1.WriteFileRequest)(nil),            // 50: kibotos.ctrl.v1.WriteFileRequest
+	(*v1.WriteFileResponse)(nil),           // 51: kibotos.ctrl.v1.WriteFileResponse
+	(*v1.StatFileRequest)(nil),             // 52: kibotos.ctrl.v1.StatFileRequest
+	(*v1.StatFileResponse)(nil),            // 53: kibotos.ctrl.v1.StatFileResponse
+	(*v1.ListDirectoryRequest)(nil),        // 54: kibotos.ctrl.v1.ListDirectoryRequest
+	(*v1.ListDirectoryResponse)(nil),       // 55: kibotos.ctrl.v1.ListDirectoryResponse
+	(*v1.MakeDirectoryRequest)(nil),        // 56: kibotos.ctrl.v1.MakeDirectoryRequest
+	(*v1.MakeDirectoryResponse)(nil),       // 57: kibotos.ctrl.v1.MakeDirectoryResponse
+	(*v1.MoveFileRequest)(nil),             // 58: kibotos.ctrl.v1.MoveFileRequest
+	(*v1.MoveFileResponse)(nil),            // 59: kibotos.ctrl.v1.MoveFileResponse
+	(*v1.DeleteFileRequest)(nil),           // 60: kibotos.ctrl.v1.DeleteFileRequest
+	(*v1.DeleteFileResponse)(nil),          // 61: kibotos.ctrl.v1.DeleteFileResponse
+	(*v1.StreamProcessOutputRequest)(nil),  // 62: kibotos.ctrl.v1.StreamProcessOutputRequest
+	(*v1.StreamProcessOutputResponse)(nil), // 63: kibotos.ctrl.v1.StreamProcessOutputResponse
+	(*v1.SendProcessInputRequest)(nil),     // 64: kibotos.ctrl.v1.SendProcessInputRequest
+	(*v1.SendProcessInputResponse)(nil),    // 65: kibotos.ctrl.v1.SendProcessInputResponse
+	(*v1.ResizeProcessPtyRequest)(nil),     // 66: kibotos.ctrl.v1.ResizeProcessPtyRequest
+	(*v1.ResizeProcessPtyResponse)(nil),    // 67: kibotos.ctrl.v1.ResizeProcessPtyResponse
+	(*v1.SignalProcessRequest)(nil),        // 68: kibotos.ctrl.v1.SignalProcessRequest
+	(*v1.SignalProcessResponse)(nil),       // 69: kibotos.ctrl.v1.SignalProcessResponse
+	(*v1.GetProcessRequest)(nil),           // 70: kibotos.ctrl.v1.GetProcessRequest
+	(*v1.GetProcessResponse)(nil),          // 71: kibotos.ctrl.v1.GetProcessResponse
+	(*v1.ListProcessesRequest)(nil),        // 72: kibotos.ctrl.v1.ListProcessesRequest
+	(*v1.ListProcessesResponse)(nil),       // 73: kibotos.ctrl.v1.ListProcessesResponse
+	(*v1.WaitProcessRequest)(nil),          // 74: kibotos.ctrl.v1.WaitProcessRequest
+	(*v1.WaitProcessResponse)(nil),         // 75: kibotos.ctrl.v1.WaitProcessResponse
 }
 var file_kibotos_guest_v1_agent_proto_depIdxs = []int32{
-	14, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
+	44, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: kibotos.guest.v1.PingResponse.memory:type_name -> kibotos.guest.v1.MemoryReport
 	0,  // 2: kibotos.guest.v1.MemoryReport.condition:type_name -> kibotos.guest.v1.MemoryCondition
-	14, // 3: kibotos.guest.v1.MemoryReport.saturated_since:type_name -> google.protobuf.Timestamp
+	44, // 3: kibotos.guest.v1.MemoryReport.saturated_since:type_name -> google.protobuf.Timestamp
 	5,  // 4: kibotos.guest.v1.MemoryReport.latest_kill:type_name -> kibotos.guest.v1.MemoryKill
-	14, // 5: kibotos.guest.v1.MemoryKill.killed_at:type_name -> google.protobuf.Timestamp
-	15, // 6: kibotos.guest.v1.MemoryKill.window:type_name -> google.protobuf.Duration
-	15, // 7: kibotos.guest.v1.MemoryKill.saturated_for:type_name -> google.protobuf.Duration
-	13, // 8: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
+	44, // 5: kibotos.guest.v1.MemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	45, // 6: kibotos.guest.v1.MemoryKill.window:type_name -> google.protobuf.Duration
+	45, // 7: kibotos.guest.v1.MemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	43, // 8: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
 	8,  // 9: kibotos.guest.v1.ExecResponse.started:type_name -> kibotos.guest.v1.ExecStarted
 	9,  // 10: kibotos.guest.v1.ExecResponse.output:type_name -> kibotos.guest.v1.ExecOutput
 	10, // 11: kibotos.guest.v1.ExecResponse.exited:type_name -> kibotos.guest.v1.ExecExited
 	1,  // 12: kibotos.guest.v1.ExecOutput.stream:type_name -> kibotos.guest.v1.ExecStream
-	2,  // 13: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
-	6,  // 14: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
-	11, // 15: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
-	3,  // 16: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
-	7,  // 17: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
-	12, // 18: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	46, // 13: kibotos.guest.v1.StartProcessRequest.spec:type_name -> kibotos.ctrl.v1.ProcessSpec
+	47, // 14: kibotos.guest.v1.StartProcessResponse.response:type_name -> kibotos.ctrl.v1.StartProcessResponse
+	48, // 15: kibotos.guest.v1.ReadFileRequest.request:type_name -> kibotos.ctrl.v1.ReadFileRequest
+	49, // 16: kibotos.guest.v1.ReadFileResponse.response:type_name -> kibotos.ctrl.v1.ReadFileResponse
+	50, // 17: kibotos.guest.v1.WriteFileRequest.request:type_name -> kibotos.ctrl.v1.WriteFileRequest
+	51, // 18: kibotos.guest.v1.WriteFileResponse.response:type_name -> kibotos.ctrl.v1.WriteFileResponse
+	52, // 19: kibotos.guest.v1.StatFileRequest.request:type_name -> kibotos.ctrl.v1.StatFileRequest
+	53, // 20: kibotos.guest.v1.StatFileResponse.response:type_name -> kibotos.ctrl.v1.StatFileResponse
+	54, // 21: kibotos.guest.v1.ListDirectoryRequest.request:type_name -> kibotos.ctrl.v1.ListDirectoryRequest
+	55, // 22: kibotos.guest.v1.ListDirectoryResponse.response:type_name -> kibotos.ctrl.v1.ListDirectoryResponse
+	56, // 23: kibotos.guest.v1.MakeDirectoryRequest.request:type_name -> kibotos.ctrl.v1.MakeDirectoryRequest
+	57, // 24: kibotos.guest.v1.MakeDirectoryResponse.response:type_name -> kibotos.ctrl.v1.MakeDirectoryResponse
+	58, // 25: kibotos.guest.v1.MoveFileRequest.request:type_name -> kibotos.ctrl.v1.MoveFileRequest
+	59, // 26: kibotos.guest.v1.MoveFileResponse.response:type_name -> kibotos.ctrl.v1.MoveFileResponse
+	60, // 27: kibotos.guest.v1.DeleteFileRequest.request:type_name -> kibotos.ctrl.v1.DeleteFileRequest
+	61, // 28: kibotos.guest.v1.DeleteFileResponse.response:type_name -> kibotos.ctrl.v1.DeleteFileResponse
+	62, // 29: kibotos.guest.v1.StreamProcessOutputRequest.request:type_name -> kibotos.ctrl.v1.StreamProcessOutputRequest
+	63, // 30: kibotos.guest.v1.StreamProcessOutputResponse.response:type_name -> kibotos.ctrl.v1.StreamProcessOutputResponse
+	64, // 31: kibotos.guest.v1.SendProcessInputRequest.request:type_name -> kibotos.ctrl.v1.SendProcessInputRequest
+	65, // 32: kibotos.guest.v1.SendProcessInputResponse.response:type_name -> kibotos.ctrl.v1.SendProcessInputResponse
+	66, // 33: kibotos.guest.v1.ResizeProcessPtyRequest.request:type_name -> kibotos.ctrl.v1.ResizeProcessPtyRequest
+	67, // 34: kibotos.guest.v1.ResizeProcessPtyResponse.response:type_name -> kibotos.ctrl.v1.ResizeProcessPtyResponse
+	68, // 35: kibotos.guest.v1.SignalProcessRequest.request:type_name -> kibotos.ctrl.v1.SignalProcessRequest
+	69, // 36: kibotos.guest.v1.SignalProcessResponse.response:type_name -> kibotos.ctrl.v1.SignalProcessResponse
+	70, // 37: kibotos.guest.v1.GetProcessRequest.request:type_name -> kibotos.ctrl.v1.GetProcessRequest
+	71, // 38: kibotos.guest.v1.GetProcessResponse.response:type_name -> kibotos.ctrl.v1.GetProcessResponse
+	72, // 39: kibotos.guest.v1.ListProcessesRequest.request:type_name -> kibotos.ctrl.v1.ListProcessesRequest
+	73, // 40: kibotos.guest.v1.ListProcessesResponse.response:type_name -> kibotos.ctrl.v1.ListProcessesResponse
+	74, // 41: kibotos.guest.v1.WaitProcessRequest.request:type_name -> kibotos.ctrl.v1.WaitProcessRequest
+	75, // 42: kibotos.guest.v1.WaitProcessResponse.response:type_name -> kibotos.ctrl.v1.WaitProcessResponse
+	2,  // 43: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
+	6,  // 44: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
+	11, // 45: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
+	15, // 46: kibotos.guest.v1.GuestAgentService.ReadFile:input_type -> kibotos.guest.v1.ReadFileRequest
+	17, // 47: kibotos.guest.v1.GuestAgentService.WriteFile:input_type -> kibotos.guest.v1.WriteFileRequest
+	19, // 48: kibotos.guest.v1.GuestAgentService.StatFile:input_type -> kibotos.guest.v1.StatFileRequest
+	21, // 49: kibotos.guest.v1.GuestAgentService.ListDirectory:input_type -> kibotos.guest.v1.ListDirectoryRequest
+	23, // 50: kibotos.guest.v1.GuestAgentService.MakeDirectory:input_type -> kibotos.guest.v1.MakeDirectoryRequest
+	25, // 51: kibotos.guest.v1.GuestAgentService.MoveFile:input_type -> kibotos.guest.v1.MoveFileRequest
+	27, // 52: kibotos.guest.v1.GuestAgentService.DeleteFile:input_type -> kibotos.guest.v1.DeleteFileRequest
+	13, // 53: kibotos.guest.v1.GuestAgentService.StartProcess:input_type -> kibotos.guest.v1.StartProcessRequest
+	29, // 54: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:input_type -> kibotos.guest.v1.StreamProcessOutputRequest
+	31, // 55: kibotos.guest.v1.GuestAgentService.SendProcessInput:input_type -> kibotos.guest.v1.SendProcessInputRequest
+	33, // 56: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:input_type -> kibotos.guest.v1.ResizeProcessPtyRequest
+	35, // 57: kibotos.guest.v1.GuestAgentService.SignalProcess:input_type -> kibotos.guest.v1.SignalProcessRequest
+	37, // 58: kibotos.guest.v1.GuestAgentService.GetProcess:input_type -> kibotos.guest.v1.GetProcessRequest
+	39, // 59: kibotos.guest.v1.GuestAgentService.ListProcesses:input_type -> kibotos.guest.v1.ListProcessesRequest
+	41, // 60: kibotos.guest.v1.GuestAgentService.WaitProcess:input_type -> kibotos.guest.v1.WaitProcessRequest
+	3,  // 61: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
+	7,  // 62: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
+	12, // 63: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
+	16, // 64: kibotos.guest.v1.GuestAgentService.ReadFile:output_type -> kibotos.guest.v1.ReadFileResponse
+	18, // 65: kibotos.guest.v1.GuestAgentService.WriteFile:output_type -> kibotos.guest.v1.WriteFileResponse
+	20, // 66: kibotos.guest.v1.GuestAgentService.StatFile:output_type -> kibotos.guest.v1.StatFileResponse
+	22, // 67: kibotos.guest.v1.GuestAgentService.ListDirectory:output_type -> kibotos.guest.v1.ListDirectoryResponse
+	24, // 68: kibotos.guest.v1.GuestAgentService.MakeDirectory:output_type -> kibotos.guest.v1.MakeDirectoryResponse
+	26, // 69: kibotos.guest.v1.GuestAgentService.MoveFile:output_type -> kibotos.guest.v1.MoveFileResponse
+	28, // 70: kibotos.guest.v1.GuestAgentService.DeleteFile:output_type -> kibotos.guest.v1.DeleteFileResponse
+	14, // 71: kibotos.guest.v1.GuestAgentService.StartProcess:output_type -> kibotos.guest.v1.StartProcessResponse
+	30, // 72: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:output_type -> kibotos.guest.v1.StreamProcessOutputResponse
+	32, // 73: kibotos.guest.v1.GuestAgentService.SendProcessInput:output_type -> kibotos.guest.v1.SendProcessInputResponse
+	34, // 74: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:output_type -> kibotos.guest.v1.ResizeProcessPtyResponse
+	36, // 75: kibotos.guest.v1.GuestAgentService.SignalProcess:output_type -> kibotos.guest.v1.SignalProcessResponse
+	38, // 76: kibotos.guest.v1.GuestAgentService.GetProcess:output_type -> kibotos.guest.v1.GetProcessResponse
+	40, // 77: kibotos.guest.v1.GuestAgentService.ListProcesses:output_type -> kibotos.guest.v1.ListProcessesResponse
+	42, // 78: kibotos.guest.v1.GuestAgentService.WaitProcess:output_type -> kibotos.guest.v1.WaitProcessResponse
+	61, // [61:79] is the sub-list for method output_type
+	43, // [43:61] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_guest_v1_agent_proto_init() }
@@ -970,7 +2524,7 @@ func file_kibotos_guest_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_guest_v1_agent_proto_rawDesc), len(file_kibotos_guest_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

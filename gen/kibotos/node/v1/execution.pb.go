@@ -699,103 +699,6 @@ func (x *FetchArtifactResponse) GetTotalBytes() uint64 {
 	return 0
 }
 
-type ExecRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	InstanceId    string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Exec          *v1.ExecRequest        `protobuf:"bytes,2,opt,name=exec,proto3" json:"exec,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ExecRequest) Reset() {
-	*x = ExecRequest{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ExecRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ExecRequest) ProtoMessage() {}
-
-func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
-func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
-}
-
-func (x *ExecRequest) GetInstanceId() string {
-	if x != nil {
-		return x.InstanceId
-	}
-	return ""
-}
-
-func (x *ExecRequest) GetExec() *v1.ExecRequest {
-	if x != nil {
-		return x.Exec
-	}
-	return nil
-}
-
-// ExecResponse carries one event of the guest's Exec stream.
-type ExecResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *v1.ExecResponse       `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ExecResponse) Reset() {
-	*x = ExecResponse{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ExecResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ExecResponse) ProtoMessage() {}
-
-func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
-func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *ExecResponse) GetEvent() *v1.ExecResponse {
-	if x != nil {
-		return x.Event
-	}
-	return nil
-}
-
 var File_kibotos_node_v1_execution_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_execution_proto_rawDesc = "" +
@@ -856,21 +759,13 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1f\n" +
 	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
-	"totalBytes\"a\n" +
-	"\vExecRequest\x12\x1f\n" +
-	"\vinstance_id\x18\x01 \x01(\tR\n" +
-	"instanceId\x121\n" +
-	"\x04exec\x18\x02 \x01(\v2\x1d.kibotos.guest.v1.ExecRequestR\x04exec\"D\n" +
-	"\fExecResponse\x124\n" +
-	"\x05event\x18\x01 \x01(\v2\x1e.kibotos.guest.v1.ExecResponseR\x05event*\xae\x01\n" +
+	"totalBytes*\xae\x01\n" +
 	"\fExecutionEnd\x12\x1d\n" +
 	"\x19EXECUTION_END_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cEXECUTION_END_GUEST_SHUTDOWN\x10\x01\x12'\n" +
 	"#EXECUTION_END_HOST_MEMORY_EXHAUSTED\x10\x02\x12\x19\n" +
 	"\x15EXECUTION_END_CRASHED\x10\x03\x12\x19\n" +
-	"\x15EXECUTION_END_STOPPED\x10\x042X\n" +
-	"\x0fNodeDataService\x12E\n" +
-	"\x04Exec\x12\x1c.kibotos.node.v1.ExecRequest\x1a\x1d.kibotos.node.v1.ExecResponse0\x01B7Z5github.com/kibotos/kibotos/gen/kibotos/node/v1;nodev1b\x06proto3"
+	"\x15EXECUTION_END_STOPPED\x10\x04B7Z5github.com/kibotos/kibotos/gen/kibotos/node/v1;nodev1b\x06proto3"
 
 var (
 	file_kibotos_node_v1_execution_proto_rawDescOnce sync.Once
@@ -885,7 +780,7 @@ func file_kibotos_node_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(ExecutionEnd)(0),             // 0: kibotos.node.v1.ExecutionEnd
 	(*Artifact)(nil),              // 1: kibotos.node.v1.Artifact
@@ -896,30 +791,22 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*ExecutionReport)(nil),       // 6: kibotos.node.v1.ExecutionReport
 	(*FetchArtifactRequest)(nil),  // 7: kibotos.node.v1.FetchArtifactRequest
 	(*FetchArtifactResponse)(nil), // 8: kibotos.node.v1.FetchArtifactResponse
-	(*ExecRequest)(nil),           // 9: kibotos.node.v1.ExecRequest
-	(*ExecResponse)(nil),          // 10: kibotos.node.v1.ExecResponse
-	(*BlockFileRef)(nil),          // 11: kibotos.node.v1.BlockFileRef
-	(*v1.MemoryReport)(nil),       // 12: kibotos.guest.v1.MemoryReport
-	(*v1.ExecRequest)(nil),        // 13: kibotos.guest.v1.ExecRequest
-	(*v1.ExecResponse)(nil),       // 14: kibotos.guest.v1.ExecResponse
+	(*BlockFileRef)(nil),          // 9: kibotos.node.v1.BlockFileRef
+	(*v1.MemoryReport)(nil),       // 10: kibotos.guest.v1.MemoryReport
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
 	1,  // 1: kibotos.node.v1.StartExecution.initrd:type_name -> kibotos.node.v1.Artifact
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
-	11, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
-	11, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
+	9,  // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
+	9,  // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
 	0,  // 5: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	12, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	13, // 7: kibotos.node.v1.ExecRequest.exec:type_name -> kibotos.guest.v1.ExecRequest
-	14, // 8: kibotos.node.v1.ExecResponse.event:type_name -> kibotos.guest.v1.ExecResponse
-	9,  // 9: kibotos.node.v1.NodeDataService.Exec:input_type -> kibotos.node.v1.ExecRequest
-	10, // 10: kibotos.node.v1.NodeDataService.Exec:output_type -> kibotos.node.v1.ExecResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
@@ -934,9 +821,9 @@ func file_kibotos_node_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_execution_proto_rawDesc), len(file_kibotos_node_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   8,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   0,
 		},
 		GoTypes:           file_kibotos_node_v1_execution_proto_goTypes,
 		DependencyIndexes: file_kibotos_node_v1_execution_proto_depIdxs,

@@ -45,6 +45,51 @@ const (
 	// GuestAgentServiceShutdownProcedure is the fully-qualified name of the GuestAgentService's
 	// Shutdown RPC.
 	GuestAgentServiceShutdownProcedure = "/kibotos.guest.v1.GuestAgentService/Shutdown"
+	// GuestAgentServiceReadFileProcedure is the fully-qualified name of the GuestAgentService's
+	// ReadFile RPC.
+	GuestAgentServiceReadFileProcedure = "/kibotos.guest.v1.GuestAgentService/ReadFile"
+	// GuestAgentServiceWriteFileProcedure is the fully-qualified name of the GuestAgentService's
+	// WriteFile RPC.
+	GuestAgentServiceWriteFileProcedure = "/kibotos.guest.v1.GuestAgentService/WriteFile"
+	// GuestAgentServiceStatFileProcedure is the fully-qualified name of the GuestAgentService's
+	// StatFile RPC.
+	GuestAgentServiceStatFileProcedure = "/kibotos.guest.v1.GuestAgentService/StatFile"
+	// GuestAgentServiceListDirectoryProcedure is the fully-qualified name of the GuestAgentService's
+	// ListDirectory RPC.
+	GuestAgentServiceListDirectoryProcedure = "/kibotos.guest.v1.GuestAgentService/ListDirectory"
+	// GuestAgentServiceMakeDirectoryProcedure is the fully-qualified name of the GuestAgentService's
+	// MakeDirectory RPC.
+	GuestAgentServiceMakeDirectoryProcedure = "/kibotos.guest.v1.GuestAgentService/MakeDirectory"
+	// GuestAgentServiceMoveFileProcedure is the fully-qualified name of the GuestAgentService's
+	// MoveFile RPC.
+	GuestAgentServiceMoveFileProcedure = "/kibotos.guest.v1.GuestAgentService/MoveFile"
+	// GuestAgentServiceDeleteFileProcedure is the fully-qualified name of the GuestAgentService's
+	// DeleteFile RPC.
+	GuestAgentServiceDeleteFileProcedure = "/kibotos.guest.v1.GuestAgentService/DeleteFile"
+	// GuestAgentServiceStartProcessProcedure is the fully-qualified name of the GuestAgentService's
+	// StartProcess RPC.
+	GuestAgentServiceStartProcessProcedure = "/kibotos.guest.v1.GuestAgentService/StartProcess"
+	// GuestAgentServiceStreamProcessOutputProcedure is the fully-qualified name of the
+	// GuestAgentService's StreamProcessOutput RPC.
+	GuestAgentServiceStreamProcessOutputProcedure = "/kibotos.guest.v1.GuestAgentService/StreamProcessOutput"
+	// GuestAgentServiceSendProcessInputProcedure is the fully-qualified name of the GuestAgentService's
+	// SendProcessInput RPC.
+	GuestAgentServiceSendProcessInputProcedure = "/kibotos.guest.v1.GuestAgentService/SendProcessInput"
+	// GuestAgentServiceResizeProcessPtyProcedure is the fully-qualified name of the GuestAgentService's
+	// ResizeProcessPty RPC.
+	GuestAgentServiceResizeProcessPtyProcedure = "/kibotos.guest.v1.GuestAgentService/ResizeProcessPty"
+	// GuestAgentServiceSignalProcessProcedure is the fully-qualified name of the GuestAgentService's
+	// SignalProcess RPC.
+	GuestAgentServiceSignalProcessProcedure = "/kibotos.guest.v1.GuestAgentService/SignalProcess"
+	// GuestAgentServiceGetProcessProcedure is the fully-qualified name of the GuestAgentService's
+	// GetProcess RPC.
+	GuestAgentServiceGetProcessProcedure = "/kibotos.guest.v1.GuestAgentService/GetProcess"
+	// GuestAgentServiceListProcessesProcedure is the fully-qualified name of the GuestAgentService's
+	// ListProcesses RPC.
+	GuestAgentServiceListProcessesProcedure = "/kibotos.guest.v1.GuestAgentService/ListProcesses"
+	// GuestAgentServiceWaitProcessProcedure is the fully-qualified name of the GuestAgentService's
+	// WaitProcess RPC.
+	GuestAgentServiceWaitProcessProcedure = "/kibotos.guest.v1.GuestAgentService/WaitProcess"
 )
 
 // GuestAgentServiceClient is a client for the kibotos.guest.v1.GuestAgentService service.
@@ -62,6 +107,35 @@ type GuestAgentServiceClient interface {
 	// layer, answers, then powers the machine off. durable is true when every
 	// unmount succeeded, so the stop can report STOP_DURABILITY_CONFIRMED.
 	Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error)
+	// Files. Each request and response wraps kibotos.ctrl.v1.FileService's
+	// own (the guest ignores workspace_id and never sees credentials): ctrl
+	// relays them as they are and adds its stage to errors. Every error
+	// carries a kibotos.ctrl.v1.ErrorDetail with the reason, and the field
+	// for invalid_argument. The rules are FileService's.
+	ReadFile(context.Context, *connect.Request[v1.ReadFileRequest]) (*connect.ServerStreamForClient[v1.ReadFileResponse], error)
+	WriteFile(context.Context) *connect.ClientStreamForClient[v1.WriteFileRequest, v1.WriteFileResponse]
+	StatFile(context.Context, *connect.Request[v1.StatFileRequest]) (*connect.Response[v1.StatFileResponse], error)
+	ListDirectory(context.Context, *connect.Request[v1.ListDirectoryRequest]) (*connect.Response[v1.ListDirectoryResponse], error)
+	MakeDirectory(context.Context, *connect.Request[v1.MakeDirectoryRequest]) (*connect.Response[v1.MakeDirectoryResponse], error)
+	MoveFile(context.Context, *connect.Request[v1.MoveFileRequest]) (*connect.Response[v1.MoveFileResponse], error)
+	DeleteFile(context.Context, *connect.Request[v1.DeleteFileRequest]) (*connect.Response[v1.DeleteFileResponse], error)
+	// Processes the agent keeps for the current boot (ProcessService): it
+	// starts them, keeps the last MiB of each output stream, their stdin and
+	// pty, and the 256 most recently ended ones. Each request and response
+	// wraps kibotos.ctrl.v1.ProcessService's own, except StartProcess's
+	// request, which carries the ids ctrl assigns. Errors carry a
+	// kibotos.ctrl.v1.ErrorDetail with the reason.
+	//
+	// StartProcess starts one process and answers once it runs; a
+	// command_id the agent has seen answers that process and starts nothing.
+	StartProcess(context.Context, *connect.Request[v1.StartProcessRequest]) (*connect.Response[v1.StartProcessResponse], error)
+	StreamProcessOutput(context.Context, *connect.Request[v1.StreamProcessOutputRequest]) (*connect.ServerStreamForClient[v1.StreamProcessOutputResponse], error)
+	SendProcessInput(context.Context, *connect.Request[v1.SendProcessInputRequest]) (*connect.Response[v1.SendProcessInputResponse], error)
+	ResizeProcessPty(context.Context, *connect.Request[v1.ResizeProcessPtyRequest]) (*connect.Response[v1.ResizeProcessPtyResponse], error)
+	SignalProcess(context.Context, *connect.Request[v1.SignalProcessRequest]) (*connect.Response[v1.SignalProcessResponse], error)
+	GetProcess(context.Context, *connect.Request[v1.GetProcessRequest]) (*connect.Response[v1.GetProcessResponse], error)
+	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
+	WaitProcess(context.Context, *connect.Request[v1.WaitProcessRequest]) (*connect.Response[v1.WaitProcessResponse], error)
 }
 
 // NewGuestAgentServiceClient constructs a client for the kibotos.guest.v1.GuestAgentService
@@ -93,14 +167,119 @@ func NewGuestAgentServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(guestAgentServiceMethods.ByName("Shutdown")),
 			connect.WithClientOptions(opts...),
 		),
+		readFile: connect.NewClient[v1.ReadFileRequest, v1.ReadFileResponse](
+			httpClient,
+			baseURL+GuestAgentServiceReadFileProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("ReadFile")),
+			connect.WithClientOptions(opts...),
+		),
+		writeFile: connect.NewClient[v1.WriteFileRequest, v1.WriteFileResponse](
+			httpClient,
+			baseURL+GuestAgentServiceWriteFileProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("WriteFile")),
+			connect.WithClientOptions(opts...),
+		),
+		statFile: connect.NewClient[v1.StatFileRequest, v1.StatFileResponse](
+			httpClient,
+			baseURL+GuestAgentServiceStatFileProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("StatFile")),
+			connect.WithClientOptions(opts...),
+		),
+		listDirectory: connect.NewClient[v1.ListDirectoryRequest, v1.ListDirectoryResponse](
+			httpClient,
+			baseURL+GuestAgentServiceListDirectoryProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("ListDirectory")),
+			connect.WithClientOptions(opts...),
+		),
+		makeDirectory: connect.NewClient[v1.MakeDirectoryRequest, v1.MakeDirectoryResponse](
+			httpClient,
+			baseURL+GuestAgentServiceMakeDirectoryProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("MakeDirectory")),
+			connect.WithClientOptions(opts...),
+		),
+		moveFile: connect.NewClient[v1.MoveFileRequest, v1.MoveFileResponse](
+			httpClient,
+			baseURL+GuestAgentServiceMoveFileProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("MoveFile")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteFile: connect.NewClient[v1.DeleteFileRequest, v1.DeleteFileResponse](
+			httpClient,
+			baseURL+GuestAgentServiceDeleteFileProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("DeleteFile")),
+			connect.WithClientOptions(opts...),
+		),
+		startProcess: connect.NewClient[v1.StartProcessRequest, v1.StartProcessResponse](
+			httpClient,
+			baseURL+GuestAgentServiceStartProcessProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("StartProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		streamProcessOutput: connect.NewClient[v1.StreamProcessOutputRequest, v1.StreamProcessOutputResponse](
+			httpClient,
+			baseURL+GuestAgentServiceStreamProcessOutputProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("StreamProcessOutput")),
+			connect.WithClientOptions(opts...),
+		),
+		sendProcessInput: connect.NewClient[v1.SendProcessInputRequest, v1.SendProcessInputResponse](
+			httpClient,
+			baseURL+GuestAgentServiceSendProcessInputProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("SendProcessInput")),
+			connect.WithClientOptions(opts...),
+		),
+		resizeProcessPty: connect.NewClient[v1.ResizeProcessPtyRequest, v1.ResizeProcessPtyResponse](
+			httpClient,
+			baseURL+GuestAgentServiceResizeProcessPtyProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("ResizeProcessPty")),
+			connect.WithClientOptions(opts...),
+		),
+		signalProcess: connect.NewClient[v1.SignalProcessRequest, v1.SignalProcessResponse](
+			httpClient,
+			baseURL+GuestAgentServiceSignalProcessProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("SignalProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		getProcess: connect.NewClient[v1.GetProcessRequest, v1.GetProcessResponse](
+			httpClient,
+			baseURL+GuestAgentServiceGetProcessProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("GetProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		listProcesses: connect.NewClient[v1.ListProcessesRequest, v1.ListProcessesResponse](
+			httpClient,
+			baseURL+GuestAgentServiceListProcessesProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("ListProcesses")),
+			connect.WithClientOptions(opts...),
+		),
+		waitProcess: connect.NewClient[v1.WaitProcessRequest, v1.WaitProcessResponse](
+			httpClient,
+			baseURL+GuestAgentServiceWaitProcessProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("WaitProcess")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // guestAgentServiceClient implements GuestAgentServiceClient.
 type guestAgentServiceClient struct {
-	ping     *connect.Client[v1.PingRequest, v1.PingResponse]
-	exec     *connect.Client[v1.ExecRequest, v1.ExecResponse]
-	shutdown *connect.Client[v1.ShutdownRequest, v1.ShutdownResponse]
+	ping                *connect.Client[v1.PingRequest, v1.PingResponse]
+	exec                *connect.Client[v1.ExecRequest, v1.ExecResponse]
+	shutdown            *connect.Client[v1.ShutdownRequest, v1.ShutdownResponse]
+	readFile            *connect.Client[v1.ReadFileRequest, v1.ReadFileResponse]
+	writeFile           *connect.Client[v1.WriteFileRequest, v1.WriteFileResponse]
+	statFile            *connect.Client[v1.StatFileRequest, v1.StatFileResponse]
+	listDirectory       *connect.Client[v1.ListDirectoryRequest, v1.ListDirectoryResponse]
+	makeDirectory       *connect.Client[v1.MakeDirectoryRequest, v1.MakeDirectoryResponse]
+	moveFile            *connect.Client[v1.MoveFileRequest, v1.MoveFileResponse]
+	deleteFile          *connect.Client[v1.DeleteFileRequest, v1.DeleteFileResponse]
+	startProcess        *connect.Client[v1.StartProcessRequest, v1.StartProcessResponse]
+	streamProcessOutput *connect.Client[v1.StreamProcessOutputRequest, v1.StreamProcessOutputResponse]
+	sendProcessInput    *connect.Client[v1.SendProcessInputRequest, v1.SendProcessInputResponse]
+	resizeProcessPty    *connect.Client[v1.ResizeProcessPtyRequest, v1.ResizeProcessPtyResponse]
+	signalProcess       *connect.Client[v1.SignalProcessRequest, v1.SignalProcessResponse]
+	getProcess          *connect.Client[v1.GetProcessRequest, v1.GetProcessResponse]
+	listProcesses       *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
+	waitProcess         *connect.Client[v1.WaitProcessRequest, v1.WaitProcessResponse]
 }
 
 // Ping calls kibotos.guest.v1.GuestAgentService.Ping.
@@ -118,6 +297,81 @@ func (c *guestAgentServiceClient) Shutdown(ctx context.Context, req *connect.Req
 	return c.shutdown.CallUnary(ctx, req)
 }
 
+// ReadFile calls kibotos.guest.v1.GuestAgentService.ReadFile.
+func (c *guestAgentServiceClient) ReadFile(ctx context.Context, req *connect.Request[v1.ReadFileRequest]) (*connect.ServerStreamForClient[v1.ReadFileResponse], error) {
+	return c.readFile.CallServerStream(ctx, req)
+}
+
+// WriteFile calls kibotos.guest.v1.GuestAgentService.WriteFile.
+func (c *guestAgentServiceClient) WriteFile(ctx context.Context) *connect.ClientStreamForClient[v1.WriteFileRequest, v1.WriteFileResponse] {
+	return c.writeFile.CallClientStream(ctx)
+}
+
+// StatFile calls kibotos.guest.v1.GuestAgentService.StatFile.
+func (c *guestAgentServiceClient) StatFile(ctx context.Context, req *connect.Request[v1.StatFileRequest]) (*connect.Response[v1.StatFileResponse], error) {
+	return c.statFile.CallUnary(ctx, req)
+}
+
+// ListDirectory calls kibotos.guest.v1.GuestAgentService.ListDirectory.
+func (c *guestAgentServiceClient) ListDirectory(ctx context.Context, req *connect.Request[v1.ListDirectoryRequest]) (*connect.Response[v1.ListDirectoryResponse], error) {
+	return c.listDirectory.CallUnary(ctx, req)
+}
+
+// MakeDirectory calls kibotos.guest.v1.GuestAgentService.MakeDirectory.
+func (c *guestAgentServiceClient) MakeDirectory(ctx context.Context, req *connect.Request[v1.MakeDirectoryRequest]) (*connect.Response[v1.MakeDirectoryResponse], error) {
+	return c.makeDirectory.CallUnary(ctx, req)
+}
+
+// MoveFile calls kibotos.guest.v1.GuestAgentService.MoveFile.
+func (c *guestAgentServiceClient) MoveFile(ctx context.Context, req *connect.Request[v1.MoveFileRequest]) (*connect.Response[v1.MoveFileResponse], error) {
+	return c.moveFile.CallUnary(ctx, req)
+}
+
+// DeleteFile calls kibotos.guest.v1.GuestAgentService.DeleteFile.
+func (c *guestAgentServiceClient) DeleteFile(ctx context.Context, req *connect.Request[v1.DeleteFileRequest]) (*connect.Response[v1.DeleteFileResponse], error) {
+	return c.deleteFile.CallUnary(ctx, req)
+}
+
+// StartProcess calls kibotos.guest.v1.GuestAgentService.StartProcess.
+func (c *guestAgentServiceClient) StartProcess(ctx context.Context, req *connect.Request[v1.StartProcessRequest]) (*connect.Response[v1.StartProcessResponse], error) {
+	return c.startProcess.CallUnary(ctx, req)
+}
+
+// StreamProcessOutput calls kibotos.guest.v1.GuestAgentService.StreamProcessOutput.
+func (c *guestAgentServiceClient) StreamProcessOutput(ctx context.Context, req *connect.Request[v1.StreamProcessOutputRequest]) (*connect.ServerStreamForClient[v1.StreamProcessOutputResponse], error) {
+	return c.streamProcessOutput.CallServerStream(ctx, req)
+}
+
+// SendProcessInput calls kibotos.guest.v1.GuestAgentService.SendProcessInput.
+func (c *guestAgentServiceClient) SendProcessInput(ctx context.Context, req *connect.Request[v1.SendProcessInputRequest]) (*connect.Response[v1.SendProcessInputResponse], error) {
+	return c.sendProcessInput.CallUnary(ctx, req)
+}
+
+// ResizeProcessPty calls kibotos.guest.v1.GuestAgentService.ResizeProcessPty.
+func (c *guestAgentServiceClient) ResizeProcessPty(ctx context.Context, req *connect.Request[v1.ResizeProcessPtyRequest]) (*connect.Response[v1.ResizeProcessPtyResponse], error) {
+	return c.resizeProcessPty.CallUnary(ctx, req)
+}
+
+// SignalProcess calls kibotos.guest.v1.GuestAgentService.SignalProcess.
+func (c *guestAgentServiceClient) SignalProcess(ctx context.Context, req *connect.Request[v1.SignalProcessRequest]) (*connect.Response[v1.SignalProcessResponse], error) {
+	return c.signalProcess.CallUnary(ctx, req)
+}
+
+// GetProcess calls kibotos.guest.v1.GuestAgentService.GetProcess.
+func (c *guestAgentServiceClient) GetProcess(ctx context.Context, req *connect.Request[v1.GetProcessRequest]) (*connect.Response[v1.GetProcessResponse], error) {
+	return c.getProcess.CallUnary(ctx, req)
+}
+
+// ListProcesses calls kibotos.guest.v1.GuestAgentService.ListProcesses.
+func (c *guestAgentServiceClient) ListProcesses(ctx context.Context, req *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error) {
+	return c.listProcesses.CallUnary(ctx, req)
+}
+
+// WaitProcess calls kibotos.guest.v1.GuestAgentService.WaitProcess.
+func (c *guestAgentServiceClient) WaitProcess(ctx context.Context, req *connect.Request[v1.WaitProcessRequest]) (*connect.Response[v1.WaitProcessResponse], error) {
+	return c.waitProcess.CallUnary(ctx, req)
+}
+
 // GuestAgentServiceHandler is an implementation of the kibotos.guest.v1.GuestAgentService service.
 type GuestAgentServiceHandler interface {
 	// Ping is the node's liveness probe. A guest that answers is RESPONDING; a
@@ -133,6 +387,35 @@ type GuestAgentServiceHandler interface {
 	// layer, answers, then powers the machine off. durable is true when every
 	// unmount succeeded, so the stop can report STOP_DURABILITY_CONFIRMED.
 	Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error)
+	// Files. Each request and response wraps kibotos.ctrl.v1.FileService's
+	// own (the guest ignores workspace_id and never sees credentials): ctrl
+	// relays them as they are and adds its stage to errors. Every error
+	// carries a kibotos.ctrl.v1.ErrorDetail with the reason, and the field
+	// for invalid_argument. The rules are FileService's.
+	ReadFile(context.Context, *connect.Request[v1.ReadFileRequest], *connect.ServerStream[v1.ReadFileResponse]) error
+	WriteFile(context.Context, *connect.ClientStream[v1.WriteFileRequest]) (*connect.Response[v1.WriteFileResponse], error)
+	StatFile(context.Context, *connect.Request[v1.StatFileRequest]) (*connect.Response[v1.StatFileResponse], error)
+	ListDirectory(context.Context, *connect.Request[v1.ListDirectoryRequest]) (*connect.Response[v1.ListDirectoryResponse], error)
+	MakeDirectory(context.Context, *connect.Request[v1.MakeDirectoryRequest]) (*connect.Response[v1.MakeDirectoryResponse], error)
+	MoveFile(context.Context, *connect.Request[v1.MoveFileRequest]) (*connect.Response[v1.MoveFileResponse], error)
+	DeleteFile(context.Context, *connect.Request[v1.DeleteFileRequest]) (*connect.Response[v1.DeleteFileResponse], error)
+	// Processes the agent keeps for the current boot (ProcessService): it
+	// starts them, keeps the last MiB of each output stream, their stdin and
+	// pty, and the 256 most recently ended ones. Each request and response
+	// wraps kibotos.ctrl.v1.ProcessService's own, except StartProcess's
+	// request, which carries the ids ctrl assigns. Errors carry a
+	// kibotos.ctrl.v1.ErrorDetail with the reason.
+	//
+	// StartProcess starts one process and answers once it runs; a
+	// command_id the agent has seen answers that process and starts nothing.
+	StartProcess(context.Context, *connect.Request[v1.StartProcessRequest]) (*connect.Response[v1.StartProcessResponse], error)
+	StreamProcessOutput(context.Context, *connect.Request[v1.StreamProcessOutputRequest], *connect.ServerStream[v1.StreamProcessOutputResponse]) error
+	SendProcessInput(context.Context, *connect.Request[v1.SendProcessInputRequest]) (*connect.Response[v1.SendProcessInputResponse], error)
+	ResizeProcessPty(context.Context, *connect.Request[v1.ResizeProcessPtyRequest]) (*connect.Response[v1.ResizeProcessPtyResponse], error)
+	SignalProcess(context.Context, *connect.Request[v1.SignalProcessRequest]) (*connect.Response[v1.SignalProcessResponse], error)
+	GetProcess(context.Context, *connect.Request[v1.GetProcessRequest]) (*connect.Response[v1.GetProcessResponse], error)
+	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
+	WaitProcess(context.Context, *connect.Request[v1.WaitProcessRequest]) (*connect.Response[v1.WaitProcessResponse], error)
 }
 
 // NewGuestAgentServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -160,6 +443,96 @@ func NewGuestAgentServiceHandler(svc GuestAgentServiceHandler, opts ...connect.H
 		connect.WithSchema(guestAgentServiceMethods.ByName("Shutdown")),
 		connect.WithHandlerOptions(opts...),
 	)
+	guestAgentServiceReadFileHandler := connect.NewServerStreamHandler(
+		GuestAgentServiceReadFileProcedure,
+		svc.ReadFile,
+		connect.WithSchema(guestAgentServiceMethods.ByName("ReadFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceWriteFileHandler := connect.NewClientStreamHandler(
+		GuestAgentServiceWriteFileProcedure,
+		svc.WriteFile,
+		connect.WithSchema(guestAgentServiceMethods.ByName("WriteFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceStatFileHandler := connect.NewUnaryHandler(
+		GuestAgentServiceStatFileProcedure,
+		svc.StatFile,
+		connect.WithSchema(guestAgentServiceMethods.ByName("StatFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceListDirectoryHandler := connect.NewUnaryHandler(
+		GuestAgentServiceListDirectoryProcedure,
+		svc.ListDirectory,
+		connect.WithSchema(guestAgentServiceMethods.ByName("ListDirectory")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceMakeDirectoryHandler := connect.NewUnaryHandler(
+		GuestAgentServiceMakeDirectoryProcedure,
+		svc.MakeDirectory,
+		connect.WithSchema(guestAgentServiceMethods.ByName("MakeDirectory")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceMoveFileHandler := connect.NewUnaryHandler(
+		GuestAgentServiceMoveFileProcedure,
+		svc.MoveFile,
+		connect.WithSchema(guestAgentServiceMethods.ByName("MoveFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceDeleteFileHandler := connect.NewUnaryHandler(
+		GuestAgentServiceDeleteFileProcedure,
+		svc.DeleteFile,
+		connect.WithSchema(guestAgentServiceMethods.ByName("DeleteFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceStartProcessHandler := connect.NewUnaryHandler(
+		GuestAgentServiceStartProcessProcedure,
+		svc.StartProcess,
+		connect.WithSchema(guestAgentServiceMethods.ByName("StartProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceStreamProcessOutputHandler := connect.NewServerStreamHandler(
+		GuestAgentServiceStreamProcessOutputProcedure,
+		svc.StreamProcessOutput,
+		connect.WithSchema(guestAgentServiceMethods.ByName("StreamProcessOutput")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceSendProcessInputHandler := connect.NewUnaryHandler(
+		GuestAgentServiceSendProcessInputProcedure,
+		svc.SendProcessInput,
+		connect.WithSchema(guestAgentServiceMethods.ByName("SendProcessInput")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceResizeProcessPtyHandler := connect.NewUnaryHandler(
+		GuestAgentServiceResizeProcessPtyProcedure,
+		svc.ResizeProcessPty,
+		connect.WithSchema(guestAgentServiceMethods.ByName("ResizeProcessPty")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceSignalProcessHandler := connect.NewUnaryHandler(
+		GuestAgentServiceSignalProcessProcedure,
+		svc.SignalProcess,
+		connect.WithSchema(guestAgentServiceMethods.ByName("SignalProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceGetProcessHandler := connect.NewUnaryHandler(
+		GuestAgentServiceGetProcessProcedure,
+		svc.GetProcess,
+		connect.WithSchema(guestAgentServiceMethods.ByName("GetProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceListProcessesHandler := connect.NewUnaryHandler(
+		GuestAgentServiceListProcessesProcedure,
+		svc.ListProcesses,
+		connect.WithSchema(guestAgentServiceMethods.ByName("ListProcesses")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestAgentServiceWaitProcessHandler := connect.NewUnaryHandler(
+		GuestAgentServiceWaitProcessProcedure,
+		svc.WaitProcess,
+		connect.WithSchema(guestAgentServiceMethods.ByName("WaitProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.guest.v1.GuestAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GuestAgentServicePingProcedure:
@@ -168,6 +541,36 @@ func NewGuestAgentServiceHandler(svc GuestAgentServiceHandler, opts ...connect.H
 			guestAgentServiceExecHandler.ServeHTTP(w, r)
 		case GuestAgentServiceShutdownProcedure:
 			guestAgentServiceShutdownHandler.ServeHTTP(w, r)
+		case GuestAgentServiceReadFileProcedure:
+			guestAgentServiceReadFileHandler.ServeHTTP(w, r)
+		case GuestAgentServiceWriteFileProcedure:
+			guestAgentServiceWriteFileHandler.ServeHTTP(w, r)
+		case GuestAgentServiceStatFileProcedure:
+			guestAgentServiceStatFileHandler.ServeHTTP(w, r)
+		case GuestAgentServiceListDirectoryProcedure:
+			guestAgentServiceListDirectoryHandler.ServeHTTP(w, r)
+		case GuestAgentServiceMakeDirectoryProcedure:
+			guestAgentServiceMakeDirectoryHandler.ServeHTTP(w, r)
+		case GuestAgentServiceMoveFileProcedure:
+			guestAgentServiceMoveFileHandler.ServeHTTP(w, r)
+		case GuestAgentServiceDeleteFileProcedure:
+			guestAgentServiceDeleteFileHandler.ServeHTTP(w, r)
+		case GuestAgentServiceStartProcessProcedure:
+			guestAgentServiceStartProcessHandler.ServeHTTP(w, r)
+		case GuestAgentServiceStreamProcessOutputProcedure:
+			guestAgentServiceStreamProcessOutputHandler.ServeHTTP(w, r)
+		case GuestAgentServiceSendProcessInputProcedure:
+			guestAgentServiceSendProcessInputHandler.ServeHTTP(w, r)
+		case GuestAgentServiceResizeProcessPtyProcedure:
+			guestAgentServiceResizeProcessPtyHandler.ServeHTTP(w, r)
+		case GuestAgentServiceSignalProcessProcedure:
+			guestAgentServiceSignalProcessHandler.ServeHTTP(w, r)
+		case GuestAgentServiceGetProcessProcedure:
+			guestAgentServiceGetProcessHandler.ServeHTTP(w, r)
+		case GuestAgentServiceListProcessesProcedure:
+			guestAgentServiceListProcessesHandler.ServeHTTP(w, r)
+		case GuestAgentServiceWaitProcessProcedure:
+			guestAgentServiceWaitProcessHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -187,4 +590,64 @@ func (UnimplementedGuestAgentServiceHandler) Exec(context.Context, *connect.Requ
 
 func (UnimplementedGuestAgentServiceHandler) Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.Shutdown is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) ReadFile(context.Context, *connect.Request[v1.ReadFileRequest], *connect.ServerStream[v1.ReadFileResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.ReadFile is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) WriteFile(context.Context, *connect.ClientStream[v1.WriteFileRequest]) (*connect.Response[v1.WriteFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.WriteFile is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) StatFile(context.Context, *connect.Request[v1.StatFileRequest]) (*connect.Response[v1.StatFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.StatFile is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) ListDirectory(context.Context, *connect.Request[v1.ListDirectoryRequest]) (*connect.Response[v1.ListDirectoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.ListDirectory is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) MakeDirectory(context.Context, *connect.Request[v1.MakeDirectoryRequest]) (*connect.Response[v1.MakeDirectoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.MakeDirectory is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) MoveFile(context.Context, *connect.Request[v1.MoveFileRequest]) (*connect.Response[v1.MoveFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.MoveFile is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) DeleteFile(context.Context, *connect.Request[v1.DeleteFileRequest]) (*connect.Response[v1.DeleteFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.DeleteFile is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) StartProcess(context.Context, *connect.Request[v1.StartProcessRequest]) (*connect.Response[v1.StartProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.StartProcess is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) StreamProcessOutput(context.Context, *connect.Request[v1.StreamProcessOutputRequest], *connect.ServerStream[v1.StreamProcessOutputResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.StreamProcessOutput is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) SendProcessInput(context.Context, *connect.Request[v1.SendProcessInputRequest]) (*connect.Response[v1.SendProcessInputResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.SendProcessInput is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) ResizeProcessPty(context.Context, *connect.Request[v1.ResizeProcessPtyRequest]) (*connect.Response[v1.ResizeProcessPtyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.ResizeProcessPty is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) SignalProcess(context.Context, *connect.Request[v1.SignalProcessRequest]) (*connect.Response[v1.SignalProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.SignalProcess is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) GetProcess(context.Context, *connect.Request[v1.GetProcessRequest]) (*connect.Response[v1.GetProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.GetProcess is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.ListProcesses is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) WaitProcess(context.Context, *connect.Request[v1.WaitProcessRequest]) (*connect.Response[v1.WaitProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.WaitProcess is not implemented"))
 }

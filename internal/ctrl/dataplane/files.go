@@ -1,0 +1,151 @@
+package dataplane
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+)
+
+// Files serves FileService by relaying each call to the guest agent, which
+// owns the rules of paths, users and errors (internal/guest/files.go); ctrl
+// adds the Workspace's checks and the stage. WatchDirectory is not built.
+type Files struct {
+	ctrlv1connect.UnimplementedFileServiceHandler
+	*relay
+}
+
+var _ ctrlv1connect.FileServiceHandler = (*Files)(nil)
+
+// Stages of the file calls (FileService's comments).
+const (
+	stageRead    = ctrlv1.FailureStage_FAILURE_STAGE_READING_FILE
+	stageWrite   = ctrlv1.FailureStage_FAILURE_STAGE_WRITING_FILE
+	stageInspect = ctrlv1.FailureStage_FAILURE_STAGE_INSPECTING_FILE
+	stageMkdir   = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_DIRECTORY
+	stageMove    = ctrlv1.FailureStage_FAILURE_STAGE_MOVING_FILE
+	stageDelete  = ctrlv1.FailureStage_FAILURE_STAGE_DELETING_FILE
+)
+
+// ReadFile streams a file from the guest.
+func (f *Files) ReadFile(ctx context.Context, req *connect.Request[ctrlv1.ReadFileRequest], out *connect.ServerStream[ctrlv1.ReadFileResponse]) error {
+	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageRead)
+	if err != nil {
+		return err
+	}
+	in, err := g.ReadFile(ctx, connect.NewRequest(&guestv1.ReadFileRequest{Request: req.Msg}))
+	if err != nil {
+		return stageOf(err, stageRead)
+	}
+	defer in.Close()
+	return relayStream(in, (*guestv1.ReadFileResponse).GetResponse, out.Send, stageRead)
+}
+
+// WriteFile relays a client stream of a file's bytes to the guest as they
+// arrive; the guest makes the write atomic.
+func (f *Files) WriteFile(ctx context.Context, in *connect.ClientStream[ctrlv1.WriteFileRequest]) (*connect.Response[ctrlv1.WriteFileResponse], error) {
+	if !in.Receive() {
+		if err := in.Err(); err != nil {
+			return nil, err
+		}
+		return nil, apierr.Invalid("header", "the stream carried no message")
+	}
+	first := in.Msg()
+	g, _, err := f.guest(ctx, first.GetWorkspaceId(), stageWrite)
+	if err != nil {
+		return nil, err
+	}
+	// The guest's stream ends with this call: a cancelled call cancels it,
+	// and the guest then leaves the old file as it was.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := g.WriteFile(ctx)
+	for msg := first; ; msg = in.Msg() {
+		if w := msg.GetWorkspaceId(); w != "" && w != first.GetWorkspaceId() {
+			return nil, apierr.Invalid("workspace_id", "differs from the first message's")
+		}
+		if err := out.Send(&guestv1.WriteFileRequest{Request: msg}); err != nil {
+			break // the guest answered early: its answer says why
+		}
+		if !in.Receive() {
+			if err := in.Err(); err != nil {
+				return nil, err // the caller's stream broke: the old file stays
+			}
+			break
+		}
+	}
+	res, err := out.CloseAndReceive()
+	if err != nil {
+		return nil, stageOf(err, stageWrite)
+	}
+	return connect.NewResponse(res.Msg.GetResponse()), nil
+}
+
+// StatFile reads one path's metadata.
+func (f *Files) StatFile(ctx context.Context, req *connect.Request[ctrlv1.StatFileRequest]) (*connect.Response[ctrlv1.StatFileResponse], error) {
+	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageInspect)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageInspect, g.StatFile, &guestv1.StatFileRequest{Request: req.Msg}, (*guestv1.StatFileResponse).GetResponse)
+}
+
+// ListDirectory lists a directory in pages.
+func (f *Files) ListDirectory(ctx context.Context, req *connect.Request[ctrlv1.ListDirectoryRequest]) (*connect.Response[ctrlv1.ListDirectoryResponse], error) {
+	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageInspect)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageInspect, g.ListDirectory, &guestv1.ListDirectoryRequest{Request: req.Msg}, (*guestv1.ListDirectoryResponse).GetResponse)
+}
+
+// MakeDirectory creates a directory.
+func (f *Files) MakeDirectory(ctx context.Context, req *connect.Request[ctrlv1.MakeDirectoryRequest]) (*connect.Response[ctrlv1.MakeDirectoryResponse], error) {
+	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageMkdir)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageMkdir, g.MakeDirectory, &guestv1.MakeDirectoryRequest{Request: req.Msg}, (*guestv1.MakeDirectoryResponse).GetResponse)
+}
+
+// MoveFile renames a file or directory.
+func (f *Files) MoveFile(ctx context.Context, req *connect.Request[ctrlv1.MoveFileRequest]) (*connect.Response[ctrlv1.MoveFileResponse], error) {
+	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageMove)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageMove, g.MoveFile, &guestv1.MoveFileRequest{Request: req.Msg}, (*guestv1.MoveFileResponse).GetResponse)
+}
+
+// DeleteFile removes a path.
+func (f *Files) DeleteFile(ctx context.Context, req *connect.Request[ctrlv1.DeleteFileRequest]) (*connect.Response[ctrlv1.DeleteFileResponse], error) {
+	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageDelete)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageDelete, g.DeleteFile, &guestv1.DeleteFileRequest{Request: req.Msg}, (*guestv1.DeleteFileResponse).GetResponse)
+}
+
+// WatchDirectory is not built.
+func (f *Files) WatchDirectory(context.Context, *connect.Request[ctrlv1.WatchDirectoryRequest], *connect.ServerStream[ctrlv1.WatchDirectoryResponse]) error {
+	return failed(ctrlv1.FailureStage_FAILURE_STAGE_WATCHING_DIRECTORY, ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED, connect.CodeUnimplemented,
+		"kibotos.ctrl.v1.FileService.WatchDirectory is not implemented")
+}
+
+// relayStream sends each message of a guest stream on, unwrapped, and
+// names stage on a failure.
+func relayStream[G, M any](in *connect.ServerStreamForClient[G], unwrap func(*G) *M, send func(*M) error, stage ctrlv1.FailureStage) error {
+	for in.Receive() {
+		if err := send(unwrap(in.Msg())); err != nil {
+			return err
+		}
+	}
+	if err := in.Err(); err != nil {
+		return stageOf(err, stage)
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
+	"github.com/kibotos/kibotos/internal/guestchan"
+)
+
+// relay reaches the guest agent of a Workspace's current execution through
+// its node's data endpoint, which relays kibotos.guest.v1 calls as they are
+// (internal/node/dataplane.go). Every data-plane service shares it, so the
+// rules of reaching a guest (AVAILABLE, a node with a data endpoint, the
+// stage on every error) are written once.
+type relay struct {
+	workspaces *workspace.Service
+	fleet      *fleet.Fleet
+	http       *http.Client
+}
+
+func newRelay(w *workspace.Service, f *fleet.Fleet) *relay {
+	t := &http.Transport{}
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetUnencryptedHTTP2(true)
+	return &relay{workspaces: w, fleet: f, http: &http.Client{Transport: t}}
+}
+
+// guest is a client of the guest agent of the Workspace's current
+// execution, and the Workspace. A Workspace that is not AVAILABLE is
+// failed_precondition with stage and the Workspace as observed; a node
+// without a data endpoint is unavailable.
+func (r *relay) guest(ctx context.Context, workspaceID string, stage ctrlv1.FailureStage) (guestv1connect.GuestAgentServiceClient, *ctrlv1.Workspace, error) {
+	w, nodeID, instance, err := r.workspaces.Execution(ctx, workspaceID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || instance == "" {
+		return nil, nil, apierr.New(connect.CodeFailedPrecondition, &ctrlv1.ErrorDetail{
+			Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, ObservedWorkspace: w,
+		}, "workspace %s is %s: this call needs an AVAILABLE Workspace (start it first)", w.GetWorkspaceId(), w.GetState())
+	}
+	endpoint, token, err := r.fleet.NodeData(ctx, nodeID)
+	if err != nil || endpoint == "" {
+		return nil, nil, failed(stage, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
+			"node %s has no data endpoint now", nodeID)
+	}
+	client := guestv1connect.NewGuestAgentServiceClient(r.http, endpoint,
+		connect.WithInterceptors(auth.Bearer(token), header{guestchan.InstanceHeader, instance}))
+	return client, w, nil
+}
+
+func failed(stage ctrlv1.FailureStage, reason ctrlv1.FailureReason, code connect.Code, format string, args ...any) error {
+	return apierr.New(code, &ctrlv1.ErrorDetail{Stage: stage, Reason: reason, Retryable: code == connect.CodeUnavailable}, format, args...)
+}
+
+// reasons is the reason of a guest or node error that names none.
+var reasons = map[connect.Code]ctrlv1.FailureReason{
+	connect.CodeInvalidArgument:    ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST,
+	connect.CodeOutOfRange:         ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST,
+	connect.CodeNotFound:           ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND,
+	connect.CodeAlreadyExists:      ctrlv1.FailureReason_FAILURE_REASON_CONFLICT,
+	connect.CodeFailedPrecondition: ctrlv1.FailureReason_FAILURE_REASON_CONFLICT,
+	connect.CodePermissionDenied:   ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
+	connect.CodeResourceExhausted:  ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
+	connect.CodeDeadlineExceeded:   ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT,
+	connect.CodeCanceled:           ctrlv1.FailureReason_FAILURE_REASON_CANCELLED,
+	connect.CodeUnimplemented:      ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED,
+	connect.CodeInternal:           ctrlv1.FailureReason_FAILURE_REASON_INTERNAL,
+	connect.CodeUnavailable:        ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+	connect.CodeUnknown:            ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+	connect.CodeUnauthenticated:    ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+	connect.CodeDataLoss:           ctrlv1.FailureReason_FAILURE_REASON_INTERNAL,
+	connect.CodeAborted:            ctrlv1.FailureReason_FAILURE_REASON_CONFLICT,
+}
+
+// stageOf keeps a guest's (or node's) canonical code, message and
+// ErrorDetail, and names the stage. The node's own refusals of ctrl
+// (unauthenticated: a stale data token) are ctrl's fault, not the caller's:
+// unavailable. A failure that is not a Connect error is the channel's:
+// unavailable.
+func stageOf(err error, stage ctrlv1.FailureStage) error {
+	var cerr *connect.Error
+	if !errors.As(err, &cerr) {
+		return failed(stage, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable, "%s", err.Error())
+	}
+	if cerr.Code() == connect.CodeCanceled || cerr.Code() == connect.CodeDeadlineExceeded {
+		return cerr
+	}
+	code := cerr.Code()
+	if code == connect.CodeUnknown || code == connect.CodeUnauthenticated {
+		code = connect.CodeUnavailable
+	}
+	detail := &ctrlv1.ErrorDetail{}
+	for _, d := range cerr.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
+				detail = ed
+			}
+		}
+	}
+	detail.Stage = stage
+	if detail.Reason == ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
+		detail.Reason = reasons[code]
+	}
+	detail.Retryable = code == connect.CodeUnavailable
+	return apierr.New(code, detail, "%s", cerr.Message())
+}
+
+// header sets one request header on every call, unary and streaming.
+type header struct{ name, value string }
+
+func (h header) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set(h.name, h.value)
+		return next(ctx, req)
+	}
+}
+
+func (h header) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set(h.name, h.value)
+		return conn
+	}
+}
+
+func (h header) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// unary calls a guest RPC whose request and response wrap the API's own
+// (kibotos.guest.v1's file and process calls): it wraps req, calls, and
+// unwraps the answer, naming stage on a failure.
+func unary[GReq, GRes, Res any](ctx context.Context, stage ctrlv1.FailureStage, call func(context.Context, *connect.Request[GReq]) (*connect.Response[GRes], error), req *GReq, unwrap func(*GRes) *Res) (*connect.Response[Res], error) {
+	res, err := call(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, stageOf(err, stage)
+	}
+	return connect.NewResponse(unwrap(res.Msg)), nil
+}
