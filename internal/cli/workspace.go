@@ -152,7 +152,7 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 	}
 	long(del)
 
-	c.AddCommand(list, get, create, start, stop, del, newExecCommand(out))
+	c.AddCommand(list, get, create, start, stop, del, newExecCommand(out), newCopyCommand())
 	return c
 }
 
