@@ -1,0 +1,186 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/clientconfig"
+)
+
+func (d *dev) files() ctrlv1connect.FileServiceClient {
+	return ctrlv1connect.NewFileServiceClient(httpClientWithToken(d.env[clientconfig.EnvToken]), d.env[clientconfig.EnvWorkspaceEndpoint])
+}
+
+func (d *dev) processes() ctrlv1connect.ProcessServiceClient {
+	return ctrlv1connect.NewProcessServiceClient(httpClientWithToken(d.env[clientconfig.EnvToken]), d.env[clientconfig.EnvWorkspaceEndpoint])
+}
+
+// createWorkspace creates a Workspace with the CLI and waits until it is
+// AVAILABLE.
+func (d *dev) createWorkspace(t *testing.T) string {
+	t.Helper()
+	var created struct {
+		Workspace struct {
+			WorkspaceID string `json:"workspaceId"`
+		} `json:"workspace"`
+	}
+	out := d.mustKibotos(t, "workspace", "create", "--memory", "256", "-o", "json")
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &created); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	id := created.Workspace.WorkspaceID
+	d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	return id
+}
+
+// stageOf is the failure stage an API error carries.
+func stageOf(err error) ctrlv1.FailureStage {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED
+	}
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
+				return ed.GetStage()
+			}
+		}
+	}
+	return ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED
+}
+
+func fieldOf(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
+				return ed.GetField()
+			}
+		}
+	}
+	return ""
+}
+
+// The data plane on one real VM: files through the API and `workspace cp`,
+// processes with stdin, signals and a pty, and both refused once the
+// Workspace is stopped. One VM for every check: boots are slow under TCG.
+func TestDataPlaneOnARealVM(t *testing.T) {
+	d := startDev(t)
+	id := d.createWorkspace(t)
+	ctx := context.Background()
+	files := d.files()
+
+	// Write (several chunks), read back, stat.
+	content := make([]byte, 2<<20+17)
+	_, _ = rand.Read(content)
+	w := files.WriteFile(ctx)
+	size := uint64(len(content))
+	_ = w.Send(&ctrlv1.WriteFileRequest{WorkspaceId: id, Frame: &ctrlv1.WriteFileRequest_Header{Header: &ctrlv1.WriteFileHeader{
+		Path: "/data/dir/blob", CreateParents: true, Mode: 0o640, SizeBytes: &size}}})
+	for off := 0; off < len(content); off += 1 << 20 {
+		_ = w.Send(&ctrlv1.WriteFileRequest{Frame: &ctrlv1.WriteFileRequest_Data{Data: content[off:min(off+1<<20, len(content))]}})
+	}
+	wres, err := w.CloseAndReceive()
+	if err != nil || wres.Msg.GetWrittenBytes() != size || wres.Msg.GetInfo().GetMode() != 0o640 {
+		t.Fatalf("write: %v %v", wres, err)
+	}
+	r, err := files.ReadFile(ctx, connect.NewRequest(&ctrlv1.ReadFileRequest{WorkspaceId: id, Path: "/data/dir/blob"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for r.Receive() {
+		got = append(got, r.Msg().GetData()...)
+	}
+	if r.Err() != nil || !bytes.Equal(got, content) {
+		t.Fatalf("read back: %d bytes, %v", len(got), r.Err())
+	}
+	st, err := files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: "/data/dir/blob"}))
+	if err != nil || st.Msg.GetInfo().GetSizeBytes() != size || st.Msg.GetInfo().GetOwner() != "root" {
+		t.Errorf("stat: %v %v", st, err)
+	}
+
+	// mkdir, list, move (within a filesystem and across: /data to /tmp),
+	// delete.
+	if _, err := files.MakeDirectory(ctx, connect.NewRequest(&ctrlv1.MakeDirectoryRequest{WorkspaceId: id, Path: "/data/dir/sub"})); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := files.ListDirectory(ctx, connect.NewRequest(&ctrlv1.ListDirectoryRequest{WorkspaceId: id, Path: "/data/dir"}))
+	if err != nil || len(ls.Msg.GetEntries()) != 2 || ls.Msg.GetEntries()[0].GetPath() != "/data/dir/blob" || ls.Msg.GetEntries()[1].GetType() != ctrlv1.FileType_FILE_TYPE_DIRECTORY {
+		t.Errorf("list: %v %v", ls, err)
+	}
+	if _, err := files.MoveFile(ctx, connect.NewRequest(&ctrlv1.MoveFileRequest{WorkspaceId: id, SourcePath: "/data/dir/blob", DestinationPath: "/data/dir/sub/blob"})); err != nil {
+		t.Errorf("move: %v", err)
+	}
+	mv, err := files.MoveFile(ctx, connect.NewRequest(&ctrlv1.MoveFileRequest{WorkspaceId: id, SourcePath: "/data/dir/sub", DestinationPath: "/tmp/sub"}))
+	if err != nil || mv.Msg.GetInfo().GetType() != ctrlv1.FileType_FILE_TYPE_DIRECTORY {
+		t.Errorf("move across filesystems: %v %v", mv, err)
+	}
+	if _, err := files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: "/tmp/sub/blob"})); err != nil {
+		t.Errorf("the moved file: %v", err)
+	}
+	del, err := files.DeleteFile(ctx, connect.NewRequest(&ctrlv1.DeleteFileRequest{WorkspaceId: id, Path: "/tmp/sub", Recursive: true}))
+	if err != nil || !del.Msg.GetDeleted() {
+		t.Errorf("delete: %v %v", del, err)
+	}
+	if _, err := files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: "/tmp/sub"})); connect.CodeOf(err) != connect.CodeNotFound ||
+		stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_INSPECTING_FILE {
+		t.Errorf("stat of a deleted path: %v (stage %v)", err, stageOf(err))
+	}
+	_, err = files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: "/data/../../etc"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || fieldOf(err) != "path" {
+		t.Errorf("a path climbing out of the root: %v (field %q)", err, fieldOf(err))
+	}
+
+	// workspace cp, both ways, through the CLI.
+	local := filepath.Join(t.TempDir(), "up.txt")
+	if err := os.WriteFile(local, []byte("copied in\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.mustKibotos(t, "workspace", "cp", local, id+":/root")
+	if out := d.mustKibotos(t, "workspace", "cp", id+":/root/up.txt", "-"); out != "copied in\n" {
+		t.Errorf("cp to stdout: %q", out)
+	}
+	back := filepath.Join(t.TempDir(), "down.txt")
+	d.mustKibotos(t, "workspace", "cp", id+":/root/up.txt", back)
+	if b, err := os.ReadFile(back); err != nil || string(b) != "copied in\n" {
+		t.Errorf("cp back: %q %v", b, err)
+	}
+	if out, code := d.kibotos(t, "workspace", "cp", id+":/no/such", back); code == 0 || !strings.Contains(out, "not_found") {
+		t.Errorf("cp of a missing file: exit %d: %s", code, out)
+	}
+
+	testProcessesOnTheVM(t, d, id)
+
+	d.mustKibotos(t, "workspace", "stop", "--force", id)
+	d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	_, err = files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: "/"}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_INSPECTING_FILE {
+		t.Errorf("a file call on a stopped Workspace: %v (stage %v)", err, stageOf(err))
+	}
+	if out, code := d.kibotos(t, "workspace", "cp", local, id+":/root/x"); code == 0 || !strings.Contains(out, "failed_precondition") {
+		t.Errorf("cp into a stopped Workspace: exit %d: %s", code, out)
+	}
+	d.mustKibotos(t, "workspace", "delete", id)
+}
+
+// testProcessesOnTheVM runs the process checks on a running Workspace.
+func testProcessesOnTheVM(t *testing.T, d *dev, id string) {
+	if out := d.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/root/up.txt"); out != "copied in\n" {
+		t.Errorf("exec: %q", out)
+	}
+}
