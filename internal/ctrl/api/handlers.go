@@ -69,7 +69,8 @@ func (h volumeHandler) UpdateVolumeAnnotations(ctx context.Context, req *connect
 }
 
 // nodeRegistrationHandler serves the NodeRegistrationService RPCs built so
-// far: reading registrations.
+// far: reading registrations and the node lifecycle (drain, isolate,
+// retire). The others answer unimplemented, naming themselves.
 type nodeRegistrationHandler struct {
 	operatorv1connect.UnimplementedNodeRegistrationServiceHandler
 	f *fleet.Fleet
@@ -81,6 +82,22 @@ func (h nodeRegistrationHandler) ListNodeRegistrations(ctx context.Context, req 
 
 func (h nodeRegistrationHandler) GetNodeRegistration(ctx context.Context, req *connect.Request[operatorv1.GetNodeRegistrationRequest]) (*connect.Response[operatorv1.GetNodeRegistrationResponse], error) {
 	return respond(h.f.GetNodeRegistration(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) DrainNode(ctx context.Context, req *connect.Request[operatorv1.DrainNodeRequest]) (*connect.Response[operatorv1.DrainNodeResponse], error) {
+	return respond(h.f.DrainNode(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) CancelNodeDrain(ctx context.Context, req *connect.Request[operatorv1.CancelNodeDrainRequest]) (*connect.Response[operatorv1.CancelNodeDrainResponse], error) {
+	return respond(h.f.CancelNodeDrain(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) IsolateNode(ctx context.Context, req *connect.Request[operatorv1.IsolateNodeRequest]) (*connect.Response[operatorv1.IsolateNodeResponse], error) {
+	return respond(h.f.IsolateNode(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) RetireNode(ctx context.Context, req *connect.Request[operatorv1.RetireNodeRequest]) (*connect.Response[operatorv1.RetireNodeResponse], error) {
+	return respond(h.f.RetireNode(ctx, req.Msg))
 }
 
 type enrollmentHandler struct {

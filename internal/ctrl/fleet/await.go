@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
@@ -30,16 +31,25 @@ type Answer struct {
 func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string, body proto.Message, stage ctrlv1.FailureStage) (*Answer, error) {
 	opID := w.Command().GetCommandId() + "/" + name
 	var op *storev1.NodeOperation
+	var gone string
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
 		op, err = tx.GetNodeOperation(opID, false)
 		if errors.Is(err, store.ErrNotFound) {
-			op, err = nil, nil
+			op = nil
+			gone, err = f.cannotServe(tx, nodeID)
 		}
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if op == nil && gone != "" {
+		// A node isolated or retired since an earlier step chose it never
+		// answers: the command fails, and a retry is placed elsewhere.
+		return &Answer{Failure: &ctrlv1.WorkspaceFailure{
+			Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, Message: gone,
+		}}, nil
 	}
 	if op == nil {
 		anyBody, err := anypb.New(body)
@@ -66,6 +76,23 @@ func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string,
 		}}, nil
 	}
 	return nil, w.Continue(ctx, fmt.Sprintf("%s: waiting for node %s to answer", name, op.GetNodeId()), 30*time.Second, nil)
+}
+
+// cannotServe says why nodeID will never answer a new operation (it is
+// isolated, retired or revoked), or "" when it may.
+func (f *Fleet) cannotServe(tx *store.Tx, nodeID string) (string, error) {
+	n, err := tx.GetNode(nodeID, false)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Sprintf("node %s is not registered", nodeID), nil
+	case err != nil:
+		return "", err
+	case n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED:
+		return fmt.Sprintf("node %s is %s", nodeID, n.GetAdmission()), nil
+	case n.GetIsolated():
+		return fmt.Sprintf("node %s is isolated", nodeID), nil
+	}
+	return "", nil
 }
 
 // Operate drives a command step that hands op to a node: it picks a node

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"regexp"
 	"time"
 	"unicode/utf8"
@@ -60,6 +61,15 @@ func (f *Fleet) grantSecret(tx *store.Tx, grantID string) (string, error) {
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte(grantID))
 	return "kbg_" + hex.EncodeToString(mac.Sum(nil)), nil
+}
+
+// putGrant writes a grant that exists, with the hash of its secret.
+func (f *Fleet) putGrant(tx *store.Tx, g *operatorv1.EnrollmentGrant) error {
+	secret, err := f.grantSecret(tx, g.GetGrantId())
+	if err != nil {
+		return err
+	}
+	return tx.PutGrant(g, hashSecret(secret))
 }
 
 func randomID(prefix string) string {
@@ -189,11 +199,7 @@ func (f *Fleet) RevokeEnrollmentGrant(ctx context.Context, req *operatorv1.Revok
 				g.State = operatorv1.EnrollmentGrantState_ENROLLMENT_GRANT_STATE_REVOKED
 				g.RevokedAt = timestamppb.New(now)
 			}
-			secret, err := f.grantSecret(tx, g.GetGrantId())
-			if err != nil {
-				return command.Effect{}, err
-			}
-			if err := tx.PutGrant(g, hashSecret(secret)); err != nil {
+			if err := f.putGrant(tx, g); err != nil {
 				return command.Effect{}, err
 			}
 			res := &operatorv1.RevokeEnrollmentGrantResponse{Grant: g}
@@ -219,6 +225,9 @@ func (f *Fleet) RevokeEnrollmentGrant(ctx context.Context, req *operatorv1.Revok
 		}
 		return err
 	})
+	for _, id := range res.GetRevokedNodeIds() {
+		f.endSession(id, denied("node "+id+" is revoked"))
+	}
 	return res, err
 }
 
@@ -281,6 +290,14 @@ func (f *Fleet) Enroll(ctx context.Context, req *nodev1.EnrollRequest) (*nodev1.
 		f.log.Info("node enrolled", "node_id", req.GetNodeId())
 	}
 	return res, err
+}
+
+// notAdmitted refuses a session of a node that is not ADMITTED.
+func notAdmitted(n *operatorv1.NodeRegistration) error {
+	if n.GetAdmission() == operatorv1.NodeAdmission_NODE_ADMISSION_RETIRED {
+		return denied("node " + n.GetNodeId() + " is retired; a new host takes a new node_id")
+	}
+	return denied(fmt.Sprintf("node %s is %s", n.GetNodeId(), n.GetAdmission()))
 }
 
 func denied(msg string) error {

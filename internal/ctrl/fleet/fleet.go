@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/store"
@@ -50,8 +51,8 @@ type Fleet struct {
 	mu       sync.Mutex
 	sessions map[string]*session // node_id → the session this replica holds
 
-	artifacts Artifacts
-	observer  ExecutionObserver
+	artifacts  Artifacts
+	executions Executions
 }
 
 // Artifacts finds the file of an artifact by digest.
@@ -59,18 +60,30 @@ type Artifacts interface {
 	ArtifactPath(digest string) (string, error)
 }
 
-// ExecutionObserver is told about executions a node reports.
-type ExecutionObserver interface {
+// Executions is the domain whose executions run on nodes: it hears what
+// nodes report about them, and lets go of what an isolated node held.
+type Executions interface {
 	// ExecutionEnded is called for an execution that ended without a stop
 	// command (the guest powered off, the host killed it).
 	ExecutionEnded(ctx context.Context, nodeID string, report *nodev1.ExecutionReport)
 	// ExecutionObserved is called for each running execution's report.
 	ExecutionObserved(ctx context.Context, nodeID string, report *nodev1.ExecutionReport)
+	// ReleaseNode releases in tx every execution charged to nodeID, with
+	// the use rights of the Volumes and writable layers they held, and
+	// moves their Workspaces to FAILED with failure. interrupted are the
+	// unfinished commands whose operations on the node the isolation
+	// failed: a Workspace one of them was starting there fails too.
+	ReleaseNode(tx *store.Tx, nodeID string, interrupted []*store.CommandRow, failure *ctrlv1.WorkspaceFailure) (Released, error)
 }
 
-// Serve sets where artifacts come from and who hears of executions.
-func (f *Fleet) Serve(a Artifacts, o ExecutionObserver) {
-	f.artifacts, f.observer = a, o
+// Released counts what ReleaseNode let go of.
+type Released struct {
+	Volumes, RetainedLayers, Workspaces uint64
+}
+
+// Serve sets where artifacts come from and the domain of executions.
+func (f *Fleet) Serve(a Artifacts, e Executions) {
+	f.artifacts, f.executions = a, e
 }
 
 // New makes a Fleet.
@@ -88,9 +101,27 @@ func (f *Fleet) Live(n *operatorv1.NodeRegistration, now time.Time) bool {
 	return s.GetLive() && now.Sub(s.GetLastSeenAt().AsTime()) <= f.liveWindow()
 }
 
-// View is a registration as the operator API shows it at now: status and
+// lifecycle is what a registration's status is derived from beside the
+// record: which nodes drain, and how many executions each has.
+type lifecycle struct {
+	draining   map[string]bool
+	executions map[string]int
+}
+
+// readLifecycle reads the lifecycle of the nodes ids (every node when
+// none is given).
+func readLifecycle(tx *store.Tx, ids ...string) (lifecycle, error) {
+	draining, err := tx.DrainingNodes()
+	if err != nil {
+		return lifecycle{}, err
+	}
+	executions, err := tx.NodeExecutionCounts(ids...)
+	return lifecycle{draining: draining, executions: executions}, err
+}
+
+// view is a registration as the operator API shows it at now: status and
 // the session-bound fields follow liveness.
-func (f *Fleet) View(n *operatorv1.NodeRegistration, now time.Time) *operatorv1.NodeRegistration {
+func (f *Fleet) view(n *operatorv1.NodeRegistration, now time.Time, lc lifecycle) *operatorv1.NodeRegistration {
 	live := f.Live(n, now)
 	if !live {
 		if n.Session != nil {
@@ -100,16 +131,23 @@ func (f *Fleet) View(n *operatorv1.NodeRegistration, now time.Time) *operatorv1.
 		n.HostUsage = nil
 		n.MemoryTight = nil
 	}
-	n.Status = status(n, live)
+	n.Status = status(n, live, lc.draining[n.GetNodeId()], lc.executions[n.GetNodeId()])
 	return n
 }
 
-func status(n *operatorv1.NodeRegistration, live bool) operatorv1.NodeRegistrationStatus {
+// status is the first that applies of RETIRED, REVOKED, DRAINING or
+// DRAINED (by the executions still charged to the node), UNAVAILABLE
+// (no live session), READY (reconciled) and SYNCING.
+func status(n *operatorv1.NodeRegistration, live, draining bool, executions int) operatorv1.NodeRegistrationStatus {
 	switch {
 	case n.GetAdmission() == operatorv1.NodeAdmission_NODE_ADMISSION_RETIRED:
 		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_RETIRED
 	case n.GetAdmission() == operatorv1.NodeAdmission_NODE_ADMISSION_REVOKED:
 		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_REVOKED
+	case draining && executions > 0:
+		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINING
+	case draining:
+		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINED
 	case !live:
 		return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE
 	case n.GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY:
@@ -141,9 +179,14 @@ const CapabilityBlockFile = "storage.block_file"
 
 // NodeForPool picks a node that can act on pool now: admitted, not
 // isolated, with a live session, declaring the pool available, and able to
-// handle block files. It returns "" when there is none.
+// handle block files. It returns "" when there is none. A draining node
+// takes no new executions but still serves its pools: it is picked when no
+// other node reaches the pool.
 func (f *Fleet) NodeForPool(tx *store.Tx, pool string) (string, error) {
-	n, err := f.pick(tx, []string{CapabilityBlockFile}, []string{pool})
+	n, err := f.pick(tx, []string{CapabilityBlockFile}, []string{pool}, false)
+	if n == nil && err == nil {
+		n, err = f.pick(tx, []string{CapabilityBlockFile}, []string{pool}, true)
+	}
 	return n.GetNodeId(), err
 }
 
@@ -151,24 +194,30 @@ func (f *Fleet) NodeForPool(tx *store.Tx, pool string) (string, error) {
 const CapabilityQEMU = "provider.qemu"
 
 // NodeForExecution picks a node that can run an execution now: admitted,
-// not isolated, live, with a VM provider, reaching every pool in pools
-// (empty names are ignored). It returns nil when there is none.
+// not isolated, not draining, live, with a VM provider, reaching every pool
+// in pools (empty names are ignored). It returns nil when there is none.
 //
 // Placement by resources, overcommit, clock skew and memory pressure is not
 // built yet: the first such node by node_id is taken.
 func (f *Fleet) NodeForExecution(tx *store.Tx, pools []string) (*operatorv1.NodeRegistration, error) {
-	return f.pick(tx, []string{CapabilityQEMU, CapabilityBlockFile}, pools)
+	return f.pick(tx, []string{CapabilityQEMU, CapabilityBlockFile}, pools, false)
 }
 
-func (f *Fleet) pick(tx *store.Tx, capabilities, pools []string) (*operatorv1.NodeRegistration, error) {
+// pick is the first node by node_id that can take work now; only
+// draining ones when draining is set.
+func (f *Fleet) pick(tx *store.Tx, capabilities, pools []string, draining bool) (*operatorv1.NodeRegistration, error) {
 	nodes, err := allNodes(tx)
+	if err != nil {
+		return nil, err
+	}
+	drains, err := tx.DrainingNodes()
 	if err != nil {
 		return nil, err
 	}
 	now := f.now()
 next:
 	for _, n := range nodes {
-		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED || n.GetIsolated() || !f.Live(n, now) {
+		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED || n.GetIsolated() || !f.Live(n, now) || drains[n.GetNodeId()] != draining {
 			continue
 		}
 		for _, c := range capabilities {

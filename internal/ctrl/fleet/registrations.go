@@ -34,11 +34,14 @@ func (f *Fleet) ListNodeRegistrations(ctx context.Context, req *operatorv1.ListN
 	now := f.now()
 	res := &operatorv1.ListNodeRegistrationsResponse{}
 	err = f.store.Tx(ctx, func(tx *store.Tx) error {
-		var err error
+		lc, err := readLifecycle(tx)
+		if err != nil {
+			return err
+		}
 		res.Registrations, res.NextPageToken, err = page.Collect(page.Size(req.GetPageSize()), after, filter,
 			func(n *operatorv1.NodeRegistration) string { return n.GetNodeId() },
 			func(n *operatorv1.NodeRegistration) bool {
-				f.View(n, now)
+				f.view(n, now, lc)
 				return len(want) == 0 || want[n.GetStatus()]
 			}, tx.ListNodes)
 		return err
@@ -51,14 +54,27 @@ func (f *Fleet) GetNodeRegistration(ctx context.Context, req *operatorv1.GetNode
 	var n *operatorv1.NodeRegistration
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
-		n, err = tx.GetNode(req.GetNodeId(), false)
-		if errors.Is(err, store.ErrNotFound) {
-			return apierr.NotFound("node", req.GetNodeId())
-		}
+		n, err = f.readView(tx, req.GetNodeId(), false)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &operatorv1.GetNodeRegistrationResponse{Registration: f.View(n, f.now())}, nil
+	return &operatorv1.GetNodeRegistrationResponse{Registration: n}, nil
+}
+
+// readView reads one registration as the API shows it now; a node that
+// never enrolled is not_found.
+func (f *Fleet) readView(tx *store.Tx, nodeID string, lock bool) (*operatorv1.NodeRegistration, error) {
+	n, err := tx.GetNode(nodeID, lock)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierr.NotFound("node", nodeID)
+	} else if err != nil {
+		return nil, err
+	}
+	lc, err := readLifecycle(tx, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	return f.view(n, f.now(), lc), nil
 }

@@ -48,6 +48,10 @@ type session struct {
 	// dataToken authorises ctrl's calls to the node's data endpoint while
 	// this session lasts.
 	dataToken string
+
+	// end ends the session from ctrl's side, with the error the node is
+	// answered (its admission ended).
+	end context.CancelCauseFunc
 }
 
 func (s *session) send(msg *nodev1.SessionResponse) error {
@@ -78,6 +82,8 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	if err := f.register(ctx, s, hello); err != nil {
 		return err
 	}
+	ctx, s.end = context.WithCancelCause(ctx)
+	defer s.end(nil)
 	f.attach(s)
 	defer f.detach(ctx, s)
 	f.log.Info("node session opened", "node_id", nodeID, "incarnation", s.incarnation)
@@ -99,17 +105,63 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}()
 	senders.Go(func() { f.probeClock(ctx, s) })
 	senders.Go(func() { f.sendOperations(ctx, s) })
+	msgs, received := receive(ctx, stream)
 	for {
-		msg, err := stream.Receive()
-		if err != nil {
+		select {
+		case <-ctx.Done():
+			// Ended by ctrl (RetireNode, a revocation) or by the node.
+			if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodePermissionDenied {
+				return cause
+			}
+			return nil
+		case err := <-received:
 			if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
 				return nil
 			}
 			return err
+		case msg := <-msgs:
+			err := f.handle(ctx, s, msg)
+			if connect.CodeOf(err) == connect.CodePermissionDenied {
+				return err
+			}
+			if err != nil {
+				f.log.Warn("node session message", "node_id", nodeID, "err", err)
+			}
 		}
-		if err := f.handle(ctx, s, msg); err != nil {
-			f.log.Warn("node session message", "node_id", nodeID, "err", err)
+	}
+}
+
+// receive reads the node's messages until the stream ends, so that the
+// session can also end from ctrl's side while a read waits. The reader
+// ends once the handler returned and the stream is closed.
+func receive(ctx context.Context, stream *sessionStream) (<-chan *nodev1.SessionRequest, <-chan error) {
+	msgs, received := make(chan *nodev1.SessionRequest), make(chan error, 1)
+	go func() {
+		for {
+			msg, err := stream.Receive()
+			if err != nil {
+				received <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
 		}
+	}()
+	return msgs, received
+}
+
+// endSession ends the session this replica holds for node, answering the
+// node with why. Another replica's session ends at the node's next
+// message (touch refuses it).
+func (f *Fleet) endSession(nodeID string, why error) {
+	f.mu.Lock()
+	s := f.sessions[nodeID]
+	f.mu.Unlock()
+	if s != nil {
+		s.end(why)
 	}
 }
 
@@ -139,9 +191,14 @@ func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHell
 		}
 		switch {
 		case n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED:
-			return denied(fmt.Sprintf("node %s is %s", s.nodeID, n.GetAdmission()))
+			return notAdmitted(n)
 		case hello.GetIncarnation() < n.GetIncarnation():
 			return apierr.Precondition(nil, "incarnation %d is older than the registered %d", hello.GetIncarnation(), n.GetIncarnation())
+		case n.GetIsolated() && hello.GetIncarnation() == n.GetIncarnation():
+			// The operator declared this incarnation unable to write its
+			// pools; only a new one, which vouches for nothing the old one
+			// ran, may come back.
+			return apierr.Precondition(nil, "incarnation %d of node %s is isolated: the node must start a new incarnation", n.GetIncarnation(), s.nodeID)
 		}
 		now := f.now()
 		if hello.GetIncarnation() > n.GetIncarnation() && n.GetIsolated() {
@@ -260,6 +317,9 @@ func (f *Fleet) touch(ctx context.Context, s *session, fn func(n *operatorv1.Nod
 		if !n.GetSession().GetConnectedAt().AsTime().Equal(s.connectedAt) {
 			return errors.New("the session was replaced")
 		}
+		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED {
+			return notAdmitted(n) // retired or revoked while connected: the session ends
+		}
 		now := f.now()
 		n.Session.LastSeenAt = timestamppb.New(now)
 		fn(n, now)
@@ -268,12 +328,12 @@ func (f *Fleet) touch(ctx context.Context, s *session, fn func(n *operatorv1.Nod
 }
 
 func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) error {
-	if f.observer != nil {
+	if f.executions != nil {
 		for _, r := range o.GetExecutions() {
 			if r.GetRunning() {
-				f.observer.ExecutionObserved(ctx, s.nodeID, r)
+				f.executions.ExecutionObserved(ctx, s.nodeID, r)
 			} else {
-				f.observer.ExecutionEnded(ctx, s.nodeID, r)
+				f.executions.ExecutionEnded(ctx, s.nodeID, r)
 			}
 		}
 	}

@@ -1,0 +1,191 @@
+package fleet_test
+
+import (
+	"log/slog"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/store/storetest"
+)
+
+// storeFleet is the fleet on a real database of backend b, without
+// sessions: nodes are records the test writes.
+func storeFleet(t *testing.T, b storetest.Backend) (*fleet.Fleet, *store.Store) {
+	t.Helper()
+	st := storetest.Open(t, b.DSN(t))
+	runner := command.NewRunner(st, "test", slog.Default())
+	return fleet.New(st, runner, slog.Default(), fleet.DefaultConfig), st
+}
+
+// putLiveNode records a node that holds a live session, runs VMs and
+// reaches pool-a.
+func putLiveNode(t *testing.T, st *store.Store, id string) {
+	t.Helper()
+	now := timestamppb.Now()
+	mustTx(t, st, func(tx *store.Tx) error {
+		return tx.PutNode(&operatorv1.NodeRegistration{
+			NodeId: id, Incarnation: 1, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
+			Status:      operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
+			Session:     &operatorv1.NodeSessionSummary{Live: true, ConnectedAt: now, LastSeenAt: now},
+			Observation: &operatorv1.NodeObservationSummary{Capabilities: []string{fleet.CapabilityQEMU, fleet.CapabilityBlockFile}},
+			StoragePools: []*operatorv1.StoragePoolAttachment{
+				{NodeId: id, StoragePool: "pool-a", DefaultPool: true, Available: true},
+			},
+		})
+	})
+}
+
+func mustTx(t *testing.T, st *store.Store, fn func(tx *store.Tx) error) {
+	t.Helper()
+	if err := st.Tx(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func cmd(id string) *ctrlv1.CommandMetadata { return &ctrlv1.CommandMetadata{CommandId: id} }
+
+func statusOf(t *testing.T, f *fleet.Fleet, id string) operatorv1.NodeRegistrationStatus {
+	t.Helper()
+	res, err := f.GetNodeRegistration(ctx, &operatorv1.GetNodeRegistrationRequest{NodeId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.GetRegistration().GetStatus()
+}
+
+// A drain takes a node out of placement at once; it reads DRAINING while
+// an execution is still charged to it and DRAINED once none is; cancelling
+// it makes the node a candidate again.
+func TestDrainedAndDrainingNodesReceiveNoPlacement(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			f, st := storeFleet(t, b)
+			putLiveNode(t, st, "node-a")
+			placed := func() string {
+				var id string
+				mustTx(t, st, func(tx *store.Tx) error {
+					n, err := f.NodeForExecution(tx, []string{"pool-a"})
+					id = n.GetNodeId()
+					return err
+				})
+				return id
+			}
+			if got := placed(); got != "node-a" {
+				t.Fatalf("placement before the drain: %q", got)
+			}
+			// An execution runs there when the drain begins.
+			mustTx(t, st, func(tx *store.Tx) error {
+				return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-a", InstanceId: "ws-a.1", NodeId: "node-a", LayerPool: "pool-a"})
+			})
+			res, err := f.DrainNode(ctx, &operatorv1.DrainNodeRequest{Command: cmd("drain-1"), NodeId: "node-a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.GetRegistration().GetStatus(); got != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINING {
+				t.Errorf("status with an execution running: %v, want DRAINING", got)
+			}
+			if got := placed(); got != "" {
+				t.Errorf("a DRAINING node was placed on: %q", got)
+			}
+			var pool string
+			mustTx(t, st, func(tx *store.Tx) (err error) { pool, err = f.NodeForPool(tx, "pool-a"); return })
+			if pool != "node-a" {
+				t.Errorf("pool work with only a draining node reaching the pool went to %q, want node-a", pool)
+			}
+			putLiveNode(t, st, "node-b")
+			mustTx(t, st, func(tx *store.Tx) (err error) { pool, err = f.NodeForPool(tx, "pool-a"); return })
+			if pool != "node-b" {
+				t.Errorf("pool work went to %q, want node-b, which is not draining", pool)
+			}
+
+			mustTx(t, st, func(tx *store.Tx) error {
+				return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-a", LayerPool: "pool-a"})
+			})
+			if got := statusOf(t, f, "node-a"); got != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINED {
+				t.Errorf("status once nothing runs: %v, want DRAINED", got)
+			}
+			if got := placed(); got != "node-b" {
+				t.Errorf("placement with node-a DRAINED: %q, want node-b", got)
+			}
+			if _, err := f.CancelNodeDrain(ctx, &operatorv1.CancelNodeDrainRequest{Command: cmd("undrain-1"), NodeId: "node-a"}); err != nil {
+				t.Fatal(err)
+			}
+			if got := statusOf(t, f, "node-a"); got != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY {
+				t.Errorf("status after CancelNodeDrain: %v, want READY", got)
+			}
+			if got := placed(); got != "node-a" {
+				t.Errorf("placement after CancelNodeDrain: %q, want node-a", got)
+			}
+		})
+	}
+}
+
+// Draining and cancelling are commands: a replay answers the recorded
+// result, a drain of a draining node changes nothing, and bad input or a
+// stale version changes nothing.
+func TestDrainCommandsReplayAndRefuse(t *testing.T) {
+	f, st := storeFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	putLiveNode(t, st, "node-a")
+	first, err := f.DrainNode(ctx, &operatorv1.DrainNodeRequest{Command: cmd("drain-1"), NodeId: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := first.GetRegistration().GetRegistrationVersion()
+	if got := first.GetRegistration().GetStatus(); got != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINED {
+		t.Errorf("status of a drained node that runs nothing: %v", got)
+	}
+	if version != 1 {
+		t.Errorf("registration_version after the drain: %d, want 1", version)
+	}
+	again, err := f.DrainNode(ctx, &operatorv1.DrainNodeRequest{Command: cmd("drain-1"), NodeId: "node-a"})
+	if err != nil || !proto.Equal(again, first) {
+		t.Errorf("replay: %v %v, want %v", again, err, first)
+	}
+	other, err := f.DrainNode(ctx, &operatorv1.DrainNodeRequest{Command: cmd("drain-2"), NodeId: "node-a"})
+	if err != nil || other.GetRegistration().GetRegistrationVersion() != version {
+		t.Errorf("draining a DRAINED node: %v %v, want it unchanged", other, err)
+	}
+	stale := uint64(0)
+	for _, tc := range []struct {
+		name  string
+		req   *operatorv1.CancelNodeDrainRequest
+		code  connect.Code
+		field string
+	}{
+		{"no command", &operatorv1.CancelNodeDrainRequest{NodeId: "node-a"}, connect.CodeInvalidArgument, "command.command_id"},
+		{"no node", &operatorv1.CancelNodeDrainRequest{Command: cmd("c-1")}, connect.CodeInvalidArgument, "node_id"},
+		{"unknown node", &operatorv1.CancelNodeDrainRequest{Command: cmd("c-2"), NodeId: "node-z"}, connect.CodeNotFound, ""},
+		{"stale version", &operatorv1.CancelNodeDrainRequest{Command: cmd("c-3"), NodeId: "node-a", ExpectedRegistrationVersion: &stale}, connect.CodeFailedPrecondition, ""},
+		{"same id, other input", &operatorv1.CancelNodeDrainRequest{Command: cmd("drain-1"), NodeId: "node-a"}, connect.CodeAlreadyExists, ""},
+	} {
+		_, err := f.CancelNodeDrain(ctx, tc.req)
+		if connect.CodeOf(err) != tc.code {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.code)
+		}
+		if tc.field != "" && apierr.FieldOf(err) != tc.field {
+			t.Errorf("%s: field %q, want %q", tc.name, apierr.FieldOf(err), tc.field)
+		}
+	}
+	if got := statusOf(t, f, "node-a"); got != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINED {
+		t.Errorf("after refused cancels the node reads %v, want DRAINED still", got)
+	}
+	current := version
+	res, err := f.CancelNodeDrain(ctx, &operatorv1.CancelNodeDrainRequest{Command: cmd("c-4"), NodeId: "node-a", ExpectedRegistrationVersion: &current})
+	if err != nil || res.GetRegistration().GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY || res.GetRegistration().GetRegistrationVersion() != version+1 {
+		t.Errorf("cancel at the current version: %v %v", res, err)
+	}
+	res, err = f.CancelNodeDrain(ctx, &operatorv1.CancelNodeDrainRequest{Command: cmd("c-5"), NodeId: "node-a"})
+	if err != nil || res.GetRegistration().GetRegistrationVersion() != version+1 {
+		t.Errorf("cancelling on a node that is not draining: %v %v, want it unchanged", res, err)
+	}
+}
