@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/session"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/store"
@@ -115,7 +116,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		handler    http.Handler
 		url        *string
 	}{
-		{"workspace", cfg.WorkspaceListen, api.NewWorkspaceHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeWorkspace)), &s.Client.WorkspaceEndpoint},
+		{"workspace", cfg.WorkspaceListen, api.NewWorkspaceHandler(backend.api, backend.api.Sessions.Interceptor(keys)), &s.Client.WorkspaceEndpoint},
 		{"operator", cfg.OperatorListen, api.NewOperatorHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
 		{"node", cfg.NodeListen, api.NewNodeHandler(backend.api), &s.NodeEndpoint},
 	}
@@ -126,6 +127,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("%s endpoint: %w", l.name, err)
 		}
 		*l.url = "http://" + ln.Addr().String()
+		if l.name == "workspace" {
+			backend.api.Sessions.SetEndpoint(*l.url)
+		}
 		srv := newHTTPServer(l.handler)
 		s.servers = append(s.servers, srv)
 		go func() { s.errs <- srv.Serve(ln) }()
@@ -212,7 +216,7 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 	ws := workspace.New(st, f, vols, runner)
 	f.Serve(cat, ws)
 	return backend{
-		api:     &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f)},
+		api:     &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f), Sessions: session.New(st)},
 		runner:  runner,
 		catalog: cat,
 	}, nil

@@ -14,6 +14,7 @@ func TestStore(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			storetest.Run(t, b)
 			storetest.RunNodeLifecycle(t, b)
+			storetest.RunDataPlaneSessions(t, b)
 		})
 	}
 }

@@ -101,6 +101,7 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 	waitUntil(t, "memory condition NORMAL", 2*time.Minute, func() bool {
 		return d.workspace(t, id).GetGuestObservation().GetMemoryCondition() == ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_NORMAL
 	})
+	sessionToken := checkDataPlaneSessions(t, d, id)
 	d.mustKibotos(t, "workspace", "exec", id, "--", "sh", "-c", "echo root > /root/kept && echo vol > /data/kept && echo tmp > /tmp/gone && sync")
 
 	d.mustKibotos(t, "workspace", "stop", id)
@@ -108,6 +109,7 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 	if s := stopped.GetLastStop(); s.GetCause() != ctrlv1.StopCause_STOP_CAUSE_REQUESTED || s.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED {
 		t.Errorf("normal stop: %v", s)
 	}
+	checkSessionEndedWithExecution(t, d, id, sessionToken)
 	d.mustKibotos(t, "workspace", "start", id)
 	w = d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	if w.GetGeneration() != 2 || w.GetLastStop() != nil {

@@ -55,7 +55,7 @@ func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.H
 	e.mount(ctrlv1connect.NewTransferServiceHandler(ctrlv1connect.UnimplementedTransferServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewEgressServiceHandler(ctrlv1connect.UnimplementedEgressServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewResolverServiceHandler(ctrlv1connect.UnimplementedResolverServiceHandler{}, opts))
-	e.mount(ctrlv1connect.NewSessionServiceHandler(ctrlv1connect.UnimplementedSessionServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewSessionServiceHandler(sessionHandler{s: b.Sessions}, opts))
 	e.mount(ctrlv1connect.NewProcessServiceHandler(b.Processes, opts))
 	e.mount(ctrlv1connect.NewFileServiceHandler(b.Processes.Files(), opts))
 	e.mount(ctrlv1connect.NewExposureServiceHandler(ctrlv1connect.UnimplementedExposureServiceHandler{}, opts))

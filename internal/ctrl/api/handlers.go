@@ -13,6 +13,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/session"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 )
@@ -23,6 +24,7 @@ type Backend struct {
 	Volumes    *volume.Service
 	Fleet      *fleet.Fleet
 	Processes  *dataplane.Processes
+	Sessions   *session.Service
 }
 
 // respond wraps a domain answer in a Connect response.

@@ -1,0 +1,218 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// scopeOf is the data-plane scope a procedure needs, for the procedures a
+// session token may call. ok is false for every other procedure: those
+// need an API key.
+func scopeOf(procedure string) (scope ctrlv1.DataPlaneScope, ok bool) {
+	switch {
+	case strings.HasPrefix(procedure, "/"+ctrlv1connect.ProcessServiceName+"/"):
+		return ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_PROCESS, true
+	case strings.HasPrefix(procedure, "/"+ctrlv1connect.FileServiceName+"/"):
+		return ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_FILE, true
+	case strings.HasPrefix(procedure, "/"+ctrlv1connect.DesktopServiceName+"/"):
+		return ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_DESKTOP, true
+	case strings.HasPrefix(procedure, "/"+ctrlv1connect.MetricsServiceName+"/"):
+		return ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_METRICS, true
+	case procedure == ctrlv1connect.ExposureServiceConnectServiceProcedure:
+		return ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_SERVICE, true
+	case procedure == ctrlv1connect.SessionServiceRotateDataPlaneSessionProcedure,
+		procedure == ctrlv1connect.SessionServiceRevokeDataPlaneSessionProcedure,
+		procedure == ctrlv1connect.SessionServiceIssueDataPlaneSessionProcedure:
+		// A session's own token may keep it alive or end it; Issue answers
+		// a session permission_denied itself.
+		return ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_UNSPECIFIED, true
+	}
+	return 0, false
+}
+
+type callerKey struct{}
+
+// CallerSession is the session id a call was authorised with, or false
+// for a call made with an API key.
+func CallerSession(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(callerKey{}).(string)
+	return id, ok
+}
+
+// Interceptor guards the Native Workspace endpoint: every call needs an
+// API key of scope workspace, except data-plane calls (and Rotate/Revoke
+// of a session), which also accept a data-plane session's token. A
+// session's call is checked when it starts, against the Workspace its
+// first request message names; a stream that started runs on after the
+// token expires and ends when the session is revoked.
+func (s *Service) Interceptor(keys *auth.Keyring) connect.Interceptor {
+	return &guard{s: s, keys: keys, apiKey: auth.NewInterceptor(keys, auth.ScopeWorkspace)}
+}
+
+type guard struct {
+	s      *Service
+	keys   *auth.Keyring
+	apiKey connect.Interceptor
+}
+
+func bearer(h interface{ Get(string) string }) string {
+	token, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	return token
+}
+
+// sessionCall says whether a call goes the session way: a procedure that
+// admits sessions and a token that is not an API key of any scope.
+func (g *guard) sessionCall(procedure, token string) (ctrlv1.DataPlaneScope, bool) {
+	scope, ok := scopeOf(procedure)
+	if !ok || token == "" || g.keys.Has(auth.ScopeWorkspace, token) || g.keys.Has(auth.ScopeOperator, token) {
+		return 0, false
+	}
+	return scope, true
+}
+
+func (g *guard) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	withKey := g.apiKey.WrapUnary(next)
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		token := bearer(req.Header())
+		scope, ok := g.sessionCall(req.Spec().Procedure, token)
+		if !ok {
+			return withKey(ctx, req)
+		}
+		msg, _ := req.Any().(proto.Message)
+		sess, err := g.s.authorize(ctx, token, msg, scope)
+		if err != nil {
+			return nil, err
+		}
+		return next(context.WithValue(ctx, callerKey{}, sess.Session.GetSessionId()), req)
+	}
+}
+
+func (g *guard) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (g *guard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	withKey := g.apiKey.WrapStreamingHandler(next)
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		token := bearer(conn.RequestHeader())
+		scope, ok := g.sessionCall(conn.Spec().Procedure, token)
+		if !ok {
+			return withKey(ctx, conn)
+		}
+		// Which session, and whether it works at all, is known now; which
+		// Workspace the call is for only from its first message.
+		sess, err := g.s.authorize(ctx, token, nil, scope)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(context.WithValue(ctx, callerKey{}, sess.Session.GetSessionId()))
+		defer cancel()
+		defer g.s.track(sess.Session.GetSessionId(), cancel)()
+		return next(ctx, &firstChecked{StreamingHandlerConn: conn, check: func(msg any) error {
+			m, _ := msg.(proto.Message)
+			_, err := g.s.authorize(ctx, token, m, scope)
+			return err
+		}})
+	}
+}
+
+// firstChecked checks the first message a stream receives before the
+// handler sees it.
+type firstChecked struct {
+	connect.StreamingHandlerConn
+	check   func(any) error
+	checked bool
+}
+
+func (c *firstChecked) Receive(msg any) error {
+	if err := c.StreamingHandlerConn.Receive(msg); err != nil || c.checked {
+		return err
+	}
+	c.checked = true
+	return c.check(msg)
+}
+
+func denied(code connect.Code, reason ctrlv1.FailureReason, format string, args ...any) error {
+	return apierr.New(code, &ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE, Reason: reason}, format, args...)
+}
+
+// authorize checks a session token for a call needing scope on the
+// Workspace msg names (nil: not known yet).
+func (s *Service) authorize(ctx context.Context, token string, msg proto.Message, scope ctrlv1.DataPlaneScope) (*store.DataPlaneSession, error) {
+	var sess *store.DataPlaneSession
+	var failure error
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		hash := auth.HashToken(token)
+		var err error
+		sess, err = tx.DataPlaneSessionByToken(hash)
+		if errors.Is(err, store.ErrNotFound) {
+			failure = denied(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if hash == sess.PreviousTokenHash && !now.Before(sess.PreviousExpiresAt) {
+			failure = denied(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED, "this token of session %s was rotated out and its grace has ended", sess.Session.GetSessionId())
+			return nil
+		}
+		if reason, why := s.ended(tx, sess, now); reason != ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
+			failure = denied(connect.CodeUnauthenticated, reason, "data-plane session %s no longer works: %s", sess.Session.GetSessionId(), why)
+			return nil
+		}
+		failure = permitted(sess, msg, scope)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sess, failure
+}
+
+// permitted checks the Workspace and scope of a call against a working
+// session.
+func permitted(sess *store.DataPlaneSession, msg proto.Message, scope ctrlv1.DataPlaneScope) error {
+	if msg != nil {
+		if ws := workspaceIDOf(msg); ws != sess.Session.GetWorkspaceId() {
+			return denied(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
+				"data-plane session %s is for Workspace %s, not %q", sess.Session.GetSessionId(), sess.Session.GetWorkspaceId(), ws)
+		}
+	}
+	if scope != ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_UNSPECIFIED && !containsScope(sess.Session.GetScopes(), scope) {
+		return denied(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
+			"data-plane session %s does not have scope %v", sess.Session.GetSessionId(), scope)
+	}
+	return nil
+}
+
+func containsScope(scopes []ctrlv1.DataPlaneScope, s ctrlv1.DataPlaneScope) bool {
+	for _, x := range scopes {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// workspaceIDOf reads the workspace_id field every data-plane request
+// has at its top level.
+func workspaceIDOf(msg proto.Message) string {
+	m := msg.ProtoReflect()
+	f := m.Descriptor().Fields().ByName(protoreflect.Name("workspace_id"))
+	if f == nil || f.Kind() != protoreflect.StringKind {
+		return ""
+	}
+	return m.Get(f).String()
+}
