@@ -1,0 +1,216 @@
+package fleet_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/testenv"
+)
+
+// vmWait bounds what waits for a VM to boot under TCG on a loaded machine.
+const vmWait = 4 * time.Minute
+
+// powerOff kills every VM a node ran from its state directory, as a host
+// powering off would: its node agent is stopped already.
+func powerOff(t *testing.T, n *testenv.Node) {
+	t.Helper()
+	pids, _ := filepath.Glob(filepath.Join(n.StateDir, "executions", "*", "qemu.pid"))
+	for _, path := range pids {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		// Only a QEMU of this execution directory: the pid may be reused.
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), filepath.Dir(path)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// waitLong polls cond for as long as a VM may take.
+func waitLong(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(vmWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type vmEnv struct {
+	*lifecycleEnv
+	t *testing.T
+}
+
+func (e *vmEnv) workspace(id string) *ctrlv1.Workspace {
+	res, err := e.c.Workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res.Msg.GetWorkspace()
+}
+
+func (e *vmEnv) command(id string) *ctrlv1.WorkspaceCommand {
+	res, err := e.c.Workspaces.GetWorkspaceCommand(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{CommandId: id}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res.Msg.GetCommand()
+}
+
+func (e *vmEnv) waitState(id string, want ctrlv1.WorkspaceState) *ctrlv1.Workspace {
+	var w *ctrlv1.Workspace
+	waitLong(e.t, fmt.Sprintf("workspace %s %s", id, want), func() bool {
+		w = e.workspace(id)
+		if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED && want != w.GetState() {
+			e.t.Fatalf("workspace failed: %v", w.GetFailure())
+		}
+		return w.GetState() == want
+	})
+	return w
+}
+
+func (e *vmEnv) volume(id string) *ctrlv1.Volume {
+	res, err := e.c.Volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res.Msg.GetVolume()
+}
+
+// The node lifecycle around a real Workspace on a real microVM: a drain
+// holds its placement back, DRAINING lasts while it runs; isolating the
+// node once its host is off fails the Workspace as unavailable and
+// retryable, releases its Volume and writable layer, fails the command
+// still addressed to the node; the node back with a new incarnation runs
+// the Workspace again.
+func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T) {
+	art := testenv.BuildVMArtifacts(t)
+	c := testenv.New(t, fastFleet())
+	e := &vmEnv{lifecycleEnv: &lifecycleEnv{c}, t: t}
+	cat := c.Ctrl.Catalog()
+	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
+		t.Fatal(err)
+	}
+	n := c.StartNode(t, "node-a", "", "")
+	t.Cleanup(func() { powerOff(t, n) }) // after the agent stopped: cleanups run last first
+
+	if _, err := e.drain("drain-1", "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: cmd("create-1"),
+		Spec: &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerCapacityBytes: 256 << 20},
+			Volume: &ctrlv1.WorkspaceVolumeBinding{
+				Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/data",
+				NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 64 << 20},
+			},
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	testenv.WaitFor(t, "the create to wait for a node", func() bool {
+		c := e.command("create-1")
+		return c.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(c.GetWaitingFor(), "no connected node")
+	})
+	if got := e.workspace(id).GetState(); got != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
+		t.Errorf("a Workspace whose only node is DRAINED is %v, want CREATING", got)
+	}
+
+	if _, err := c.Nodes.CancelNodeDrain(ctx, connect.NewRequest(&operatorv1.CancelNodeDrainRequest{Command: cmd("undrain-1"), NodeId: "node-a"})); err != nil {
+		t.Fatal(err)
+	}
+	w := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	volumeID := w.GetSpec().GetVolume().GetVolumeId()
+	if got := e.volume(volumeID).GetState(); got != ctrlv1.VolumeState_VOLUME_STATE_ATTACHED {
+		t.Fatalf("volume of a running Workspace: %v", got)
+	}
+
+	if d, err := e.drain("drain-2", "node-a"); err != nil || d.GetRegistration().GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINING {
+		t.Errorf("draining a node that runs a Workspace: %v %v, want DRAINING", d, err)
+	}
+	if _, err := e.retire("retire-1", "node-a"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("retiring a DRAINING node: %v, want failed_precondition", err)
+	}
+	if _, err := c.Nodes.CancelNodeDrain(ctx, connect.NewRequest(&operatorv1.CancelNodeDrainRequest{Command: cmd("undrain-2"), NodeId: "node-a"})); err != nil {
+		t.Fatal(err)
+	}
+	incarnation := c.Registration(t, "node-a").GetIncarnation()
+	if _, err := e.isolate("iso-0", "node-a", incarnation); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("isolating a connected node: %v, want failed_precondition", err)
+	}
+	if got := e.workspace(id).GetState(); got != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+		t.Errorf("a refused isolation moved the Workspace to %v", got)
+	}
+
+	// The host goes off; a stop sent meanwhile is addressed to the node,
+	// which will never answer it.
+	n.Stop(t)
+	powerOff(t, n)
+	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+	if _, err := c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd("stop-1"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the stop to be sent to node-a", func() bool {
+		return strings.Contains(e.command("stop-1").GetProgress(), "node node-a")
+	})
+
+	res, err := e.isolate("iso-1", "node-a", incarnation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.GetFailedWorkspaces() != 1 || res.GetReleasedVolumes() != 1 || res.GetReleasedRetainedLayers() != 1 {
+		t.Errorf("isolation released volumes %d, layers %d, failed %d Workspaces; want 1 each",
+			res.GetReleasedVolumes(), res.GetReleasedRetainedLayers(), res.GetFailedWorkspaces())
+	}
+	failed := e.workspace(id)
+	if f := failed.GetFailure(); failed.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED ||
+		f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE || !f.GetRetryable() {
+		t.Errorf("Workspace after the isolation: %v, failure %v; want FAILED, unavailable and retryable", failed.GetState(), f)
+	}
+	if got := e.volume(volumeID).GetState(); got != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Errorf("Volume after the isolation: %v, want AVAILABLE (its use right released)", got)
+	}
+	testenv.WaitFor(t, "the stop addressed to the isolated node to fail", func() bool {
+		return e.command("stop-1").GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED
+	})
+	if f := e.command("stop-1").GetFailure(); f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE || !f.GetRetryable() {
+		t.Errorf("failure of the stop addressed to the isolated node: %v", f)
+	}
+	if again, err := e.isolate("iso-1", "node-a", incarnation); err != nil || again.GetFailedWorkspaces() != 1 {
+		t.Errorf("replay: %v %v", again, err)
+	}
+
+	// Its objects are in a pool only node-a reaches: the Workspace starts
+	// again once node-a is back, with a new incarnation.
+	c.StartNode(t, "node-a", n.StateDir, n.PoolDir)
+	if reg := c.Registration(t, "node-a"); reg.GetIsolated() || reg.GetIncarnation() != incarnation+1 {
+		t.Errorf("node back: isolated %v incarnation %d", reg.GetIsolated(), reg.GetIncarnation())
+	}
+	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+}
