@@ -100,7 +100,7 @@ func ensureDefaults(ctx context.Context, cat *catalog.Catalog, stateDir string, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "template %q revision %s: %s\n", defaultTemplate, rev.GetRevision(), img.Digest)
+	fmt.Fprintf(out, "template %q revision %s: %s\n", defaultTemplate, rev.GetRef().GetRevision(), img.Digest)
 	return nil
 }
 

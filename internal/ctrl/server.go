@@ -108,6 +108,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	go func() {
 		defer close(s.done)
 		go backend.api.Workspaces.RunExpiration(workCtx, time.Second, cfg.Logger)
+		go backend.catalog.Run(workCtx)
 		backend.runner.Run(workCtx)
 	}()
 	cfg.Logger.Info("database", "kind", st.Dialect())
@@ -208,7 +209,7 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 		fc = fleet.DefaultConfig
 	}
 	f := fleet.New(st, runner, cfg.Logger, fc)
-	cat, err := catalog.New(st, filepath.Join(cfg.StateDir, "artifacts"))
+	cat, err := catalog.New(st, filepath.Join(cfg.StateDir, "artifacts"), runner, cfg.Logger.With("component", "catalog"))
 	if err != nil {
 		return backend{}, err
 	}
@@ -216,7 +217,7 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 	ws := workspace.New(st, f, vols, runner)
 	f.Serve(cat, ws)
 	return backend{
-		api:     &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f), Sessions: session.New(st)},
+		api:     &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f), Sessions: session.New(st), Catalog: cat},
 		runner:  runner,
 		catalog: cat,
 	}, nil

@@ -3,107 +3,240 @@ package store
 import (
 	"database/sql"
 	"errors"
+	"strconv"
+	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 )
 
-// PutLaunch records a Launch revision; an existing launch_ref is kept.
-func (t *Tx) PutLaunch(l *storev1.Launch) error {
-	_, err := t.exec(`INSERT INTO launches (launch_ref, platform_key, created_at, body) VALUES (?, ?, ?, ?)
-		ON CONFLICT (launch_ref) DO NOTHING`, l.GetLaunchRef(), l.GetPlatformKey(), l.GetCreatedAt().AsTime().UnixNano(), marshal(l))
-	return err
-}
+// Upload kinds: the content-addressed files the catalog received.
+const (
+	UploadPlatformArtifact = "platform"
+	UploadTemplateSource   = "template-source"
+)
 
-// GetLaunch reads one Launch revision.
-func (t *Tx) GetLaunch(ref string) (*storev1.Launch, error) {
-	l := &storev1.Launch{}
-	return l, t.getBody("launches", "launch_ref", ref, false, l)
-}
+// Names of the artifacts nodes fetch, for their logs and progress.
+const (
+	ArtifactKernel    = "vmlinux"
+	ArtifactInitramfs = "initramfs"
+	ArtifactRoot      = "root.img"
+)
 
-// SetDefaultLaunch makes ref the default of its platform key, and the key
-// the deployment's default when deploymentDefault.
-func (t *Tx) SetDefaultLaunch(key, ref string, deploymentDefault bool) error {
-	if deploymentDefault {
-		if _, err := t.exec("UPDATE platform_keys SET deployment_default = 0"); err != nil {
-			return err
+// scanBodies decodes the body column of every row.
+func scanBodies[M proto.Message](rows *sql.Rows, newMsg func() M) ([]M, error) {
+	defer rows.Close()
+	var out []M
+	for rows.Next() {
+		var body []byte
+		if err := rows.Scan(&body); err != nil {
+			return nil, err
 		}
+		m := newMsg()
+		if err := proto.Unmarshal(body, m); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
 	}
-	_, err := t.exec(`INSERT INTO platform_keys (platform_key, default_launch_ref, deployment_default) VALUES (?, ?, ?)
-		ON CONFLICT (platform_key) DO UPDATE SET default_launch_ref = excluded.default_launch_ref,
-		deployment_default = CASE WHEN excluded.deployment_default = 1 THEN 1 ELSE platform_keys.deployment_default END`,
-		key, ref, boolInt(deploymentDefault))
+	return out, rows.Err()
+}
+
+func noRows(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
 	return err
+}
+
+// GetPlatformKey reads one PlatformKey, with deployment_default filled in.
+func (t *Tx) GetPlatformKey(name string, lock bool) (*operatorv1.PlatformKey, error) {
+	q := "SELECT deployment_default, body FROM catalog_platform_keys WHERE platform_key = ?"
+	if lock {
+		q += t.d.lock
+	}
+	var def int64
+	var body []byte
+	if err := t.queryRow(q, name).Scan(&def, &body); err != nil {
+		return nil, noRows(err)
+	}
+	k := &operatorv1.PlatformKey{}
+	if err := proto.Unmarshal(body, k); err != nil {
+		return nil, err
+	}
+	k.DeploymentDefault = def == 1
+	return k, nil
+}
+
+// PutPlatformKey writes a PlatformKey; its deployment_default is kept in
+// its column, which only SetDeploymentDefaultPlatformKey moves.
+func (t *Tx) PutPlatformKey(k *operatorv1.PlatformKey) error {
+	body := proto.Clone(k).(*operatorv1.PlatformKey)
+	body.DeploymentDefault = false
+	_, err := t.exec(`INSERT INTO catalog_platform_keys (platform_key, body) VALUES (?, ?)
+		ON CONFLICT (platform_key) DO UPDATE SET body = excluded.body`, k.GetPlatformKey(), marshal(body))
+	return err
+}
+
+// SetDeploymentDefaultPlatformKey makes name the one deployment default.
+func (t *Tx) SetDeploymentDefaultPlatformKey(name string) error {
+	_, err := t.exec("UPDATE catalog_platform_keys SET deployment_default = CASE WHEN platform_key = ? THEN 1 ELSE 0 END", name)
+	return err
+}
+
+// ListPlatformKeys pages PlatformKeys by name after the one given.
+func (t *Tx) ListPlatformKeys(after string, limit int) ([]*operatorv1.PlatformKey, error) {
+	rows, err := t.query("SELECT deployment_default, body FROM catalog_platform_keys WHERE platform_key > ? ORDER BY platform_key LIMIT ?", after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*operatorv1.PlatformKey
+	for rows.Next() {
+		var def int64
+		var body []byte
+		if err := rows.Scan(&def, &body); err != nil {
+			return nil, err
+		}
+		k := &operatorv1.PlatformKey{}
+		if err := proto.Unmarshal(body, k); err != nil {
+			return nil, err
+		}
+		k.DeploymentDefault = def == 1
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// InsertLaunch records a new Launch; its revision must be new in its key.
+func (t *Tx) InsertLaunch(l *operatorv1.Launch) error {
+	_, err := t.exec(`INSERT INTO catalog_launches (launch_ref, platform_key, revision, kernel_digest, initramfs_digest, body)
+		VALUES (?, ?, ?, ?, ?, ?)`, l.GetLaunchRef(), l.GetPlatformKey(), int64(l.GetRevision()),
+		l.GetSpec().GetKernel().GetDigest(), l.GetSpec().GetInitramfs().GetDigest(), marshal(l))
+	return err
+}
+
+// CatalogLaunch reads one Launch as it was created (is_default is the
+// caller's to fill in).
+func (t *Tx) CatalogLaunch(ref string) (*operatorv1.Launch, error) {
+	l := &operatorv1.Launch{}
+	return l, t.getBody("catalog_launches", "launch_ref", ref, false, l)
+}
+
+// ListLaunches pages a key's Launches newest first, below revision before
+// (0: from the newest).
+func (t *Tx) ListLaunches(key string, before uint64, limit int) ([]*operatorv1.Launch, error) {
+	q, args := "SELECT body FROM catalog_launches WHERE platform_key = ?", []any{key}
+	if before > 0 {
+		q += " AND revision < ?"
+		args = append(args, int64(before))
+	}
+	rows, err := t.query(q+" ORDER BY revision DESC LIMIT ?", append(args, limit)...)
+	if err != nil {
+		return nil, err
+	}
+	return scanBodies(rows, func() *operatorv1.Launch { return &operatorv1.Launch{} })
+}
+
+// GetLaunch reads a Launch as nodes boot it: its kernel and initramfs.
+func (t *Tx) GetLaunch(ref string) (*storev1.Launch, error) {
+	l, err := t.CatalogLaunch(ref)
+	if err != nil {
+		return nil, err
+	}
+	return &storev1.Launch{
+		LaunchRef: l.GetLaunchRef(), PlatformKey: l.GetPlatformKey(),
+		Kernel:    artifact(l.GetSpec().GetKernel(), ArtifactKernel),
+		Initrd:    artifact(l.GetSpec().GetInitramfs(), ArtifactInitramfs),
+		CreatedAt: l.GetCreatedAt(),
+	}, nil
+}
+
+func artifact(a *operatorv1.PlatformArtifact, name string) *nodev1.Artifact {
+	if a == nil {
+		return nil
+	}
+	return &nodev1.Artifact{Digest: a.GetDigest(), SizeBytes: a.GetSizeBytes(), Name: name}
 }
 
 // DefaultLaunch is the default Launch of key ("" for the deployment's
 // default key). It returns ErrNotFound when there is none.
 func (t *Tx) DefaultLaunch(key string) (*storev1.Launch, error) {
-	q, args := "SELECT default_launch_ref FROM platform_keys WHERE platform_key = ?", []any{key}
+	var k *operatorv1.PlatformKey
+	var err error
 	if key == "" {
-		q, args = "SELECT default_launch_ref FROM platform_keys WHERE deployment_default = 1", nil
-	}
-	var ref string
-	if err := t.queryRow(q, args...).Scan(&ref); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, ErrNotFound
+		var body []byte
+		if err = t.queryRow("SELECT body FROM catalog_platform_keys WHERE deployment_default = 1").Scan(&body); err != nil {
+			return nil, noRows(err)
 		}
+		k = &operatorv1.PlatformKey{}
+		err = proto.Unmarshal(body, k)
+	} else {
+		k, err = t.GetPlatformKey(key, false)
+	}
+	if err != nil {
 		return nil, err
 	}
-	return t.GetLaunch(ref)
-}
-
-// PutTemplateRevision records a Template revision; an existing one is kept.
-func (t *Tx) PutTemplateRevision(r *storev1.TemplateRevision) error {
-	_, err := t.exec(`INSERT INTO template_revisions (template, revision, created_at, body) VALUES (?, ?, ?, ?)
-		ON CONFLICT (template, revision) DO NOTHING`, r.GetTemplate(), r.GetRevision(), r.GetCreatedAt().AsTime().UnixNano(), marshal(r))
-	return err
-}
-
-// SetDefaultTemplateRevision makes revision the default of template, and the
-// template the deployment's default when deploymentDefault.
-func (t *Tx) SetDefaultTemplateRevision(template, revision string, deploymentDefault bool) error {
-	if deploymentDefault {
-		if _, err := t.exec("UPDATE templates SET deployment_default = 0"); err != nil {
-			return err
-		}
+	if k.GetDefaultLaunchRef() == "" {
+		return nil, ErrNotFound
 	}
-	_, err := t.exec(`INSERT INTO templates (template, default_revision, deployment_default) VALUES (?, ?, ?)
-		ON CONFLICT (template) DO UPDATE SET default_revision = excluded.default_revision,
-		deployment_default = CASE WHEN excluded.deployment_default = 1 THEN 1 ELSE templates.deployment_default END`,
-		template, revision, boolInt(deploymentDefault))
-	return err
+	return t.GetLaunch(k.GetDefaultLaunchRef())
 }
 
-// TemplateRevision resolves a selector: an empty template is the
-// deployment's default, an empty revision the template's default. It
-// returns ErrNotFound when nothing matches.
-func (t *Tx) TemplateRevision(template, revision string) (*storev1.TemplateRevision, error) {
-	if template == "" || revision == "" {
-		q, args := "SELECT template, default_revision FROM templates WHERE template = ?", []any{template}
-		if template == "" {
-			q, args = "SELECT template, default_revision FROM templates WHERE deployment_default = 1", nil
-		}
-		var def string
-		if err := t.queryRow(q, args...).Scan(&template, &def); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil, ErrNotFound
-			}
+// PutUpload records a completed upload; one already recorded is kept as it
+// is (inserted false).
+func (t *Tx) PutUpload(kind, digest string, size uint64, completedAt time.Time) (inserted bool, err error) {
+	res, err := t.exec(`INSERT INTO catalog_uploads (kind, digest, size_bytes, completed_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (kind, digest) DO NOTHING`, kind, digest, int64(size), completedAt.UnixNano())
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// UploadSize reads the size of a completed upload.
+func (t *Tx) UploadSize(kind, digest string) (uint64, error) {
+	var size int64
+	err := t.queryRow("SELECT size_bytes FROM catalog_uploads WHERE kind = ? AND digest = ?", kind, digest).Scan(&size)
+	return uint64(size), noRows(err)
+}
+
+// UnreferencedUploads lists the uploads of kind completed before cutoff
+// that nothing references: no Launch (platform artifacts), no revision that
+// is not deleted (template sources).
+func (t *Tx) UnreferencedUploads(kind string, cutoff time.Time) ([]string, error) {
+	ref := "NOT EXISTS (SELECT 1 FROM catalog_launches l WHERE l.kernel_digest = u.digest OR l.initramfs_digest = u.digest)"
+	if kind == UploadTemplateSource {
+		ref = "NOT EXISTS (SELECT 1 FROM catalog_template_revisions r WHERE r.source_digest = u.digest AND r.state <> 'TEMPLATE_REVISION_STATE_DELETED')"
+	}
+	rows, err := t.query("SELECT digest FROM catalog_uploads u WHERE kind = ? AND completed_at < ? AND "+ref+" ORDER BY digest",
+		kind, cutoff.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
 			return nil, err
 		}
-		if revision == "" {
-			revision = def
-		}
+		out = append(out, d)
 	}
-	var body []byte
-	if err := t.queryRow("SELECT body FROM template_revisions WHERE template = ? AND revision = ?", template, revision).Scan(&body); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, ErrNotFound
-		}
-		return nil, err
-	}
-	r := &storev1.TemplateRevision{}
-	return r, unmarshal(body, r)
+	return out, rows.Err()
 }
+
+// DeleteUpload forgets an upload.
+func (t *Tx) DeleteUpload(kind, digest string) error {
+	_, err := t.exec("DELETE FROM catalog_uploads WHERE kind = ? AND digest = ?", kind, digest)
+	return err
+}
+
+// formatSeq is a revision's seq as a page key.
+func formatSeq(seq int64) string { return strconv.FormatInt(seq, 10) }
 
 // GetRuntime reads a Workspace's runtime record; a Workspace that never ran
 // has an empty one.

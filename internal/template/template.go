@@ -4,12 +4,9 @@
 package template
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -29,13 +26,22 @@ type Image struct {
 // FromDir builds an ext4 image of dir at out, sized to its content with
 // room to spare. Files keep their modes; every file is owned by root.
 func FromDir(ctx context.Context, dir, out string) (*Image, error) {
-	used, err := diskUsage(dir)
-	if err != nil {
-		return nil, err
+	return FromDirSize(ctx, dir, out, 0)
+}
+
+// FromDirSize is FromDir with the image's size in bytes (a whole number of
+// MiB); zero sizes it to the content with room to spare. A size too small
+// for the content fails.
+func FromDirSize(ctx context.Context, dir, out string, size int64) (*Image, error) {
+	if size == 0 {
+		used, err := diskUsage(dir)
+		if err != nil {
+			return nil, err
+		}
+		// ext4 metadata and a margin: 30% more, at least 16 MiB more.
+		size = max(used*13/10, used+16<<20)
+		size = (size + 1<<20 - 1) &^ (1<<20 - 1)
 	}
-	// ext4 metadata and a margin: 30% more, at least 16 MiB more.
-	size := max(used*13/10, used+16<<20)
-	size = (size + 1<<20 - 1) &^ (1<<20 - 1)
 	tmp := out + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
@@ -50,7 +56,7 @@ func FromDir(ctx context.Context, dir, out string) (*Image, error) {
 		"-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1,nodiscard", "-d", dir, tmp)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
-		return nil, fmt.Errorf("mkfs.ext4 -d %s: %v: %s", dir, err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("mkfs.ext4 -d %s (image of %d MiB): %v: %s", dir, size>>20, err, strings.TrimSpace(string(out)))
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		return nil, err
@@ -101,83 +107,17 @@ func describe(path string) (*Image, error) {
 	return &Image{Path: path, Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), Size: n}, nil
 }
 
-// FromTar builds an image from a tar archive (optionally gzip-compressed).
+// FromTar builds an image from a tar archive (uncompressed, gzip or zstd).
 func FromTar(ctx context.Context, archive, out string) (*Image, error) {
 	dir, err := os.MkdirTemp("", "kibotos-template")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := extractTar(archive, dir); err != nil {
+	if err := unpackFile(archive, dir, nil); err != nil {
 		return nil, err
 	}
 	return FromDir(ctx, dir, out)
-}
-
-// extractTar unpacks archive into dir, refusing any entry that would land
-// outside it.
-func extractTar(archive, dir string) error {
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var r io.Reader = f
-	if gz, err := gzip.NewReader(f); err == nil {
-		r = gz
-	} else if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", archive, err)
-		}
-		if err := extractEntry(tr, h, dir); err != nil {
-			return err
-		}
-	}
-}
-
-func extractEntry(tr *tar.Reader, h *tar.Header, dir string) error {
-	name := filepath.Clean("/" + h.Name)
-	target := filepath.Join(dir, name)
-	if !strings.HasPrefix(target, filepath.Clean(dir)+string(os.PathSeparator)) && target != filepath.Clean(dir) {
-		return fmt.Errorf("tar entry %q leaves the archive's root", h.Name)
-	}
-	mode := os.FileMode(h.Mode).Perm()
-	switch h.Typeflag {
-	case tar.TypeDir:
-		return os.MkdirAll(target, mode|0o700)
-	case tar.TypeReg:
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(f, tr)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
-	case tar.TypeSymlink:
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		_ = os.Remove(target)
-		return os.Symlink(h.Linkname, target)
-	case tar.TypeLink:
-		src := filepath.Join(dir, filepath.Clean("/"+h.Linkname))
-		_ = os.Remove(target)
-		return os.Link(src, target)
-	}
-	return nil // devices, fifos: a root filesystem gets them from devtmpfs
 }
 
 // BusyboxDir lays out a minimal root in dir from a static busybox binary:

@@ -69,8 +69,8 @@ func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Ha
 	opts := connect.WithInterceptors(interceptors...)
 	e := newEndpoint()
 	e.mount(operatorv1connect.NewNodeRegistrationServiceHandler(nodeRegistrationHandler{f: b.Fleet}, opts))
-	e.mount(operatorv1connect.NewTemplateCatalogServiceHandler(operatorv1connect.UnimplementedTemplateCatalogServiceHandler{}, opts))
-	e.mount(operatorv1connect.NewPlatformCatalogServiceHandler(operatorv1connect.UnimplementedPlatformCatalogServiceHandler{}, opts))
+	e.mount(operatorv1connect.NewTemplateCatalogServiceHandler(templateCatalogHandler{c: b.Catalog}, opts))
+	e.mount(operatorv1connect.NewPlatformCatalogServiceHandler(platformCatalogHandler{c: b.Catalog}, opts))
 	e.mount(operatorv1connect.NewEnrollmentServiceHandler(enrollmentHandler{f: b.Fleet}, opts))
 	return e.handler()
 }

@@ -18,6 +18,7 @@ import (
 	_ "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	_ "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
+	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
@@ -35,7 +36,11 @@ func newBackend(t *testing.T) *api.Backend {
 	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	ws := workspace.New(st, f, vols, runner)
-	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f), Sessions: session.New(st)}
+	cat, err := catalog.New(st, t.TempDir(), runner, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f), Sessions: session.New(st), Catalog: cat}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service

@@ -11,6 +11,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
@@ -25,6 +26,7 @@ type Backend struct {
 	Fleet      *fleet.Fleet
 	Processes  *dataplane.Processes
 	Sessions   *session.Service
+	Catalog    *catalog.Catalog
 }
 
 // respond wraps a domain answer in a Connect response.

@@ -1,138 +1,61 @@
-// Package catalog keeps what Workspaces boot from: platform Launch revisions
-// (kernel and initramfs) and Template revisions (root images), recorded in
-// the store, their files content-addressed in an artifact directory that
-// nodes fetch from by digest.
+// Package catalog is the Platform and Template catalog: PlatformKeys and
+// their immutable Launch revisions (what boots), Templates and their
+// immutable revisions (read-only ext4 root images ctrl builds from an
+// uploaded tar, an uploaded OCI image archive or a registry image), and the
+// content-addressed files behind them, which nodes fetch by digest.
 //
-// Artifacts live in one ctrl's state directory; ctrl replicas sharing a
+// Files live in one ctrl's state directory; ctrl replicas sharing a
 // PostgreSQL database must share that directory too (--state-dir on shared
 // storage) until artifacts move into object storage.
 package catalog
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
+	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
-	"github.com/kibotos/kibotos/internal/platform"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
-	"github.com/kibotos/kibotos/internal/template"
 )
 
 // Catalog is the platforms and templates of one deployment.
 type Catalog struct {
 	store *store.Store
-	dir   string
+	// dir holds what nodes fetch (kernels, initramfs, root images), named
+	// by their hex sha256; sources the template source uploads; builds the
+	// work directories of running builds.
+	dir, sources, builds string
+	runner               *command.Runner
+	log                  *slog.Logger
+	now                  func() time.Time
 }
 
-// New keeps artifacts in dir.
-func New(s *store.Store, dir string) (*Catalog, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+// New keeps files under dir, and registers the Template build command with
+// r. It adopts what an earlier ctrl registered before the catalog RPCs.
+func New(s *store.Store, dir string, r *command.Runner, log *slog.Logger) (*Catalog, error) {
+	c := &Catalog{
+		store: s, dir: dir, sources: filepath.Join(dir, "sources"), builds: filepath.Join(dir, "builds"),
+		runner: r, log: log, now: time.Now,
 	}
-	return &Catalog{store: s, dir: dir}, nil
-}
-
-// ArtifactPath is the file of an artifact, or an error when ctrl has none
-// with that digest.
-func (c *Catalog) ArtifactPath(digest string) (string, error) {
-	hexDigest, ok := strings.CutPrefix(digest, "sha256:")
-	if !ok || len(hexDigest) != 64 || strings.Trim(hexDigest, "0123456789abcdef") != "" {
-		return "", fmt.Errorf("%q is not a sha256 digest", digest)
-	}
-	path := filepath.Join(c.dir, hexDigest)
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("no artifact %s: %w", digest, err)
-	}
-	return path, nil
-}
-
-// addArtifact copies src into the artifact directory under its digest.
-func (c *Catalog) addArtifact(src, name string) (*nodev1.Artifact, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return nil, err
-	}
-	defer in.Close()
-	tmp, err := os.CreateTemp(c.dir, ".incoming-*")
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(tmp.Name())
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), in)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, err
-	}
-	hexDigest := hex.EncodeToString(h.Sum(nil))
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(c.dir, hexDigest)); err != nil {
-		return nil, err
-	}
-	return &nodev1.Artifact{Digest: "sha256:" + hexDigest, SizeBytes: uint64(n), Name: name}, nil
-}
-
-// RegisterPlatform adds a built platform as a Launch revision of key, and
-// makes it the key's default (and the key the deployment's default when
-// deploymentDefault).
-func (c *Catalog) RegisterPlatform(ctx context.Context, key string, m *platform.Manifest, dir string, deploymentDefault bool) (*storev1.Launch, error) {
-	kernel, err := c.addArtifact(filepath.Join(dir, m.Vmlinux), "vmlinux")
-	if err != nil {
-		return nil, err
-	}
-	initrd, err := c.addArtifact(filepath.Join(dir, m.Initramfs), "initramfs")
-	if err != nil {
-		return nil, err
-	}
-	l := &storev1.Launch{
-		LaunchRef: "launch-" + strings.TrimPrefix(m.Digest, "sha256:")[:16], PlatformKey: key,
-		Kernel: kernel, Initrd: initrd, KernelVersion: m.KernelVersion, CreatedAt: timestamppb.Now(),
-	}
-	return l, c.store.Tx(ctx, func(tx *store.Tx) error {
-		if err := tx.PutLaunch(l); err != nil {
-			return err
+	for _, d := range []string{c.dir, c.sources, c.builds} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
 		}
-		return tx.SetDefaultLaunch(key, l.GetLaunchRef(), deploymentDefault)
-	})
+	}
+	r.Handle(kindCreateRevision, c.runBuild)
+	if err := c.adoptLegacy(context.Background()); err != nil {
+		return nil, fmt.Errorf("catalog: adopt the catalog of an earlier version: %w", err)
+	}
+	return c, nil
 }
 
-// RegisterTemplate adds a root image as a revision of template, and makes it
-// the template's default (and the template the deployment's default when
-// deploymentDefault).
-func (c *Catalog) RegisterTemplate(ctx context.Context, name string, img *template.Image, deploymentDefault bool) (*storev1.TemplateRevision, error) {
-	root, err := c.addArtifact(img.Path, "root.img")
-	if err != nil {
-		return nil, err
-	}
-	r := &storev1.TemplateRevision{
-		Template: name, Revision: "r-" + strings.TrimPrefix(root.GetDigest(), "sha256:")[:12], Root: root, CreatedAt: timestamppb.Now(),
-	}
-	return r, c.store.Tx(ctx, func(tx *store.Tx) error {
-		if err := tx.PutTemplateRevision(r); err != nil {
-			return err
-		}
-		return tx.SetDefaultTemplateRevision(name, r.GetRevision(), deploymentDefault)
-	})
-}
-
-// HasDefaults reports whether a default platform and template exist.
+// HasDefaults reports whether a default platform and template exist: a
+// deployment default PlatformKey with a Launch and a deployment default
+// Template with a READY revision.
 func (c *Catalog) HasDefaults(ctx context.Context) (bool, error) {
 	ok := true
 	err := c.store.Tx(ctx, func(tx *store.Tx) error {
@@ -149,4 +72,21 @@ func (c *Catalog) HasDefaults(ctx context.Context) (bool, error) {
 		return nil
 	})
 	return ok, err
+}
+
+// Run removes, every hour until ctx ends, the uploads nothing references
+// 24 hours after they completed.
+func (c *Catalog) Run(ctx context.Context) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if err := c.Sweep(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("catalog sweep", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -20,17 +20,21 @@ import (
 // Run runs every store test against databases from b.
 func Run(t *testing.T, b Backend) {
 	tests := map[string]func(*testing.T, string){
-		"MigrationsAreIdempotent":      testMigrationsAreIdempotent,
-		"FailedTxWritesNothing":        testFailedTxWritesNothing,
-		"CommandAdmittedOnce":          testCommandAdmittedOnce,
-		"ClaimLeasesEachCommandOnce":   testClaimLeasesEachCommandOnce,
-		"ActiveCommandOnTarget":        testActiveCommandOnTarget,
-		"VolumesPageAndHideDeleted":    testVolumesPageAndHideDeleted,
-		"WorkspacesAndExpiration":      testWorkspacesAndExpiration,
-		"NodesAndCredentials":          testNodesAndCredentials,
-		"GrantsBySecret":               testGrantsBySecret,
-		"SettingInitialisedOnce":       testSettingInitialisedOnce,
-		"ConcurrentTransactionsSerial": testConcurrentTransactionsSerial,
+		"MigrationsAreIdempotent":        testMigrationsAreIdempotent,
+		"FailedTxWritesNothing":          testFailedTxWritesNothing,
+		"CommandAdmittedOnce":            testCommandAdmittedOnce,
+		"ClaimLeasesEachCommandOnce":     testClaimLeasesEachCommandOnce,
+		"ActiveCommandOnTarget":          testActiveCommandOnTarget,
+		"VolumesPageAndHideDeleted":      testVolumesPageAndHideDeleted,
+		"WorkspacesAndExpiration":        testWorkspacesAndExpiration,
+		"NodesAndCredentials":            testNodesAndCredentials,
+		"GrantsBySecret":                 testGrantsBySecret,
+		"SettingInitialisedOnce":         testSettingInitialisedOnce,
+		"ConcurrentTransactionsSerial":   testConcurrentTransactionsSerial,
+		"CatalogPlatformKeysAndLaunches": testCatalogPlatformKeysAndLaunches,
+		"CatalogTemplatesAndRevisions":   testCatalogTemplatesAndRevisions,
+		"CatalogUploadsUnreferenced":     testCatalogUploadsUnreferenced,
+		"LegacyCatalogReadAndCleared":    testLegacyCatalogReadAndCleared,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
