@@ -52,6 +52,9 @@ type Agent struct {
 	// Root is the directory guest paths of file calls are under, and whose
 	// /etc/passwd names users; empty is / (tests use a temporary one).
 	Root string
+
+	// procs are the processes StartProcess started (processes.go).
+	procs processTable
 	// Memory is the guest's memory watch, reported by Ping; nil reports
 	// none.
 	Memory *MemoryWatch

@@ -172,15 +172,91 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_INSPECTING_FILE {
 		t.Errorf("a file call on a stopped Workspace: %v (stage %v)", err, stageOf(err))
 	}
+	_, err = d.processes().StartProcess(ctx, connect.NewRequest(&ctrlv1.StartProcessRequest{WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"true"}}}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS {
+		t.Errorf("a process in a stopped Workspace: %v (stage %v)", err, stageOf(err))
+	}
 	if out, code := d.kibotos(t, "workspace", "cp", local, id+":/root/x"); code == 0 || !strings.Contains(out, "failed_precondition") {
 		t.Errorf("cp into a stopped Workspace: exit %d: %s", code, out)
 	}
 	d.mustKibotos(t, "workspace", "delete", id)
 }
 
-// testProcessesOnTheVM runs the process checks on a running Workspace.
+// testProcessesOnTheVM runs the process checks on a running Workspace:
+// stdin, a signal, a pty, a user, and the process records.
 func testProcessesOnTheVM(t *testing.T, d *dev, id string) {
+	ctx := context.Background()
+	procs := d.processes()
 	if out := d.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/root/up.txt"); out != "copied in\n" {
 		t.Errorf("exec: %q", out)
+	}
+	start := func(spec *ctrlv1.ProcessSpec) *ctrlv1.StartProcessResponse {
+		t.Helper()
+		res, err := procs.StartProcess(ctx, connect.NewRequest(&ctrlv1.StartProcessRequest{WorkspaceId: id, Spec: spec}))
+		if err != nil {
+			t.Fatalf("start %v: %v", spec.GetArgv(), err)
+		}
+		return res.Msg
+	}
+	wait := func(processID string) *ctrlv1.ProcessExitStatus {
+		t.Helper()
+		res, err := procs.WaitProcess(ctx, connect.NewRequest(&ctrlv1.WaitProcessRequest{WorkspaceId: id, ProcessId: processID}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.GetExit()
+	}
+	stdout := func(processID string) string {
+		t.Helper()
+		s, err := procs.StreamProcessOutput(ctx, connect.NewRequest(&ctrlv1.StreamProcessOutputRequest{WorkspaceId: id, ProcessId: processID}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var out strings.Builder
+		for s.Receive() {
+			out.Write(s.Msg().GetOutput().GetData())
+		}
+		if s.Err() != nil {
+			t.Fatal(s.Err())
+		}
+		return out.String()
+	}
+
+	// stdin, streamed in two inputs and closed.
+	cat := start(&ctrlv1.ProcessSpec{Argv: []string{"sh", "-c", "cat > /tmp/in; wc -c < /tmp/in"}, Stdin: true})
+	for _, in := range []*ctrlv1.SendProcessInputRequest{{Data: []byte("abc")}, {Data: []byte("def"), Close: true}} {
+		in.WorkspaceId, in.ProcessId = id, cat.GetProcessId()
+		if _, err := procs.SendProcessInput(ctx, connect.NewRequest(in)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if exit := wait(cat.GetProcessId()); exit.GetExitCode() != 0 || strings.TrimSpace(stdout(cat.GetProcessId())) != "6" {
+		t.Errorf("stdin: exit %v, output %q", exit, stdout(cat.GetProcessId()))
+	}
+
+	// A signal ends a background process.
+	sleeper := start(&ctrlv1.ProcessSpec{Argv: []string{"sleep", "600"}})
+	sig, err := procs.SignalProcess(ctx, connect.NewRequest(&ctrlv1.SignalProcessRequest{WorkspaceId: id, ProcessId: sleeper.GetProcessId(), Signal: ctrlv1.ProcessSignal_PROCESS_SIGNAL_SIGKILL}))
+	if err != nil || !sig.Msg.GetDelivered() {
+		t.Errorf("signal: %v %v", sig, err)
+	}
+	if exit := wait(sleeper.GetProcessId()); exit.GetCause() != ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_SIGNALED || exit.GetSignal() != 9 {
+		t.Errorf("after SIGKILL: %v", exit)
+	}
+
+	// A pty of the size asked for.
+	tty := start(&ctrlv1.ProcessSpec{Argv: []string{"sh", "-c", "stty size"}, Pty: &ctrlv1.ProcessPty{Rows: 30, Cols: 90}})
+	if out := stdout(tty.GetProcessId()); strings.TrimSpace(out) != "30 90" {
+		t.Errorf("stty size on a pty: %q", out)
+	}
+
+	list, err := procs.ListProcesses(ctx, connect.NewRequest(&ctrlv1.ListProcessesRequest{WorkspaceId: id, IncludeExited: true}))
+	if err != nil || len(list.Msg.GetProcesses()) < 3 {
+		t.Errorf("list: %v %v", list, err)
+	}
+	_, err = procs.GetProcess(ctx, connect.NewRequest(&ctrlv1.GetProcessRequest{WorkspaceId: id, ProcessId: "proc-none"}))
+	if connect.CodeOf(err) != connect.CodeNotFound || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_USING_PROCESS {
+		t.Errorf("an unknown process: %v (stage %v)", err, stageOf(err))
 	}
 }

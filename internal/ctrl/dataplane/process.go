@@ -1,5 +1,5 @@
 // Package dataplane serves the data plane of the Native Workspace endpoint
-// (processes, later files): ctrl authorises the call, finds the node that
+// (processes and files): ctrl authorises the call, finds the node that
 // runs the Workspace's current execution and relays the call to that
 // node's data endpoint, which relays it to the guest agent.
 //
@@ -13,25 +13,26 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 )
 
-// Processes serves ProcessService. ExecProcess is built; the other RPCs
-// answer unimplemented.
+// Processes serves ProcessService: the guest agent keeps the processes
+// (internal/guest/processes.go); ctrl names them, checks the Workspace and
+// adds the stage. Every RPC is built.
 type Processes struct {
-	ctrlv1connect.UnimplementedProcessServiceHandler
 	*relay
 }
+
+var _ ctrlv1connect.ProcessServiceHandler = (*Processes)(nil)
 
 // NewProcesses makes the process service.
 func NewProcesses(w *workspace.Service, f *fleet.Fleet) *Processes {
@@ -43,75 +44,140 @@ func NewProcesses(w *workspace.Service, f *fleet.Fleet) *Processes {
 // wiring.
 func (p *Processes) Files() *Files { return &Files{relay: p.relay} }
 
-// ExecProcess runs a process in the Workspace's guest and streams it.
+// Stages of the process calls (ProcessService's comments).
+const (
+	stageStart  = ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS
+	stageStream = ctrlv1.FailureStage_FAILURE_STAGE_STREAMING_PROCESS
+	stageUse    = ctrlv1.FailureStage_FAILURE_STAGE_USING_PROCESS
+)
+
+// start starts a process in the Workspace's guest and returns the client
+// that reaches it.
+func (p *Processes) start(ctx context.Context, command *ctrlv1.CommandMetadata, workspaceID string, spec *ctrlv1.ProcessSpec) (guestv1connect.GuestAgentServiceClient, *ctrlv1.StartProcessResponse, error) {
+	if len(spec.GetArgv()) == 0 || spec.GetArgv()[0] == "" {
+		return nil, nil, apierr.Invalid("spec.argv", "must name a program")
+	}
+	g, w, err := p.guest(ctx, workspaceID, stageStart)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := g.StartProcess(ctx, connect.NewRequest(&guestv1.StartProcessRequest{
+		ProcessId: newProcessID(), CommandId: command.GetCommandId(), Generation: w.GetGeneration(), Spec: spec,
+	}))
+	if err != nil {
+		return nil, nil, stageOf(err, stageStart)
+	}
+	return g, res.Msg.GetResponse(), nil
+}
+
+// StartProcess starts a process and answers once it runs.
+func (p *Processes) StartProcess(ctx context.Context, req *connect.Request[ctrlv1.StartProcessRequest]) (*connect.Response[ctrlv1.StartProcessResponse], error) {
+	_, started, err := p.start(ctx, req.Msg.GetCommand(), req.Msg.GetWorkspaceId(), req.Msg.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(started), nil
+}
+
+// ExecProcess starts a process and streams it from offset zero. Ending the
+// stream leaves the process running.
 func (p *Processes) ExecProcess(ctx context.Context, req *connect.Request[ctrlv1.ExecProcessRequest], stream *connect.ServerStream[ctrlv1.ExecProcessResponse]) error {
-	msg := req.Msg
-	if len(msg.GetSpec().GetArgv()) == 0 || msg.GetSpec().GetArgv()[0] == "" {
-		return apierr.Invalid("spec.argv", "must name a program")
-	}
-	if msg.GetSpec().GetPty() != nil || msg.GetSpec().GetUser() != "" || msg.GetSpec().GetStdin() {
-		return failed(ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS, ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED, connect.CodeUnimplemented,
-			"spec.pty, spec.user and spec.stdin are not built yet")
-	}
-	g, _, err := p.guest(ctx, msg.GetWorkspaceId(), ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS)
+	g, started, err := p.start(ctx, req.Msg.GetCommand(), req.Msg.GetWorkspaceId(), req.Msg.GetSpec())
 	if err != nil {
 		return err
 	}
-	node, err := g.Exec(ctx, connect.NewRequest(&guestv1.ExecRequest{
-		Argv: msg.GetSpec().GetArgv(), Env: msg.GetSpec().GetEnv(), Cwd: msg.GetSpec().GetCwd(),
-	}))
-	if err != nil {
-		return stageOf(err, ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS)
+	if err := stream.Send(&ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Started{Started: &ctrlv1.ProcessStarted{
+		ProcessId: started.GetProcessId(), Pid: started.GetPid(), StartedAt: started.GetStartedAt(),
+	}}}); err != nil {
+		return err
 	}
-	defer node.Close()
-	return relayExec(node, stream)
+	in, err := g.StreamProcessOutput(ctx, connect.NewRequest(&guestv1.StreamProcessOutputRequest{Request: &ctrlv1.StreamProcessOutputRequest{
+		ProcessId: started.GetProcessId(),
+	}}))
+	if err != nil {
+		return stageOf(err, stageStream)
+	}
+	defer in.Close()
+	return relayStream(in, execEvent, stream.Send, stageStream)
 }
 
-// relayExec turns the guest's exec events into the API's.
-func relayExec(node *connect.ServerStreamForClient[guestv1.ExecResponse], stream *connect.ServerStream[ctrlv1.ExecProcessResponse]) error {
-	processID := newProcessID()
-	offsets := map[ctrlv1.ProcessOutputStream]uint64{}
-	started := false
-	for node.Receive() {
-		var out *ctrlv1.ExecProcessResponse
-		switch ev := node.Msg().GetEvent().(type) {
-		case *guestv1.ExecResponse_Started:
-			started = true
-			out = &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Started{Started: &ctrlv1.ProcessStarted{
-				ProcessId: processID, Pid: ev.Started.GetPid(), StartedAt: timestamppb.Now(),
-			}}}
-		case *guestv1.ExecResponse_Output:
-			s := ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT
-			if ev.Output.GetStream() == guestv1.ExecStream_EXEC_STREAM_STDERR {
-				s = ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDERR
-			}
-			out = &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Output{Output: &ctrlv1.ProcessOutputChunk{
-				Stream: s, Offset: offsets[s], Data: ev.Output.GetData(),
-			}}}
-			offsets[s] += uint64(len(ev.Output.GetData()))
-		case *guestv1.ExecResponse_Exited:
-			cause := ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_EXITED
-			if ev.Exited.GetSignal() != 0 {
-				cause = ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_SIGNALED
-			}
-			out = &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Exit{Exit: &ctrlv1.ProcessExitStatus{
-				Cause: cause, ExitCode: ev.Exited.GetExitCode(), Signal: ev.Exited.GetSignal(), EndedAt: timestamppb.New(time.Now()),
-			}}}
-		default:
-			continue
-		}
-		if err := stream.Send(out); err != nil {
-			return err
-		}
+// execEvent is a StreamProcessOutput event as ExecProcess sends it.
+func execEvent(m *guestv1.StreamProcessOutputResponse) *ctrlv1.ExecProcessResponse {
+	switch ev := m.GetResponse().GetEvent().(type) {
+	case *ctrlv1.StreamProcessOutputResponse_Output:
+		return &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Output{Output: ev.Output}}
+	case *ctrlv1.StreamProcessOutputResponse_Exit:
+		return &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Exit{Exit: ev.Exit}}
 	}
-	if err := node.Err(); err != nil {
-		stage := ctrlv1.FailureStage_FAILURE_STAGE_STREAMING_PROCESS
-		if !started {
-			stage = ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS
-		}
-		return stageOf(err, stage)
+	return &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Keepalive{Keepalive: &ctrlv1.ProcessKeepalive{}}}
+}
+
+// StreamProcessOutput streams a process's output from the offsets given.
+func (p *Processes) StreamProcessOutput(ctx context.Context, req *connect.Request[ctrlv1.StreamProcessOutputRequest], stream *connect.ServerStream[ctrlv1.StreamProcessOutputResponse]) error {
+	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageStream)
+	if err != nil {
+		return err
 	}
-	return nil
+	in, err := g.StreamProcessOutput(ctx, connect.NewRequest(&guestv1.StreamProcessOutputRequest{Request: req.Msg}))
+	if err != nil {
+		return stageOf(err, stageStream)
+	}
+	defer in.Close()
+	return relayStream(in, (*guestv1.StreamProcessOutputResponse).GetResponse, stream.Send, stageStream)
+}
+
+// SendProcessInput writes to a process's stdin.
+func (p *Processes) SendProcessInput(ctx context.Context, req *connect.Request[ctrlv1.SendProcessInputRequest]) (*connect.Response[ctrlv1.SendProcessInputResponse], error) {
+	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageUse, g.SendProcessInput, &guestv1.SendProcessInputRequest{Request: req.Msg}, (*guestv1.SendProcessInputResponse).GetResponse)
+}
+
+// ResizeProcessPty sets a process's terminal size.
+func (p *Processes) ResizeProcessPty(ctx context.Context, req *connect.Request[ctrlv1.ResizeProcessPtyRequest]) (*connect.Response[ctrlv1.ResizeProcessPtyResponse], error) {
+	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageUse, g.ResizeProcessPty, &guestv1.ResizeProcessPtyRequest{Request: req.Msg}, (*guestv1.ResizeProcessPtyResponse).GetResponse)
+}
+
+// SignalProcess signals a process's group.
+func (p *Processes) SignalProcess(ctx context.Context, req *connect.Request[ctrlv1.SignalProcessRequest]) (*connect.Response[ctrlv1.SignalProcessResponse], error) {
+	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageUse, g.SignalProcess, &guestv1.SignalProcessRequest{Request: req.Msg}, (*guestv1.SignalProcessResponse).GetResponse)
+}
+
+// GetProcess reads one process.
+func (p *Processes) GetProcess(ctx context.Context, req *connect.Request[ctrlv1.GetProcessRequest]) (*connect.Response[ctrlv1.GetProcessResponse], error) {
+	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageUse, g.GetProcess, &guestv1.GetProcessRequest{Request: req.Msg}, (*guestv1.GetProcessResponse).GetResponse)
+}
+
+// ListProcesses lists the processes of the current execution.
+func (p *Processes) ListProcesses(ctx context.Context, req *connect.Request[ctrlv1.ListProcessesRequest]) (*connect.Response[ctrlv1.ListProcessesResponse], error) {
+	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageUse, g.ListProcesses, &guestv1.ListProcessesRequest{Request: req.Msg}, (*guestv1.ListProcessesResponse).GetResponse)
+}
+
+// WaitProcess returns once a process has ended.
+func (p *Processes) WaitProcess(ctx context.Context, req *connect.Request[ctrlv1.WaitProcessRequest]) (*connect.Response[ctrlv1.WaitProcessResponse], error) {
+	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageStream)
+	if err != nil {
+		return nil, err
+	}
+	return unary(ctx, stageStream, g.WaitProcess, &guestv1.WaitProcessRequest{Request: req.Msg}, (*guestv1.WaitProcessResponse).GetResponse)
 }
 
 func newProcessID() string {
