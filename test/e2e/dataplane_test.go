@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -221,6 +222,14 @@ func testProcessesOnTheVM(t *testing.T, d *dev, id string) {
 			t.Fatal(s.Err())
 		}
 		return out.String()
+	}
+
+	// workspace exec -i sends this side's stdin; --user picks the user.
+	execIn := exec.Command(kibotosBin, "workspace", "exec", "-i", "--user", "0", id, "--", "sh", "-c", "tr a-z A-Z; id -u")
+	execIn.Env = []string{"KIBOTOS_HOME=" + d.home, "HOME=" + d.home, "PATH=" + os.Getenv("PATH")}
+	execIn.Stdin = strings.NewReader("piped in\n")
+	if out, err := execIn.CombinedOutput(); err != nil || string(out) != "PIPED IN\n0\n" {
+		t.Errorf("workspace exec -i: %q %v", out, err)
 	}
 
 	// stdin, streamed in two inputs and closed.
