@@ -192,7 +192,15 @@ func followWorkspace[T any, PT interface {
 			return err
 		}
 		wc := c.Msg.GetCommand()
-		if line := progressLine(wc); line != last && line != "" {
+		line := progressLine(wc)
+		if wc.GetState() != ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED {
+			if w, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id})); err == nil {
+				if d := deliveryLine(w.Msg.GetWorkspace().GetDelivery()); d != "" {
+					line = d
+				}
+			}
+		}
+		if line != last && line != "" {
 			fmt.Fprintln(cmd.ErrOrStderr(), line)
 			last = line
 		}
@@ -210,6 +218,16 @@ func followWorkspace[T any, PT interface {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// deliveryLine shows the template artifacts arriving on the node.
+func deliveryLine(d *ctrlv1.TemplateDeliveryObservation) string {
+	if d == nil || d.GetTotalBytes() == 0 {
+		return ""
+	}
+	const mib = 1 << 20
+	return fmt.Sprintf("delivering the template to the node: %.1f of %.1f MiB (%s)",
+		float64(d.GetDeliveredBytes())/mib, float64(d.GetTotalBytes())/mib, trimEnum(d.GetReason().String(), "TEMPLATE_DELIVERY_REASON_"))
 }
 
 func progressLine(c *ctrlv1.WorkspaceCommand) string {

@@ -45,6 +45,8 @@ var (
 	bootTimeout = 3 * time.Minute
 	// probeInterval is how often each running guest is pinged.
 	probeInterval = 5 * time.Second
+	// deliveryReportInterval is how often a start reports artifact progress.
+	deliveryReportInterval = time.Second
 	// probeTimeout bounds one ping.
 	probeTimeout = 5 * time.Second
 	// defaultStopTimeout applies when StopExecution names none.
@@ -547,7 +549,9 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 	for i, a := range arts {
 		wg.Go(func() { paths[i], errs[i] = e.a.artifacts.Get(ctx, a) })
 	}
-	wg.Wait()
+	fetched := make(chan struct{})
+	go func() { wg.Wait(); close(fetched) }()
+	e.reportDelivery(id, arts, fetched)
 	for i, err := range errs {
 		if err != nil {
 			return failure("", connect.CodeOf(err), fmt.Sprintf("artifact %s (%s): %v", arts[i].GetDigest(), arts[i].GetName(), err))
@@ -686,6 +690,29 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 	log.Info("execution running", "boot_time", time.Since(start).Round(time.Millisecond))
 	e.notify()
 	return resultOf(e.status(x))
+}
+
+// reportDelivery sends the start's artifact progress about once a second
+// until fetched is closed, starting only when something is missing: a
+// start from cached artifacts reports nothing.
+func (e *executions) reportDelivery(id string, arts []*nodev1.Artifact, fetched <-chan struct{}) {
+	t := time.NewTicker(deliveryReportInterval)
+	defer t.Stop()
+	for {
+		var delivered, total uint64
+		for _, a := range arts {
+			delivered += e.a.artifacts.Delivered(a)
+			total += a.GetSizeBytes()
+		}
+		if delivered < total {
+			e.a.sendProgress(&nodev1.ExecutionProgress{InstanceId: id, DeliveredBytes: delivered, TotalBytes: total})
+		}
+		select {
+		case <-fetched:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // answerRunning answers StartExecution for an execution that runs

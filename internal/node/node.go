@@ -173,6 +173,8 @@ type agent struct {
 	data        *dataServer
 	// dataToken is the data token of the latest session welcome.
 	dataToken atomic.Pointer[string]
+	// current is the control session in use, nil between sessions.
+	current atomic.Pointer[session]
 }
 
 // Run runs the node agent until ctx ends, then returns nil. It returns an

@@ -129,6 +129,8 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	a.log.Info("session established", "observation_interval", interval)
 
 	wg.Go(func() { a.observe(sctx, s, interval) })
+	a.current.Store(s)
+	defer a.current.CompareAndSwap(s, nil)
 
 	for {
 		msg, err := stream.Receive()
@@ -271,4 +273,16 @@ func (a *agent) observation() (obs *nodev1.NodeObservation, ended []string) {
 		}
 	}
 	return obs, ended
+}
+
+// sendProgress reports a start's progress on the current session, if any:
+// progress is best effort.
+func (a *agent) sendProgress(p *nodev1.ExecutionProgress) {
+	s := a.current.Load()
+	if s == nil {
+		return
+	}
+	if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ExecutionProgress{ExecutionProgress: p}}); err != nil {
+		a.log.Debug("progress not sent", "instance_id", p.GetInstanceId(), "err", err)
+	}
 }

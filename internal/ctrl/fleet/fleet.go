@@ -68,6 +68,9 @@ type Executions interface {
 	ExecutionEnded(ctx context.Context, nodeID string, report *nodev1.ExecutionReport)
 	// ExecutionObserved is called for each running execution's report.
 	ExecutionObserved(ctx context.Context, nodeID string, report *nodev1.ExecutionReport)
+	// ExecutionProgress is called as a starting execution's artifacts
+	// arrive on the node.
+	ExecutionProgress(ctx context.Context, nodeID string, progress *nodev1.ExecutionProgress)
 	// ReleaseNode releases in tx every execution charged to nodeID, with
 	// the use rights of the Volumes and writable layers they held, and
 	// moves their Workspaces to FAILED with failure. interrupted are the

@@ -301,6 +301,11 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 		return f.clockReply(ctx, s, m.ClockReply)
 	case *nodev1.SessionRequest_CommandResult:
 		return f.operationAnswered(ctx, s, m.CommandResult)
+	case *nodev1.SessionRequest_ExecutionProgress:
+		if f.executions != nil {
+			f.executions.ExecutionProgress(ctx, s.nodeID, m.ExecutionProgress)
+		}
+		return nil
 	case *nodev1.SessionRequest_Hello:
 		return errors.New("a second hello on one session")
 	}

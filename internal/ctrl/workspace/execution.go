@@ -299,6 +299,7 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 		w.Spec = plan.w.GetSpec()
 		w.Generation++
 		w.Failure = nil
+		w.Delivery = nil // absent once the Workspace is available
 		w.GuestObservation = &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(s.now()), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
 	})
 }
@@ -310,6 +311,12 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 		return s.setWorkspace(tx, wk.Command().GetTargetId(), func(w *ctrlv1.Workspace) {
 			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 			w.Failure = failure
+			if d := w.GetDelivery(); d != nil {
+				// The start failed with its artifacts still arriving.
+				d.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_PREPARATION_FAILED
+				d.Message = failure.GetMessage()
+				d.ObservedAt = timestamppb.New(s.now())
+			}
 		})
 	})
 }
@@ -470,6 +477,33 @@ func observeMemory(obs, prev *ctrlv1.GuestObservation, m *guestv1.MemoryReport) 
 		obs.MemoryCondition = ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_SATURATED
 		obs.MemorySaturatedSince = m.GetSaturatedSince()
 	}
+}
+
+// ExecutionProgress records how far the template and platform artifacts
+// of a starting execution have arrived on its node, as the Workspace's
+// delivery observation. It never changes the Workspace's state.
+func (s *Service) ExecutionProgress(ctx context.Context, nodeID string, p *nodev1.ExecutionProgress) {
+	_ = s.store.Tx(ctx, func(tx *store.Tx) error {
+		w, err := tx.GetWorkspace(WorkspaceOf(p.GetInstanceId()), true)
+		if err != nil {
+			return err
+		}
+		if st := w.GetState(); st != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING && st != ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING {
+			return nil // a late report of a start that ended
+		}
+		now := timestamppb.New(s.now())
+		started := now
+		if prev := w.GetDelivery(); prev != nil {
+			started = prev.GetStartedAt()
+		}
+		w.Delivery = &ctrlv1.TemplateDeliveryObservation{
+			State:          ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY,
+			Reason:         ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_DISTRIBUTING,
+			DeliveredBytes: p.GetDeliveredBytes(), TotalBytes: p.GetTotalBytes(),
+			StartedAt: started, ObservedAt: now,
+		}
+		return tx.PutWorkspace(w)
+	})
 }
 
 // Execution is where a Workspace's current execution runs, for the data

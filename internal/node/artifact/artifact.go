@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,6 +76,8 @@ type call struct {
 	done chan struct{}
 	path string
 	err  error
+	// fetched is how many bytes of the artifact are on disk so far.
+	fetched atomic.Uint64
 }
 
 // New opens the cache. Fetches run in ctx (the agent's run): a caller
@@ -141,7 +144,7 @@ func (c *Cache) Get(ctx context.Context, a *nodev1.Artifact) (string, error) {
 		cl = &call{done: make(chan struct{})}
 		c.inflight[h] = cl
 		go func() {
-			cl.path, cl.err = c.fetch(c.base, h, a)
+			cl.path, cl.err = c.fetch(c.base, h, a, &cl.fetched)
 			c.mu.Lock()
 			delete(c.inflight, h)
 			c.mu.Unlock()
@@ -160,6 +163,25 @@ func (c *Cache) Get(ctx context.Context, a *nodev1.Artifact) (string, error) {
 		}
 		return "", connect.NewError(code, fmt.Errorf("waiting for artifact %s: %w", a.GetDigest(), ctx.Err()))
 	}
+}
+
+// Delivered is how many bytes of a are on this node: all of them once it
+// is cached, those fetched so far while a fetch runs, zero otherwise.
+func (c *Cache) Delivered(a *nodev1.Artifact) uint64 {
+	h, err := ParseDigest(a.GetDigest())
+	if err != nil {
+		return 0
+	}
+	c.mu.Lock()
+	cl := c.inflight[h]
+	c.mu.Unlock()
+	if cl != nil {
+		return cl.fetched.Load()
+	}
+	if fi, err := os.Stat(filepath.Join(c.cfg.Dir, h)); err == nil {
+		return uint64(fi.Size())
+	}
+	return 0
 }
 
 // complete reports whether the cached file is there. A file of the wrong
@@ -185,7 +207,7 @@ func (c *Cache) complete(final string, size uint64) (bool, error) {
 
 // fetch fetches one artifact into <hex>.partial, resuming at its size, and
 // renames it into place once its digest checks.
-func (c *Cache) fetch(ctx context.Context, h string, a *nodev1.Artifact) (string, error) {
+func (c *Cache) fetch(ctx context.Context, h string, a *nodev1.Artifact, fetched *atomic.Uint64) (string, error) {
 	final := filepath.Join(c.cfg.Dir, h)
 	// Another fetch may have completed between Get's check and this one.
 	if ok, err := c.complete(final, a.GetSizeBytes()); err != nil {
@@ -193,7 +215,7 @@ func (c *Cache) fetch(ctx context.Context, h string, a *nodev1.Artifact) (string
 	} else if ok {
 		return final, nil
 	}
-	f := &fetcher{c: c, a: a, hex: h, partial: final + ".partial", log: c.log.With("artifact", a.GetName(), "digest", a.GetDigest())}
+	f := &fetcher{c: c, a: a, hex: h, partial: final + ".partial", fetched: fetched, log: c.log.With("artifact", a.GetName(), "digest", a.GetDigest())}
 	defer f.close()
 	resumed, err := f.open()
 	if err != nil {
@@ -237,6 +259,8 @@ type fetcher struct {
 	hash  hash.Hash
 	size  uint64 // bytes in the partial file, all hashed
 	total uint64 // total_bytes ctrl announced; 0 until known
+	// fetched mirrors size for Delivered.
+	fetched *atomic.Uint64
 }
 
 // open opens the partial file and hashes what it holds already.
@@ -251,6 +275,7 @@ func (f *fetcher) open() (resumed bool, err error) {
 		return false, fmt.Errorf("read %s: %w", f.partial, err)
 	}
 	f.size = uint64(n)
+	f.fetched.Store(f.size)
 	if want := f.a.GetSizeBytes(); want != 0 && f.size > want {
 		f.log.Warn("partial artifact is larger than the artifact; fetching it from the start", "bytes", f.size, "total", want)
 		return false, f.restart()
@@ -267,6 +292,7 @@ func (f *fetcher) restart() error {
 	}
 	f.hash.Reset()
 	f.size = 0
+	f.fetched.Store(0)
 	return nil
 }
 
@@ -386,6 +412,7 @@ func (f *fetcher) attempt(ctx context.Context) error {
 		}
 		f.hash.Write(msg.GetData())
 		f.size += uint64(len(msg.GetData()))
+		f.fetched.Store(f.size)
 		if now := time.Now(); now.Sub(lastLog) >= f.c.cfg.ProgressInterval {
 			lastLog = now
 			f.log.Info("artifact fetch progress", "bytes", f.size, "total", f.limit())

@@ -287,6 +287,10 @@ func TestConcurrentGetsFetchOnce(t *testing.T) {
 	d := digestOf(data)
 	f.content[d] = data
 	f.gate = make(chan struct{})
+	art := &nodev1.Artifact{Digest: d, SizeBytes: uint64(len(data))}
+	if n := c.Delivered(art); n != 0 {
+		t.Errorf("Delivered %d before any fetch", n)
+	}
 	var wg sync.WaitGroup
 	paths := make([]string, 8)
 	errs := make([]error, 8)
@@ -306,6 +310,9 @@ func TestConcurrentGetsFetchOnce(t *testing.T) {
 		}
 	}
 	checkFile(t, paths[0], data)
+	if n := c.Delivered(art); n != uint64(len(data)) {
+		t.Errorf("Delivered %d once cached, want %d", n, len(data))
+	}
 	if n := len(f.offsets()); n != 1 {
 		t.Errorf("%d fetches for 8 concurrent Gets, want 1", n)
 	}

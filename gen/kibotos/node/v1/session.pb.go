@@ -217,6 +217,7 @@ type SessionRequest struct {
 	//	*SessionRequest_Observation
 	//	*SessionRequest_ClockReply
 	//	*SessionRequest_CommandResult
+	//	*SessionRequest_ExecutionProgress
 	Message       isSessionRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -295,6 +296,15 @@ func (x *SessionRequest) GetCommandResult() *CommandResult {
 	return nil
 }
 
+func (x *SessionRequest) GetExecutionProgress() *ExecutionProgress {
+	if x != nil {
+		if x, ok := x.Message.(*SessionRequest_ExecutionProgress); ok {
+			return x.ExecutionProgress
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Message interface {
 	isSessionRequest_Message()
 }
@@ -315,6 +325,10 @@ type SessionRequest_CommandResult struct {
 	CommandResult *CommandResult `protobuf:"bytes,4,opt,name=command_result,json=commandResult,proto3,oneof"`
 }
 
+type SessionRequest_ExecutionProgress struct {
+	ExecutionProgress *ExecutionProgress `protobuf:"bytes,5,opt,name=execution_progress,json=executionProgress,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Message() {}
 
 func (*SessionRequest_Observation) isSessionRequest_Message() {}
@@ -322,6 +336,72 @@ func (*SessionRequest_Observation) isSessionRequest_Message() {}
 func (*SessionRequest_ClockReply) isSessionRequest_Message() {}
 
 func (*SessionRequest_CommandResult) isSessionRequest_Message() {}
+
+func (*SessionRequest_ExecutionProgress) isSessionRequest_Message() {}
+
+// ExecutionProgress is how far a StartExecution has come in fetching the
+// artifacts it boots from (platform and template), sent about once a
+// second while bytes arrive. Best effort: a lost one is superseded by the
+// next, and the StartExecution result says how the start ended.
+type ExecutionProgress struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId     string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	DeliveredBytes uint64                 `protobuf:"varint,2,opt,name=delivered_bytes,json=deliveredBytes,proto3" json:"delivered_bytes,omitempty"`
+	TotalBytes     uint64                 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ExecutionProgress) Reset() {
+	*x = ExecutionProgress{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionProgress) ProtoMessage() {}
+
+func (x *ExecutionProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionProgress.ProtoReflect.Descriptor instead.
+func (*ExecutionProgress) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ExecutionProgress) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *ExecutionProgress) GetDeliveredBytes() uint64 {
+	if x != nil {
+		return x.DeliveredBytes
+	}
+	return 0
+}
+
+func (x *ExecutionProgress) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
 
 // SessionResponse is one message from ctrl to the node.
 type SessionResponse struct {
@@ -338,7 +418,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[3]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +430,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[3]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +443,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{3}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SessionResponse) GetMessage() isSessionResponse_Message {
@@ -450,7 +530,7 @@ type NodeHello struct {
 
 func (x *NodeHello) Reset() {
 	*x = NodeHello{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[4]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +542,7 @@ func (x *NodeHello) String() string {
 func (*NodeHello) ProtoMessage() {}
 
 func (x *NodeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[4]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +555,7 @@ func (x *NodeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHello.ProtoReflect.Descriptor instead.
 func (*NodeHello) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{4}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeHello) GetNodeId() string {
@@ -558,7 +638,7 @@ type SessionWelcome struct {
 
 func (x *SessionWelcome) Reset() {
 	*x = SessionWelcome{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[5]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +650,7 @@ func (x *SessionWelcome) String() string {
 func (*SessionWelcome) ProtoMessage() {}
 
 func (x *SessionWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[5]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +663,7 @@ func (x *SessionWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWelcome.ProtoReflect.Descriptor instead.
 func (*SessionWelcome) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionWelcome) GetObservationInterval() *durationpb.Duration {
@@ -618,7 +698,7 @@ type HostResources struct {
 
 func (x *HostResources) Reset() {
 	*x = HostResources{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +710,7 @@ func (x *HostResources) String() string {
 func (*HostResources) ProtoMessage() {}
 
 func (x *HostResources) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +723,7 @@ func (x *HostResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostResources.ProtoReflect.Descriptor instead.
 func (*HostResources) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HostResources) GetCpuMillis() uint32 {
@@ -682,7 +762,7 @@ type StoragePoolDeclaration struct {
 
 func (x *StoragePoolDeclaration) Reset() {
 	*x = StoragePoolDeclaration{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +774,7 @@ func (x *StoragePoolDeclaration) String() string {
 func (*StoragePoolDeclaration) ProtoMessage() {}
 
 func (x *StoragePoolDeclaration) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +787,7 @@ func (x *StoragePoolDeclaration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoragePoolDeclaration.ProtoReflect.Descriptor instead.
 func (*StoragePoolDeclaration) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StoragePoolDeclaration) GetStoragePool() string {
@@ -771,7 +851,7 @@ type NodeObservation struct {
 
 func (x *NodeObservation) Reset() {
 	*x = NodeObservation{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +863,7 @@ func (x *NodeObservation) String() string {
 func (*NodeObservation) ProtoMessage() {}
 
 func (x *NodeObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +876,7 @@ func (x *NodeObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeObservation.ProtoReflect.Descriptor instead.
 func (*NodeObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeObservation) GetVmCpuMillis() uint32 {
@@ -886,7 +966,7 @@ type ClockProbe struct {
 
 func (x *ClockProbe) Reset() {
 	*x = ClockProbe{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +978,7 @@ func (x *ClockProbe) String() string {
 func (*ClockProbe) ProtoMessage() {}
 
 func (x *ClockProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +991,7 @@ func (x *ClockProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockProbe.ProtoReflect.Descriptor instead.
 func (*ClockProbe) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClockProbe) GetProbeId() uint64 {
@@ -933,7 +1013,7 @@ type ClockReply struct {
 
 func (x *ClockReply) Reset() {
 	*x = ClockReply{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1025,7 @@ func (x *ClockReply) String() string {
 func (*ClockReply) ProtoMessage() {}
 
 func (x *ClockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1038,7 @@ func (x *ClockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReply.ProtoReflect.Descriptor instead.
 func (*ClockReply) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClockReply) GetProbeId() uint64 {
@@ -998,7 +1078,7 @@ type NodeCommand struct {
 
 func (x *NodeCommand) Reset() {
 	*x = NodeCommand{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1090,7 @@ func (x *NodeCommand) String() string {
 func (*NodeCommand) ProtoMessage() {}
 
 func (x *NodeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1103,7 @@ func (x *NodeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCommand.ProtoReflect.Descriptor instead.
 func (*NodeCommand) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeCommand) GetOperationId() string {
@@ -1061,7 +1141,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1153,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1166,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommandResult) GetOperationId() string {
@@ -1131,14 +1211,21 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x02 \x01(\tR\n" +
 	"credential\x127\n" +
-	"\tissued_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\"\x9e\x02\n" +
+	"\tissued_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\"\xf3\x02\n" +
 	"\x0eSessionRequest\x122\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1a.kibotos.node.v1.NodeHelloH\x00R\x05hello\x12D\n" +
 	"\vobservation\x18\x02 \x01(\v2 .kibotos.node.v1.NodeObservationH\x00R\vobservation\x12>\n" +
 	"\vclock_reply\x18\x03 \x01(\v2\x1b.kibotos.node.v1.ClockReplyH\x00R\n" +
 	"clockReply\x12G\n" +
-	"\x0ecommand_result\x18\x04 \x01(\v2\x1e.kibotos.node.v1.CommandResultH\x00R\rcommandResultB\t\n" +
-	"\amessage\"\xd3\x01\n" +
+	"\x0ecommand_result\x18\x04 \x01(\v2\x1e.kibotos.node.v1.CommandResultH\x00R\rcommandResult\x12S\n" +
+	"\x12execution_progress\x18\x05 \x01(\v2\".kibotos.node.v1.ExecutionProgressH\x00R\x11executionProgressB\t\n" +
+	"\amessage\"~\n" +
+	"\x11ExecutionProgress\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12'\n" +
+	"\x0fdelivered_bytes\x18\x02 \x01(\x04R\x0edeliveredBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
+	"totalBytes\"\xd3\x01\n" +
 	"\x0fSessionResponse\x12;\n" +
 	"\awelcome\x18\x01 \x01(\v2\x1f.kibotos.node.v1.SessionWelcomeH\x00R\awelcome\x12>\n" +
 	"\vclock_probe\x18\x02 \x01(\v2\x1b.kibotos.node.v1.ClockProbeH\x00R\n" +
@@ -1235,60 +1322,62 @@ func file_kibotos_node_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(ClockSynchronization)(0),      // 0: kibotos.node.v1.ClockSynchronization
 	(*EnrollRequest)(nil),          // 1: kibotos.node.v1.EnrollRequest
 	(*EnrollResponse)(nil),         // 2: kibotos.node.v1.EnrollResponse
 	(*SessionRequest)(nil),         // 3: kibotos.node.v1.SessionRequest
-	(*SessionResponse)(nil),        // 4: kibotos.node.v1.SessionResponse
-	(*NodeHello)(nil),              // 5: kibotos.node.v1.NodeHello
-	(*SessionWelcome)(nil),         // 6: kibotos.node.v1.SessionWelcome
-	(*HostResources)(nil),          // 7: kibotos.node.v1.HostResources
-	(*StoragePoolDeclaration)(nil), // 8: kibotos.node.v1.StoragePoolDeclaration
-	(*NodeObservation)(nil),        // 9: kibotos.node.v1.NodeObservation
-	(*ClockProbe)(nil),             // 10: kibotos.node.v1.ClockProbe
-	(*ClockReply)(nil),             // 11: kibotos.node.v1.ClockReply
-	(*NodeCommand)(nil),            // 12: kibotos.node.v1.NodeCommand
-	(*CommandResult)(nil),          // 13: kibotos.node.v1.CommandResult
-	(*timestamppb.Timestamp)(nil),  // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 15: google.protobuf.Duration
-	(*ExecutionReport)(nil),        // 16: kibotos.node.v1.ExecutionReport
-	(*anypb.Any)(nil),              // 17: google.protobuf.Any
-	(*FetchArtifactRequest)(nil),   // 18: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),  // 19: kibotos.node.v1.FetchArtifactResponse
+	(*ExecutionProgress)(nil),      // 4: kibotos.node.v1.ExecutionProgress
+	(*SessionResponse)(nil),        // 5: kibotos.node.v1.SessionResponse
+	(*NodeHello)(nil),              // 6: kibotos.node.v1.NodeHello
+	(*SessionWelcome)(nil),         // 7: kibotos.node.v1.SessionWelcome
+	(*HostResources)(nil),          // 8: kibotos.node.v1.HostResources
+	(*StoragePoolDeclaration)(nil), // 9: kibotos.node.v1.StoragePoolDeclaration
+	(*NodeObservation)(nil),        // 10: kibotos.node.v1.NodeObservation
+	(*ClockProbe)(nil),             // 11: kibotos.node.v1.ClockProbe
+	(*ClockReply)(nil),             // 12: kibotos.node.v1.ClockReply
+	(*NodeCommand)(nil),            // 13: kibotos.node.v1.NodeCommand
+	(*CommandResult)(nil),          // 14: kibotos.node.v1.CommandResult
+	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 16: google.protobuf.Duration
+	(*ExecutionReport)(nil),        // 17: kibotos.node.v1.ExecutionReport
+	(*anypb.Any)(nil),              // 18: google.protobuf.Any
+	(*FetchArtifactRequest)(nil),   // 19: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),  // 20: kibotos.node.v1.FetchArtifactResponse
 }
 var file_kibotos_node_v1_session_proto_depIdxs = []int32{
-	14, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
-	5,  // 1: kibotos.node.v1.SessionRequest.hello:type_name -> kibotos.node.v1.NodeHello
-	9,  // 2: kibotos.node.v1.SessionRequest.observation:type_name -> kibotos.node.v1.NodeObservation
-	11, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
-	13, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
-	6,  // 5: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
-	10, // 6: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
-	12, // 7: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
-	7,  // 8: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
-	8,  // 9: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	15, // 10: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
-	14, // 11: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
-	14, // 12: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
-	8,  // 13: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	16, // 14: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
-	14, // 15: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
-	0,  // 16: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
-	17, // 17: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
-	17, // 18: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
-	1,  // 19: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
-	3,  // 20: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
-	18, // 21: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
-	2,  // 22: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
-	4,  // 23: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
-	19, // 24: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
-	22, // [22:25] is the sub-list for method output_type
-	19, // [19:22] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	15, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
+	6,  // 1: kibotos.node.v1.SessionRequest.hello:type_name -> kibotos.node.v1.NodeHello
+	10, // 2: kibotos.node.v1.SessionRequest.observation:type_name -> kibotos.node.v1.NodeObservation
+	12, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
+	14, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
+	4,  // 5: kibotos.node.v1.SessionRequest.execution_progress:type_name -> kibotos.node.v1.ExecutionProgress
+	7,  // 6: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
+	11, // 7: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
+	13, // 8: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
+	8,  // 9: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
+	9,  // 10: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
+	16, // 11: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
+	15, // 12: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
+	15, // 13: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
+	9,  // 14: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
+	17, // 15: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
+	15, // 16: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
+	0,  // 17: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
+	18, // 18: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
+	18, // 19: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
+	1,  // 20: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
+	3,  // 21: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
+	19, // 22: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
+	2,  // 23: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
+	5,  // 24: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
+	20, // 25: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
+	23, // [23:26] is the sub-list for method output_type
+	20, // [20:23] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_session_proto_init() }
@@ -1302,21 +1391,22 @@ func file_kibotos_node_v1_session_proto_init() {
 		(*SessionRequest_Observation)(nil),
 		(*SessionRequest_ClockReply)(nil),
 		(*SessionRequest_CommandResult)(nil),
+		(*SessionRequest_ExecutionProgress)(nil),
 	}
-	file_kibotos_node_v1_session_proto_msgTypes[3].OneofWrappers = []any{
+	file_kibotos_node_v1_session_proto_msgTypes[4].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
 		(*SessionResponse_ClockProbe)(nil),
 		(*SessionResponse_Command)(nil),
 	}
-	file_kibotos_node_v1_session_proto_msgTypes[7].OneofWrappers = []any{}
 	file_kibotos_node_v1_session_proto_msgTypes[8].OneofWrappers = []any{}
+	file_kibotos_node_v1_session_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_session_proto_rawDesc), len(file_kibotos_node_v1_session_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
