@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
@@ -163,6 +165,12 @@ func TestRetireEndsANodeForGood(t *testing.T) {
 	}))
 	if err != nil || len(list.Msg.GetRegistrations()) != 1 || list.Msg.GetRegistrations()[0].GetNodeId() != "node-a" {
 		t.Errorf("RETIRED registrations: %v %v", list, err)
+	}
+
+	// node-a was the only member of pool "default": none is left.
+	_, err = c.Volumes.CreateVolume(ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{Command: cmd("vol-1"), Spec: &ctrlv1.VolumeSpec{CapacityBytes: 64 << 20}}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "no default storage pool") {
+		t.Errorf("a Volume in the default pool of a retired node: %v, want failed_precondition (no member declares a default pool)", err)
 	}
 
 	enrollment := nodev1connect.NewNodeSessionServiceClient(httpClient(), c.Ctrl.NodeEndpoint)

@@ -98,8 +98,8 @@ func (e *vmEnv) volume(id string) *ctrlv1.Volume {
 // holds its placement back, DRAINING lasts while it runs; isolating the
 // node once its host is off fails the Workspace as unavailable and
 // retryable, releases its Volume and writable layer, fails the command
-// still addressed to the node; the node back with a new incarnation runs
-// the Workspace again.
+// still addressed to the node; another node reaching the same pool then
+// runs it.
 func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T) {
 	art := testenv.BuildVMArtifacts(t)
 	c := testenv.New(t, fastFleet())
@@ -203,14 +203,27 @@ func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T)
 		t.Errorf("replay: %v %v", again, err)
 	}
 
-	// Its objects are in a pool only node-a reaches: the Workspace starts
-	// again once node-a is back, with a new incarnation.
+	// Its objects are in pool "default", which only node-a reached: a
+	// start waits for a host reaching that pool.
+	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the start to wait for a node reaching the pool", func() bool {
+		c := e.command("start-1")
+		return c.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(c.GetWaitingFor(), "no connected node")
+	})
+	// Another host reaching the same pool (node-b, on node-a's pool
+	// directory) starts it, from the Volume and layer node-a left.
+	b := c.StartNode(t, "node-b", "", n.PoolDir)
+	t.Cleanup(func() { powerOff(t, b) })
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if dirs, _ := filepath.Glob(filepath.Join(b.StateDir, "executions", id+".*")); len(dirs) != 1 {
+		t.Errorf("executions of %s on node-b: %v, want one", id, dirs)
+	}
+
+	// node-a comes back with a new incarnation, no longer isolated.
 	c.StartNode(t, "node-a", n.StateDir, n.PoolDir)
 	if reg := c.Registration(t, "node-a"); reg.GetIsolated() || reg.GetIncarnation() != incarnation+1 {
 		t.Errorf("node back: isolated %v incarnation %d", reg.GetIsolated(), reg.GetIncarnation())
 	}
-	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: id})); err != nil {
-		t.Fatal(err)
-	}
-	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 }
