@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,12 +62,13 @@ type apiProcess struct {
 	mu       sync.Mutex
 	changed  chan struct{} // closed at every change
 	out      [3]window     // by ctrlv1.ProcessOutputStream
-	input    *os.File      // stdin pipe or pty master; nil without
+	input    *os.File      // stdin pipe or pty master; nil without or closed
 	pty      *os.File
 	size     *ctrlv1.ProcessPty
-	inOffset uint64
 	exit     *ctrlv1.ProcessExitStatus
 	pgid     int
+	inMu     sync.Mutex    // held by SendProcessInput (never with mu)
+	inOffset atomic.Uint64 // stdin bytes written
 }
 
 // window is the retained tail of one output stream.
@@ -206,10 +208,15 @@ func checkSpec(s *ctrlv1.ProcessSpec) error {
 	if c := s.GetCwd(); c != "" && (!strings.HasPrefix(c, "/") || path.Clean(c) != c || strings.ContainsRune(c, 0)) {
 		return invalid("spec.cwd", "%q is not an absolute clean path", c)
 	}
-	if pty := s.GetPty(); pty != nil && (pty.GetRows() < 1 || pty.GetRows() > 4096 || pty.GetCols() < 1 || pty.GetCols() > 4096) {
+	if pty := s.GetPty(); pty != nil && !validSize(pty) {
 		return invalid("spec.pty", "rows and cols are each 1 to 4096")
 	}
 	return nil
+}
+
+// validSize reports whether a terminal size is one the API allows.
+func validSize(s *ctrlv1.ProcessPty) bool {
+	return s.GetRows() >= 1 && s.GetRows() <= 4096 && s.GetCols() >= 1 && s.GetCols() <= 4096
 }
 
 // loginEnv is u's login environment with extra over it.
@@ -478,7 +485,7 @@ func (p *apiProcess) snapshot() *ctrlv1.Process {
 	out.StdinOpen = p.input != nil
 	out.StdoutEndOffset = p.out[ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT].end()
 	out.StderrEndOffset = p.out[ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDERR].end()
-	out.StdinOffset = p.inOffset
+	out.StdinOffset = p.inOffset.Load()
 	out.State = ctrlv1.ProcessState_PROCESS_STATE_RUNNING
 	if p.size != nil {
 		out.Pty = protoClone(p.size)
@@ -552,8 +559,12 @@ func (a *Agent) StreamProcessOutput(ctx context.Context, req *connect.Request[gu
 	}
 }
 
+// inputWait bounds a SendProcessInput whose caller set no deadline, when
+// the process does not read its input.
+const inputWait = 30 * time.Second
+
 // SendProcessInput writes to a process's stdin (or its terminal).
-func (a *Agent) SendProcessInput(_ context.Context, req *connect.Request[guestv1.SendProcessInputRequest]) (*connect.Response[guestv1.SendProcessInputResponse], error) {
+func (a *Agent) SendProcessInput(ctx context.Context, req *connect.Request[guestv1.SendProcessInputRequest]) (*connect.Response[guestv1.SendProcessInputResponse], error) {
 	r := req.Msg.GetRequest()
 	if len(r.GetData()) > maxInput {
 		return nil, invalid("data", "is more than %d bytes", maxInput)
@@ -562,43 +573,64 @@ func (a *Agent) SendProcessInput(_ context.Context, req *connect.Request[guestv1
 	if err != nil {
 		return nil, err
 	}
+	// inMu orders the inputs (offsets stay exact) and is held while
+	// writing, which may block; mu is not, so output is still collected.
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	in, ended := p.input, p.exit != nil
+	p.mu.Unlock()
 	switch {
-	case p.exit != nil:
+	case ended:
 		return nil, precondition("process %s has ended", r.GetProcessId())
-	case p.input == nil:
+	case in == nil:
 		return nil, precondition("process %s has no open stdin (started without stdin, or closed)", r.GetProcessId())
 	}
-	data := r.GetData()
+	data, written := r.GetData(), p.inOffset.Load()
 	if r.Offset != nil {
-		if *r.Offset > p.inOffset {
+		if *r.Offset > written {
 			return nil, codeErr(connect.CodeFailedPrecondition, ctrlv1.FailureReason_FAILURE_REASON_CONFLICT, "offset",
-				"offset %d is beyond the %d bytes written", *r.Offset, p.inOffset)
+				"offset %d is beyond the %d bytes written", *r.Offset, written)
 		}
 		// Bytes already written are skipped: a retry is exact.
-		data = data[min(uint64(len(data)), p.inOffset-*r.Offset):]
+		data = data[min(uint64(len(data)), written-*r.Offset):]
 	}
-	// Written with the lock held, so that concurrent inputs keep their
-	// offsets; a process that does not read holds only its own callers.
-	n, err := p.input.Write(data)
-	p.inOffset += uint64(n)
-	if err != nil {
-		return nil, precondition("write stdin: %v", err)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(inputWait)
+	}
+	_ = in.SetWriteDeadline(deadline)
+	n, err := in.Write(data)
+	p.inOffset.Add(uint64(n))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, codeErr(connect.CodeDeadlineExceeded, ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT, "",
+			"the process read %d of %d bytes; send the rest from offset %d", n, len(data), p.inOffset.Load())
+	case err != nil:
+		return nil, precondition("write stdin: %v (the process ended or closed it)", err)
 	}
 	if r.GetClose() {
-		if p.pty != nil {
-			_, err = p.input.Write([]byte{ptyEOF})
-		} else {
-			err = p.input.Close()
-			p.input = nil
-		}
-		if err != nil {
+		if err := p.closeInput(in); err != nil {
 			return nil, precondition("close stdin: %v", err)
 		}
 	}
-	p.notify()
-	return connect.NewResponse(&guestv1.SendProcessInputResponse{Response: &ctrlv1.SendProcessInputResponse{StdinOffset: p.inOffset}}), nil
+	return connect.NewResponse(&guestv1.SendProcessInputResponse{Response: &ctrlv1.SendProcessInputResponse{StdinOffset: p.inOffset.Load()}}), nil
+}
+
+// closeInput ends the process's input: EOF on a pipe; on a pty, the
+// terminal's EOF character (the terminal stays open for output).
+func (p *apiProcess) closeInput(in *os.File) error {
+	if p.pty != nil {
+		_, err := in.Write([]byte{ptyEOF})
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.input == in {
+		p.input = nil
+		p.notify()
+	}
+	return in.Close()
 }
 
 func precondition(format string, args ...any) error {
@@ -609,7 +641,7 @@ func precondition(format string, args ...any) error {
 // SIGWINCH.
 func (a *Agent) ResizeProcessPty(_ context.Context, req *connect.Request[guestv1.ResizeProcessPtyRequest]) (*connect.Response[guestv1.ResizeProcessPtyResponse], error) {
 	r := req.Msg.GetRequest()
-	if s := r.GetSize(); s.GetRows() < 1 || s.GetRows() > 4096 || s.GetCols() < 1 || s.GetCols() > 4096 {
+	if !validSize(r.GetSize()) {
 		return nil, invalid("size", "rows and cols are each 1 to 4096")
 	}
 	p, err := a.procs.get(r.GetProcessId())
@@ -632,7 +664,7 @@ func (a *Agent) ResizeProcessPty(_ context.Context, req *connect.Request[guestv1
 	return connect.NewResponse(&guestv1.ResizeProcessPtyResponse{Response: &ctrlv1.ResizeProcessPtyResponse{}}), nil
 }
 
-// signals are the signals SignalProcess sends: the enum's numbers are
+// signalOf is the Linux signal of a ProcessSignal: the enum's numbers are
 // Linux's.
 func signalOf(s ctrlv1.ProcessSignal) (unix.Signal, bool) {
 	if s == ctrlv1.ProcessSignal_PROCESS_SIGNAL_UNSPECIFIED {

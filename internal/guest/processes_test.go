@@ -186,3 +186,26 @@ func TestProcessAsUserAndStartFailures(t *testing.T) {
 		wantErr(t, fmt.Sprint(tc.spec), err, tc.code, tc.field)
 	}
 }
+
+// A process that never reads its stdin: input waits at most the caller's
+// deadline, and its output is collected meanwhile.
+func TestInputToAProcessThatDoesNotRead(t *testing.T) {
+	c := serve(t, &guest.Agent{Reaper: reaper})
+	p := startProcess(t, c, "", &ctrlv1.ProcessSpec{Argv: []string{"sh", "-c", "head -c 2000000 /dev/zero; sleep 1"}, Stdin: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err := c.SendProcessInput(ctx, connect.NewRequest(&guestv1.SendProcessInputRequest{Request: &ctrlv1.SendProcessInputRequest{
+		ProcessId: p.GetProcessId(), Data: make([]byte, 1<<20)}}))
+	cancel()
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+		t.Errorf("input nobody reads: %v, want deadline_exceeded", err)
+	}
+	stdout, _, exit := output(t, c, p.GetProcessId())
+	if exit.GetExitCode() != 0 {
+		t.Errorf("exit %v", exit)
+	}
+	// The window keeps the last MiB at least.
+	got, err := c.GetProcess(context.Background(), connect.NewRequest(&guestv1.GetProcessRequest{Request: &ctrlv1.GetProcessRequest{ProcessId: p.GetProcessId()}}))
+	if err != nil || got.Msg.GetResponse().GetProcess().GetStdoutEndOffset() != 2000000 || len(stdout) < 1<<20 || len(stdout) > 2000000 {
+		t.Errorf("output: %d bytes streamed, record %v %v", len(stdout), got, err)
+	}
+}
