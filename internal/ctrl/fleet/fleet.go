@@ -5,6 +5,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -120,6 +121,44 @@ func readLifecycle(tx *store.Tx, ids ...string) (lifecycle, error) {
 	}
 	executions, err := tx.NodeExecutionCounts(ids...)
 	return lifecycle{draining: draining, executions: executions}, err
+}
+
+// fillHeld sets each of n's attachments' held_object_count: the Volumes
+// and writable layers, not deleted, whose use right n holds because an
+// execution of theirs runs there.
+func fillHeld(tx *store.Tx, n *operatorv1.NodeRegistration, lc lifecycle) error {
+	if lc.executions[n.GetNodeId()] == 0 {
+		return nil
+	}
+	runtimes, err := tx.NodeExecutions(n.GetNodeId())
+	if err != nil {
+		return err
+	}
+	held := map[string]uint64{}
+	for _, rt := range runtimes {
+		if rt.GetLayerPool() != "" {
+			held[rt.GetLayerPool()]++
+		}
+		w, err := tx.GetWorkspace(rt.GetWorkspaceId(), false)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+			v, err := tx.GetVolume(b.GetVolumeId(), false)
+			if err != nil {
+				return err
+			}
+			if v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_ATTACHED {
+				held[v.GetSpec().GetStoragePool()]++
+			}
+		}
+	}
+	for _, a := range n.GetStoragePools() {
+		a.HeldObjectCount = held[a.GetStoragePool()]
+	}
+	return nil
 }
 
 // view is a registration as the operator API shows it at now: status and

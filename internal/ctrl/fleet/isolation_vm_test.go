@@ -177,9 +177,15 @@ func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T)
 		return strings.Contains(e.command("stop-1").GetProgress(), "node node-a")
 	})
 
+	if got := c.Registration(t, "node-a").GetStoragePools()[0].GetHeldObjectCount(); got != 2 {
+		t.Errorf("held_object_count before the isolation: %d, want 2 (the Volume and the writable layer)", got)
+	}
 	res, err := e.isolate("iso-1", "node-a", incarnation)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := res.GetRegistration().GetStoragePools()[0].GetHeldObjectCount(); got != 0 {
+		t.Errorf("held_object_count after the isolation: %d, want 0", got)
 	}
 	if res.GetFailedWorkspaces() != 1 || res.GetReleasedVolumes() != 1 || res.GetReleasedRetainedLayers() != 1 {
 		t.Errorf("isolation released volumes %d, layers %d, failed %d Workspaces; want 1 each",

@@ -42,7 +42,8 @@ func (f *Fleet) viewOf(c *nodeChange) (*operatorv1.NodeRegistration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return f.view(proto.Clone(c.n).(*operatorv1.NodeRegistration), c.now, lc), nil
+	n := f.view(proto.Clone(c.n).(*operatorv1.NodeRegistration), c.now, lc)
+	return n, fillHeld(c.tx, n, lc)
 }
 
 // nodeCommand admits a lifecycle command on one node, or replays it:

@@ -94,6 +94,9 @@ func TestDrainedAndDrainingNodesReceiveNoPlacement(t *testing.T) {
 			if got := res.GetRegistration().GetStatus(); got != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINING {
 				t.Errorf("status with an execution running: %v, want DRAINING", got)
 			}
+			if got := res.GetRegistration().GetStoragePools()[0].GetHeldObjectCount(); got != 1 {
+				t.Errorf("held_object_count of pool-a with the execution's layer there: %d, want 1", got)
+			}
 			if got := placed(); got != "" {
 				t.Errorf("a DRAINING node was placed on: %q", got)
 			}

@@ -44,6 +44,11 @@ func (f *Fleet) ListNodeRegistrations(ctx context.Context, req *operatorv1.ListN
 				f.view(n, now, lc)
 				return len(want) == 0 || want[n.GetStatus()]
 			}, tx.ListNodes)
+		for _, n := range res.Registrations {
+			if err := fillHeld(tx, n, lc); err != nil {
+				return err
+			}
+		}
 		return err
 	})
 	return res, err
@@ -76,5 +81,5 @@ func (f *Fleet) readView(tx *store.Tx, nodeID string, lock bool) (*operatorv1.No
 	if err != nil {
 		return nil, err
 	}
-	return f.view(n, f.now(), lc), nil
+	return f.view(n, f.now(), lc), fillHeld(tx, n, lc)
 }
