@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -167,8 +168,27 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 
 	testProcessesOnTheVM(t, d, id)
 
+	// A stream open when the execution ends fails as failed_precondition.
+	long, err := d.processes().ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"sleep", "600"}}}))
+	if err != nil || !long.Receive() || long.Msg().GetStarted() == nil {
+		t.Fatalf("exec sleep: %v", err)
+	}
+	streamEnd := make(chan error, 1)
+	go func() {
+		for long.Receive() {
+		}
+		streamEnd <- long.Err()
+	}()
 	d.mustKibotos(t, "workspace", "stop", "--force", id)
 	d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	select {
+	case err := <-streamEnd:
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_STREAMING_PROCESS {
+			t.Errorf("a stream open when its execution ended: %v (stage %v)", err, stageOf(err))
+		}
+	case <-time.After(time.Minute):
+		t.Error("a stream open when its execution ended did not end")
+	}
 	_, err = files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: "/"}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_INSPECTING_FILE {
 		t.Errorf("a file call on a stopped Workspace: %v (stage %v)", err, stageOf(err))

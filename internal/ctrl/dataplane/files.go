@@ -33,7 +33,7 @@ const (
 
 // ReadFile streams a file from the guest.
 func (f *Files) ReadFile(ctx context.Context, req *connect.Request[ctrlv1.ReadFileRequest], out *connect.ServerStream[ctrlv1.ReadFileResponse]) error {
-	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageRead)
+	g, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageRead)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (f *Files) WriteFile(ctx context.Context, in *connect.ClientStream[ctrlv1.W
 		return nil, apierr.Invalid("header", "the stream carried no message")
 	}
 	first := in.Msg()
-	g, _, err := f.guest(ctx, first.GetWorkspaceId(), stageWrite)
+	g, err := f.guest(ctx, first.GetWorkspaceId(), stageWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (f *Files) WriteFile(ctx context.Context, in *connect.ClientStream[ctrlv1.W
 
 // StatFile reads one path's metadata.
 func (f *Files) StatFile(ctx context.Context, req *connect.Request[ctrlv1.StatFileRequest]) (*connect.Response[ctrlv1.StatFileResponse], error) {
-	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageInspect)
+	g, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageInspect)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (f *Files) StatFile(ctx context.Context, req *connect.Request[ctrlv1.StatFi
 
 // ListDirectory lists a directory in pages.
 func (f *Files) ListDirectory(ctx context.Context, req *connect.Request[ctrlv1.ListDirectoryRequest]) (*connect.Response[ctrlv1.ListDirectoryResponse], error) {
-	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageInspect)
+	g, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageInspect)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (f *Files) ListDirectory(ctx context.Context, req *connect.Request[ctrlv1.L
 
 // MakeDirectory creates a directory.
 func (f *Files) MakeDirectory(ctx context.Context, req *connect.Request[ctrlv1.MakeDirectoryRequest]) (*connect.Response[ctrlv1.MakeDirectoryResponse], error) {
-	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageMkdir)
+	g, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageMkdir)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (f *Files) MakeDirectory(ctx context.Context, req *connect.Request[ctrlv1.M
 
 // MoveFile renames a file or directory.
 func (f *Files) MoveFile(ctx context.Context, req *connect.Request[ctrlv1.MoveFileRequest]) (*connect.Response[ctrlv1.MoveFileResponse], error) {
-	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageMove)
+	g, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageMove)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (f *Files) MoveFile(ctx context.Context, req *connect.Request[ctrlv1.MoveFi
 
 // DeleteFile removes a path.
 func (f *Files) DeleteFile(ctx context.Context, req *connect.Request[ctrlv1.DeleteFileRequest]) (*connect.Response[ctrlv1.DeleteFileResponse], error) {
-	g, _, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageDelete)
+	g, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageDelete)
 	if err != nil {
 		return nil, err
 	}

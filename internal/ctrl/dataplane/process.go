@@ -19,7 +19,6 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
@@ -53,16 +52,16 @@ const (
 
 // start starts a process in the Workspace's guest and returns the client
 // that reaches it.
-func (p *Processes) start(ctx context.Context, command *ctrlv1.CommandMetadata, workspaceID string, spec *ctrlv1.ProcessSpec) (guestv1connect.GuestAgentServiceClient, *ctrlv1.StartProcessResponse, error) {
+func (p *Processes) start(ctx context.Context, command *ctrlv1.CommandMetadata, workspaceID string, spec *ctrlv1.ProcessSpec) (*target, *ctrlv1.StartProcessResponse, error) {
 	if len(spec.GetArgv()) == 0 || spec.GetArgv()[0] == "" {
 		return nil, nil, apierr.Invalid("spec.argv", "must name a program")
 	}
-	g, w, err := p.guest(ctx, workspaceID, stageStart)
+	g, err := p.guest(ctx, workspaceID, stageStart)
 	if err != nil {
 		return nil, nil, err
 	}
 	res, err := g.StartProcess(ctx, connect.NewRequest(&guestv1.StartProcessRequest{
-		ProcessId: newProcessID(), CommandId: command.GetCommandId(), Generation: w.GetGeneration(), Spec: spec,
+		ProcessId: newProcessID(), CommandId: command.GetCommandId(), Generation: g.workspace.GetGeneration(), Spec: spec,
 	}))
 	if err != nil {
 		return nil, nil, stageOf(err, stageStart)
@@ -95,10 +94,10 @@ func (p *Processes) ExecProcess(ctx context.Context, req *connect.Request[ctrlv1
 		ProcessId: started.GetProcessId(),
 	}}))
 	if err != nil {
-		return stageOf(err, stageStream)
+		return p.ended(stageOf(err, stageStream), g, stageStream)
 	}
 	defer in.Close()
-	return relayStream(in, execEvent, stream.Send, stageStream)
+	return p.ended(relayStream(in, execEvent, stream.Send, stageStream), g, stageStream)
 }
 
 // execEvent is a StreamProcessOutput event as ExecProcess sends it.
@@ -114,21 +113,21 @@ func execEvent(m *guestv1.StreamProcessOutputResponse) *ctrlv1.ExecProcessRespon
 
 // StreamProcessOutput streams a process's output from the offsets given.
 func (p *Processes) StreamProcessOutput(ctx context.Context, req *connect.Request[ctrlv1.StreamProcessOutputRequest], stream *connect.ServerStream[ctrlv1.StreamProcessOutputResponse]) error {
-	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageStream)
+	g, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageStream)
 	if err != nil {
 		return err
 	}
 	in, err := g.StreamProcessOutput(ctx, connect.NewRequest(&guestv1.StreamProcessOutputRequest{Request: req.Msg}))
 	if err != nil {
-		return stageOf(err, stageStream)
+		return p.ended(stageOf(err, stageStream), g, stageStream)
 	}
 	defer in.Close()
-	return relayStream(in, (*guestv1.StreamProcessOutputResponse).GetResponse, stream.Send, stageStream)
+	return p.ended(relayStream(in, (*guestv1.StreamProcessOutputResponse).GetResponse, stream.Send, stageStream), g, stageStream)
 }
 
 // SendProcessInput writes to a process's stdin.
 func (p *Processes) SendProcessInput(ctx context.Context, req *connect.Request[ctrlv1.SendProcessInputRequest]) (*connect.Response[ctrlv1.SendProcessInputResponse], error) {
-	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	g, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +136,7 @@ func (p *Processes) SendProcessInput(ctx context.Context, req *connect.Request[c
 
 // ResizeProcessPty sets a process's terminal size.
 func (p *Processes) ResizeProcessPty(ctx context.Context, req *connect.Request[ctrlv1.ResizeProcessPtyRequest]) (*connect.Response[ctrlv1.ResizeProcessPtyResponse], error) {
-	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	g, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +145,7 @@ func (p *Processes) ResizeProcessPty(ctx context.Context, req *connect.Request[c
 
 // SignalProcess signals a process's group.
 func (p *Processes) SignalProcess(ctx context.Context, req *connect.Request[ctrlv1.SignalProcessRequest]) (*connect.Response[ctrlv1.SignalProcessResponse], error) {
-	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	g, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +154,7 @@ func (p *Processes) SignalProcess(ctx context.Context, req *connect.Request[ctrl
 
 // GetProcess reads one process.
 func (p *Processes) GetProcess(ctx context.Context, req *connect.Request[ctrlv1.GetProcessRequest]) (*connect.Response[ctrlv1.GetProcessResponse], error) {
-	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	g, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +163,7 @@ func (p *Processes) GetProcess(ctx context.Context, req *connect.Request[ctrlv1.
 
 // ListProcesses lists the processes of the current execution.
 func (p *Processes) ListProcesses(ctx context.Context, req *connect.Request[ctrlv1.ListProcessesRequest]) (*connect.Response[ctrlv1.ListProcessesResponse], error) {
-	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
+	g, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageUse)
 	if err != nil {
 		return nil, err
 	}
@@ -173,11 +172,12 @@ func (p *Processes) ListProcesses(ctx context.Context, req *connect.Request[ctrl
 
 // WaitProcess returns once a process has ended.
 func (p *Processes) WaitProcess(ctx context.Context, req *connect.Request[ctrlv1.WaitProcessRequest]) (*connect.Response[ctrlv1.WaitProcessResponse], error) {
-	g, _, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageStream)
+	g, err := p.guest(ctx, req.Msg.GetWorkspaceId(), stageStream)
 	if err != nil {
 		return nil, err
 	}
-	return unary(ctx, stageStream, g.WaitProcess, &guestv1.WaitProcessRequest{Request: req.Msg}, (*guestv1.WaitProcessResponse).GetResponse)
+	res, err := unary(ctx, stageStream, g.WaitProcess, &guestv1.WaitProcessRequest{Request: req.Msg}, (*guestv1.WaitProcessResponse).GetResponse)
+	return res, p.ended(err, g, stageStream)
 }
 
 func newProcessID() string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -34,28 +35,60 @@ func newRelay(w *workspace.Service, f *fleet.Fleet) *relay {
 	return &relay{workspaces: w, fleet: f, http: &http.Client{Transport: t}}
 }
 
-// guest is a client of the guest agent of the Workspace's current
-// execution, and the Workspace. A Workspace that is not AVAILABLE is
-// failed_precondition with stage and the Workspace as observed; a node
-// without a data endpoint is unavailable.
-func (r *relay) guest(ctx context.Context, workspaceID string, stage ctrlv1.FailureStage) (guestv1connect.GuestAgentServiceClient, *ctrlv1.Workspace, error) {
+// target is the guest agent of a Workspace's current execution.
+type target struct {
+	guestv1connect.GuestAgentServiceClient
+	workspace *ctrlv1.Workspace
+	instance  string
+}
+
+// guest reaches the guest agent of the Workspace's current execution. A
+// Workspace that is not AVAILABLE is failed_precondition with stage and
+// the Workspace as observed; a node without a data endpoint is
+// unavailable.
+func (r *relay) guest(ctx context.Context, workspaceID string, stage ctrlv1.FailureStage) (*target, error) {
 	w, nodeID, instance, err := r.workspaces.Execution(ctx, workspaceID)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || instance == "" {
-		return nil, nil, apierr.New(connect.CodeFailedPrecondition, &ctrlv1.ErrorDetail{
-			Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, ObservedWorkspace: w,
-		}, "workspace %s is %s: this call needs an AVAILABLE Workspace (start it first)", w.GetWorkspaceId(), w.GetState())
+		return nil, notAvailable(w, stage)
 	}
 	endpoint, token, err := r.fleet.NodeData(ctx, nodeID)
 	if err != nil || endpoint == "" {
-		return nil, nil, failed(stage, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
+		return nil, failed(stage, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
 			"node %s has no data endpoint now", nodeID)
 	}
 	client := guestv1connect.NewGuestAgentServiceClient(r.http, endpoint,
 		connect.WithInterceptors(auth.Bearer(token), header{guestchan.InstanceHeader, instance}))
-	return client, w, nil
+	return &target{GuestAgentServiceClient: client, workspace: w, instance: instance}, nil
+}
+
+func notAvailable(w *ctrlv1.Workspace, stage ctrlv1.FailureStage) error {
+	return apierr.New(connect.CodeFailedPrecondition, &ctrlv1.ErrorDetail{
+		Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, ObservedWorkspace: w,
+	}, "workspace %s is %s: this call needs an AVAILABLE Workspace (start it first)", w.GetWorkspaceId(), w.GetState())
+}
+
+// endedCheck bounds the look at the Workspace after a broken call.
+const endedCheck = 5 * time.Second
+
+// ended makes the failure of a call that was open when its execution ended
+// (a stop, a delete, the guest powering off) failed_precondition, as the
+// API asks; a cut the execution survived stays unavailable. ctrl knows of
+// the end once the stop began or the node reported it, so a guest that
+// powered itself off a moment ago may still read as a cut.
+func (r *relay) ended(err error, t *target, stage ctrlv1.FailureStage) error {
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), endedCheck)
+	defer cancel()
+	w, _, instance, lerr := r.workspaces.Execution(ctx, t.workspace.GetWorkspaceId())
+	if lerr != nil || (w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE && instance == t.instance) {
+		return err
+	}
+	return notAvailable(w, stage)
 }
 
 func failed(stage ctrlv1.FailureStage, reason ctrlv1.FailureReason, code connect.Code, format string, args ...any) error {
