@@ -19,14 +19,14 @@ import (
 	"github.com/kibotos/kibotos/internal/store"
 )
 
-// admit runs a short command: the replay of commandID, or fn's effect on
-// target with result, in one transaction.
+// admit runs a command: the replay of commandID, or fn's effect on target
+// with result, in one transaction. Only a build is long (left for a worker).
 func admit[R proto.Message](ctx context.Context, c *Catalog, commandID, kind string, req proto.Message, fn func(tx *store.Tx) (string, R, error)) (R, error) {
 	var res R
 	err := command.Do(ctx, c.store, func(tx *store.Tx) error {
 		out, err := command.Admit(tx, c.now(), commandID, kind, req, func() (command.Effect, error) {
 			target, r, err := fn(tx)
-			return command.Effect{Target: target, Result: r}, err
+			return command.Effect{Target: target, Result: r, Long: kind == kindCreateRevision}, err
 		})
 		if err == nil {
 			res = out.(R)
