@@ -267,6 +267,8 @@ func (f *Fleet) Enroll(ctx context.Context, req *nodev1.EnrollRequest) (*nodev1.
 		case f.Live(n, now):
 			return apierr.Precondition(nil, "node %s has a live control session", req.GetNodeId())
 		}
+		// A revoked node enrolling with a new grant is admitted again.
+		n.Admission = operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED
 		n.RegistrationVersion++
 		n.UpdatedAt = timestamppb.New(now)
 		if err := tx.PutNode(n); err != nil {

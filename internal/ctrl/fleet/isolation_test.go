@@ -201,23 +201,43 @@ func TestRetireEndsANodeForGood(t *testing.T) {
 	}
 }
 
+// A node whose admission was revoked is admitted again when it enrolls
+// with a new grant.
+func TestRevokedNodeEnrollsAgainWithANewGrant(t *testing.T) {
+	c := testenv.New(t, fastFleet())
+	n := c.StartNode(t, "node-a", "", "")
+	revokeEnrolled(t, c, "node-a")
+	n.Stop(t)
+	c.StartNode(t, "node-a", "", "") // a new state directory: it enrolls with a new grant
+	if got := c.Registration(t, "node-a"); got.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED {
+		t.Errorf("admission after enrolling again: %v", got.GetAdmission())
+	}
+}
+
+// revokeEnrolled revokes the grant node enrolled with, and the node's
+// admission with it, and waits for its session to end.
+func revokeEnrolled(t *testing.T, c *testenv.Cluster, node string) {
+	t.Helper()
+	grants, err := c.Enrollment.ListEnrollmentGrants(ctx, connect.NewRequest(&operatorv1.ListEnrollmentGrantsRequest{NodeId: node, IncludeInactive: true}))
+	if err != nil || len(grants.Msg.GetGrants()) != 1 {
+		t.Fatalf("%s's grant: %v %v", node, grants, err)
+	}
+	if _, err := c.Enrollment.RevokeEnrollmentGrant(ctx, connect.NewRequest(&operatorv1.RevokeEnrollmentGrantRequest{
+		Command: cmd("revoke-" + node), GrantId: grants.Msg.GetGrants()[0].GetGrantId(), RevokeEnrolledNodes: true,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitStatus(t, node, operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_REVOKED)
+	testenv.WaitFor(t, "the revoked node's session to end", func() bool { return !c.Registration(t, node).GetSession().GetLive() })
+}
+
 // A node whose admission was revoked and that is then isolated can be
 // retired, and RETIRED wins over REVOKED.
 func TestRetiredWinsOverRevoked(t *testing.T) {
 	c := testenv.New(t, fastFleet())
 	e := &lifecycleEnv{c}
 	n := c.StartNode(t, "node-a", "", "")
-	grants, err := c.Enrollment.ListEnrollmentGrants(ctx, connect.NewRequest(&operatorv1.ListEnrollmentGrantsRequest{NodeId: "node-a", IncludeInactive: true}))
-	if err != nil || len(grants.Msg.GetGrants()) != 1 {
-		t.Fatalf("node-a's grant: %v %v", grants, err)
-	}
-	if _, err := c.Enrollment.RevokeEnrollmentGrant(ctx, connect.NewRequest(&operatorv1.RevokeEnrollmentGrantRequest{
-		Command: cmd("revoke-1"), GrantId: grants.Msg.GetGrants()[0].GetGrantId(), RevokeEnrolledNodes: true,
-	})); err != nil {
-		t.Fatal(err)
-	}
-	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_REVOKED)
-	testenv.WaitFor(t, "the revoked node's session to end", func() bool { return !c.Registration(t, "node-a").GetSession().GetLive() })
+	revokeEnrolled(t, c, "node-a")
 	n.Stop(t)
 	if _, err := e.isolate("iso-1", "node-a", identity(t, n).Incarnation); err != nil {
 		t.Fatal(err)
