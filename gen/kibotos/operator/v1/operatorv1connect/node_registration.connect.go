@@ -111,8 +111,9 @@ type NodeRegistrationServiceClient interface {
 	// what already runs there keeps running. Once no Allocation is charged to
 	// the node any more it reads DRAINED. Draining a DRAINING or DRAINED node
 	// answers its registration unchanged. A retired node is refused as
-	// failed_precondition. (The reference does not describe DrainNode; this is
-	// design.)
+	// failed_precondition. Pool work (making and removing block files) still
+	// goes to a draining node when no other node reaches the pool. (The
+	// reference does not describe DrainNode; this is design.)
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
 	// CancelNodeDrain undoes DrainNode: the node takes new placements again as
 	// soon as it is otherwise a candidate (READY with a live session, or
@@ -139,7 +140,12 @@ type NodeRegistrationServiceClient interface {
 	//
 	// The isolation applies to the node's current incarnation: `isolated` stays
 	// true until the node registers again with a new incarnation. A retired
-	// node is refused as failed_precondition.
+	// node is refused as failed_precondition. (Design:) Isolating a node whose
+	// current incarnation is isolated already answers its registration
+	// unchanged and releases nothing. The operations still addressed to the
+	// node fail as unavailable, and the commands awaiting them fail with it;
+	// a Workspace such a command was creating or starting on the node counts
+	// in failed_workspaces.
 	IsolateNode(context.Context, *connect.Request[v1.IsolateNodeRequest]) (*connect.Response[v1.IsolateNodeResponse], error)
 	// RetireNode ends a node for good: a host that is gone or will not serve
 	// again. It takes a node that is DRAINED or whose current incarnation is
@@ -152,6 +158,10 @@ type NodeRegistrationServiceClient interface {
 	// draining or isolating the same node_id is refused. A new host takes a new
 	// node_id. A pool the node alone reached is left with no member until
 	// another host declares it, and its objects wait for that host.
+	//
+	// (Design:) The tombstone keeps storage_pools as history; they count in no
+	// pool. The node's control session ends and the operations still addressed
+	// to it fail as unavailable.
 	RetireNode(context.Context, *connect.Request[v1.RetireNodeRequest]) (*connect.Response[v1.RetireNodeResponse], error)
 	// ListStoragePools pages every storage pool any node ever declared, lost
 	// pools included, ordered by storage_pool. (Ordering is design.)
@@ -558,8 +568,9 @@ type NodeRegistrationServiceHandler interface {
 	// what already runs there keeps running. Once no Allocation is charged to
 	// the node any more it reads DRAINED. Draining a DRAINING or DRAINED node
 	// answers its registration unchanged. A retired node is refused as
-	// failed_precondition. (The reference does not describe DrainNode; this is
-	// design.)
+	// failed_precondition. Pool work (making and removing block files) still
+	// goes to a draining node when no other node reaches the pool. (The
+	// reference does not describe DrainNode; this is design.)
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
 	// CancelNodeDrain undoes DrainNode: the node takes new placements again as
 	// soon as it is otherwise a candidate (READY with a live session, or
@@ -586,7 +597,12 @@ type NodeRegistrationServiceHandler interface {
 	//
 	// The isolation applies to the node's current incarnation: `isolated` stays
 	// true until the node registers again with a new incarnation. A retired
-	// node is refused as failed_precondition.
+	// node is refused as failed_precondition. (Design:) Isolating a node whose
+	// current incarnation is isolated already answers its registration
+	// unchanged and releases nothing. The operations still addressed to the
+	// node fail as unavailable, and the commands awaiting them fail with it;
+	// a Workspace such a command was creating or starting on the node counts
+	// in failed_workspaces.
 	IsolateNode(context.Context, *connect.Request[v1.IsolateNodeRequest]) (*connect.Response[v1.IsolateNodeResponse], error)
 	// RetireNode ends a node for good: a host that is gone or will not serve
 	// again. It takes a node that is DRAINED or whose current incarnation is
@@ -599,6 +615,10 @@ type NodeRegistrationServiceHandler interface {
 	// draining or isolating the same node_id is refused. A new host takes a new
 	// node_id. A pool the node alone reached is left with no member until
 	// another host declares it, and its objects wait for that host.
+	//
+	// (Design:) The tombstone keeps storage_pools as history; they count in no
+	// pool. The node's control session ends and the operations still addressed
+	// to it fail as unavailable.
 	RetireNode(context.Context, *connect.Request[v1.RetireNodeRequest]) (*connect.Response[v1.RetireNodeResponse], error)
 	// ListStoragePools pages every storage pool any node ever declared, lost
 	// pools included, ordered by storage_pool. (Ordering is design.)
