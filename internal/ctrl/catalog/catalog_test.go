@@ -189,7 +189,7 @@ func TestTemplateFromTarAndOCIArchive(t *testing.T) {
 	// Bad input changes nothing.
 	for what, r := range map[string]*operatorv1.CreateTemplateRevisionRequest{
 		"unknown template": {Command: cmd("b3"), Template: "nope", Source: req.GetSource()},
-		"unknown upload": {Command: cmd("b4"), Template: "base", Source: &operatorv1.TemplateSource{Source: &operatorv1.TemplateSource_Tar{Tar: &operatorv1.TemplateTarSource{UploadDigest: digestOf([]byte("x"))}}}},
+		"unknown upload":   {Command: cmd("b4"), Template: "base", Source: &operatorv1.TemplateSource{Source: &operatorv1.TemplateSource_Tar{Tar: &operatorv1.TemplateTarSource{UploadDigest: digestOf([]byte("x"))}}}},
 	} {
 		if _, err := c.templates.CreateTemplateRevision(ctx, connect.NewRequest(r)); connect.CodeOf(err) != connect.CodeNotFound {
 			t.Errorf("%s: %v, want not_found", what, err)

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/template"
+)
+
+func templateClient() (operatorv1connect.TemplateCatalogServiceClient, error) {
+	return onOperator(operatorv1connect.NewTemplateCatalogServiceClient)
+}
+
+var templateHeader = []string{"TEMPLATE", "DEFAULT_REVISION", "REVISIONS", "VERSION", "DEPLOYMENT_DEFAULT"}
+
+func templateRow(t *operatorv1.Template) []string {
+	return []string{t.GetTemplate(), t.GetDefaultRevision(), strconv.FormatUint(uint64(t.GetRevisionCount()), 10),
+		strconv.FormatUint(t.GetVersion(), 10), strconv.FormatBool(t.GetDeploymentDefault())}
+}
+
+var revisionHeader = []string{"TEMPLATE", "REVISION", "STATE", "DEFAULT", "IMAGE_MIB", "DIGEST"}
+
+func revisionRow(r *operatorv1.TemplateRevision) []string {
+	return []string{r.GetRef().GetTemplate(), r.GetRef().GetRevision(), trimEnum(r.GetState().String(), "TEMPLATE_REVISION_STATE_"),
+		strconv.FormatBool(r.GetIsDefault()), strconv.FormatUint(r.GetImageSizeBytes()/mib, 10), r.GetImageDigest()}
+}
+
+// templateBuild is what `kibotos template build` does; `kibotos dev` uses
+// it for its default template.
+type templateBuild struct {
+	template, from, revision, platform, imageName, arch, description, commandID string
+	sizeMiB                                                                     uint64
+	setDefault                                                                  bool
+}
+
+// run uploads the source (a directory is sent as a tar of it), creates the
+// Template when missing, admits the revision and follows its build,
+// showing progress on progress.
+func (b *templateBuild) run(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, progress io.Writer) (*operatorv1.TemplateRevision, error) {
+	source, cleanup, err := b.source(ctx, client, progress)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	if err := ensureTemplate(ctx, client, b.template); err != nil {
+		return nil, err
+	}
+	res, err := client.CreateTemplateRevision(ctx, connect.NewRequest(&operatorv1.CreateTemplateRevisionRequest{
+		Command: newCommandMetadata(b.commandID), Template: b.template, Revision: b.revision, Source: source,
+		ImageSizeBytes: b.sizeMiB * mib, SetDefault: b.setDefault, Description: b.description,
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return followBuild(ctx, client, res.Msg.GetRevision(), progress)
+}
+
+func ensureTemplate(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, name string) error {
+	_, err := client.GetTemplate(ctx, connect.NewRequest(&operatorv1.GetTemplateRequest{Template: name}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		return err
+	}
+	_, err = client.CreateTemplate(ctx, connect.NewRequest(&operatorv1.CreateTemplateRequest{Command: newCommandMetadata(""), Template: name}))
+	return err
+}
+
+// source uploads what --from names, or names the registry image.
+func (b *templateBuild) source(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, progress io.Writer) (*operatorv1.TemplateSource, func(), error) {
+	none := func() {}
+	st, err := os.Stat(b.from)
+	if os.IsNotExist(err) && !strings.HasPrefix(b.from, ".") && !strings.HasPrefix(b.from, "/") {
+		fmt.Fprintf(progress, "%s is no file here: building from the registry image\n", b.from)
+		return &operatorv1.TemplateSource{Source: &operatorv1.TemplateSource_OciImage{OciImage: &operatorv1.TemplateOciImageSource{Reference: b.from, Platform: b.platform}}}, none, nil
+	}
+	if err != nil {
+		return nil, none, err
+	}
+	path, kind := b.from, ""
+	if st.IsDir() {
+		tmp, err := os.MkdirTemp("", "kibotos-template-")
+		if err != nil {
+			return nil, none, err
+		}
+		none = func() { os.RemoveAll(tmp) }
+		path = filepath.Join(tmp, "source.tar")
+		kind = "rootfs"
+		if _, err := os.Stat(filepath.Join(b.from, "oci-layout")); err == nil {
+			kind = "oci"
+		}
+		fmt.Fprintf(progress, "packing %s (%s)\n", b.from, map[string]string{"rootfs": "a root filesystem", "oci": "an OCI image layout"}[kind])
+		if err := tarDir(ctx, b.from, path); err != nil {
+			return nil, none, err
+		}
+	} else if kind, err = template.ArchiveKind(path); err != nil {
+		return nil, none, err
+	}
+	digest, err := uploadTemplateSource(ctx, client, path, progress)
+	if err != nil {
+		return nil, none, err
+	}
+	if kind == "rootfs" {
+		return &operatorv1.TemplateSource{Source: &operatorv1.TemplateSource_Tar{Tar: &operatorv1.TemplateTarSource{UploadDigest: digest, Architecture: b.arch}}}, none, nil
+	}
+	return &operatorv1.TemplateSource{Source: &operatorv1.TemplateSource_OciArchive{OciArchive: &operatorv1.TemplateOciArchiveSource{
+		UploadDigest: digest, Platform: b.platform, ImageName: b.imageName,
+	}}}, none, nil
+}
+
+func uploadTemplateSource(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, path string, progress io.Writer) (string, error) {
+	digest, size, err := fileDigest(path)
+	if err != nil {
+		return "", err
+	}
+	stream := client.UploadTemplateSource(ctx)
+	if err := stream.Send(&operatorv1.UploadTemplateSourceRequest{Part: &operatorv1.UploadTemplateSourceRequest_Header{Header: &operatorv1.TemplateSourceUploadHeader{
+		Command: newCommandMetadata(""), Digest: digest, SizeBytes: size,
+	}}}); err == nil {
+		if err := sendFile(path, size, progressPrinter(progress, "source"), func(chunk []byte) error {
+			return stream.Send(&operatorv1.UploadTemplateSourceRequest{Part: &operatorv1.UploadTemplateSourceRequest_Chunk{Chunk: chunk}})
+		}); err != nil {
+			return "", err
+		}
+	}
+	res, err := stream.CloseAndReceive()
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(progress, "source uploaded: %s (%d bytes)\n", res.Msg.GetDigest(), res.Msg.GetSizeBytes())
+	return res.Msg.GetDigest(), nil
+}
+
+// followBuild polls a revision until its build ends, showing each phase.
+func followBuild(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, r *operatorv1.TemplateRevision, progress io.Writer) (*operatorv1.TemplateRevision, error) {
+	last := ""
+	for {
+		line := fmt.Sprintf("build %s/%s: %s", r.GetRef().GetTemplate(), r.GetRef().GetRevision(), trimEnum(r.GetBuild().GetPhase().String(), "TEMPLATE_BUILD_PHASE_"))
+		if d := r.GetBuild().GetDoneBytes(); d > 0 {
+			line += fmt.Sprintf(" %d MiB", d/mib)
+		}
+		if line != last {
+			fmt.Fprintln(progress, line)
+			last = line
+		}
+		switch r.GetState() {
+		case operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_READY:
+			return r, nil
+		case operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_BUILDING:
+		default:
+			return r, fmt.Errorf("revision %s/%s is %s: %s", r.GetRef().GetTemplate(), r.GetRef().GetRevision(),
+				trimEnum(r.GetState().String(), "TEMPLATE_REVISION_STATE_"), r.GetFailure())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		res, err := client.GetTemplateRevision(ctx, connect.NewRequest(&operatorv1.GetTemplateRevisionRequest{
+			Selector: &ctrlv1.TemplateSelector{Template: r.GetRef().GetTemplate(), Revision: r.GetRef().GetRevision()},
+		}))
+		if err != nil {
+			return nil, err
+		}
+		r = res.Msg.GetRevision()
+	}
+}
+
+func newTemplateCommand(out *outputFlag) *cobra.Command {
+	c := &cobra.Command{Use: "template", Short: "Build and manage Templates (root filesystem images)"}
+	var b templateBuild
+	build := &cobra.Command{
+		Use:   "build TEMPLATE --from DIR|TAR|OCI_ARCHIVE|OCI_LAYOUT_DIR|IMAGE_REF",
+		Short: "Build a Template revision from a directory, a tar, an OCI image (archive, layout or registry)",
+		Long: `build sends the source to ctrl, which builds a read-only ext4 root image from
+it: a directory (sent as a tar of it) or a tar is the root filesystem; a
+docker save / crane tarball, an OCI layout (directory or tar) is an OCI image
+whose layers are flattened with their whiteouts applied; anything else is an
+image reference ctrl pulls from its registry. The Template is created when
+missing. Progress goes to stderr; the revision is printed once READY.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b.template = args[0]
+			client, err := templateClient()
+			if err != nil {
+				return err
+			}
+			r, err := b.run(cmd.Context(), client, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), r, revisionHeader, [][]string{revisionRow(r)})
+		},
+	}
+	f := build.Flags()
+	f.StringVar(&b.from, "from", "", "the source: a directory, a tar, an OCI archive or layout, or an image reference (required)")
+	f.StringVar(&b.revision, "revision", "", "the new revision's name (default: the next number)")
+	f.BoolVar(&b.setDefault, "set-default", false, "make the revision the Template's default once READY (the first one is anyway)")
+	f.StringVar(&b.platform, "platform", "", "os/arch[/variant] of the image to take from a multi-platform source (default: linux and ctrl's architecture)")
+	f.StringVar(&b.imageName, "image-name", "", "the image of an archive that holds several (ref name or repo tag)")
+	f.StringVar(&b.arch, "arch", "", "the architecture of a directory or tar's content (default: ctrl's)")
+	f.Uint64Var(&b.sizeMiB, "size", 0, "image size in MiB (default: the content with headroom)")
+	f.StringVar(&b.description, "description", "", "free text for operators")
+	f.StringVar(&b.commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")
+	_ = build.MarkFlagRequired("from")
+
+	list := &cobra.Command{
+		Use: "list", Short: "List Templates", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := templateClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.ListTemplates(cmd.Context(), connect.NewRequest(&operatorv1.ListTemplatesRequest{}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, t := range res.Msg.GetTemplates() {
+				rows = append(rows, templateRow(t))
+			}
+			return out.print(cmd.OutOrStdout(), res.Msg, templateHeader, rows)
+		},
+	}
+	get := &cobra.Command{
+		Use: "get TEMPLATE", Short: "Show a Template's revisions, newest first", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := templateClient()
+			if err != nil {
+				return err
+			}
+			res, err := client.ListTemplateRevisions(cmd.Context(), connect.NewRequest(&operatorv1.ListTemplateRevisionsRequest{Template: args[0]}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, r := range res.Msg.GetRevisions() {
+				rows = append(rows, revisionRow(r))
+			}
+			return out.print(cmd.OutOrStdout(), res.Msg, revisionHeader, rows)
+		},
+	}
+	c.AddCommand(build, list, get)
+	return c
+}
