@@ -148,6 +148,28 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 		t.Errorf("a path climbing out of the root: %v (field %q)", err, fieldOf(err))
 	}
 
+	// A watch sees a file written after its start.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch, err := files.WatchDirectory(watchCtx, connect.NewRequest(&ctrlv1.WatchDirectoryRequest{WorkspaceId: id, Path: "/tmp", Recursive: true}))
+	if err != nil || !watch.Receive() || watch.Msg().GetStarted() == nil {
+		t.Fatalf("watch: %v", err)
+	}
+	w = files.WriteFile(ctx)
+	_ = w.Send(&ctrlv1.WriteFileRequest{WorkspaceId: id, Frame: &ctrlv1.WriteFileRequest_Header{Header: &ctrlv1.WriteFileHeader{Path: "/tmp/watched"}}})
+	if _, err := w.CloseAndReceive(); err != nil {
+		t.Fatal(err)
+	}
+	sawRename := false // WriteFile renames its temporary file into place
+	for !sawRename && watch.Receive() {
+		ev := watch.Msg().GetEvent()
+		sawRename = ev.GetKind() == ctrlv1.FileEventKind_FILE_EVENT_KIND_RENAMED && ev.GetNewPath() == "/tmp/watched"
+	}
+	if !sawRename {
+		t.Errorf("the watch did not see the write: %v", watch.Err())
+	}
+	stopWatch()
+	watch.Close()
+
 	// workspace cp, both ways, through the CLI.
 	local := filepath.Join(t.TempDir(), "up.txt")
 	if err := os.WriteFile(local, []byte("copied in\n"), 0o600); err != nil {

@@ -12,10 +12,9 @@ import (
 )
 
 // Files serves FileService by relaying each call to the guest agent, which
-// owns the rules of paths, users and errors (internal/guest/files.go); ctrl
-// adds the Workspace's checks and the stage. WatchDirectory is not built.
+// owns the rules of paths, users and errors (internal/guest/files.go,
+// watch.go); ctrl adds the Workspace's checks and the stage.
 type Files struct {
-	ctrlv1connect.UnimplementedFileServiceHandler
 	*relay
 }
 
@@ -29,6 +28,7 @@ const (
 	stageMkdir   = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_DIRECTORY
 	stageMove    = ctrlv1.FailureStage_FAILURE_STAGE_MOVING_FILE
 	stageDelete  = ctrlv1.FailureStage_FAILURE_STAGE_DELETING_FILE
+	stageWatch   = ctrlv1.FailureStage_FAILURE_STAGE_WATCHING_DIRECTORY
 )
 
 // ReadFile streams a file from the guest.
@@ -130,10 +130,18 @@ func (f *Files) DeleteFile(ctx context.Context, req *connect.Request[ctrlv1.Dele
 	return unary(ctx, stageDelete, g.DeleteFile, &guestv1.DeleteFileRequest{Request: req.Msg}, (*guestv1.DeleteFileResponse).GetResponse)
 }
 
-// WatchDirectory is not built.
-func (f *Files) WatchDirectory(context.Context, *connect.Request[ctrlv1.WatchDirectoryRequest], *connect.ServerStream[ctrlv1.WatchDirectoryResponse]) error {
-	return failed(ctrlv1.FailureStage_FAILURE_STAGE_WATCHING_DIRECTORY, ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED, connect.CodeUnimplemented,
-		"kibotos.ctrl.v1.FileService.WatchDirectory is not implemented")
+// WatchDirectory streams the changes under a directory.
+func (f *Files) WatchDirectory(ctx context.Context, req *connect.Request[ctrlv1.WatchDirectoryRequest], out *connect.ServerStream[ctrlv1.WatchDirectoryResponse]) error {
+	g, err := f.guest(ctx, req.Msg.GetWorkspaceId(), stageWatch)
+	if err != nil {
+		return err
+	}
+	in, err := g.WatchDirectory(ctx, connect.NewRequest(&guestv1.WatchDirectoryRequest{Request: req.Msg}))
+	if err != nil {
+		return stageOf(err, stageWatch)
+	}
+	defer in.Close()
+	return relayStream(in, (*guestv1.WatchDirectoryResponse).GetResponse, out.Send, stageWatch)
 }
 
 // relayStream sends each message of a guest stream on, unwrapped, and

@@ -1559,6 +1559,94 @@ func (x *DeleteFileResponse) GetResponse() *v1.DeleteFileResponse {
 	return nil
 }
 
+type WatchDirectoryRequest struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Request       *v1.WatchDirectoryRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDirectoryRequest) Reset() {
+	*x = WatchDirectoryRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDirectoryRequest) ProtoMessage() {}
+
+func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WatchDirectoryRequest) GetRequest() *v1.WatchDirectoryRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type WatchDirectoryResponse struct {
+	state         protoimpl.MessageState     `protogen:"open.v1"`
+	Response      *v1.WatchDirectoryResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDirectoryResponse) Reset() {
+	*x = WatchDirectoryResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDirectoryResponse) ProtoMessage() {}
+
+func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *WatchDirectoryResponse) GetResponse() *v1.WatchDirectoryResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 type StreamProcessOutputRequest struct {
 	state         protoimpl.MessageState         `protogen:"open.v1"`
 	Request       *v1.StreamProcessOutputRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
@@ -1568,7 +1656,7 @@ type StreamProcessOutputRequest struct {
 
 func (x *StreamProcessOutputRequest) Reset() {
 	*x = StreamProcessOutputRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[27]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1668,7 @@ func (x *StreamProcessOutputRequest) String() string {
 func (*StreamProcessOutputRequest) ProtoMessage() {}
 
 func (x *StreamProcessOutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[27]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1681,7 @@ func (x *StreamProcessOutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamProcessOutputRequest.ProtoReflect.Descriptor instead.
 func (*StreamProcessOutputRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StreamProcessOutputRequest) GetRequest() *v1.StreamProcessOutputRequest {
@@ -1612,7 +1700,7 @@ type StreamProcessOutputResponse struct {
 
 func (x *StreamProcessOutputResponse) Reset() {
 	*x = StreamProcessOutputResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[28]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1712,7 @@ func (x *StreamProcessOutputResponse) String() string {
 func (*StreamProcessOutputResponse) ProtoMessage() {}
 
 func (x *StreamProcessOutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[28]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1725,7 @@ func (x *StreamProcessOutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamProcessOutputResponse.ProtoReflect.Descriptor instead.
 func (*StreamProcessOutputResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StreamProcessOutputResponse) GetResponse() *v1.StreamProcessOutputResponse {
@@ -1656,7 +1744,7 @@ type SendProcessInputRequest struct {
 
 func (x *SendProcessInputRequest) Reset() {
 	*x = SendProcessInputRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[29]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1756,7 @@ func (x *SendProcessInputRequest) String() string {
 func (*SendProcessInputRequest) ProtoMessage() {}
 
 func (x *SendProcessInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[29]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1769,7 @@ func (x *SendProcessInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendProcessInputRequest.ProtoReflect.Descriptor instead.
 func (*SendProcessInputRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SendProcessInputRequest) GetRequest() *v1.SendProcessInputRequest {
@@ -1700,7 +1788,7 @@ type SendProcessInputResponse struct {
 
 func (x *SendProcessInputResponse) Reset() {
 	*x = SendProcessInputResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[30]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1800,7 @@ func (x *SendProcessInputResponse) String() string {
 func (*SendProcessInputResponse) ProtoMessage() {}
 
 func (x *SendProcessInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[30]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1813,7 @@ func (x *SendProcessInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendProcessInputResponse.ProtoReflect.Descriptor instead.
 func (*SendProcessInputResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SendProcessInputResponse) GetResponse() *v1.SendProcessInputResponse {
@@ -1744,7 +1832,7 @@ type ResizeProcessPtyRequest struct {
 
 func (x *ResizeProcessPtyRequest) Reset() {
 	*x = ResizeProcessPtyRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[31]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1844,7 @@ func (x *ResizeProcessPtyRequest) String() string {
 func (*ResizeProcessPtyRequest) ProtoMessage() {}
 
 func (x *ResizeProcessPtyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[31]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1857,7 @@ func (x *ResizeProcessPtyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessPtyRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessPtyRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResizeProcessPtyRequest) GetRequest() *v1.ResizeProcessPtyRequest {
@@ -1788,7 +1876,7 @@ type ResizeProcessPtyResponse struct {
 
 func (x *ResizeProcessPtyResponse) Reset() {
 	*x = ResizeProcessPtyResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[32]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1888,7 @@ func (x *ResizeProcessPtyResponse) String() string {
 func (*ResizeProcessPtyResponse) ProtoMessage() {}
 
 func (x *ResizeProcessPtyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[32]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1901,7 @@ func (x *ResizeProcessPtyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessPtyResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessPtyResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResizeProcessPtyResponse) GetResponse() *v1.ResizeProcessPtyResponse {
@@ -1832,7 +1920,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[33]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1932,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[33]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1945,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SignalProcessRequest) GetRequest() *v1.SignalProcessRequest {
@@ -1876,7 +1964,7 @@ type SignalProcessResponse struct {
 
 func (x *SignalProcessResponse) Reset() {
 	*x = SignalProcessResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[34]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +1976,7 @@ func (x *SignalProcessResponse) String() string {
 func (*SignalProcessResponse) ProtoMessage() {}
 
 func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[34]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +1989,7 @@ func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
 func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SignalProcessResponse) GetResponse() *v1.SignalProcessResponse {
@@ -1920,7 +2008,7 @@ type GetProcessRequest struct {
 
 func (x *GetProcessRequest) Reset() {
 	*x = GetProcessRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[35]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2020,7 @@ func (x *GetProcessRequest) String() string {
 func (*GetProcessRequest) ProtoMessage() {}
 
 func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[35]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2033,7 @@ func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetProcessRequest) GetRequest() *v1.GetProcessRequest {
@@ -1964,7 +2052,7 @@ type GetProcessResponse struct {
 
 func (x *GetProcessResponse) Reset() {
 	*x = GetProcessResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[36]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2064,7 @@ func (x *GetProcessResponse) String() string {
 func (*GetProcessResponse) ProtoMessage() {}
 
 func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[36]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2077,7 @@ func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessResponse.ProtoReflect.Descriptor instead.
 func (*GetProcessResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetProcessResponse) GetResponse() *v1.GetProcessResponse {
@@ -2008,7 +2096,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[37]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2108,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[37]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2121,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListProcessesRequest) GetRequest() *v1.ListProcessesRequest {
@@ -2052,7 +2140,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[38]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2152,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[38]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2165,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListProcessesResponse) GetResponse() *v1.ListProcessesResponse {
@@ -2096,7 +2184,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[39]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2196,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[39]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2209,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WaitProcessRequest) GetRequest() *v1.WaitProcessRequest {
@@ -2140,7 +2228,7 @@ type WaitProcessResponse struct {
 
 func (x *WaitProcessResponse) Reset() {
 	*x = WaitProcessResponse{}
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[40]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2240,7 @@ func (x *WaitProcessResponse) String() string {
 func (*WaitProcessResponse) ProtoMessage() {}
 
 func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[40]
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2253,7 @@ func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessResponse.ProtoReflect.Descriptor instead.
 func (*WaitProcessResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WaitProcessResponse) GetResponse() *v1.WaitProcessResponse {
@@ -2269,7 +2357,11 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\x11DeleteFileRequest\x12<\n" +
 	"\arequest\x18\x01 \x01(\v2\".kibotos.ctrl.v1.DeleteFileRequestR\arequest\"U\n" +
 	"\x12DeleteFileResponse\x12?\n" +
-	"\bresponse\x18\x01 \x01(\v2#.kibotos.ctrl.v1.DeleteFileResponseR\bresponse\"c\n" +
+	"\bresponse\x18\x01 \x01(\v2#.kibotos.ctrl.v1.DeleteFileResponseR\bresponse\"Y\n" +
+	"\x15WatchDirectoryRequest\x12@\n" +
+	"\arequest\x18\x01 \x01(\v2&.kibotos.ctrl.v1.WatchDirectoryRequestR\arequest\"]\n" +
+	"\x16WatchDirectoryResponse\x12C\n" +
+	"\bresponse\x18\x01 \x01(\v2'.kibotos.ctrl.v1.WatchDirectoryResponseR\bresponse\"c\n" +
 	"\x1aStreamProcessOutputRequest\x12E\n" +
 	"\arequest\x18\x01 \x01(\v2+.kibotos.ctrl.v1.StreamProcessOutputRequestR\arequest\"g\n" +
 	"\x1bStreamProcessOutputResponse\x12H\n" +
@@ -2306,7 +2398,7 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"ExecStream\x12\x1b\n" +
 	"\x17EXEC_STREAM_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EXEC_STREAM_STDOUT\x10\x01\x12\x16\n" +
-	"\x12EXEC_STREAM_STDERR\x10\x022\x8a\r\n" +
+	"\x12EXEC_STREAM_STDERR\x10\x022\xf1\r\n" +
 	"\x11GuestAgentService\x12E\n" +
 	"\x04Ping\x12\x1d.kibotos.guest.v1.PingRequest\x1a\x1e.kibotos.guest.v1.PingResponse\x12G\n" +
 	"\x04Exec\x12\x1d.kibotos.guest.v1.ExecRequest\x1a\x1e.kibotos.guest.v1.ExecResponse0\x01\x12Q\n" +
@@ -2318,7 +2410,8 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\rMakeDirectory\x12&.kibotos.guest.v1.MakeDirectoryRequest\x1a'.kibotos.guest.v1.MakeDirectoryResponse\x12Q\n" +
 	"\bMoveFile\x12!.kibotos.guest.v1.MoveFileRequest\x1a\".kibotos.guest.v1.MoveFileResponse\x12W\n" +
 	"\n" +
-	"DeleteFile\x12#.kibotos.guest.v1.DeleteFileRequest\x1a$.kibotos.guest.v1.DeleteFileResponse\x12]\n" +
+	"DeleteFile\x12#.kibotos.guest.v1.DeleteFileRequest\x1a$.kibotos.guest.v1.DeleteFileResponse\x12e\n" +
+	"\x0eWatchDirectory\x12'.kibotos.guest.v1.WatchDirectoryRequest\x1a(.kibotos.guest.v1.WatchDirectoryResponse0\x01\x12]\n" +
 	"\fStartProcess\x12%.kibotos.guest.v1.StartProcessRequest\x1a&.kibotos.guest.v1.StartProcessResponse\x12t\n" +
 	"\x13StreamProcessOutput\x12,.kibotos.guest.v1.StreamProcessOutputRequest\x1a-.kibotos.guest.v1.StreamProcessOutputResponse0\x01\x12i\n" +
 	"\x10SendProcessInput\x12).kibotos.guest.v1.SendProcessInputRequest\x1a*.kibotos.guest.v1.SendProcessInputResponse\x12i\n" +
@@ -2342,7 +2435,7 @@ func file_kibotos_guest_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_guest_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_kibotos_guest_v1_agent_proto_goTypes = []any{
 	(MemoryCondition)(0),                   // 0: kibotos.guest.v1.MemoryCondition
 	(ExecStream)(0),                        // 1: kibotos.guest.v1.ExecStream
@@ -2373,139 +2466,147 @@ var file_kibotos_guest_v1_agent_proto_goTypes = []any{
 	(*MoveFileResponse)(nil),               // 26: kibotos.guest.v1.MoveFileResponse
 	(*DeleteFileRequest)(nil),              // 27: kibotos.guest.v1.DeleteFileRequest
 	(*DeleteFileResponse)(nil),             // 28: kibotos.guest.v1.DeleteFileResponse
-	(*StreamProcessOutputRequest)(nil),     // 29: kibotos.guest.v1.StreamProcessOutputRequest
-	(*StreamProcessOutputResponse)(nil),    // 30: kibotos.guest.v1.StreamProcessOutputResponse
-	(*SendProcessInputRequest)(nil),        // 31: kibotos.guest.v1.SendProcessInputRequest
-	(*SendProcessInputResponse)(nil),       // 32: kibotos.guest.v1.SendProcessInputResponse
-	(*ResizeProcessPtyRequest)(nil),        // 33: kibotos.guest.v1.ResizeProcessPtyRequest
-	(*ResizeProcessPtyResponse)(nil),       // 34: kibotos.guest.v1.ResizeProcessPtyResponse
-	(*SignalProcessRequest)(nil),           // 35: kibotos.guest.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil),          // 36: kibotos.guest.v1.SignalProcessResponse
-	(*GetProcessRequest)(nil),              // 37: kibotos.guest.v1.GetProcessRequest
-	(*GetProcessResponse)(nil),             // 38: kibotos.guest.v1.GetProcessResponse
-	(*ListProcessesRequest)(nil),           // 39: kibotos.guest.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),          // 40: kibotos.guest.v1.ListProcessesResponse
-	(*WaitProcessRequest)(nil),             // 41: kibotos.guest.v1.WaitProcessRequest
-	(*WaitProcessResponse)(nil),            // 42: kibotos.guest.v1.WaitProcessResponse
-	nil,                                    // 43: kibotos.guest.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil),          // 44: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 45: google.protobuf.Duration
-	(*v1.ProcessSpec)(nil),                 // 46: kibotos.ctrl.v1.ProcessSpec
-	(*v1.StartProcessResponse)(nil),        // 47: kibotos.ctrl.v1.StartProcessResponse
-	(*v1.ReadFileRequest)(nil),             // 48: kibotos.ctrl.v1.ReadFileRequest
-	(*v1.ReadFileResponse)(nil),            // 49: kibotos.ctrl.v1.ReadFileResponse
-	(*v1.WriteFileRequest)(nil),            // 50: kibotos.ctrl.v1.WriteFileRequest
-	(*v1.WriteFileResponse)(nil),           // 51: kibotos.ctrl.v1.WriteFileResponse
-	(*v1.StatFileRequest)(nil),             // 52: kibotos.ctrl.v1.StatFileRequest
-	(*v1.StatFileResponse)(nil),            // 53: kibotos.ctrl.v1.StatFileResponse
-	(*v1.ListDirectoryRequest)(nil),        // 54: kibotos.ctrl.v1.ListDirectoryRequest
-	(*v1.ListDirectoryResponse)(nil),       // 55: kibotos.ctrl.v1.ListDirectoryResponse
-	(*v1.MakeDirectoryRequest)(nil),        // 56: kibotos.ctrl.v1.MakeDirectoryRequest
-	(*v1.MakeDirectoryResponse)(nil),       // 57: kibotos.ctrl.v1.MakeDirectoryResponse
-	(*v1.MoveFileRequest)(nil),             // 58: kibotos.ctrl.v1.MoveFileRequest
-	(*v1.MoveFileResponse)(nil),            // 59: kibotos.ctrl.v1.MoveFileResponse
-	(*v1.DeleteFileRequest)(nil),           // 60: kibotos.ctrl.v1.DeleteFileRequest
-	(*v1.DeleteFileResponse)(nil),          // 61: kibotos.ctrl.v1.DeleteFileResponse
-	(*v1.StreamProcessOutputRequest)(nil),  // 62: kibotos.ctrl.v1.StreamProcessOutputRequest
-	(*v1.StreamProcessOutputResponse)(nil), // 63: kibotos.ctrl.v1.StreamProcessOutputResponse
-	(*v1.SendProcessInputRequest)(nil),     // 64: kibotos.ctrl.v1.SendProcessInputRequest
-	(*v1.SendProcessInputResponse)(nil),    // 65: kibotos.ctrl.v1.SendProcessInputResponse
-	(*v1.ResizeProcessPtyRequest)(nil),     // 66: kibotos.ctrl.v1.ResizeProcessPtyRequest
-	(*v1.ResizeProcessPtyResponse)(nil),    // 67: kibotos.ctrl.v1.ResizeProcessPtyResponse
-	(*v1.SignalProcessRequest)(nil),        // 68: kibotos.ctrl.v1.SignalProcessRequest
-	(*v1.SignalProcessResponse)(nil),       // 69: kibotos.ctrl.v1.SignalProcessResponse
-	(*v1.GetProcessRequest)(nil),           // 70: kibotos.ctrl.v1.GetProcessRequest
-	(*v1.GetProcessResponse)(nil),          // 71: kibotos.ctrl.v1.GetProcessResponse
-	(*v1.ListProcessesRequest)(nil),        // 72: kibotos.ctrl.v1.ListProcessesRequest
-	(*v1.ListProcessesResponse)(nil),       // 73: kibotos.ctrl.v1.ListProcessesResponse
-	(*v1.WaitProcessRequest)(nil),          // 74: kibotos.ctrl.v1.WaitProcessRequest
-	(*v1.WaitProcessResponse)(nil),         // 75: kibotos.ctrl.v1.WaitProcessResponse
+	(*WatchDirectoryRequest)(nil),          // 29: kibotos.guest.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),         // 30: kibotos.guest.v1.WatchDirectoryResponse
+	(*StreamProcessOutputRequest)(nil),     // 31: kibotos.guest.v1.StreamProcessOutputRequest
+	(*StreamProcessOutputResponse)(nil),    // 32: kibotos.guest.v1.StreamProcessOutputResponse
+	(*SendProcessInputRequest)(nil),        // 33: kibotos.guest.v1.SendProcessInputRequest
+	(*SendProcessInputResponse)(nil),       // 34: kibotos.guest.v1.SendProcessInputResponse
+	(*ResizeProcessPtyRequest)(nil),        // 35: kibotos.guest.v1.ResizeProcessPtyRequest
+	(*ResizeProcessPtyResponse)(nil),       // 36: kibotos.guest.v1.ResizeProcessPtyResponse
+	(*SignalProcessRequest)(nil),           // 37: kibotos.guest.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),          // 38: kibotos.guest.v1.SignalProcessResponse
+	(*GetProcessRequest)(nil),              // 39: kibotos.guest.v1.GetProcessRequest
+	(*GetProcessResponse)(nil),             // 40: kibotos.guest.v1.GetProcessResponse
+	(*ListProcessesRequest)(nil),           // 41: kibotos.guest.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),          // 42: kibotos.guest.v1.ListProcessesResponse
+	(*WaitProcessRequest)(nil),             // 43: kibotos.guest.v1.WaitProcessRequest
+	(*WaitProcessResponse)(nil),            // 44: kibotos.guest.v1.WaitProcessResponse
+	nil,                                    // 45: kibotos.guest.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil),          // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 47: google.protobuf.Duration
+	(*v1.ProcessSpec)(nil),                 // 48: kibotos.ctrl.v1.ProcessSpec
+	(*v1.StartProcessResponse)(nil),        // 49: kibotos.ctrl.v1.StartProcessResponse
+	(*v1.ReadFileRequest)(nil),             // 50: kibotos.ctrl.v1.ReadFileRequest
+	(*v1.ReadFileResponse)(nil),            // 51: kibotos.ctrl.v1.ReadFileResponse
+	(*v1.WriteFileRequest)(nil),            // 52: kibotos.ctrl.v1.WriteFileRequest
+	(*v1.WriteFileResponse)(nil),           // 53: kibotos.ctrl.v1.WriteFileResponse
+	(*v1.StatFileRequest)(nil),             // 54: kibotos.ctrl.v1.StatFileRequest
+	(*v1.StatFileResponse)(nil),            // 55: kibotos.ctrl.v1.StatFileResponse
+	(*v1.ListDirectoryRequest)(nil),        // 56: kibotos.ctrl.v1.ListDirectoryRequest
+	(*v1.ListDirectoryResponse)(nil),       // 57: kibotos.ctrl.v1.ListDirectoryResponse
+	(*v1.MakeDirectoryRequest)(nil),        // 58: kibotos.ctrl.v1.MakeDirectoryRequest
+	(*v1.MakeDirectoryResponse)(nil),       // 59: kibotos.ctrl.v1.MakeDirectoryResponse
+	(*v1.MoveFileRequest)(nil),             // 60: kibotos.ctrl.v1.MoveFileRequest
+	(*v1.MoveFileResponse)(nil),            // 61: kibotos.ctrl.v1.MoveFileResponse
+	(*v1.DeleteFileRequest)(nil),           // 62: kibotos.ctrl.v1.DeleteFileRequest
+	(*v1.DeleteFileResponse)(nil),          // 63: kibotos.ctrl.v1.DeleteFileResponse
+	(*v1.WatchDirectoryRequest)(nil),       // 64: kibotos.ctrl.v1.WatchDirectoryRequest
+	(*v1.WatchDirectoryResponse)(nil),      // 65: kibotos.ctrl.v1.WatchDirectoryResponse
+	(*v1.StreamProcessOutputRequest)(nil),  // 66: kibotos.ctrl.v1.StreamProcessOutputRequest
+	(*v1.StreamProcessOutputResponse)(nil), // 67: kibotos.ctrl.v1.StreamProcessOutputResponse
+	(*v1.SendProcessInputRequest)(nil),     // 68: kibotos.ctrl.v1.SendProcessInputRequest
+	(*v1.SendProcessInputResponse)(nil),    // 69: kibotos.ctrl.v1.SendProcessInputResponse
+	(*v1.ResizeProcessPtyRequest)(nil),     // 70: kibotos.ctrl.v1.ResizeProcessPtyRequest
+	(*v1.ResizeProcessPtyResponse)(nil),    // 71: kibotos.ctrl.v1.ResizeProcessPtyResponse
+	(*v1.SignalProcessRequest)(nil),        // 72: kibotos.ctrl.v1.SignalProcessRequest
+	(*v1.SignalProcessResponse)(nil),       // 73: kibotos.ctrl.v1.SignalProcessResponse
+	(*v1.GetProcessRequest)(nil),           // 74: kibotos.ctrl.v1.GetProcessRequest
+	(*v1.GetProcessResponse)(nil),          // 75: kibotos.ctrl.v1.GetProcessResponse
+	(*v1.ListProcessesRequest)(nil),        // 76: kibotos.ctrl.v1.ListProcessesRequest
+	(*v1.ListProcessesResponse)(nil),       // 77: kibotos.ctrl.v1.ListProcessesResponse
+	(*v1.WaitProcessRequest)(nil),          // 78: kibotos.ctrl.v1.WaitProcessRequest
+	(*v1.WaitProcessResponse)(nil),         // 79: kibotos.ctrl.v1.WaitProcessResponse
 }
 var file_kibotos_guest_v1_agent_proto_depIdxs = []int32{
-	44, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
+	46, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: kibotos.guest.v1.PingResponse.memory:type_name -> kibotos.guest.v1.MemoryReport
 	0,  // 2: kibotos.guest.v1.MemoryReport.condition:type_name -> kibotos.guest.v1.MemoryCondition
-	44, // 3: kibotos.guest.v1.MemoryReport.saturated_since:type_name -> google.protobuf.Timestamp
+	46, // 3: kibotos.guest.v1.MemoryReport.saturated_since:type_name -> google.protobuf.Timestamp
 	5,  // 4: kibotos.guest.v1.MemoryReport.latest_kill:type_name -> kibotos.guest.v1.MemoryKill
-	44, // 5: kibotos.guest.v1.MemoryKill.killed_at:type_name -> google.protobuf.Timestamp
-	45, // 6: kibotos.guest.v1.MemoryKill.window:type_name -> google.protobuf.Duration
-	45, // 7: kibotos.guest.v1.MemoryKill.saturated_for:type_name -> google.protobuf.Duration
-	43, // 8: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
+	46, // 5: kibotos.guest.v1.MemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	47, // 6: kibotos.guest.v1.MemoryKill.window:type_name -> google.protobuf.Duration
+	47, // 7: kibotos.guest.v1.MemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	45, // 8: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
 	8,  // 9: kibotos.guest.v1.ExecResponse.started:type_name -> kibotos.guest.v1.ExecStarted
 	9,  // 10: kibotos.guest.v1.ExecResponse.output:type_name -> kibotos.guest.v1.ExecOutput
 	10, // 11: kibotos.guest.v1.ExecResponse.exited:type_name -> kibotos.guest.v1.ExecExited
 	1,  // 12: kibotos.guest.v1.ExecOutput.stream:type_name -> kibotos.guest.v1.ExecStream
-	46, // 13: kibotos.guest.v1.StartProcessRequest.spec:type_name -> kibotos.ctrl.v1.ProcessSpec
-	47, // 14: kibotos.guest.v1.StartProcessResponse.response:type_name -> kibotos.ctrl.v1.StartProcessResponse
-	48, // 15: kibotos.guest.v1.ReadFileRequest.request:type_name -> kibotos.ctrl.v1.ReadFileRequest
-	49, // 16: kibotos.guest.v1.ReadFileResponse.response:type_name -> kibotos.ctrl.v1.ReadFileResponse
-	50, // 17: kibotos.guest.v1.WriteFileRequest.request:type_name -> kibotos.ctrl.v1.WriteFileRequest
-	51, // 18: kibotos.guest.v1.WriteFileResponse.response:type_name -> kibotos.ctrl.v1.WriteFileResponse
-	52, // 19: kibotos.guest.v1.StatFileRequest.request:type_name -> kibotos.ctrl.v1.StatFileRequest
-	53, // 20: kibotos.guest.v1.StatFileResponse.response:type_name -> kibotos.ctrl.v1.StatFileResponse
-	54, // 21: kibotos.guest.v1.ListDirectoryRequest.request:type_name -> kibotos.ctrl.v1.ListDirectoryRequest
-	55, // 22: kibotos.guest.v1.ListDirectoryResponse.response:type_name -> kibotos.ctrl.v1.ListDirectoryResponse
-	56, // 23: kibotos.guest.v1.MakeDirectoryRequest.request:type_name -> kibotos.ctrl.v1.MakeDirectoryRequest
-	57, // 24: kibotos.guest.v1.MakeDirectoryResponse.response:type_name -> kibotos.ctrl.v1.MakeDirectoryResponse
-	58, // 25: kibotos.guest.v1.MoveFileRequest.request:type_name -> kibotos.ctrl.v1.MoveFileRequest
-	59, // 26: kibotos.guest.v1.MoveFileResponse.response:type_name -> kibotos.ctrl.v1.MoveFileResponse
-	60, // 27: kibotos.guest.v1.DeleteFileRequest.request:type_name -> kibotos.ctrl.v1.DeleteFileRequest
-	61, // 28: kibotos.guest.v1.DeleteFileResponse.response:type_name -> kibotos.ctrl.v1.DeleteFileResponse
-	62, // 29: kibotos.guest.v1.StreamProcessOutputRequest.request:type_name -> kibotos.ctrl.v1.StreamProcessOutputRequest
-	63, // 30: kibotos.guest.v1.StreamProcessOutputResponse.response:type_name -> kibotos.ctrl.v1.StreamProcessOutputResponse
-	64, // 31: kibotos.guest.v1.SendProcessInputRequest.request:type_name -> kibotos.ctrl.v1.SendProcessInputRequest
-	65, // 32: kibotos.guest.v1.SendProcessInputResponse.response:type_name -> kibotos.ctrl.v1.SendProcessInputResponse
-	66, // 33: kibotos.guest.v1.ResizeProcessPtyRequest.request:type_name -> kibotos.ctrl.v1.ResizeProcessPtyRequest
-	67, // 34: kibotos.guest.v1.ResizeProcessPtyResponse.response:type_name -> kibotos.ctrl.v1.ResizeProcessPtyResponse
-	68, // 35: kibotos.guest.v1.SignalProcessRequest.request:type_name -> kibotos.ctrl.v1.SignalProcessRequest
-	69, // 36: kibotos.guest.v1.SignalProcessResponse.response:type_name -> kibotos.ctrl.v1.SignalProcessResponse
-	70, // 37: kibotos.guest.v1.GetProcessRequest.request:type_name -> kibotos.ctrl.v1.GetProcessRequest
-	71, // 38: kibotos.guest.v1.GetProcessResponse.response:type_name -> kibotos.ctrl.v1.GetProcessResponse
-	72, // 39: kibotos.guest.v1.ListProcessesRequest.request:type_name -> kibotos.ctrl.v1.ListProcessesRequest
-	73, // 40: kibotos.guest.v1.ListProcessesResponse.response:type_name -> kibotos.ctrl.v1.ListProcessesResponse
-	74, // 41: kibotos.guest.v1.WaitProcessRequest.request:type_name -> kibotos.ctrl.v1.WaitProcessRequest
-	75, // 42: kibotos.guest.v1.WaitProcessResponse.response:type_name -> kibotos.ctrl.v1.WaitProcessResponse
-	2,  // 43: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
-	6,  // 44: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
-	11, // 45: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
-	15, // 46: kibotos.guest.v1.GuestAgentService.ReadFile:input_type -> kibotos.guest.v1.ReadFileRequest
-	17, // 47: kibotos.guest.v1.GuestAgentService.WriteFile:input_type -> kibotos.guest.v1.WriteFileRequest
-	19, // 48: kibotos.guest.v1.GuestAgentService.StatFile:input_type -> kibotos.guest.v1.StatFileRequest
-	21, // 49: kibotos.guest.v1.GuestAgentService.ListDirectory:input_type -> kibotos.guest.v1.ListDirectoryRequest
-	23, // 50: kibotos.guest.v1.GuestAgentService.MakeDirectory:input_type -> kibotos.guest.v1.MakeDirectoryRequest
-	25, // 51: kibotos.guest.v1.GuestAgentService.MoveFile:input_type -> kibotos.guest.v1.MoveFileRequest
-	27, // 52: kibotos.guest.v1.GuestAgentService.DeleteFile:input_type -> kibotos.guest.v1.DeleteFileRequest
-	13, // 53: kibotos.guest.v1.GuestAgentService.StartProcess:input_type -> kibotos.guest.v1.StartProcessRequest
-	29, // 54: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:input_type -> kibotos.guest.v1.StreamProcessOutputRequest
-	31, // 55: kibotos.guest.v1.GuestAgentService.SendProcessInput:input_type -> kibotos.guest.v1.SendProcessInputRequest
-	33, // 56: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:input_type -> kibotos.guest.v1.ResizeProcessPtyRequest
-	35, // 57: kibotos.guest.v1.GuestAgentService.SignalProcess:input_type -> kibotos.guest.v1.SignalProcessRequest
-	37, // 58: kibotos.guest.v1.GuestAgentService.GetProcess:input_type -> kibotos.guest.v1.GetProcessRequest
-	39, // 59: kibotos.guest.v1.GuestAgentService.ListProcesses:input_type -> kibotos.guest.v1.ListProcessesRequest
-	41, // 60: kibotos.guest.v1.GuestAgentService.WaitProcess:input_type -> kibotos.guest.v1.WaitProcessRequest
-	3,  // 61: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
-	7,  // 62: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
-	12, // 63: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
-	16, // 64: kibotos.guest.v1.GuestAgentService.ReadFile:output_type -> kibotos.guest.v1.ReadFileResponse
-	18, // 65: kibotos.guest.v1.GuestAgentService.WriteFile:output_type -> kibotos.guest.v1.WriteFileResponse
-	20, // 66: kibotos.guest.v1.GuestAgentService.StatFile:output_type -> kibotos.guest.v1.StatFileResponse
-	22, // 67: kibotos.guest.v1.GuestAgentService.ListDirectory:output_type -> kibotos.guest.v1.ListDirectoryResponse
-	24, // 68: kibotos.guest.v1.GuestAgentService.MakeDirectory:output_type -> kibotos.guest.v1.MakeDirectoryResponse
-	26, // 69: kibotos.guest.v1.GuestAgentService.MoveFile:output_type -> kibotos.guest.v1.MoveFileResponse
-	28, // 70: kibotos.guest.v1.GuestAgentService.DeleteFile:output_type -> kibotos.guest.v1.DeleteFileResponse
-	14, // 71: kibotos.guest.v1.GuestAgentService.StartProcess:output_type -> kibotos.guest.v1.StartProcessResponse
-	30, // 72: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:output_type -> kibotos.guest.v1.StreamProcessOutputResponse
-	32, // 73: kibotos.guest.v1.GuestAgentService.SendProcessInput:output_type -> kibotos.guest.v1.SendProcessInputResponse
-	34, // 74: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:output_type -> kibotos.guest.v1.ResizeProcessPtyResponse
-	36, // 75: kibotos.guest.v1.GuestAgentService.SignalProcess:output_type -> kibotos.guest.v1.SignalProcessResponse
-	38, // 76: kibotos.guest.v1.GuestAgentService.GetProcess:output_type -> kibotos.guest.v1.GetProcessResponse
-	40, // 77: kibotos.guest.v1.GuestAgentService.ListProcesses:output_type -> kibotos.guest.v1.ListProcessesResponse
-	42, // 78: kibotos.guest.v1.GuestAgentService.WaitProcess:output_type -> kibotos.guest.v1.WaitProcessResponse
-	61, // [61:79] is the sub-list for method output_type
-	43, // [43:61] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	48, // 13: kibotos.guest.v1.StartProcessRequest.spec:type_name -> kibotos.ctrl.v1.ProcessSpec
+	49, // 14: kibotos.guest.v1.StartProcessResponse.response:type_name -> kibotos.ctrl.v1.StartProcessResponse
+	50, // 15: kibotos.guest.v1.ReadFileRequest.request:type_name -> kibotos.ctrl.v1.ReadFileRequest
+	51, // 16: kibotos.guest.v1.ReadFileResponse.response:type_name -> kibotos.ctrl.v1.ReadFileResponse
+	52, // 17: kibotos.guest.v1.WriteFileRequest.request:type_name -> kibotos.ctrl.v1.WriteFileRequest
+	53, // 18: kibotos.guest.v1.WriteFileResponse.response:type_name -> kibotos.ctrl.v1.WriteFileResponse
+	54, // 19: kibotos.guest.v1.StatFileRequest.request:type_name -> kibotos.ctrl.v1.StatFileRequest
+	55, // 20: kibotos.guest.v1.StatFileResponse.response:type_name -> kibotos.ctrl.v1.StatFileResponse
+	56, // 21: kibotos.guest.v1.ListDirectoryRequest.request:type_name -> kibotos.ctrl.v1.ListDirectoryRequest
+	57, // 22: kibotos.guest.v1.ListDirectoryResponse.response:type_name -> kibotos.ctrl.v1.ListDirectoryResponse
+	58, // 23: kibotos.guest.v1.MakeDirectoryRequest.request:type_name -> kibotos.ctrl.v1.MakeDirectoryRequest
+	59, // 24: kibotos.guest.v1.MakeDirectoryResponse.response:type_name -> kibotos.ctrl.v1.MakeDirectoryResponse
+	60, // 25: kibotos.guest.v1.MoveFileRequest.request:type_name -> kibotos.ctrl.v1.MoveFileRequest
+	61, // 26: kibotos.guest.v1.MoveFileResponse.response:type_name -> kibotos.ctrl.v1.MoveFileResponse
+	62, // 27: kibotos.guest.v1.DeleteFileRequest.request:type_name -> kibotos.ctrl.v1.DeleteFileRequest
+	63, // 28: kibotos.guest.v1.DeleteFileResponse.response:type_name -> kibotos.ctrl.v1.DeleteFileResponse
+	64, // 29: kibotos.guest.v1.WatchDirectoryRequest.request:type_name -> kibotos.ctrl.v1.WatchDirectoryRequest
+	65, // 30: kibotos.guest.v1.WatchDirectoryResponse.response:type_name -> kibotos.ctrl.v1.WatchDirectoryResponse
+	66, // 31: kibotos.guest.v1.StreamProcessOutputRequest.request:type_name -> kibotos.ctrl.v1.StreamProcessOutputRequest
+	67, // 32: kibotos.guest.v1.StreamProcessOutputResponse.response:type_name -> kibotos.ctrl.v1.StreamProcessOutputResponse
+	68, // 33: kibotos.guest.v1.SendProcessInputRequest.request:type_name -> kibotos.ctrl.v1.SendProcessInputRequest
+	69, // 34: kibotos.guest.v1.SendProcessInputResponse.response:type_name -> kibotos.ctrl.v1.SendProcessInputResponse
+	70, // 35: kibotos.guest.v1.ResizeProcessPtyRequest.request:type_name -> kibotos.ctrl.v1.ResizeProcessPtyRequest
+	71, // 36: kibotos.guest.v1.ResizeProcessPtyResponse.response:type_name -> kibotos.ctrl.v1.ResizeProcessPtyResponse
+	72, // 37: kibotos.guest.v1.SignalProcessRequest.request:type_name -> kibotos.ctrl.v1.SignalProcessRequest
+	73, // 38: kibotos.guest.v1.SignalProcessResponse.response:type_name -> kibotos.ctrl.v1.SignalProcessResponse
+	74, // 39: kibotos.guest.v1.GetProcessRequest.request:type_name -> kibotos.ctrl.v1.GetProcessRequest
+	75, // 40: kibotos.guest.v1.GetProcessResponse.response:type_name -> kibotos.ctrl.v1.GetProcessResponse
+	76, // 41: kibotos.guest.v1.ListProcessesRequest.request:type_name -> kibotos.ctrl.v1.ListProcessesRequest
+	77, // 42: kibotos.guest.v1.ListProcessesResponse.response:type_name -> kibotos.ctrl.v1.ListProcessesResponse
+	78, // 43: kibotos.guest.v1.WaitProcessRequest.request:type_name -> kibotos.ctrl.v1.WaitProcessRequest
+	79, // 44: kibotos.guest.v1.WaitProcessResponse.response:type_name -> kibotos.ctrl.v1.WaitProcessResponse
+	2,  // 45: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
+	6,  // 46: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
+	11, // 47: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
+	15, // 48: kibotos.guest.v1.GuestAgentService.ReadFile:input_type -> kibotos.guest.v1.ReadFileRequest
+	17, // 49: kibotos.guest.v1.GuestAgentService.WriteFile:input_type -> kibotos.guest.v1.WriteFileRequest
+	19, // 50: kibotos.guest.v1.GuestAgentService.StatFile:input_type -> kibotos.guest.v1.StatFileRequest
+	21, // 51: kibotos.guest.v1.GuestAgentService.ListDirectory:input_type -> kibotos.guest.v1.ListDirectoryRequest
+	23, // 52: kibotos.guest.v1.GuestAgentService.MakeDirectory:input_type -> kibotos.guest.v1.MakeDirectoryRequest
+	25, // 53: kibotos.guest.v1.GuestAgentService.MoveFile:input_type -> kibotos.guest.v1.MoveFileRequest
+	27, // 54: kibotos.guest.v1.GuestAgentService.DeleteFile:input_type -> kibotos.guest.v1.DeleteFileRequest
+	29, // 55: kibotos.guest.v1.GuestAgentService.WatchDirectory:input_type -> kibotos.guest.v1.WatchDirectoryRequest
+	13, // 56: kibotos.guest.v1.GuestAgentService.StartProcess:input_type -> kibotos.guest.v1.StartProcessRequest
+	31, // 57: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:input_type -> kibotos.guest.v1.StreamProcessOutputRequest
+	33, // 58: kibotos.guest.v1.GuestAgentService.SendProcessInput:input_type -> kibotos.guest.v1.SendProcessInputRequest
+	35, // 59: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:input_type -> kibotos.guest.v1.ResizeProcessPtyRequest
+	37, // 60: kibotos.guest.v1.GuestAgentService.SignalProcess:input_type -> kibotos.guest.v1.SignalProcessRequest
+	39, // 61: kibotos.guest.v1.GuestAgentService.GetProcess:input_type -> kibotos.guest.v1.GetProcessRequest
+	41, // 62: kibotos.guest.v1.GuestAgentService.ListProcesses:input_type -> kibotos.guest.v1.ListProcessesRequest
+	43, // 63: kibotos.guest.v1.GuestAgentService.WaitProcess:input_type -> kibotos.guest.v1.WaitProcessRequest
+	3,  // 64: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
+	7,  // 65: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
+	12, // 66: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
+	16, // 67: kibotos.guest.v1.GuestAgentService.ReadFile:output_type -> kibotos.guest.v1.ReadFileResponse
+	18, // 68: kibotos.guest.v1.GuestAgentService.WriteFile:output_type -> kibotos.guest.v1.WriteFileResponse
+	20, // 69: kibotos.guest.v1.GuestAgentService.StatFile:output_type -> kibotos.guest.v1.StatFileResponse
+	22, // 70: kibotos.guest.v1.GuestAgentService.ListDirectory:output_type -> kibotos.guest.v1.ListDirectoryResponse
+	24, // 71: kibotos.guest.v1.GuestAgentService.MakeDirectory:output_type -> kibotos.guest.v1.MakeDirectoryResponse
+	26, // 72: kibotos.guest.v1.GuestAgentService.MoveFile:output_type -> kibotos.guest.v1.MoveFileResponse
+	28, // 73: kibotos.guest.v1.GuestAgentService.DeleteFile:output_type -> kibotos.guest.v1.DeleteFileResponse
+	30, // 74: kibotos.guest.v1.GuestAgentService.WatchDirectory:output_type -> kibotos.guest.v1.WatchDirectoryResponse
+	14, // 75: kibotos.guest.v1.GuestAgentService.StartProcess:output_type -> kibotos.guest.v1.StartProcessResponse
+	32, // 76: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:output_type -> kibotos.guest.v1.StreamProcessOutputResponse
+	34, // 77: kibotos.guest.v1.GuestAgentService.SendProcessInput:output_type -> kibotos.guest.v1.SendProcessInputResponse
+	36, // 78: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:output_type -> kibotos.guest.v1.ResizeProcessPtyResponse
+	38, // 79: kibotos.guest.v1.GuestAgentService.SignalProcess:output_type -> kibotos.guest.v1.SignalProcessResponse
+	40, // 80: kibotos.guest.v1.GuestAgentService.GetProcess:output_type -> kibotos.guest.v1.GetProcessResponse
+	42, // 81: kibotos.guest.v1.GuestAgentService.ListProcesses:output_type -> kibotos.guest.v1.ListProcessesResponse
+	44, // 82: kibotos.guest.v1.GuestAgentService.WaitProcess:output_type -> kibotos.guest.v1.WaitProcessResponse
+	64, // [64:83] is the sub-list for method output_type
+	45, // [45:64] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_guest_v1_agent_proto_init() }
@@ -2524,7 +2625,7 @@ func file_kibotos_guest_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_guest_v1_agent_proto_rawDesc), len(file_kibotos_guest_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

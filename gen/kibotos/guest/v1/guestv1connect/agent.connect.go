@@ -66,6 +66,9 @@ const (
 	// GuestAgentServiceDeleteFileProcedure is the fully-qualified name of the GuestAgentService's
 	// DeleteFile RPC.
 	GuestAgentServiceDeleteFileProcedure = "/kibotos.guest.v1.GuestAgentService/DeleteFile"
+	// GuestAgentServiceWatchDirectoryProcedure is the fully-qualified name of the GuestAgentService's
+	// WatchDirectory RPC.
+	GuestAgentServiceWatchDirectoryProcedure = "/kibotos.guest.v1.GuestAgentService/WatchDirectory"
 	// GuestAgentServiceStartProcessProcedure is the fully-qualified name of the GuestAgentService's
 	// StartProcess RPC.
 	GuestAgentServiceStartProcessProcedure = "/kibotos.guest.v1.GuestAgentService/StartProcess"
@@ -119,6 +122,7 @@ type GuestAgentServiceClient interface {
 	MakeDirectory(context.Context, *connect.Request[v1.MakeDirectoryRequest]) (*connect.Response[v1.MakeDirectoryResponse], error)
 	MoveFile(context.Context, *connect.Request[v1.MoveFileRequest]) (*connect.Response[v1.MoveFileResponse], error)
 	DeleteFile(context.Context, *connect.Request[v1.DeleteFileRequest]) (*connect.Response[v1.DeleteFileResponse], error)
+	WatchDirectory(context.Context, *connect.Request[v1.WatchDirectoryRequest]) (*connect.ServerStreamForClient[v1.WatchDirectoryResponse], error)
 	// Processes the agent keeps for the current boot (ProcessService): it
 	// starts them, keeps the last MiB of each output stream, their stdin and
 	// pty, and the 256 most recently ended ones. Each request and response
@@ -209,6 +213,12 @@ func NewGuestAgentServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(guestAgentServiceMethods.ByName("DeleteFile")),
 			connect.WithClientOptions(opts...),
 		),
+		watchDirectory: connect.NewClient[v1.WatchDirectoryRequest, v1.WatchDirectoryResponse](
+			httpClient,
+			baseURL+GuestAgentServiceWatchDirectoryProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("WatchDirectory")),
+			connect.WithClientOptions(opts...),
+		),
 		startProcess: connect.NewClient[v1.StartProcessRequest, v1.StartProcessResponse](
 			httpClient,
 			baseURL+GuestAgentServiceStartProcessProcedure,
@@ -272,6 +282,7 @@ type guestAgentServiceClient struct {
 	makeDirectory       *connect.Client[v1.MakeDirectoryRequest, v1.MakeDirectoryResponse]
 	moveFile            *connect.Client[v1.MoveFileRequest, v1.MoveFileResponse]
 	deleteFile          *connect.Client[v1.DeleteFileRequest, v1.DeleteFileResponse]
+	watchDirectory      *connect.Client[v1.WatchDirectoryRequest, v1.WatchDirectoryResponse]
 	startProcess        *connect.Client[v1.StartProcessRequest, v1.StartProcessResponse]
 	streamProcessOutput *connect.Client[v1.StreamProcessOutputRequest, v1.StreamProcessOutputResponse]
 	sendProcessInput    *connect.Client[v1.SendProcessInputRequest, v1.SendProcessInputResponse]
@@ -330,6 +341,11 @@ func (c *guestAgentServiceClient) MoveFile(ctx context.Context, req *connect.Req
 // DeleteFile calls kibotos.guest.v1.GuestAgentService.DeleteFile.
 func (c *guestAgentServiceClient) DeleteFile(ctx context.Context, req *connect.Request[v1.DeleteFileRequest]) (*connect.Response[v1.DeleteFileResponse], error) {
 	return c.deleteFile.CallUnary(ctx, req)
+}
+
+// WatchDirectory calls kibotos.guest.v1.GuestAgentService.WatchDirectory.
+func (c *guestAgentServiceClient) WatchDirectory(ctx context.Context, req *connect.Request[v1.WatchDirectoryRequest]) (*connect.ServerStreamForClient[v1.WatchDirectoryResponse], error) {
+	return c.watchDirectory.CallServerStream(ctx, req)
 }
 
 // StartProcess calls kibotos.guest.v1.GuestAgentService.StartProcess.
@@ -399,6 +415,7 @@ type GuestAgentServiceHandler interface {
 	MakeDirectory(context.Context, *connect.Request[v1.MakeDirectoryRequest]) (*connect.Response[v1.MakeDirectoryResponse], error)
 	MoveFile(context.Context, *connect.Request[v1.MoveFileRequest]) (*connect.Response[v1.MoveFileResponse], error)
 	DeleteFile(context.Context, *connect.Request[v1.DeleteFileRequest]) (*connect.Response[v1.DeleteFileResponse], error)
+	WatchDirectory(context.Context, *connect.Request[v1.WatchDirectoryRequest], *connect.ServerStream[v1.WatchDirectoryResponse]) error
 	// Processes the agent keeps for the current boot (ProcessService): it
 	// starts them, keeps the last MiB of each output stream, their stdin and
 	// pty, and the 256 most recently ended ones. Each request and response
@@ -485,6 +502,12 @@ func NewGuestAgentServiceHandler(svc GuestAgentServiceHandler, opts ...connect.H
 		connect.WithSchema(guestAgentServiceMethods.ByName("DeleteFile")),
 		connect.WithHandlerOptions(opts...),
 	)
+	guestAgentServiceWatchDirectoryHandler := connect.NewServerStreamHandler(
+		GuestAgentServiceWatchDirectoryProcedure,
+		svc.WatchDirectory,
+		connect.WithSchema(guestAgentServiceMethods.ByName("WatchDirectory")),
+		connect.WithHandlerOptions(opts...),
+	)
 	guestAgentServiceStartProcessHandler := connect.NewUnaryHandler(
 		GuestAgentServiceStartProcessProcedure,
 		svc.StartProcess,
@@ -555,6 +578,8 @@ func NewGuestAgentServiceHandler(svc GuestAgentServiceHandler, opts ...connect.H
 			guestAgentServiceMoveFileHandler.ServeHTTP(w, r)
 		case GuestAgentServiceDeleteFileProcedure:
 			guestAgentServiceDeleteFileHandler.ServeHTTP(w, r)
+		case GuestAgentServiceWatchDirectoryProcedure:
+			guestAgentServiceWatchDirectoryHandler.ServeHTTP(w, r)
 		case GuestAgentServiceStartProcessProcedure:
 			guestAgentServiceStartProcessHandler.ServeHTTP(w, r)
 		case GuestAgentServiceStreamProcessOutputProcedure:
@@ -618,6 +643,10 @@ func (UnimplementedGuestAgentServiceHandler) MoveFile(context.Context, *connect.
 
 func (UnimplementedGuestAgentServiceHandler) DeleteFile(context.Context, *connect.Request[v1.DeleteFileRequest]) (*connect.Response[v1.DeleteFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.DeleteFile is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) WatchDirectory(context.Context, *connect.Request[v1.WatchDirectoryRequest], *connect.ServerStream[v1.WatchDirectoryResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.WatchDirectory is not implemented"))
 }
 
 func (UnimplementedGuestAgentServiceHandler) StartProcess(context.Context, *connect.Request[v1.StartProcessRequest]) (*connect.Response[v1.StartProcessResponse], error) {
