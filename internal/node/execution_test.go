@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -491,5 +492,47 @@ func TestCommandsOnOtherObjectsDoNotWait(t *testing.T) {
 	})
 	if !slices.Equal(order, []string{"op-start", "op-stop"}) {
 		t.Errorf("results in the order %v, want the start's first", order)
+	}
+}
+
+// A template that cannot boot fails the start with the guest's last words,
+// leaves no new layer, and an existing layer is kept. (A kernel QEMU
+// refuses is in TestExecutionLifecycle.)
+func TestStartsFromABrokenTemplate(t *testing.T) {
+	needE2fsprogs(t)
+	needQEMU(t)
+	t.Parallel()
+	art := testenv.BuildVMArtifacts(t)
+	h := newHarness(t)
+	h.killVMsAfter()
+	h.start(h.config())
+	s := recv(t, h.ctrl.sessions, "session")
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	if err := os.WriteFile(garbage, bytes.Repeat([]byte("not a file system "), 1<<16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken := h.serve(garbage, "root.img")
+
+	op := h.startOp(art, "inst-bad", "boot-bad")
+	op.TemplateRoot = broken
+	res := s.commandWithin(t, bootWait, "start-bad", op)
+	if connect.Code(res.GetCode()) != connect.CodeUnavailable || !strings.Contains(res.GetMessage(), "the guest powered off: boot failed") {
+		t.Errorf("a template that cannot boot: %v %q, want unavailable with the guest's reason", connect.Code(res.GetCode()), res.GetMessage())
+	}
+	if _, err := os.Stat(filepath.Join(h.poolDir, "layers", "ws-inst-bad.img")); !os.IsNotExist(err) {
+		t.Errorf("a failed start left its new layer: %v", err)
+	}
+
+	// A Workspace that ran keeps its layer when a later start fails.
+	executionStatus(t, s.commandWithin(t, bootWait, "start-kept", h.startOp(art, "inst-kept", "boot-kept")))
+	stopResult(t, s.command(t, "stop-kept", &nodev1.StopExecution{InstanceId: "inst-kept"}))
+	bad := h.startOp(art, "inst-kept", "boot-kept-2")
+	bad.TemplateRoot = broken
+	if res := s.commandWithin(t, bootWait, "start-kept-bad", bad); res.GetCode() == 0 {
+		t.Fatal("a start from a broken template succeeded")
+	}
+	st := executionStatus(t, s.commandWithin(t, bootWait, "start-kept-again", h.startOp(art, "inst-kept", "boot-kept-3")))
+	if st.GetLayerCreated() {
+		t.Error("the failed start lost the existing layer")
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/guest"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/node/fsutil"
 	"github.com/kibotos/kibotos/internal/node/provider/qemu"
@@ -675,6 +676,9 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 			log.Error("cannot kill a VM that did not boot", "pid", vm.PID, "err", kerr)
 		}
 		msg := "the execution did not boot: " + err.Error()
+		if why := guestPowerOffReason(consoleTail(runDir)); why != "" {
+			msg += "; the guest powered off: " + why
+		}
 		if q := strings.TrimSpace(lastLines(readTail(filepath.Join(runDir, qemuStderrFile)), 10)); q != "" {
 			msg += "; QEMU: " + q
 		}
@@ -713,6 +717,19 @@ func (e *executions) reportDelivery(id string, arts []*nodev1.Artifact, fetched 
 		case <-t.C:
 		}
 	}
+}
+
+// guestPowerOffReason is why kibotos-guest powered its machine off, from
+// its last words on the console ("kibotos-guest: power off: <reason>"), or
+// empty.
+func guestPowerOffReason(console string) string {
+	const marker = guest.LogPrefix + "power off: "
+	i := strings.LastIndex(console, marker)
+	if i < 0 {
+		return ""
+	}
+	line, _, _ := strings.Cut(console[i+len(marker):], "\n")
+	return strings.TrimSpace(line)
 }
 
 // answerRunning answers StartExecution for an execution that runs
