@@ -4,10 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/platform"
 	"github.com/kibotos/kibotos/internal/template"
@@ -55,52 +63,68 @@ func progressPrinter(w io.Writer, what string) platform.Progress {
 
 // ensureDefaults builds and registers a default platform (Debian's kernel,
 // an initramfs with kibotos-guest) and a default template (a busybox root)
-// when the catalog has none: the first start of `kibotos dev`.
+// when the catalog has none: the first start of `kibotos dev`. It goes the
+// way `kibotos platform build` and `kibotos template build` go, through
+// ctrl's Operator endpoint (as written to its endpoints.env), so there is
+// one path into the catalog.
 func ensureDefaults(ctx context.Context, cat *catalog.Catalog, stateDir string, out io.Writer) error {
 	ok, err := cat.HasDefaults(ctx)
 	if err != nil || ok {
 		return err
 	}
 	fmt.Fprintln(out, "first start: building the default platform and template (once)")
-	guest, err := guestBinary()
+	env, err := clientconfig.ReadEnvFile(ctrl.EndpointsFile(stateDir))
 	if err != nil {
 		return err
 	}
-	work := filepath.Join(stateDir, "build")
-	defer os.RemoveAll(work)
+	op := connect.WithInterceptors(bearer(env[clientconfig.EnvOperatorToken]))
+	endpoint := env[clientconfig.EnvOperatorEndpoint]
+	platforms := operatorv1connect.NewPlatformCatalogServiceClient(http.DefaultClient, endpoint, op)
+	templates := operatorv1connect.NewTemplateCatalogServiceClient(http.DefaultClient, endpoint, op)
 	cache := os.Getenv("KIBOTOS_CACHE")
 	if cache == "" {
 		cache = filepath.Join(stateDir, "cache")
 	}
-	deb, err := platform.DownloadDebianKernel(ctx, cache, progressPrinter(out, "kernel package"))
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return err
+	}
+	if err := ensureDefaultPlatform(ctx, platforms, cache, out); err != nil {
+		return err
+	}
+	return ensureDefaultTemplate(ctx, templates, stateDir, out)
+}
+
+func ensureDefaultPlatform(ctx context.Context, client operatorv1connect.PlatformCatalogServiceClient, cache string, out io.Writer) error {
+	k, err := client.GetPlatformKey(ctx, connect.NewRequest(&operatorv1.GetPlatformKeyRequest{PlatformKey: defaultPlatformKey}))
+	if err == nil && k.Msg.GetPlatformKey().GetDefaultLaunchRef() != "" {
+		return nil
+	}
+	b := platformBuild{key: defaultPlatformKey, cache: cache, setDefault: true}
+	l, err := b.run(ctx, client, out)
 	if err != nil {
 		return err
 	}
-	platformDir := filepath.Join(work, "platform")
-	if err := os.MkdirAll(platformDir, 0o755); err != nil {
-		return err
+	fmt.Fprintf(out, "platform %q: %s (%s)\n", defaultPlatformKey, l.GetLaunchRef(), l.GetDescription())
+	return nil
+}
+
+func ensureDefaultTemplate(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, stateDir string, out io.Writer) error {
+	r, err := client.GetTemplateRevision(ctx, connect.NewRequest(&operatorv1.GetTemplateRevisionRequest{Selector: &ctrlv1.TemplateSelector{Template: defaultTemplate}}))
+	if err == nil && r.Msg.GetRevision().GetState() == operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_READY {
+		return nil
 	}
-	m, err := platform.Build(ctx, platform.BuildInput{KernelDeb: deb, GuestBinary: guest, Progress: progressPrinter(out, "platform")}, platformDir)
-	if err != nil {
-		return err
-	}
-	if _, err := cat.RegisterPlatform(ctx, defaultPlatformKey, m, platformDir, true); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "platform %q: kernel %s, %s\n", defaultPlatformKey, m.KernelVersion, m.Digest)
+	work := filepath.Join(stateDir, "build")
+	defer os.RemoveAll(work)
 	root := filepath.Join(work, "root")
 	if err := template.BusyboxDir(busyboxPath(), root); err != nil {
 		return fmt.Errorf("default template: %w (Debian package busybox-static)", err)
 	}
-	img, err := template.FromDir(ctx, root, filepath.Join(work, "root.img"))
+	b := templateBuild{template: defaultTemplate, from: root, setDefault: true, description: "busybox"}
+	rev, err := b.run(ctx, client, out)
 	if err != nil {
 		return err
 	}
-	rev, err := cat.RegisterTemplate(ctx, defaultTemplate, img, true)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "template %q revision %s: %s\n", defaultTemplate, rev.GetRef().GetRevision(), img.Digest)
+	fmt.Fprintf(out, "template %q revision %s: %s\n", defaultTemplate, rev.GetRef().GetRevision(), rev.GetImageDigest())
 	return nil
 }
 
