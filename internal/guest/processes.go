@@ -310,7 +310,7 @@ func (a *Agent) spawn(r *guestv1.StartProcessRequest, u *User) (*apiProcess, err
 	}
 	p.start = &ctrlv1.StartProcessResponse{ProcessId: r.GetProcessId(), Pid: int32(p.pgid), StartedAt: p.info.GetStartedAt(), Generation: r.GetGeneration()}
 	a.procs.add(p)
-	go p.run(exited, io, &a.procs)
+	go p.run(exited, io, &a.procs, a.memoryKilled)
 	return p, nil
 }
 
@@ -431,7 +431,7 @@ func openPty() (master, tty *os.File, err error) {
 
 // run collects the process's output until it ended and its output is
 // read, then records its exit.
-func (p *apiProcess) run(exited <-chan Exit, io *processIO, table *processTable) {
+func (p *apiProcess) run(exited <-chan Exit, io *processIO, table *processTable, memoryKilled func(pid int) bool) {
 	var readers sync.WaitGroup
 	for s, f := range io.readers {
 		readers.Add(1)
@@ -463,6 +463,9 @@ func (p *apiProcess) run(exited <-chan Exit, io *processIO, table *processTable)
 	status := &ctrlv1.ProcessExitStatus{EndedAt: timestamppb.Now(), CoreDumped: e.Status.CoreDump()}
 	if sig := e.Signal(); sig != 0 {
 		status.Cause, status.Signal = ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_SIGNALED, int32(sig)
+		if sig == int(unix.SIGKILL) && memoryKilled(e.Pid) {
+			status.Cause = ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_MEMORY_KILLED
+		}
 	} else {
 		status.Cause, status.ExitCode = ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_EXITED, int32(e.Code())
 	}
@@ -475,6 +478,11 @@ func (p *apiProcess) run(exited <-chan Exit, io *processIO, table *processTable)
 	p.notify()
 	p.mu.Unlock()
 	table.prune()
+}
+
+// memoryKilled reports whether the memory watch's latest kill was pid.
+func (a *Agent) memoryKilled(pid int) bool {
+	return a.Memory.Report().GetLatestKill().GetPid() == int32(pid)
 }
 
 // snapshot is the Process as it is now.

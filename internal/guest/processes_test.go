@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -207,5 +208,25 @@ func TestInputToAProcessThatDoesNotRead(t *testing.T) {
 	got, err := c.GetProcess(context.Background(), connect.NewRequest(&guestv1.GetProcessRequest{Request: &ctrlv1.GetProcessRequest{ProcessId: p.GetProcessId()}}))
 	if err != nil || got.Msg.GetResponse().GetProcess().GetStdoutEndOffset() != 2000000 || len(stdout) < 1<<20 || len(stdout) > 2000000 {
 		t.Errorf("output: %d bytes streamed, record %v %v", len(stdout), got, err)
+	}
+}
+
+// A process the memory watch kills ends as MEMORY_KILLED.
+func TestProcessKilledByTheMemoryWatch(t *testing.T) {
+	fake := newFakeProc(t)
+	watch := &guest.MemoryWatch{ProcDir: fake.dir, Kill: func(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }}
+	c := serve(t, &guest.Agent{Reaper: reaper, Memory: watch})
+	p := startProcess(t, c, "", &ctrlv1.ProcessSpec{Argv: []string{"sleep", "60"}})
+	fake.process(int(p.GetPid()), "sleep", 500000)
+	t0 := time.Unix(1_700_000_000, 0)
+	total := uint64(0)
+	for s := 0; s < 120 && watch.Report().GetKillCount() == 0; s++ {
+		total += 900_000 // stalled 90% of every second
+		fake.pressure(total)
+		watch.Sample(t0.Add(time.Duration(s) * time.Second))
+	}
+	res, err := c.WaitProcess(context.Background(), connect.NewRequest(&guestv1.WaitProcessRequest{Request: &ctrlv1.WaitProcessRequest{ProcessId: p.GetProcessId()}}))
+	if exit := res.Msg.GetResponse().GetExit(); err != nil || exit.GetCause() != ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_MEMORY_KILLED || exit.GetSignal() != 9 {
+		t.Errorf("exit %v %v, want MEMORY_KILLED", exit, err)
 	}
 }
