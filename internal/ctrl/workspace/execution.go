@@ -382,14 +382,8 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 	if err != nil {
 		return err
 	}
-	if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
-		if err := s.volumes.Update(tx, b.GetVolumeId(), func(v *ctrlv1.Volume) {
-			if v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_ATTACHED {
-				v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
-			}
-		}); err != nil {
-			return err
-		}
+	if _, err := s.detachVolume(tx, w); err != nil {
+		return err
 	}
 	if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING || w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
 		return nil
