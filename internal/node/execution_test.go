@@ -142,7 +142,14 @@ func (h instanceHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 
 type bearerInterceptor string
 
-func (b bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+func (b bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if b != "" {
+			req.Header().Set("Authorization", "Bearer "+string(b))
+		}
+		return next(ctx, req)
+	}
+}
 func (b bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
@@ -327,6 +334,10 @@ func TestExecutionLifecycle(t *testing.T) {
 	}
 	if _, _, err := run(data, "inst-2", "true"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("unknown instance: %v, want not_found", err)
+	}
+	// Only StopExecution shuts a guest down: the relay refuses Shutdown.
+	if _, err := data.agent("inst-1").Shutdown(context.Background(), connect.NewRequest(&guestv1.ShutdownRequest{})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("Shutdown through the data endpoint: %v, want permission_denied", err)
 	}
 	// Only a VM that keeps running keeps a file in its tmpfs.
 	if _, code, err := run(data, "inst-1", "sh", "-c", "echo still-here > /tmp/marker"); err != nil || code != 0 {
