@@ -231,22 +231,29 @@ func progressOn(w io.Writer) io.Writer {
 	return w
 }
 
-// meter shows a copy's progress on one terminal line, at most a few times
-// a second.
+// meter shows a copy's progress on one terminal line, a few times a
+// second, once the copy has taken longer than quiet: a quick one shows
+// nothing.
 type meter struct {
 	w             io.Writer
 	what          string
 	total, copied int64
-	last          time.Time
+	start, last   time.Time
 }
 
+// Progress timing.
+const (
+	quiet     = time.Second
+	showEvery = 200 * time.Millisecond
+)
+
 func (c copier) meter(what string, total int64) *meter {
-	return &meter{w: c.progress, what: what, total: total}
+	return &meter{w: c.progress, what: what, total: total, start: time.Now()}
 }
 
 func (m *meter) add(n int) {
 	m.copied += int64(n)
-	if m.w == nil || time.Since(m.last) < 200*time.Millisecond {
+	if m.w == nil || time.Since(m.start) < quiet || time.Since(m.last) < showEvery {
 		return
 	}
 	m.last = time.Now()
@@ -263,7 +270,7 @@ func (m *meter) show() {
 
 func (m *meter) done() {
 	if m.w == nil || m.last.IsZero() {
-		return // small copies show nothing
+		return // a quick copy shows nothing
 	}
 	m.show()
 	fmt.Fprintln(m.w)
