@@ -80,7 +80,7 @@ func (c *Catalog) Run(ctx context.Context) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
-		if err := c.Sweep(ctx); err != nil && ctx.Err() == nil {
+		if err := c.Sweep(ctx, c.now()); err != nil && ctx.Err() == nil {
 			c.log.Warn("catalog sweep", "err", err)
 		}
 		select {

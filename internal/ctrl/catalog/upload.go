@@ -230,13 +230,13 @@ func (c *Catalog) copyIn(kind, path string) (string, uint64, error) {
 }
 
 // Sweep removes the uploads nothing references that completed more than 24
-// hours ago, with their files.
-func (c *Catalog) Sweep(ctx context.Context) error {
+// hours before now, with their files.
+func (c *Catalog) Sweep(ctx context.Context, now time.Time) error {
 	for _, kind := range []string{store.UploadPlatformArtifact, store.UploadTemplateSource} {
 		var digests []string
 		err := c.store.Tx(ctx, func(tx *store.Tx) error {
 			var err error
-			if digests, err = tx.UnreferencedUploads(kind, c.now().Add(-uploadRetention)); err != nil {
+			if digests, err = tx.UnreferencedUploads(kind, now.Add(-uploadRetention)); err != nil {
 				return err
 			}
 			for _, d := range digests {
