@@ -162,4 +162,3 @@ func TestLegacyCatalogIsAdopted(t *testing.T) {
 	// A second start adopts nothing twice.
 	newCatalog(t, st, t.TempDir())
 }
-
