@@ -57,17 +57,47 @@ func (t *Tx) GetPlatformKey(name string, lock bool) (*operatorv1.PlatformKey, er
 	if lock {
 		q += t.d.lock
 	}
-	var def int64
-	var body []byte
-	if err := t.queryRow(q, name).Scan(&def, &body); err != nil {
-		return nil, noRows(err)
-	}
-	k := &operatorv1.PlatformKey{}
-	if err := proto.Unmarshal(body, k); err != nil {
+	return first(queryDefaulted(t, q, []any{name}, newPlatformKey))
+}
+
+func newPlatformKey(def bool) *operatorv1.PlatformKey {
+	return &operatorv1.PlatformKey{DeploymentDefault: def}
+}
+
+// queryDefaulted reads rows of (deployment_default, body): the body decoded
+// into newMsg(deployment_default), where the body leaves the flag false.
+func queryDefaulted[M proto.Message](t *Tx, q string, args []any, newMsg func(def bool) M) ([]M, error) {
+	rows, err := t.query(q, args...)
+	if err != nil {
 		return nil, err
 	}
-	k.DeploymentDefault = def == 1
-	return k, nil
+	defer rows.Close()
+	var out []M
+	for rows.Next() {
+		var def int64
+		var body []byte
+		if err := rows.Scan(&def, &body); err != nil {
+			return nil, err
+		}
+		m := newMsg(def == 1)
+		if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(body, m); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// first is the one row a query by key found, or ErrNotFound.
+func first[M any](ms []M, err error) (M, error) {
+	var zero M
+	if err != nil {
+		return zero, err
+	}
+	if len(ms) == 0 {
+		return zero, ErrNotFound
+	}
+	return ms[0], nil
 }
 
 // PutPlatformKey writes a PlatformKey; its deployment_default is kept in
@@ -88,26 +118,8 @@ func (t *Tx) SetDeploymentDefaultPlatformKey(name string) error {
 
 // ListPlatformKeys pages PlatformKeys by name after the one given.
 func (t *Tx) ListPlatformKeys(after string, limit int) ([]*operatorv1.PlatformKey, error) {
-	rows, err := t.query("SELECT deployment_default, body FROM catalog_platform_keys WHERE platform_key > ? ORDER BY platform_key LIMIT ?", after, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*operatorv1.PlatformKey
-	for rows.Next() {
-		var def int64
-		var body []byte
-		if err := rows.Scan(&def, &body); err != nil {
-			return nil, err
-		}
-		k := &operatorv1.PlatformKey{}
-		if err := proto.Unmarshal(body, k); err != nil {
-			return nil, err
-		}
-		k.DeploymentDefault = def == 1
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return queryDefaulted(t, "SELECT deployment_default, body FROM catalog_platform_keys WHERE platform_key > ? ORDER BY platform_key LIMIT ?",
+		[]any{after, limit}, newPlatformKey)
 }
 
 // InsertLaunch records a new Launch; its revision must be new in its key.
@@ -250,9 +262,11 @@ func (t *Tx) GetRuntime(workspaceID string, lock bool) (*storev1.WorkspaceRuntim
 }
 
 // PutRuntime writes a Workspace's runtime record, with the node its
-// current execution runs on in a column of its own (NodeExecutions).
+// current execution runs on (NodeExecutions) and its writable layer's pool
+// and capacity (what the layer reserves there) in columns of their own.
 func (t *Tx) PutRuntime(r *storev1.WorkspaceRuntime) error {
-	return t.upsert("workspace_runtime", []string{"workspace_id", "node_id", "body"}, r.GetWorkspaceId(), r.GetNodeId(), marshal(r))
+	return t.upsert("workspace_runtime", []string{"workspace_id", "node_id", "layer_pool", "layer_capacity_bytes", "body"},
+		r.GetWorkspaceId(), r.GetNodeId(), r.GetLayerPool(), int64(r.GetLayerCapacityBytes()), marshal(r))
 }
 
 // SetNodeData records how ctrl reaches a node's data endpoint.

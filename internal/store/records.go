@@ -54,20 +54,7 @@ func listBodies[M proto.Message](t *Tx, table, key, after, where string, limit i
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []M
-	for rows.Next() {
-		var body []byte
-		if err := rows.Scan(&body); err != nil {
-			return nil, err
-		}
-		m := newMsg()
-		if err := proto.Unmarshal(body, m); err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return scanBodies(rows, newMsg)
 }
 
 func marshal(m proto.Message) []byte {
@@ -95,9 +82,9 @@ func (t *Tx) GetVolume(id string, lock bool) (*ctrlv1.Volume, error) {
 
 // PutVolume writes a Volume.
 func (t *Tx) PutVolume(v *ctrlv1.Volume) error {
-	return t.upsert("volumes", []string{"volume_id", "state", "storage_pool", "bound_workspace_id", "deleted", "body"},
+	return t.upsert("volumes", []string{"volume_id", "state", "storage_pool", "bound_workspace_id", "deleted", "capacity_bytes", "body"},
 		v.GetVolumeId(), v.GetState().String(), v.GetSpec().GetStoragePool(), v.GetBoundWorkspaceId(),
-		boolInt(v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_DELETED), marshal(v))
+		boolInt(v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_DELETED), int64(v.GetSpec().GetCapacityBytes()), marshal(v))
 }
 
 // ListVolumes pages Volumes by volume_id after the one given.
@@ -148,11 +135,14 @@ func (t *Tx) GetNode(id string, lock bool) (*operatorv1.NodeRegistration, error)
 	return n, t.getBody("nodes", "node_id", id, lock, n)
 }
 
-// PutNode writes a node registration, keeping its credential.
+// PutNode writes a node registration, keeping its credential. Every pool
+// it declares becomes known (storage_pools), for good.
 func (t *Tx) PutNode(n *operatorv1.NodeRegistration) error {
-	_, err := t.exec(`INSERT INTO nodes (node_id, body) VALUES (?, ?)
-		ON CONFLICT (node_id) DO UPDATE SET body = excluded.body`, n.GetNodeId(), marshal(n))
-	return err
+	if _, err := t.exec(`INSERT INTO nodes (node_id, body) VALUES (?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET body = excluded.body`, n.GetNodeId(), marshal(n)); err != nil {
+		return err
+	}
+	return t.declarePools(n)
 }
 
 // SetNodeCredential replaces the hash of a node's credential.

@@ -19,22 +19,10 @@ func (t *Tx) GetTemplate(name string, lock bool) (*operatorv1.Template, error) {
 	if lock {
 		q += t.d.lock
 	}
-	var def int64
-	var body []byte
-	if err := t.queryRow(q, name).Scan(&def, &body); err != nil {
-		return nil, noRows(err)
-	}
-	return decodeTemplate(def, body)
+	return first(queryDefaulted(t, q, []any{name}, newTemplate))
 }
 
-func decodeTemplate(def int64, body []byte) (*operatorv1.Template, error) {
-	tm := &operatorv1.Template{}
-	if err := proto.Unmarshal(body, tm); err != nil {
-		return nil, err
-	}
-	tm.DeploymentDefault = def == 1
-	return tm, nil
-}
+func newTemplate(def bool) *operatorv1.Template { return &operatorv1.Template{DeploymentDefault: def} }
 
 // PutTemplate writes a Template; its deployment_default is kept in its
 // column, which only SetDeploymentDefaultTemplate moves.
@@ -67,25 +55,7 @@ func (t *Tx) ListTemplates(after string, limit int, includeDeleted bool) ([]*ope
 	if !includeDeleted {
 		q += " AND deleted = 0"
 	}
-	rows, err := t.query(q+" ORDER BY template LIMIT ?", after, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*operatorv1.Template
-	for rows.Next() {
-		var def int64
-		var body []byte
-		if err := rows.Scan(&def, &body); err != nil {
-			return nil, err
-		}
-		tm, err := decodeTemplate(def, body)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, tm)
-	}
-	return out, rows.Err()
+	return queryDefaulted(t, q+" ORDER BY template LIMIT ?", []any{after, limit}, newTemplate)
 }
 
 // InsertTemplateRevision records a new revision after the Template's
