@@ -296,9 +296,14 @@ func DefaultPoolOf(n *operatorv1.NodeRegistration) string {
 	return ""
 }
 
+// CapabilitySim is the capability of the simulated nodes of internal/sim
+// (`kibotos sim`), a simulation for control-plane scale tests only: it
+// stands in for a VM provider in placement, and runs nothing.
+const CapabilitySim = "provider.sim"
+
 func hasCapability(n *operatorv1.NodeRegistration, c string) bool {
 	for _, have := range n.GetObservation().GetCapabilities() {
-		if have == c {
+		if have == c || (c == CapabilityQEMU && have == CapabilitySim) {
 			return true
 		}
 	}
