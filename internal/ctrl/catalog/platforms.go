@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -56,9 +55,7 @@ func (c *Catalog) CreatePlatformKey(ctx context.Context, req *operatorv1.CreateP
 
 func (c *Catalog) createKey(tx *store.Tx, name, description string) (*operatorv1.PlatformKey, error) {
 	if _, err := tx.GetPlatformKey(name, true); err == nil {
-		return nil, apierr.New(connect.CodeAlreadyExists, &ctrlv1.ErrorDetail{
-			Stage: ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_CONFLICT, Field: "platform_key",
-		}, "platform key %q already exists", name)
+		return nil, conflict("platform_key", "platform key %q already exists", name)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
@@ -163,9 +160,7 @@ func (c *Catalog) createLaunch(tx *store.Tx, req *operatorv1.CreateLaunchRequest
 		}
 		size, err := tx.UploadSize(store.UploadPlatformArtifact, a.GetDigest())
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{
-				Stage: ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field + ".digest",
-			}, "%s.digest: no platform artifact %s was uploaded", field, a.GetDigest())
+			return nil, missing(field+".digest", "%s.digest: no platform artifact %s was uploaded", field, a.GetDigest())
 		} else if err != nil {
 			return nil, err
 		}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/google/go-containerregistry/pkg/name"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -52,9 +51,7 @@ func (c *Catalog) createTemplate(tx *store.Tx, name, description string) (*opera
 	if _, err := tx.GetTemplate(name, true); err == nil {
 		// Names are never reused, deleted ones included, so a stored
 		// TemplateRef never points at other content.
-		return nil, apierr.New(connect.CodeAlreadyExists, &ctrlv1.ErrorDetail{
-			Stage: ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_CONFLICT, Field: "template",
-		}, "template %q already exists (or existed: names are never reused)", name)
+		return nil, conflict("template", "template %q already exists (or existed: names are never reused)", name)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
@@ -269,9 +266,7 @@ func (c *Catalog) newRevision(tx *store.Tx, req *operatorv1.CreateTemplateRevisi
 func revisionName(tx *store.Tx, template, requested string) (string, error) {
 	if requested != "" {
 		if _, err := tx.GetTemplateRevision(template, requested, false); err == nil {
-			return "", apierr.New(connect.CodeAlreadyExists, &ctrlv1.ErrorDetail{
-				Stage: ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_CONFLICT, Field: "revision",
-			}, "template %q already has (or had) a revision %q: revision names are never reused", template, requested)
+			return "", conflict("revision", "template %q already has (or had) a revision %q: revision names are never reused", template, requested)
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return "", err
 		}
@@ -308,9 +303,7 @@ func checkUpload(tx *store.Tx, s *operatorv1.TemplateSource) error {
 		return nil
 	}
 	if _, err := tx.UploadSize(store.UploadTemplateSource, digest); errors.Is(err, store.ErrNotFound) {
-		return apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{
-			Stage: ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field,
-		}, "%s: no template source %s was uploaded", field, digest)
+		return missing(field, "%s: no template source %s was uploaded", field, digest)
 	} else if err != nil {
 		return err
 	}

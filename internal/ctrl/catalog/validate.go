@@ -4,7 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"regexp"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/store"
@@ -38,6 +43,20 @@ const (
 	templateRule = "1 to 63 characters of lowercase letters, digits and '-', starting with a letter and not ending with '-'"
 	revisionRule = "1 to 63 characters of lowercase letters, digits, '.', '_' and '-'"
 )
+
+// conflict is already_exists naming field.
+func conflict(field, format string, args ...any) error {
+	return apierr.New(connect.CodeAlreadyExists, &ctrlv1.ErrorDetail{
+		Stage: ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_CONFLICT, Field: field,
+	}, "%s", fmt.Sprintf(format, args...))
+}
+
+// missing is not_found naming the request field that names the object.
+func missing(field, format string, args ...any) error {
+	return apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{
+		Stage: ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field,
+	}, "%s", fmt.Sprintf(format, args...))
+}
 
 // notFound maps the store's ErrNotFound to not_found naming the object.
 func notFound(err error, kind, id string) error {
