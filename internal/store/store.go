@@ -176,6 +176,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // same transaction: what SQL cannot do, such as reading protobuf bodies.
 var migrationHooks = map[int]func(*sql.Tx, dialect) error{
 	4: backfillRuntimeNodes,
+	7: backfillPools,
 }
 
 func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int, body string, hook func(*sql.Tx, dialect) error) error {

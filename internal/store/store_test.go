@@ -15,6 +15,7 @@ func TestStore(t *testing.T) {
 			storetest.Run(t, b)
 			storetest.RunNodeLifecycle(t, b)
 			storetest.RunDataPlaneSessions(t, b)
+			storetest.RunStoragePools(t, b)
 		})
 	}
 }

@@ -1,0 +1,252 @@
+package storetest
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// RunStoragePools runs the store tests of storage pools (declaration,
+// capacity, loss, what lives in a pool) against databases from b.
+func RunStoragePools(t *testing.T, b Backend) {
+	for name, fn := range map[string]func(*testing.T, string){
+		"PoolsDeclaredByRegistrations": testPoolsDeclaredByRegistrations,
+		"PoolCapacityAndLoss":          testPoolCapacityAndLoss,
+		"PoolUsageAndObjects":          testPoolUsageAndObjects,
+		"PoolsBackfilled":              testPoolsBackfilled,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, b.DSN(t))
+		})
+	}
+}
+
+func nodeDeclaring(id string, at time.Time, pools ...string) *operatorv1.NodeRegistration {
+	n := &operatorv1.NodeRegistration{NodeId: id, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED}
+	for _, p := range pools {
+		n.StoragePools = append(n.StoragePools, &operatorv1.StoragePoolAttachment{NodeId: id, StoragePool: p, Available: true, ObservedAt: timestamppb.New(at)})
+	}
+	return n
+}
+
+func getPool(t *testing.T, s *store.Store, name string) *store.StoragePool {
+	t.Helper()
+	var p *store.StoragePool
+	mustTx(t, s, func(tx *store.Tx) error {
+		var err error
+		p, err = tx.GetStoragePool(name, false)
+		return err
+	})
+	return p
+}
+
+func testPoolsDeclaredByRegistrations(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	first := time.Unix(1700000000, 0).UTC()
+	mustTx(t, s, func(tx *store.Tx) error {
+		if err := tx.PutNode(nodeDeclaring("node-a", first, "pool-b", "pool-a")); err != nil {
+			return err
+		}
+		// A later declaration by another node keeps the first time; a node
+		// that stops declaring a pool does not make it unknown.
+		if err := tx.PutNode(nodeDeclaring("node-b", first.Add(time.Hour), "pool-a", "pool-c")); err != nil {
+			return err
+		}
+		return tx.PutNode(nodeDeclaring("node-a", first.Add(2*time.Hour)))
+	})
+	p := getPool(t, s, "pool-a")
+	if !p.FirstDeclaredAt.Equal(first) || p.CapacityBytes != 0 || p.Version != 1 || p.Lost() {
+		t.Errorf("pool-a = %+v, want first declared at %v, no capacity, version 1, not lost", p, first)
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		if _, err := tx.GetStoragePool("pool-z", false); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("an undeclared pool: %v, want not found", err)
+		}
+		page, err := tx.ListStoragePools("", 2)
+		if err != nil {
+			return err
+		}
+		next, err := tx.ListStoragePools("pool-b", 2)
+		if err != nil {
+			return err
+		}
+		if len(page) != 2 || page[0].Name != "pool-a" || page[1].Name != "pool-b" || len(next) != 1 || next[0].Name != "pool-c" {
+			t.Errorf("pages %v then %v, want pool-a, pool-b then pool-c", page, next)
+		}
+		return nil
+	})
+}
+
+func testPoolCapacityAndLoss(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	lostAt := time.Unix(1700000100, 5).UTC()
+	mustTx(t, s, func(tx *store.Tx) error {
+		if err := tx.PutNode(nodeDeclaring("node-a", time.Now(), "pool-a", "pool-b")); err != nil {
+			return err
+		}
+		if err := tx.SetStoragePoolCapacity("pool-a", 10<<30); err != nil {
+			return err
+		}
+		if err := tx.SetStoragePoolCapacity("pool-a", 20<<30); err != nil {
+			return err
+		}
+		if err := tx.SetStoragePoolCapacity("pool-z", 1); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("capacity of an undeclared pool: %v, want not found", err)
+		}
+		return tx.SetStoragePoolLost("pool-b", lostAt)
+	})
+	if p := getPool(t, s, "pool-a"); p.CapacityBytes != 20<<30 || p.Version != 3 || p.Lost() {
+		t.Errorf("pool-a = %+v, want 20 GiB at version 3, not lost", p)
+	}
+	if p := getPool(t, s, "pool-b"); !p.LostAt.Equal(lostAt) || p.Version != 1 {
+		t.Errorf("pool-b = %+v, want lost at %v, version 1", p, lostAt)
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		lost, err := tx.LostPools()
+		if len(lost) != 1 || !lost["pool-b"] {
+			t.Errorf("lost pools %v, want pool-b", lost)
+		}
+		return err
+	})
+}
+
+func poolVolume(id, pool string, state ctrlv1.VolumeState, capacity uint64) *ctrlv1.Volume {
+	return &ctrlv1.Volume{VolumeId: id, State: state, Spec: &ctrlv1.VolumeSpec{StoragePool: pool, CapacityBytes: capacity}}
+}
+
+// putLayer stores a Workspace in state with its writable layer in pool.
+func putLayer(tx *store.Tx, id, pool string, state ctrlv1.WorkspaceState, capacity uint64) error {
+	if err := tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: id, State: state}); err != nil {
+		return err
+	}
+	return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: id, LayerPool: pool, LayerCapacityBytes: capacity})
+}
+
+func testPoolUsageAndObjects(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	mustTx(t, s, func(tx *store.Tx) error {
+		for _, v := range []*ctrlv1.Volume{
+			poolVolume("vol-a", "pool-a", ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, 1<<30),
+			poolVolume("vol-b", "pool-a", ctrlv1.VolumeState_VOLUME_STATE_CREATING, 2<<30),
+			poolVolume("vol-c", "pool-a", ctrlv1.VolumeState_VOLUME_STATE_DELETING, 4<<30),
+			poolVolume("vol-d", "pool-a", ctrlv1.VolumeState_VOLUME_STATE_DELETED, 8<<30),
+			poolVolume("vol-e", "pool-b", ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, 16<<30),
+		} {
+			if err := tx.PutVolume(v); err != nil {
+				return err
+			}
+		}
+		for _, l := range []struct {
+			id, pool string
+			state    ctrlv1.WorkspaceState
+		}{
+			{"ws-a", "pool-a", ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED},
+			{"ws-b", "pool-a", ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING},
+			{"ws-c", "pool-a", ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED},
+			{"ws-d", "pool-b", ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE},
+			{"ws-e", "", ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING},
+		} {
+			if err := putLayer(tx, l.id, l.pool, l.state, 32<<30); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	mustTx(t, s, func(tx *store.Tx) error {
+		u, err := tx.StoragePoolUsage("pool-a")
+		if err != nil {
+			return err
+		}
+		want := store.PoolUsage{Volumes: 2, Layers: 1, ReservedBytes: 1<<30 + 2<<30 + 32<<30, Removals: 2}
+		if u != want {
+			t.Errorf("usage of pool-a = %+v, want %+v", u, want)
+		}
+		vols, err := tx.PoolVolumes("pool-a", "", 10, false)
+		if err != nil {
+			return err
+		}
+		after, err := tx.PoolVolumes("pool-a", "vol-a", 10, false)
+		if err != nil {
+			return err
+		}
+		removing, err := tx.PoolVolumes("pool-a", "", 10, true)
+		if err != nil {
+			return err
+		}
+		if ids(vols) != "vol-a,vol-b" || ids(after) != "vol-b" || ids(removing) != "vol-c" {
+			t.Errorf("volumes %s, after vol-a %s, removing %s", ids(vols), ids(after), ids(removing))
+		}
+		layers, err := tx.PoolLayers("pool-a", "", 10, false)
+		if err != nil {
+			return err
+		}
+		layerRemovals, err := tx.PoolLayers("pool-a", "", 10, true)
+		if err != nil {
+			return err
+		}
+		if len(layers) != 1 || layers[0].GetWorkspaceId() != "ws-a" || len(layerRemovals) != 1 || layerRemovals[0].GetWorkspaceId() != "ws-b" {
+			t.Errorf("layers %v, removing %v; want ws-a, ws-b", layers, layerRemovals)
+		}
+		return nil
+	})
+}
+
+// testPoolsBackfilled undoes migration 7 on a database with records and
+// applies it again: the columns and pools come from the bodies.
+func testPoolsBackfilled(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	mustTx(t, s, func(tx *store.Tx) error {
+		if err := tx.PutNode(nodeDeclaring("node-a", time.Now(), "pool-a")); err != nil {
+			return err
+		}
+		if err := tx.PutVolume(poolVolume("vol-a", "pool-a", ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, 1<<30)); err != nil {
+			return err
+		}
+		return putLayer(tx, "ws-a", "pool-a", ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, 4<<30)
+	})
+	s.Close()
+	driver, source := "pgx", dsn
+	if !strings.HasPrefix(dsn, "postgres") {
+		driver, source = "sqlite", strings.TrimPrefix(dsn, "sqlite:")
+	}
+	db, err := sql.Open(driver, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		"DROP TABLE storage_pools",
+		"DROP INDEX workspace_runtime_layer_pool",
+		"ALTER TABLE workspace_runtime DROP COLUMN layer_pool",
+		"ALTER TABLE workspace_runtime DROP COLUMN layer_capacity_bytes",
+		"ALTER TABLE volumes DROP COLUMN capacity_bytes",
+		"DELETE FROM schema_migrations WHERE version = 7",
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			db.Close()
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	db.Close()
+	again := Open(t, dsn)
+	mustTx(t, again, func(tx *store.Tx) error {
+		u, err := tx.StoragePoolUsage("pool-a")
+		if err != nil {
+			return err
+		}
+		if want := (store.PoolUsage{Volumes: 1, Layers: 1, ReservedBytes: 5 << 30}); u != want {
+			t.Errorf("usage after the backfill %+v, want %+v", u, want)
+		}
+		_, err = tx.GetStoragePool("pool-a", false)
+		return err
+	})
+}
