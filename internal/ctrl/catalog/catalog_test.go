@@ -30,8 +30,10 @@ type clients struct {
 	platforms operatorv1connect.PlatformCatalogServiceClient
 }
 
-func newClients(t *testing.T) clients {
-	c := testenv.New(t)
+func newClients(t *testing.T) clients { return clientsOf(testenv.New(t)) }
+
+// clientsOf are the catalog clients of a cluster, with its operator key.
+func clientsOf(c *testenv.Cluster) clients {
 	op := connect.WithInterceptors(auth.Bearer(c.Ctrl.Client.OperatorToken))
 	return clients{
 		templates: operatorv1connect.NewTemplateCatalogServiceClient(http.DefaultClient, c.Ctrl.Client.OperatorEndpoint, op),
