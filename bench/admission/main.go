@@ -156,7 +156,7 @@ func run(ctx context.Context, dsn, path string, n, conc int) (result, error) {
 	}
 	if path == "connect" {
 		ws := workspace.New(st, f, vols, runner)
-		srv := httptest.NewServer(api.NewWorkspaceHandler(&api.Backend{Volumes: vols, Fleet: f, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f)}))
+		srv := httptest.NewServer(api.NewWorkspaceHandler(&api.Backend{Volumes: vols, Fleet: f, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f)}))
 		defer srv.Close()
 		transport := &http.Transport{MaxIdleConnsPerHost: conc}
 		defer transport.CloseIdleConnections()

@@ -217,7 +217,7 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 	ws := workspace.New(st, f, vols, runner)
 	f.Serve(cat, ws)
 	return backend{
-		api:     &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f), Sessions: session.New(st), Catalog: cat},
+		api:     &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat},
 		runner:  runner,
 		catalog: cat,
 	}, nil

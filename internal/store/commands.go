@@ -92,6 +92,13 @@ func (t *Tx) UpdateCommand(c *CommandRow) error {
 	return err
 }
 
+// DeleteCommand removes a command that had no effect (a process start the
+// guest refused), so that its command_id is free again.
+func (t *Tx) DeleteCommand(id string) error {
+	_, err := t.exec("DELETE FROM commands WHERE command_id = ?", id)
+	return err
+}
+
 var unfinished = "state IN ('COMMAND_STATE_ADMITTED', 'COMMAND_STATE_RUNNING', 'COMMAND_STATE_WAITING')"
 
 // ActiveCommandOn returns the oldest unfinished command on target, or

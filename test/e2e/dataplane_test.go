@@ -189,6 +189,7 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 	}
 
 	testProcessesOnTheVM(t, d, id)
+	recorded := testStartsAreCommands(t, d, id)
 
 	// A stream open when the execution ends fails as failed_precondition.
 	long, err := d.processes().ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"sleep", "600"}}}))
@@ -218,6 +219,11 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 	_, err = d.processes().StartProcess(ctx, connect.NewRequest(&ctrlv1.StartProcessRequest{WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"true"}}}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS {
 		t.Errorf("a process in a stopped Workspace: %v (stage %v)", err, stageOf(err))
+	}
+	// A replay after the execution ended answers the recorded process and
+	// starts nothing.
+	if res, err := d.processes().StartProcess(ctx, connect.NewRequest(recordedStart(id))); err != nil || res.Msg.GetProcessId() != recorded.GetProcessId() {
+		t.Errorf("replay of a start in a stopped Workspace: %v %v, want process %s", res, err, recorded.GetProcessId())
 	}
 	if out, code := d.kibotos(t, "workspace", "cp", local, id+":/root/x"); code == 0 || !strings.Contains(out, "failed_precondition") {
 		t.Errorf("cp into a stopped Workspace: exit %d: %s", code, out)
@@ -310,4 +316,58 @@ func testProcessesOnTheVM(t *testing.T, d *dev, id string) {
 	if connect.CodeOf(err) != connect.CodeNotFound || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_USING_PROCESS {
 		t.Errorf("an unknown process: %v (stage %v)", err, stageOf(err))
 	}
+}
+
+func recordedStart(id string) *ctrlv1.StartProcessRequest {
+	return &ctrlv1.StartProcessRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "start-recorded"}, WorkspaceId: id,
+		Spec: &ctrlv1.ProcessSpec{Argv: []string{"sh", "-c", "echo started >> /tmp/starts"}},
+	}
+}
+
+// testStartsAreCommands checks StartProcess under a command_id is a
+// command: a replay answers the same process and starts nothing, other
+// input (or ExecProcess) under the same id is already_exists, and a start
+// the guest refuses is not recorded. It returns the recorded start.
+func testStartsAreCommands(t *testing.T, d *dev, id string) *ctrlv1.StartProcessResponse {
+	ctx := context.Background()
+	procs := d.processes()
+	first, err := procs.StartProcess(ctx, connect.NewRequest(recordedStart(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := procs.StartProcess(ctx, connect.NewRequest(recordedStart(id)))
+	if err != nil || again.Msg.GetProcessId() != first.Msg.GetProcessId() || again.Msg.GetPid() != first.Msg.GetPid() {
+		t.Errorf("replay: %v %v, want %v", again, err, first.Msg)
+	}
+	if _, err := procs.WaitProcess(ctx, connect.NewRequest(&ctrlv1.WaitProcessRequest{WorkspaceId: id, ProcessId: first.Msg.GetProcessId()})); err != nil {
+		t.Fatal(err)
+	}
+	if out := d.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/tmp/starts"); out != "started\n" {
+		t.Errorf("the replayed start ran again: %q", out)
+	}
+	other := recordedStart(id)
+	other.Spec.Argv = []string{"true"}
+	if _, err := procs.StartProcess(ctx, connect.NewRequest(other)); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("other input under the same command_id: %v, want already_exists", err)
+	}
+	exec, err := procs.ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{Command: other.GetCommand(), WorkspaceId: id, Spec: recordedStart(id).GetSpec()}))
+	if err == nil {
+		for exec.Receive() {
+		}
+		err = exec.Err()
+		exec.Close()
+	}
+	if connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("ExecProcess under a StartProcess command_id: %v, want already_exists", err)
+	}
+	bad := &ctrlv1.StartProcessRequest{Command: &ctrlv1.CommandMetadata{CommandId: "start-refused"}, WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"/no/such/program"}}}
+	if _, err := procs.StartProcess(ctx, connect.NewRequest(bad)); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("a missing program: %v, want failed_precondition", err)
+	}
+	bad.Spec.Argv = []string{"true"}
+	if _, err := procs.StartProcess(ctx, connect.NewRequest(bad)); err != nil {
+		t.Errorf("a refused start is not recorded, so its command_id serves again: %v", err)
+	}
+	return first.Msg
 }

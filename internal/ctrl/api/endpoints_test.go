@@ -40,7 +40,7 @@ func newBackend(t *testing.T) *api.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(ws, f), Sessions: session.New(st), Catalog: cat}
+	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service
