@@ -20,7 +20,9 @@ func (t *Tx) SetNodeDraining(id string, draining bool) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return ErrNotFound
 	}
-	return nil
+	// Placement reads the drain beside the node's other placement fields.
+	_, err = t.exec("UPDATE node_placement SET draining = ? WHERE node_id = ?", boolInt(draining), id)
+	return err
 }
 
 // DrainingNodes is the set of draining nodes.

@@ -135,11 +135,15 @@ func (t *Tx) GetNode(id string, lock bool) (*operatorv1.NodeRegistration, error)
 	return n, t.getBody("nodes", "node_id", id, lock, n)
 }
 
-// PutNode writes a node registration, keeping its credential. Every pool
-// it declares becomes known (storage_pools), for good.
+// PutNode writes a node registration, keeping its credential, and the
+// fields placement reads of it (node_placement). Every pool it declares
+// becomes known (storage_pools), for good.
 func (t *Tx) PutNode(n *operatorv1.NodeRegistration) error {
 	if _, err := t.exec(`INSERT INTO nodes (node_id, body) VALUES (?, ?)
 		ON CONFLICT (node_id) DO UPDATE SET body = excluded.body`, n.GetNodeId(), marshal(n)); err != nil {
+		return err
+	}
+	if err := t.putPlacement(n); err != nil {
 		return err
 	}
 	return t.declarePools(n)

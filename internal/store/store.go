@@ -177,6 +177,7 @@ func (s *Store) migrate(ctx context.Context) error {
 var migrationHooks = map[int]func(*sql.Tx, dialect) error{
 	4: backfillRuntimeNodes,
 	7: backfillPools,
+	8: backfillPlacement,
 }
 
 func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int, body string, hook func(*sql.Tx, dialect) error) error {

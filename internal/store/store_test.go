@@ -16,6 +16,7 @@ func TestStore(t *testing.T) {
 			storetest.RunNodeLifecycle(t, b)
 			storetest.RunDataPlaneSessions(t, b)
 			storetest.RunStoragePools(t, b)
+			storetest.RunPlacement(t, b)
 		})
 	}
 }

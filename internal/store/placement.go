@@ -1,0 +1,427 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+)
+
+// NodePlacement is what placement reads of one node (table
+// node_placement): the registration's fields it filters on, and the sum of
+// the Allocations charged to the node.
+type NodePlacement struct {
+	NodeID string
+	// Admitted: admission ADMITTED. Isolated: the current incarnation is
+	// isolated. Live: the stored session says live (LastSeenAt says how
+	// recently). Ready: reconciled (status READY as stored).
+	Admitted, Isolated, Live, Ready bool
+	// ClockSkewed: the latest clock measurement exceeds the tolerance.
+	ClockSkewed bool
+	// MemoryTight: the node judges its host's memory tight.
+	MemoryTight bool
+	Draining    bool
+	LastSeenAt  time.Time
+	// CPUMillis and MemoryBytes are the host resources the node reports.
+	CPUMillis   uint64
+	MemoryBytes uint64
+	// CPURatio and MemoryRatio are the node's overrides, 0 when it follows
+	// the cluster-wide default.
+	CPURatio, MemoryRatio uint32
+	Capabilities          []string
+	// Pools are the pools the node reports available; DefaultPool its own
+	// default.
+	Pools       []string
+	DefaultPool string
+	// Allocated sums the node's Allocations.
+	Allocated Resources
+}
+
+// Resources is an amount of CPU and memory placement reserves.
+type Resources struct {
+	CPUMillis   uint64
+	MemoryBytes uint64
+	// Count is how many Allocations make the sum.
+	Count int
+}
+
+// Has reports whether the node advertises capability c.
+func (p *NodePlacement) Has(c string) bool { return slices.Contains(p.Capabilities, c) }
+
+// Reaches reports whether the node reports pool available.
+func (p *NodePlacement) Reaches(pool string) bool { return slices.Contains(p.Pools, pool) }
+
+// placementOf derives the placement row of a registration.
+func placementOf(n *operatorv1.NodeRegistration) *NodePlacement {
+	p := &NodePlacement{
+		NodeID:      n.GetNodeId(),
+		Admitted:    n.GetAdmission() == operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
+		Isolated:    n.GetIsolated(),
+		Live:        n.GetSession().GetLive(),
+		Ready:       n.GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
+		ClockSkewed: n.GetSession().GetClock().GetExceedsTolerance(),
+		MemoryTight: n.GetMemoryTight() != nil,
+		CPUMillis:   uint64(n.GetObservation().GetResources().GetCpuMillis()),
+		MemoryBytes: n.GetObservation().GetResources().GetMemoryBytes(),
+		CPURatio:    overrideOf(n.GetOvercommit().GetCpu()),
+		MemoryRatio: overrideOf(n.GetOvercommit().GetMemory()),
+	}
+	if s := n.GetSession().GetLastSeenAt(); s != nil {
+		p.LastSeenAt = s.AsTime()
+	}
+	p.Capabilities = n.GetObservation().GetCapabilities()
+	for _, a := range n.GetStoragePools() {
+		if a.GetAvailable() {
+			p.Pools = append(p.Pools, a.GetStoragePool())
+		}
+		if a.GetDefaultPool() {
+			p.DefaultPool = a.GetStoragePool()
+		}
+	}
+	return p
+}
+
+// overrideOf is a node's own ratio as its stored record keeps it: present
+// only for an override.
+func overrideOf(r *operatorv1.OvercommitRatio) uint32 {
+	if r.GetSource() == operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_NODE {
+		return r.GetThousandths()
+	}
+	return 0
+}
+
+// putPlacement writes the placement row of a registration, keeping its
+// drain and its Allocations' sums.
+func (t *Tx) putPlacement(n *operatorv1.NodeRegistration) error {
+	p := placementOf(n)
+	_, err := t.exec(`INSERT INTO node_placement (node_id, admitted, isolated, live, ready, clock_skewed, memory_tight,
+		last_seen_at, cpu_millis, memory_bytes, cpu_ratio, memory_ratio, capabilities, pools, default_pool)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET admitted = excluded.admitted, isolated = excluded.isolated, live = excluded.live,
+		ready = excluded.ready, clock_skewed = excluded.clock_skewed, memory_tight = excluded.memory_tight,
+		last_seen_at = excluded.last_seen_at, cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes,
+		cpu_ratio = excluded.cpu_ratio, memory_ratio = excluded.memory_ratio, capabilities = excluded.capabilities,
+		pools = excluded.pools, default_pool = excluded.default_pool`,
+		p.NodeID, boolInt(p.Admitted), boolInt(p.Isolated), boolInt(p.Live), boolInt(p.Ready), boolInt(p.ClockSkewed),
+		boolInt(p.MemoryTight), nanos(p.LastSeenAt), int64(p.CPUMillis), int64(p.MemoryBytes), int64(p.CPURatio),
+		int64(p.MemoryRatio), strings.Join(p.Capabilities, ","), strings.Join(p.Pools, ","), p.DefaultPool)
+	return err
+}
+
+const placementColumns = `SELECT node_id, admitted, isolated, live, ready, clock_skewed, memory_tight, draining, last_seen_at,
+	cpu_millis, memory_bytes, cpu_ratio, memory_ratio, capabilities, pools, default_pool,
+	allocated_cpu_millis, allocated_memory_bytes, allocations FROM node_placement`
+
+func scanPlacement(row interface{ Scan(...any) error }) (*NodePlacement, error) {
+	p := &NodePlacement{}
+	var admitted, isolated, live, ready, skewed, tight, draining, seen, cpu, mem, cpuRatio, memRatio, allocCPU, allocMem, count int64
+	var caps, pools string
+	if err := row.Scan(&p.NodeID, &admitted, &isolated, &live, &ready, &skewed, &tight, &draining, &seen,
+		&cpu, &mem, &cpuRatio, &memRatio, &caps, &pools, &p.DefaultPool, &allocCPU, &allocMem, &count); err != nil {
+		return nil, err
+	}
+	p.Admitted, p.Isolated, p.Live, p.Ready = admitted == 1, isolated == 1, live == 1, ready == 1
+	p.ClockSkewed, p.MemoryTight, p.Draining = skewed == 1, tight == 1, draining == 1
+	p.LastSeenAt = fromNanos(seen)
+	p.CPUMillis, p.MemoryBytes = uint64(cpu), uint64(mem)
+	p.CPURatio, p.MemoryRatio = uint32(cpuRatio), uint32(memRatio)
+	p.Capabilities, p.Pools = splitList(caps), splitList(pools)
+	p.Allocated = Resources{CPUMillis: uint64(allocCPU), MemoryBytes: uint64(allocMem), Count: int(count)}
+	return p, nil
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+func scanPlacements(rows *sql.Rows) ([]*NodePlacement, error) {
+	defer rows.Close()
+	var out []*NodePlacement
+	for rows.Next() {
+		p, err := scanPlacement(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// GetNodePlacement reads one node's placement row.
+func (t *Tx) GetNodePlacement(id string) (*NodePlacement, error) {
+	p, err := scanPlacement(t.queryRow(placementColumns+" WHERE node_id = ?", id))
+	return p, noRows(err)
+}
+
+// ListNodePlacements pages the placement rows by node_id.
+func (t *Tx) ListNodePlacements(after string, limit int) ([]*NodePlacement, error) {
+	rows, err := t.query(placementColumns+" WHERE node_id > ? ORDER BY node_id LIMIT ?", after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanPlacements(rows)
+}
+
+// Ratios are the cluster-wide overcommit ratios, in thousandths: what a
+// node without its own override follows.
+type Ratios struct {
+	CPU, Memory uint32
+}
+
+// fits is the SQL condition that a node's schedulable resources (host
+// resources times its ratio: its override, or else the default) minus
+// what its Allocations reserve hold a request. Its arguments are the
+// requested CPU, the default CPU ratio, the requested memory and the
+// default memory ratio.
+const fits = `allocated_cpu_millis + ? <= cpu_millis * (CASE WHEN cpu_ratio > 0 THEN cpu_ratio ELSE ? END) / 1000
+	AND allocated_memory_bytes + ? <= memory_bytes * (CASE WHEN memory_ratio > 0 THEN memory_ratio ELSE ? END) / 1000`
+
+// CandidateQuery narrows placement rows to the nodes that may take work.
+type CandidateQuery struct {
+	// After pages by node_id; Limit bounds the page.
+	After string
+	Limit int
+	// Draining selects draining nodes instead of the others.
+	Draining bool
+	// LiveSince is the oldest last_seen_at of a live session.
+	LiveSince time.Time
+	// Fit, when set, keeps only the nodes where Request fits under
+	// Defaults; nodes that are syncing, clock-skewed or memory tight are
+	// then left out too: they take no new execution.
+	Fit      bool
+	Request  Resources
+	Defaults Ratios
+}
+
+// PlacementCandidates pages, by node_id, the admitted, not isolated nodes
+// with a live session that q selects. Capabilities and pools are the
+// caller's to check.
+func (t *Tx) PlacementCandidates(q CandidateQuery) ([]*NodePlacement, error) {
+	where := " WHERE node_id > ? AND admitted = 1 AND isolated = 0 AND live = 1 AND last_seen_at >= ? AND draining = ?"
+	args := []any{q.After, nanos(q.LiveSince), boolInt(q.Draining)}
+	if q.Fit {
+		where += " AND ready = 1 AND clock_skewed = 0 AND memory_tight = 0 AND " + fits
+		args = append(args, int64(q.Request.CPUMillis), int64(q.Defaults.CPU), int64(q.Request.MemoryBytes), int64(q.Defaults.Memory))
+	}
+	rows, err := t.query(placementColumns+where+" ORDER BY node_id LIMIT ?", append(args, q.Limit)...)
+	if err != nil {
+		return nil, err
+	}
+	return scanPlacements(rows)
+}
+
+// Allocation is what one Workspace's Instance reserves on the node it is
+// placed on.
+type Allocation struct {
+	WorkspaceID, InstanceID, NodeID string
+	CPUMillis                       uint64
+	MemoryBytes                     uint64
+	AllocatedAt                     time.Time
+}
+
+// Allocate charges a to its node if it fits there under defaults, and
+// reports whether it did. The Workspace's earlier Allocation, if any, is
+// released: a Workspace holds at most one. The check and the charge are one
+// conditional update, so concurrent placements never overbook a node.
+func (t *Tx) Allocate(a Allocation, defaults Ratios) (bool, error) {
+	if err := t.ReleaseAllocation(a.WorkspaceID, ""); err != nil {
+		return false, err
+	}
+	return t.charge(a, " AND "+fits, int64(a.CPUMillis), int64(defaults.CPU), int64(a.MemoryBytes), int64(defaults.Memory))
+}
+
+// charge adds a to its node's sums when the node's row meets cond (with
+// args), and records it.
+func (t *Tx) charge(a Allocation, cond string, args ...any) (bool, error) {
+	res, err := t.exec(`UPDATE node_placement SET allocated_cpu_millis = allocated_cpu_millis + ?,
+		allocated_memory_bytes = allocated_memory_bytes + ?, allocations = allocations + 1 WHERE node_id = ?`+cond,
+		append([]any{int64(a.CPUMillis), int64(a.MemoryBytes), a.NodeID}, args...)...)
+	if err != nil {
+		return false, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return false, nil
+	}
+	_, err = t.exec("INSERT INTO allocations (workspace_id, instance_id, node_id, cpu_millis, memory_bytes, allocated_at) VALUES (?, ?, ?, ?, ?, ?)",
+		a.WorkspaceID, a.InstanceID, a.NodeID, int64(a.CPUMillis), int64(a.MemoryBytes), nanos(a.AllocatedAt))
+	return err == nil, err
+}
+
+const allocationColumns = "SELECT workspace_id, instance_id, node_id, cpu_millis, memory_bytes, allocated_at FROM allocations"
+
+func scanAllocation(row interface{ Scan(...any) error }) (*Allocation, error) {
+	a := &Allocation{}
+	var cpu, mem, at int64
+	if err := row.Scan(&a.WorkspaceID, &a.InstanceID, &a.NodeID, &cpu, &mem, &at); err != nil {
+		return nil, err
+	}
+	a.CPUMillis, a.MemoryBytes, a.AllocatedAt = uint64(cpu), uint64(mem), fromNanos(at)
+	return a, nil
+}
+
+// GetAllocation reads a Workspace's Allocation.
+func (t *Tx) GetAllocation(workspaceID string) (*Allocation, error) {
+	a, err := scanAllocation(t.queryRow(allocationColumns+" WHERE workspace_id = ?", workspaceID))
+	return a, noRows(err)
+}
+
+// ReleaseAllocation releases a Workspace's Allocation: the one of instance,
+// or whichever it holds when instance is "". Nothing to release is no
+// error.
+func (t *Tx) ReleaseAllocation(workspaceID, instance string) error {
+	a, err := t.GetAllocation(workspaceID)
+	if errors.Is(err, ErrNotFound) || (err == nil && instance != "" && a.InstanceID != instance) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if _, err := t.exec("DELETE FROM allocations WHERE workspace_id = ?", workspaceID); err != nil {
+		return err
+	}
+	_, err = t.exec(`UPDATE node_placement SET allocated_cpu_millis = allocated_cpu_millis - ?,
+		allocated_memory_bytes = allocated_memory_bytes - ?, allocations = allocations - 1 WHERE node_id = ?`,
+		int64(a.CPUMillis), int64(a.MemoryBytes), a.NodeID)
+	return err
+}
+
+// ReleaseNodeAllocations releases every Allocation charged to a node and
+// returns how many there were.
+func (t *Tx) ReleaseNodeAllocations(nodeID string) (int, error) {
+	res, err := t.exec("DELETE FROM allocations WHERE node_id = ?", nodeID)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	_, err = t.exec("UPDATE node_placement SET allocated_cpu_millis = 0, allocated_memory_bytes = 0, allocations = 0 WHERE node_id = ?", nodeID)
+	return int(n), err
+}
+
+// AllocationFilter names the one thing ListAllocations narrows to.
+type AllocationFilter struct {
+	NodeID, WorkspaceID, InstanceID string
+}
+
+// ListAllocations pages the Allocations f selects by workspace_id.
+func (t *Tx) ListAllocations(f AllocationFilter, after string, limit int) ([]*Allocation, error) {
+	col, val := "node_id", f.NodeID
+	switch {
+	case f.WorkspaceID != "":
+		col, val = "workspace_id", f.WorkspaceID
+	case f.InstanceID != "":
+		col, val = "instance_id", f.InstanceID
+	}
+	rows, err := t.query(fmt.Sprintf("%s WHERE %s = ? AND workspace_id > ? ORDER BY workspace_id LIMIT ?", allocationColumns, col), val, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Allocation
+	for rows.Next() {
+		a, err := scanAllocation(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// NodeAllocations sums the Allocations of each node in ids (every node when
+// none is given). A node with none is absent.
+func (t *Tx) NodeAllocations(ids ...string) (map[string]Resources, error) {
+	q := "SELECT node_id, allocated_cpu_millis, allocated_memory_bytes, allocations FROM node_placement WHERE allocations > 0"
+	var args []any
+	if len(ids) > 0 {
+		q += " AND node_id IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + ")"
+		for _, id := range ids {
+			args = append(args, id)
+		}
+	}
+	rows, err := t.query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]Resources{}
+	for rows.Next() {
+		var id string
+		var cpu, mem, n int64
+		if err := rows.Scan(&id, &cpu, &mem, &n); err != nil {
+			return nil, err
+		}
+		out[id] = Resources{CPUMillis: uint64(cpu), MemoryBytes: uint64(mem), Count: int(n)}
+	}
+	return out, rows.Err()
+}
+
+// PutSetting replaces a shared setting when it still holds old (the bytes
+// the caller read), and reports whether it did.
+func (t *Tx) PutSetting(name string, old, value []byte) (bool, error) {
+	res, err := t.exec("UPDATE settings SET value = ? WHERE name = ? AND value = ?", value, name, old)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// backfillPlacement (migration 8) writes the placement row of every
+// registration and an Allocation for every execution a runtime record
+// names, from the bodies written before the tables existed.
+func backfillPlacement(tx *sql.Tx, d dialect) error {
+	t := &Tx{ctx: context.Background(), tx: tx, d: d}
+	nodes, err := readBodies(tx, "SELECT body FROM nodes", func() *operatorv1.NodeRegistration { return &operatorv1.NodeRegistration{} })
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if err := t.putPlacement(n); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec("UPDATE node_placement SET draining = 1 WHERE node_id IN (SELECT node_id FROM nodes WHERE draining = 1)"); err != nil {
+		return err
+	}
+	runtimes, err := readBodies(tx, "SELECT body FROM workspace_runtime WHERE node_id <> ''", func() *storev1.WorkspaceRuntime { return &storev1.WorkspaceRuntime{} })
+	if err != nil {
+		return err
+	}
+	for _, rt := range runtimes {
+		w := &ctrlv1.Workspace{}
+		if err := t.getBody("workspaces", "workspace_id", rt.GetWorkspaceId(), false, w); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		// A running execution was placed already: it is charged whatever
+		// room its node has, as after a lowered ratio.
+		res := w.GetSpec().GetResources()
+		if _, err := t.charge(Allocation{
+			WorkspaceID: rt.GetWorkspaceId(), InstanceID: rt.GetInstanceId(), NodeID: rt.GetNodeId(),
+			CPUMillis: uint64(res.GetCpuMillis()), MemoryBytes: res.GetMemoryBytes(), AllocatedAt: time.Now(),
+		}, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readBodies reads every body query returns, before anything is written
+// (one connection on SQLite).
+func readBodies[M proto.Message](tx *sql.Tx, query string, newMsg func() M) ([]M, error) {
+	rows, err := tx.Query(query)
+	if err != nil {
+		return nil, err
+	}
+	return scanBodies(rows, newMsg)
+}
