@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -79,8 +78,8 @@ func ensureDefaults(ctx context.Context, cat *catalog.Catalog, stateDir string, 
 	}
 	op := connect.WithInterceptors(bearer(env[clientconfig.EnvOperatorToken]))
 	endpoint := env[clientconfig.EnvOperatorEndpoint]
-	platforms := operatorv1connect.NewPlatformCatalogServiceClient(http.DefaultClient, endpoint, op)
-	templates := operatorv1connect.NewTemplateCatalogServiceClient(http.DefaultClient, endpoint, op)
+	platforms := operatorv1connect.NewPlatformCatalogServiceClient(uploadHTTP, endpoint, op)
+	templates := operatorv1connect.NewTemplateCatalogServiceClient(uploadHTTP, endpoint, op)
 	cache := os.Getenv("KIBOTOS_CACHE")
 	if cache == "" {
 		cache = filepath.Join(stateDir, "cache")

@@ -18,8 +18,10 @@ import (
 	"github.com/kibotos/kibotos/internal/version"
 )
 
+// platformClient is a client of PlatformCatalogService; it uploads over
+// HTTP/2 (see uploadHTTP).
 func platformClient() (operatorv1connect.PlatformCatalogServiceClient, error) {
-	return onOperator(operatorv1connect.NewPlatformCatalogServiceClient)
+	return onOperatorForUploads(operatorv1connect.NewPlatformCatalogServiceClient)
 }
 
 var platformKeyHeader = []string{"PLATFORM_KEY", "DEFAULT_LAUNCH", "LAUNCHES", "VERSION", "DEPLOYMENT_DEFAULT"}

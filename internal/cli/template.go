@@ -19,8 +19,10 @@ import (
 	"github.com/kibotos/kibotos/internal/template"
 )
 
+// templateClient is a client of TemplateCatalogService; it uploads over
+// HTTP/2 (see uploadHTTP).
 func templateClient() (operatorv1connect.TemplateCatalogServiceClient, error) {
-	return onOperator(operatorv1connect.NewTemplateCatalogServiceClient)
+	return onOperatorForUploads(operatorv1connect.NewTemplateCatalogServiceClient)
 }
 
 var templateHeader = []string{"TEMPLATE", "DEFAULT_REVISION", "REVISIONS", "VERSION", "DEPLOYMENT_DEFAULT"}

@@ -8,12 +8,40 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
+
+	"connectrpc.com/connect"
 
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/platform"
 )
+
+// uploadHTTP carries uploads over HTTP/2 (cleartext for http://): ctrl
+// answers an upload of content it holds at once, and over HTTP/1.1 that
+// early answer races the rest of the request body on one connection.
+var uploadHTTP = &http.Client{Transport: func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP2(true)
+	t.Protocols.SetUnencryptedHTTP2(true)
+	return t
+}()}
+
+// onOperatorForUploads is onOperator with uploadHTTP.
+func onOperatorForUploads[C any](newClient func(connect.HTTPClient, string, ...connect.ClientOption) C) (C, error) {
+	var zero C
+	c, err := loadClients()
+	if err != nil {
+		return zero, err
+	}
+	_, url, opt, err := c.operator()
+	if err != nil {
+		return zero, err
+	}
+	return newClient(uploadHTTP, url, opt), nil
+}
 
 // fileDigest is the sha256 digest and size of a file.
 func fileDigest(path string) (string, uint64, error) {
