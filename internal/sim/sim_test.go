@@ -1,0 +1,203 @@
+package sim_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/sim"
+	"github.com/kibotos/kibotos/internal/testenv"
+)
+
+const (
+	mib        = 1 << 20
+	simNodes   = 50
+	sharedPool = "sim-shared"
+)
+
+var ctx = context.Background()
+
+// start runs a ctrl with the simulation's catalog and a fleet of simNodes
+// simulated nodes whose default pool is the shared one.
+func start(t *testing.T) (*testenv.Cluster, *sim.Fleet) {
+	t.Helper()
+	c := testenv.New(t)
+	if err := sim.RegisterCatalog(ctx, c.Ctrl.Catalog(), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	grant, err := sim.CreateGrant(ctx, c.Enrollment, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stop := context.WithCancel(ctx)
+	f, err := sim.Start(fctx, sim.Config{
+		Endpoint: c.Ctrl.NodeEndpoint, Grant: grant, Nodes: simNodes, NodesPerConnection: 20,
+		SharedPool: sharedPool, SharedPoolDefault: true, Logger: testenv.Logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		f.Wait()
+	})
+	return c, f
+}
+
+// readyNodes lists the registrations that are READY.
+func readyNodes(c *testenv.Cluster) ([]*operatorv1.NodeRegistration, error) {
+	var out []*operatorv1.NodeRegistration
+	token := ""
+	for {
+		res, err := c.Nodes.ListNodeRegistrations(ctx, connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{
+			PageSize: 1000, PageToken: token, Statuses: []operatorv1.NodeRegistrationStatus{operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY},
+		}))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res.Msg.GetRegistrations()...)
+		if token = res.Msg.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
+func TestSimulatedNodesBecomeReadyAndSaySo(t *testing.T) {
+	c, f := start(t)
+	var ready []*operatorv1.NodeRegistration
+	testenv.WaitFor(t, fmt.Sprintf("%d simulated nodes READY", simNodes), func() bool {
+		var err error
+		ready, err = readyNodes(c)
+		return err == nil && len(ready) == simNodes
+	})
+	if got := f.Connections(); got != simNodes/20+1 {
+		t.Errorf("the fleet uses %d connections, want %d (20 nodes a connection)", got, simNodes/20+1)
+	}
+	if got := f.Established(); got != simNodes {
+		t.Errorf("%d sessions established, want %d", got, simNodes)
+	}
+	for _, n := range ready {
+		if !strings.HasPrefix(n.GetNodeId(), "sim-") || !strings.HasPrefix(n.GetSession().GetAgentVersion(), "sim-") {
+			t.Errorf("node %s (agent %q) does not say it is a simulation", n.GetNodeId(), n.GetSession().GetAgentVersion())
+		}
+		caps := strings.Join(n.GetObservation().GetCapabilities(), " ")
+		if !strings.Contains(caps, sim.Capability) || strings.Contains(caps, "provider.qemu") {
+			t.Errorf("node %s advertises %q, want %s and no real provider", n.GetNodeId(), caps, sim.Capability)
+		}
+		pools := map[string]bool{}
+		for _, a := range n.GetStoragePools() {
+			pools[a.GetStoragePool()] = a.GetDefaultPool()
+		}
+		if def, ok := pools[sharedPool]; !ok || !def || len(pools) != 2 {
+			t.Errorf("node %s declares pools %v, want its own and %s as default", n.GetNodeId(), pools, sharedPool)
+		}
+		if n.GetObservation().GetResources().GetMemoryBytes() != sim.DefaultResources.GetMemoryBytes() {
+			t.Errorf("node %s offers %v", n.GetNodeId(), n.GetObservation().GetResources())
+		}
+	}
+}
+
+// nodeRunning is the simulated node that runs an execution of workspace,
+// or "" when none does.
+func nodeRunning(f *sim.Fleet, workspace string) (string, int) {
+	found, count := "", 0
+	for _, id := range f.NodeIDs() {
+		for _, instance := range f.Running(id) {
+			if strings.HasPrefix(instance, workspace+".") {
+				found = id
+				count++
+			}
+		}
+	}
+	return found, count
+}
+
+func waitState(t *testing.T, c *testenv.Cluster, id string, want ctrlv1.WorkspaceState) *ctrlv1.Workspace {
+	t.Helper()
+	var w *ctrlv1.Workspace
+	testenv.WaitFor(t, fmt.Sprintf("Workspace %s %s", id, want), func() bool {
+		res, err := c.Workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			return false
+		}
+		w = res.Msg.GetWorkspace()
+		if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+			t.Fatalf("Workspace %s FAILED: %v", id, w.GetFailure())
+		}
+		return w.GetState() == want
+	})
+	return w
+}
+
+func TestWorkspacesRunOnSimulatedNodes(t *testing.T) {
+	c, f := start(t)
+	testenv.WaitFor(t, "simulated nodes READY", func() bool {
+		ready, err := readyNodes(c)
+		return err == nil && len(ready) == simNodes
+	})
+	const n = 10
+	ids := make([]string, n)
+	for i := range ids {
+		spec := &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 256 * mib}}
+		if i%2 == 1 { // the others get the API's default: a NEW Volume, here in the shared pool
+			spec.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+		}
+		res, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+			Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("sim-create-%d", i)}, Spec: spec,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = res.Msg.GetWorkspace().GetWorkspaceId()
+	}
+	for i, id := range ids {
+		w := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+		node, count := nodeRunning(f, id)
+		if count != 1 || !strings.HasPrefix(node, "sim-") {
+			t.Fatalf("Workspace %s is AVAILABLE with %d executions on simulated nodes (%q)", id, count, node)
+		}
+		layer := &nodev1.BlockFileRef{StoragePool: sharedPool, Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER, ObjectId: id}
+		if !f.HasBlockFile(layer) {
+			t.Errorf("Workspace %s: no writable layer in the shared pool", id)
+		}
+		if b := w.GetSpec().GetVolume(); i%2 == 0 && !f.HasBlockFile(&nodev1.BlockFileRef{
+			StoragePool: sharedPool, Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: b.GetVolumeId(),
+		}) {
+			t.Errorf("Workspace %s: its Volume %q has no block file in the shared pool", id, b.GetVolumeId())
+		}
+	}
+
+	stopped, deleted := ids[0], ids[1]
+	if _, err := c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "sim-stop"}, WorkspaceId: stopped,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	w := waitState(t, c, stopped, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if d := w.GetLastStop().GetDurability(); d != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED {
+		t.Errorf("stop durability %v, want CONFIRMED (a simulated guest always syncs)", d)
+	}
+	if node, _ := nodeRunning(f, stopped); node != "" {
+		t.Errorf("stopped Workspace %s still runs on %s", stopped, node)
+	}
+
+	if _, err := c.Workspaces.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "sim-delete"}, WorkspaceId: deleted,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, deleted, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+	if node, _ := nodeRunning(f, deleted); node != "" {
+		t.Errorf("deleted Workspace %s still runs on %s", deleted, node)
+	}
+	if f.HasBlockFile(&nodev1.BlockFileRef{StoragePool: sharedPool, Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER, ObjectId: deleted}) {
+		t.Errorf("deleted Workspace %s: its writable layer is still in the pool", deleted)
+	}
+}
