@@ -52,7 +52,7 @@ func NewRootCommand() *cobra.Command {
 	)
 	var out outputFlag
 	root.PersistentFlags().VarP(&out, "output", "o", "output format: table or json (the API's messages as protojson)")
-	for _, c := range []*cobra.Command{newCtrlCommand(), newNodeCommand(&out), newDevCommand(), newVersionCommand()} {
+	for _, c := range []*cobra.Command{newCtrlCommand(), newNodeCommand(&out), newDevCommand(), newSimCommand(), newVersionCommand()} {
 		c.GroupID = "process"
 		root.AddCommand(c)
 	}

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/sim"
+)
+
+// simFlags configure `kibotos sim`.
+type simFlags struct {
+	endpoint, operatorEndpoint, operatorToken, grant string
+	name, sharedPool                                 string
+	sharedDefault                                    bool
+	nodes, perConnection                             int
+	cpus, memoryGiB                                  uint32
+}
+
+func newSimCommand() *cobra.Command {
+	var f simFlags
+	c := &cobra.Command{
+		Use:   "sim",
+		Short: "SIMULATION for scale tests: run thousands of simulated nodes against a ctrl",
+		Long: `sim runs a SIMULATED fleet, for control-plane scale tests only: one process
+stands in for --nodes nodes, each holding a real control session to ctrl's
+node endpoint. The simulated nodes run nothing. They answer every node
+command at once as if it succeeded, and report the executions and block
+files they would hold. They say they are a simulation: node ids sim-…,
+capability provider.sim, agent version sim-…. Never point it at a
+production ctrl: its placement would send Workspaces to nodes that run
+nothing.
+
+The nodes enroll with one reusable enrollment grant: --enrollment-grant, or
+one this command creates on the Operator endpoint (--operator-endpoint and
+--operator-token, default from the client configuration). Each node
+declares its own pool (named as the node) and --shared-pool. Workspaces
+still need a platform and a template registered on ctrl; the simulated
+nodes never fetch them. It runs until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context()) },
+	}
+	c.Flags().StringVar(&f.endpoint, "ctrl", "http://"+defaultNodeListen, "ctrl's node endpoint")
+	c.Flags().StringVar(&f.operatorEndpoint, "operator-endpoint", "", "ctrl's Operator endpoint, to create the grant (default from the client configuration)")
+	c.Flags().StringVar(&f.operatorToken, "operator-token", "", "an operator API key, to create the grant (default from the client configuration)")
+	c.Flags().StringVar(&f.grant, "enrollment-grant", "", "a reusable enrollment grant's secret to enroll with, instead of creating one")
+	c.Flags().IntVar(&f.nodes, "nodes", 100, "how many nodes to simulate")
+	c.Flags().StringVar(&f.name, "name", "", "put NAME in the node ids (sim-NAME-00001), to run several fleets against one ctrl")
+	c.Flags().StringVar(&f.sharedPool, "shared-pool", "sim-shared", "a storage pool every simulated node also declares (empty: none)")
+	c.Flags().BoolVar(&f.sharedDefault, "shared-pool-default", false, "make the shared pool each node's default pool (Volumes and layers then go there)")
+	c.Flags().IntVar(&f.perConnection, "nodes-per-connection", sim.DefaultNodesPerConnection, "control sessions sharing one HTTP/2 connection")
+	c.Flags().Uint32Var(&f.cpus, "cpus", sim.DefaultResources.GetCpuMillis()/1000, "CPUs each simulated node offers")
+	c.Flags().Uint32Var(&f.memoryGiB, "memory-gib", uint32(sim.DefaultResources.GetMemoryBytes()>>30), "memory (GiB) each simulated node offers")
+	return c
+}
+
+func (f *simFlags) run(ctx context.Context) error {
+	log := newLogger(os.Stderr)
+	grant := f.grant
+	if grant == "" {
+		client, err := f.enrollmentClient()
+		if err != nil {
+			return err
+		}
+		if grant, err = sim.CreateGrant(ctx, client, 30*24*time.Hour); err != nil {
+			return err
+		}
+	}
+	fleet, err := sim.Start(ctx, sim.Config{
+		Endpoint: f.endpoint, Grant: grant, Nodes: f.nodes, Name: f.name,
+		SharedPool: f.sharedPool, SharedPoolDefault: f.sharedDefault, NodesPerConnection: f.perConnection,
+		Resources: &nodev1.HostResources{
+			CpuMillis: f.cpus * 1000, MemoryBytes: uint64(f.memoryGiB) << 30, DiskBytes: sim.DefaultResources.GetDiskBytes(),
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	// Say how far the fleet came up, every few seconds while it is not
+	// whole, so a slow ctrl shows.
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	last := -1
+	for {
+		select {
+		case <-ctx.Done():
+			fleet.Wait()
+			log.Info("simulated fleet stopped")
+			return nil
+		case <-tick.C:
+			if n := fleet.Established(); n != last {
+				log.Info("simulated control sessions established", "established", n, "nodes", f.nodes, "connections", fleet.Connections())
+				last = n
+			}
+		}
+	}
+}
+
+// enrollmentClient is the Operator endpoint's enrollment client, from the
+// flags or the client configuration.
+func (f *simFlags) enrollmentClient() (operatorv1connect.EnrollmentServiceClient, error) {
+	path, err := clientconfig.DefaultPath()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientconfig.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	endpoint, token := or(f.operatorEndpoint, cfg.OperatorEndpoint), or(f.operatorToken, cfg.OperatorToken)
+	if endpoint == "" || token == "" {
+		return nil, errors.New("to create an enrollment grant, give --operator-endpoint and --operator-token (or " +
+			clientconfig.EnvOperatorEndpoint + " and " + clientconfig.EnvOperatorToken + "), or give --enrollment-grant")
+	}
+	return operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, endpoint, connect.WithInterceptors(bearer(token))), nil
+}
