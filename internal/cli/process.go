@@ -101,7 +101,8 @@ func newDevCommand() *cobra.Command {
 		Short: "Run the whole system on this machine: ctrl and one node, no configuration",
 		Long: `dev runs ctrl and one node agent (node_id "dev") in this process, with every
 piece of state under --state-dir: ctrl's SQLite database and keys, the node's
-state, and its default storage pool (<state-dir>/pools/default). It writes the
+state, and its default storage pool (<state-dir>/pools/default; at first start
+its capacity is set to the filesystem's size, at least 1 TiB). It writes the
 endpoints and credentials to <state-dir>/endpoints.env and to the client
 configuration ($KIBOTOS_HOME/config.env), which the CLI then uses without flags.
 
@@ -160,6 +161,9 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 		})
 	}()
 	if err := waitNodeReady(ctx, srv.Client, devNodeID, nodeErr); err != nil {
+		return err
+	}
+	if err := ensureDevPoolCapacity(ctx, srv.Client, "default"); err != nil {
 		return err
 	}
 	printEndpoints(cmd, srv, cfg.StateDir)

@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
@@ -217,7 +218,8 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 	ws := workspace.New(st, f, vols, runner)
 	f.Serve(cat, ws)
 	return backend{
-		api:     &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat},
+		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat,
+			Pools: pool.New(st, runner, cfg.Logger.With("component", "pool"))},
 		runner:  runner,
 		catalog: cat,
 	}, nil

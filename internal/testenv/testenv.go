@@ -98,28 +98,65 @@ type Node struct {
 	done     chan error
 }
 
+// DefaultPoolCapacity is the capacity StartNode gives pool "default" when
+// it has none: room for every test's objects (block files are sparse).
+const DefaultPoolCapacity = 1 << 40
+
 // StartNode enrolls and runs a node agent with one default pool "default"
 // (its own directory unless poolDir is given), and waits until it is READY.
+// A pool takes no new objects until it has a capacity, so StartNode sets
+// DefaultPoolCapacity on "default" when it has none, as kibotos dev does.
 func (c *Cluster) StartNode(t testing.TB, id, stateDir, poolDir string) *Node {
+	t.Helper()
+	if poolDir == "" {
+		poolDir = t.TempDir()
+	}
+	n := c.StartNodeWithPools(t, id, stateDir, node.Pool{Name: "default", Dir: poolDir, Default: true})
+	c.EnsureCapacity(t, "default", DefaultPoolCapacity)
+	return n
+}
+
+// StartNodeWithPools enrolls and runs a node agent declaring pools (the
+// first pool's directory is PoolDir), and waits until it is READY. It sets
+// no capacity.
+func (c *Cluster) StartNodeWithPools(t testing.TB, id, stateDir string, pools ...node.Pool) *Node {
 	t.Helper()
 	if stateDir == "" {
 		stateDir = t.TempDir()
 	}
-	if poolDir == "" {
-		poolDir = t.TempDir()
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &Node{ID: id, StateDir: stateDir, PoolDir: poolDir, stop: cancel, done: make(chan error, 1)}
+	n := &Node{ID: id, StateDir: stateDir, stop: cancel, done: make(chan error, 1)}
+	if len(pools) > 0 {
+		n.PoolDir = pools[0].Dir
+	}
 	grant := c.Grant(t, id)
 	go func() {
 		n.done <- node.Run(ctx, node.Config{
 			Endpoint: c.Ctrl.NodeEndpoint, NodeID: id, StateDir: stateDir, EnrollmentGrant: grant,
-			Pools: []node.Pool{{Name: "default", Dir: poolDir, Default: true}}, Logger: c.log.With("node", id),
+			Pools: pools, Logger: c.log.With("node", id),
 		})
 	}()
 	t.Cleanup(func() { n.Stop(t) })
 	c.WaitStatus(t, id, operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY)
 	return n
+}
+
+// EnsureCapacity sets pool's capacity to capacity unless it has one.
+func (c *Cluster) EnsureCapacity(t testing.TB, pool string, capacity uint64) {
+	t.Helper()
+	got, err := c.Nodes.GetStoragePool(context.Background(), connect.NewRequest(&operatorv1.GetStoragePoolRequest{StoragePool: pool}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Msg.GetPool().CapacityBytes != nil {
+		return
+	}
+	if _, err := c.Nodes.SetStoragePoolCapacity(context.Background(), connect.NewRequest(&operatorv1.SetStoragePoolCapacityRequest{
+		Command:     &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("capacity-%s-%d", pool, time.Now().UnixNano())},
+		StoragePool: pool, ExpectedVersion: got.Msg.GetPool().GetVersion(), CapacityBytes: capacity,
+	})); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Stop stops the agent and waits for it to end.

@@ -14,6 +14,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
@@ -27,6 +28,7 @@ type Backend struct {
 	Processes  *dataplane.Processes
 	Sessions   *session.Service
 	Catalog    *catalog.Catalog
+	Pools      *pool.Service
 }
 
 // respond wraps a domain answer in a Connect response.
@@ -73,11 +75,36 @@ func (h volumeHandler) UpdateVolumeAnnotations(ctx context.Context, req *connect
 }
 
 // nodeRegistrationHandler serves the NodeRegistrationService RPCs built so
-// far: reading registrations and the node lifecycle (drain, isolate,
-// retire). The others answer unimplemented, naming themselves.
+// far: reading registrations, the node lifecycle (drain, isolate, retire)
+// and storage pools. The others answer unimplemented, naming themselves.
 type nodeRegistrationHandler struct {
 	operatorv1connect.UnimplementedNodeRegistrationServiceHandler
 	f *fleet.Fleet
+	p *pool.Service
+}
+
+func (h nodeRegistrationHandler) ListStoragePools(ctx context.Context, req *connect.Request[operatorv1.ListStoragePoolsRequest]) (*connect.Response[operatorv1.ListStoragePoolsResponse], error) {
+	return respond(h.p.ListStoragePools(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) GetStoragePool(ctx context.Context, req *connect.Request[operatorv1.GetStoragePoolRequest]) (*connect.Response[operatorv1.GetStoragePoolResponse], error) {
+	return respond(h.p.GetStoragePool(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) SetStoragePoolCapacity(ctx context.Context, req *connect.Request[operatorv1.SetStoragePoolCapacityRequest]) (*connect.Response[operatorv1.SetStoragePoolCapacityResponse], error) {
+	return respond(h.p.SetStoragePoolCapacity(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) DeclareStoragePoolLost(ctx context.Context, req *connect.Request[operatorv1.DeclareStoragePoolLostRequest]) (*connect.Response[operatorv1.DeclareStoragePoolLostResponse], error) {
+	return respond(h.p.DeclareStoragePoolLost(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) ListStoragePoolObjects(ctx context.Context, req *connect.Request[operatorv1.ListStoragePoolObjectsRequest]) (*connect.Response[operatorv1.ListStoragePoolObjectsResponse], error) {
+	return respond(h.p.ListStoragePoolObjects(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) GetStoragePoolObject(ctx context.Context, req *connect.Request[operatorv1.GetStoragePoolObjectRequest]) (*connect.Response[operatorv1.GetStoragePoolObjectResponse], error) {
+	return respond(h.p.GetStoragePoolObject(ctx, req.Msg))
 }
 
 func (h nodeRegistrationHandler) ListNodeRegistrations(ctx context.Context, req *connect.Request[operatorv1.ListNodeRegistrationsRequest]) (*connect.Response[operatorv1.ListNodeRegistrationsResponse], error) {

@@ -221,6 +221,9 @@ func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHell
 			ExecutionCount: uint32(len(hello.GetInstanceIds())),
 		}
 		n.StoragePools = attachments(s.nodeID, hello.GetStoragePools(), now)
+		if err := unavailableIfLost(tx, n); err != nil {
+			return err
+		}
 		n.RegistrationVersion++
 		n.UpdatedAt = timestamppb.New(now)
 		if err := tx.PutNode(n); err != nil {
@@ -239,6 +242,22 @@ func attachments(nodeID string, pools []*nodev1.StoragePoolDeclaration, now time
 		})
 	}
 	return out
+}
+
+// unavailableIfLost marks unavailable the pools of n declared lost: a lost
+// pool's id never comes back into use, even when its node still declares
+// it with the original disk.
+func unavailableIfLost(tx *store.Tx, n *operatorv1.NodeRegistration) error {
+	lost, err := tx.LostPools()
+	if err != nil || len(lost) == 0 {
+		return err
+	}
+	for _, a := range n.GetStoragePools() {
+		if lost[a.GetStoragePool()] {
+			a.Available = false
+		}
+	}
+	return nil
 }
 
 func (f *Fleet) attach(s *session) {
@@ -328,6 +347,9 @@ func (f *Fleet) touch(ctx context.Context, s *session, fn func(n *operatorv1.Nod
 		now := f.now()
 		n.Session.LastSeenAt = timestamppb.New(now)
 		fn(n, now)
+		if err := unavailableIfLost(tx, n); err != nil {
+			return err
+		}
 		return tx.PutNode(n)
 	})
 }

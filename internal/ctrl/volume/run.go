@@ -60,9 +60,25 @@ func failVolume(failure *ctrlv1.WorkspaceFailure) func(vol *ctrlv1.Volume) {
 	}
 }
 
+// lostWhileWaiting ends a command whose Volume's pool was declared lost
+// while it waited for a node: the Volume is LOST and no node will act on
+// it again. ended is false when the Volume is not LOST.
+func lostWhileWaiting(ctx context.Context, w *command.Work, vol *ctrlv1.Volume, stage ctrlv1.FailureStage) (ended bool, err error) {
+	if vol.GetState() != ctrlv1.VolumeState_VOLUME_STATE_LOST {
+		return false, nil
+	}
+	return true, w.Fail(ctx, &ctrlv1.WorkspaceFailure{
+		Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST,
+		Message: fmt.Sprintf("storage pool %q of volume %s was declared lost", vol.GetSpec().GetStoragePool(), vol.GetVolumeId()),
+	}, func(*store.Tx) error { return nil })
+}
+
 func (v *Service) runCreate(ctx context.Context, w *command.Work) error {
 	vol, err := v.current(ctx, w)
 	if err != nil {
+		return err
+	}
+	if ended, err := lostWhileWaiting(ctx, w, vol, ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME); ended || err != nil {
 		return err
 	}
 	id := vol.GetVolumeId()
@@ -92,6 +108,9 @@ func (v *Service) runResize(ctx context.Context, w *command.Work) error {
 	}
 	req, err := w.Request()
 	if err != nil {
+		return err
+	}
+	if ended, err := lostWhileWaiting(ctx, w, vol, ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME); ended || err != nil {
 		return err
 	}
 	resize, ok := req.(*ctrlv1.ResizeVolumeRequest)
@@ -127,6 +146,11 @@ func (v *Service) runDelete(ctx context.Context, w *command.Work) error {
 	vol, err := v.current(ctx, w)
 	if err != nil {
 		return err
+	}
+	if vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+		// Its pool was declared lost while the removal waited: the removal
+		// was dropped and nothing is left to remove.
+		return w.Succeed(ctx, func(*store.Tx) error { return nil })
 	}
 	id := vol.GetVolumeId()
 	return v.fleet.Operate(ctx, w, fleet.Operation{

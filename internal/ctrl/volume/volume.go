@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,6 +22,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/labels"
 	"github.com/kibotos/kibotos/internal/ctrl/page"
+	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -65,8 +65,6 @@ const (
 	kindDelete = "DeleteVolume"
 )
 
-var poolPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$`)
-
 func newID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
@@ -102,7 +100,7 @@ func (v *Service) Create(ctx context.Context, req *ctrlv1.CreateVolumeRequest) (
 			return nil, err
 		}
 	}
-	if p := req.GetSpec().GetStoragePool(); p != "" && !poolPattern.MatchString(p) {
+	if p := req.GetSpec().GetStoragePool(); p != "" && !pool.ValidName(p) {
 		return nil, apierr.Invalid("spec.storage_pool", "is not a storage pool name")
 	}
 	if err := validateMetadata("labels", req.GetLabels(), "annotations", req.GetAnnotations()); err != nil {
@@ -131,7 +129,7 @@ func (v *Service) Create(ctx context.Context, req *ctrlv1.CreateVolumeRequest) (
 // newVolume builds a CREATING Volume with its pool and capacity resolved.
 // WorkspaceService uses it for NEW bindings too.
 func (v *Service) newVolume(tx *store.Tx, spec *ctrlv1.VolumeSpec, l, a map[string]string) (*ctrlv1.Volume, error) {
-	pool, err := v.resolvePool(tx, spec.GetStoragePool())
+	name, err := v.resolvePool(tx, spec.GetStoragePool())
 	if err != nil {
 		return nil, err
 	}
@@ -139,10 +137,17 @@ func (v *Service) newVolume(tx *store.Tx, spec *ctrlv1.VolumeSpec, l, a map[stri
 	if capacity == 0 {
 		capacity = v.profile.DefaultCapacity
 	}
+	// The new Volume reserves its capacity in the pool from now on.
+	if refusal, err := pool.Reserve(tx, name, capacity); err != nil || refusal != nil {
+		if refusal != nil {
+			return nil, refusal.API(ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME)
+		}
+		return nil, err
+	}
 	now := timestamppb.New(v.now())
 	return &ctrlv1.Volume{
 		VolumeId: newID(), State: ctrlv1.VolumeState_VOLUME_STATE_CREATING,
-		Spec:      &ctrlv1.VolumeSpec{StoragePool: pool, CapacityBytes: capacity},
+		Spec:      &ctrlv1.VolumeSpec{StoragePool: name, CapacityBytes: capacity},
 		CreatedAt: now, UpdatedAt: now,
 		Labels: l, Annotations: a, LabelsRevision: 1, AnnotationsRevision: 1,
 	}, nil
@@ -161,7 +166,7 @@ func (v *Service) CheckNewSpec(field string, spec *ctrlv1.VolumeSpec) error {
 			return err
 		}
 	}
-	if p := spec.GetStoragePool(); p != "" && !poolPattern.MatchString(p) {
+	if p := spec.GetStoragePool(); p != "" && !pool.ValidName(p) {
 		return apierr.Invalid(field+".storage_pool", "is not a storage pool name")
 	}
 	return nil
@@ -276,6 +281,14 @@ func (v *Service) Resize(ctx context.Context, req *ctrlv1.ResizeVolumeRequest) (
 			}
 			if req.GetCapacityBytes() <= vol.GetSpec().GetCapacityBytes() {
 				return command.Effect{}, apierr.Invalid("capacity_bytes", "a Volume only grows: %d is not above its capacity %d", req.GetCapacityBytes(), vol.GetSpec().GetCapacityBytes())
+			}
+			// Growing reserves the difference in the Volume's pool.
+			growth := req.GetCapacityBytes() - vol.GetSpec().GetCapacityBytes()
+			if refusal, err := pool.Reserve(tx, vol.GetSpec().GetStoragePool(), growth); err != nil || refusal != nil {
+				if refusal != nil {
+					return command.Effect{}, refusal.API(ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME)
+				}
+				return command.Effect{}, err
 			}
 			vol.State = ctrlv1.VolumeState_VOLUME_STATE_RESIZING
 			vol.UpdatedAt = timestamppb.New(v.now())

@@ -17,6 +17,7 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -58,19 +59,30 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 		}
 		return err
 	}
+	stage := ctrlv1.FailureStage_FAILURE_STAGE_STARTING
+	if wk.Command().GetKind() == kindCreate {
+		stage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING
+	}
+	if v := plan.volume; v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+		// Its pool was declared lost while the start waited.
+		return s.failStart(ctx, wk, &ctrlv1.WorkspaceFailure{
+			Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST,
+			Message: fmt.Sprintf("the bound Volume %s is LOST: bind another Volume or delete the Workspace", v.GetVolumeId()),
+		})
+	}
 	nodeID := wk.Command().GetNodeId()
 	if nodeID == "" {
-		nodeID, wait, err = s.place(ctx, plan)
+		var refusal *pool.Refusal
+		nodeID, wait, refusal, err = s.place(ctx, plan)
+		if refusal != nil {
+			return s.failStart(ctx, wk, refusal.Failure(ctrlv1.FailureStage_FAILURE_STAGE_PLACING, s.now()))
+		}
 		if err != nil || wait != "" {
 			if wait != "" {
 				return wk.Wait(ctx, wait, time.Minute)
 			}
 			return err
 		}
-	}
-	stage := ctrlv1.FailureStage_FAILURE_STAGE_STARTING
-	if wk.Command().GetKind() == kindCreate {
-		stage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING
 	}
 	if v := plan.volume; v != nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING {
 		answer, err := s.fleet.Await(ctx, wk, "ensure-volume", nodeID, &nodev1.EnsureBlockFile{
@@ -187,19 +199,19 @@ func (s *Service) resolve(tx *store.Tx, plan *launchPlan, req any) (string, erro
 
 // place picks a node that reaches the Workspace's pools and runs VMs, and
 // records where a first writable layer goes: beside the Volume, or in the
-// node's default pool.
-func (s *Service) place(ctx context.Context, plan *launchPlan) (string, string, error) {
+// node's default pool, where it reserves its capacity. refusal says why
+// that pool takes no new layer; nothing is placed then.
+func (s *Service) place(ctx context.Context, plan *launchPlan) (nodeID, wait string, refusal *pool.Refusal, err error) {
 	pools := []string{plan.runtime.GetLayerPool()}
 	if plan.volume != nil {
 		pools = append(pools, plan.volume.GetSpec().GetStoragePool())
 	}
-	var nodeID string
-	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+		nodeID, refusal = "", nil
 		n, err := s.fleet.NodeForExecution(tx, pools)
 		if n == nil || err != nil {
 			return err
 		}
-		nodeID = n.GetNodeId()
 		rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
 		if err != nil {
 			return err
@@ -209,17 +221,31 @@ func (s *Service) place(ctx context.Context, plan *launchPlan) (string, string, 
 			if plan.volume != nil {
 				rt.LayerPool = plan.volume.GetSpec().GetStoragePool()
 			}
+			rt.LayerCapacityBytes = layerCapacity(plan.w)
+			if refusal, err = pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); refusal != nil || err != nil {
+				return err
+			}
 			if err := tx.PutRuntime(rt); err != nil {
 				return err
 			}
 		}
+		nodeID = n.GetNodeId()
 		plan.runtime = rt
 		return nil
 	})
-	if err != nil || nodeID != "" {
-		return nodeID, "", err
+	if err != nil || nodeID != "" || refusal != nil {
+		return nodeID, "", refusal, err
 	}
-	return "", fmt.Sprintf("no connected node runs VMs (capability %s) and reaches storage pools %v", fleet.CapabilityQEMU, nonEmpty(pools)), nil
+	return "", fmt.Sprintf("no connected node runs VMs (capability %s) and reaches storage pools %v", fleet.CapabilityQEMU, nonEmpty(pools)), nil, nil
+}
+
+// layerCapacity is the capacity of w's writable layer: what it asked for,
+// or the storage profile's default.
+func layerCapacity(w *ctrlv1.Workspace) uint64 {
+	if c := w.GetSpec().GetResources().GetWritableLayerCapacityBytes(); c != 0 {
+		return c
+	}
+	return DefaultLayerCapacity
 }
 
 func nonEmpty(in []string) []string {
@@ -243,10 +269,7 @@ func layerRef(rt *storev1.WorkspaceRuntime) *nodev1.BlockFileRef {
 // startExecution is the node operation that boots the plan.
 func (s *Service) startExecution(plan *launchPlan, nodeID, commandID string) *nodev1.StartExecution {
 	res := plan.w.GetSpec().GetResources()
-	layer := res.GetWritableLayerCapacityBytes()
-	if layer == 0 {
-		layer = DefaultLayerCapacity
-	}
+	layer := layerCapacity(plan.w)
 	vcpus := (res.GetCpuMillis() + 999) / 1000
 	start := &nodev1.StartExecution{
 		InstanceId: instanceID(plan.w.GetWorkspaceId(), commandID), BootId: "boot-" + commandHash(commandID),
@@ -283,7 +306,9 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 	}
 	rt.InstanceId, rt.NodeId, rt.BootId = start.GetInstanceId(), nodeID, start.GetBootId()
 	rt.Starts++
-	rt.LayerCapacityBytes = status.GetLayerCapacityBytes()
+	if c := status.GetLayerCapacityBytes(); c != 0 {
+		rt.LayerCapacityBytes = c // what the layer has, and reserves in its pool
+	}
 	rt.LayerTemplate = plan.template.GetRoot().GetDigest()
 	rt.LayerContinuity, rt.LayerResetReason = continuity, reason
 	if err := tx.PutRuntime(rt); err != nil {

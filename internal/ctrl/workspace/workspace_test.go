@@ -40,10 +40,13 @@ func newEnv(t *testing.T, b storetest.Backend) *env {
 	runner := command.NewRunner(st, "test", slog.Default())
 	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
 	if err := st.Tx(ctx, func(tx *store.Tx) error {
-		return tx.PutNode(&operatorv1.NodeRegistration{
+		if err := tx.PutNode(&operatorv1.NodeRegistration{
 			NodeId: "node-a", Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
 			StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: "node-a", StoragePool: "pool-a", DefaultPool: true, Available: true}},
-		})
+		}); err != nil {
+			return err
+		}
+		return tx.SetStoragePoolCapacity("pool-a", 1<<40) // room for every test's objects
 	}); err != nil {
 		t.Fatal(err)
 	}
