@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -161,4 +162,68 @@ func TestLegacyCatalogIsAdopted(t *testing.T) {
 	}
 	// A second start adopts nothing twice.
 	newCatalog(t, st, t.TempDir())
+}
+
+// Deleting: a BUILDING revision is cancelled; a revision or Template a
+// Workspace holds, or the deployment default, stays; a deleted Template is
+// a tombstone whose name is never reused.
+func TestDeleteRules(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, storetest.SQLiteDSN(t))
+	c := newCatalog(t, st, t.TempDir())
+	src := uploadSource(t, c, "u", tarOf(t, map[string]string{"a": "1"}))
+	tar := &operatorv1.TemplateSource{Source: &operatorv1.TemplateSource_Tar{Tar: &operatorv1.TemplateTarSource{UploadDigest: src}}}
+	for i, name := range []string{"first", "second"} {
+		if _, err := c.CreateTemplate(ctx, &operatorv1.CreateTemplateRequest{Command: cmd("t-" + name), Template: name}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CreateTemplateRevision(ctx, &operatorv1.CreateTemplateRevisionRequest{Command: cmd("r-" + name), Template: name, Revision: "v" + string(rune('1'+i)), Source: tar}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No runner runs here: both revisions stay BUILDING.
+	del, err := c.DeleteTemplateRevision(ctx, &operatorv1.DeleteTemplateRevisionRequest{Command: cmd("d1"), Ref: &ctrlv1.TemplateRef{Template: "second", Revision: "v2"}})
+	if err != nil || del.GetRevision().GetState() != operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_DELETED || !strings.Contains(del.GetRevision().GetFailure(), "cancelled") {
+		t.Fatalf("delete a BUILDING revision: %v %v", del, err)
+	}
+	if again, err := c.DeleteTemplateRevision(ctx, &operatorv1.DeleteTemplateRevisionRequest{Command: cmd("d1b"), Ref: &ctrlv1.TemplateRef{Template: "second", Revision: "v2"}}); err != nil || again.GetRevision().GetDeletedAt() == nil {
+		t.Errorf("delete a deleted revision: %v %v", again, err)
+	}
+	if _, err := c.CreateTemplateRevision(ctx, &operatorv1.CreateTemplateRevisionRequest{Command: cmd("r-again"), Template: "second", Revision: "v2", Source: tar}); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("reuse of a deleted revision's name: %v", err)
+	}
+
+	// A Workspace holds first/v1.
+	if err := st.Tx(ctx, func(tx *store.Tx) error {
+		return tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-holder", State: ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED,
+			Spec: &ctrlv1.WorkspaceSpec{Template: &ctrlv1.TemplateRef{Template: "first", Revision: "v1"}}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteTemplateRevision(ctx, &operatorv1.DeleteTemplateRevisionRequest{Command: cmd("d2"), Ref: &ctrlv1.TemplateRef{Template: "first", Revision: "v1"}}); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "ws-holder") {
+		t.Errorf("delete a revision a Workspace holds: %v", err)
+	}
+	if _, err := c.DeleteTemplate(ctx, &operatorv1.DeleteTemplateRequest{Command: cmd("d3"), Template: "first"}); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("delete the deployment default Template: %v", err)
+	}
+	gone, err := c.DeleteTemplate(ctx, &operatorv1.DeleteTemplateRequest{Command: cmd("d4"), Template: "second", ExpectedVersion: 1})
+	if err != nil || gone.GetTemplate().GetDeletedAt() == nil || gone.GetTemplate().GetVersion() != 2 {
+		t.Fatalf("delete a Template: %v %v", gone, err)
+	}
+	if _, err := c.CreateTemplate(ctx, &operatorv1.CreateTemplateRequest{Command: cmd("t-reuse"), Template: "second"}); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("reuse of a deleted Template's name: %v", err)
+	}
+	if got, err := c.GetTemplate(ctx, &operatorv1.GetTemplateRequest{Template: "second"}); err != nil || got.GetTemplate().GetDeletedAt() == nil {
+		t.Errorf("GetTemplate of a deleted Template: %v %v", got, err)
+	}
+	list, err := c.ListTemplates(ctx, &operatorv1.ListTemplatesRequest{})
+	if err != nil || len(list.GetTemplates()) != 1 {
+		t.Errorf("ListTemplates without deleted: %v %v", list, err)
+	}
+	if list, err = c.ListTemplates(ctx, &operatorv1.ListTemplatesRequest{IncludeDeleted: true}); err != nil || len(list.GetTemplates()) != 2 {
+		t.Errorf("ListTemplates with deleted: %v %v", list, err)
+	}
+	if _, err := c.CreateTemplateRevision(ctx, &operatorv1.CreateTemplateRevisionRequest{Command: cmd("r-gone"), Template: "second", Source: tar}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a revision of a deleted Template: %v", err)
+	}
 }
