@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -247,7 +248,7 @@ func deleteWorkspace(t *testing.T, c *testenv.Cluster, id string) {
 // exec runs argv in the Workspace and returns its output and exit code.
 func exec(t *testing.T, c ctrlv1connect.ProcessServiceClient, id string, argv ...string) (string, int32) {
 	t.Helper()
-	stream, err := c.ExecProcess(context.Background(), connect.NewRequest(&ctrlv1.ExecProcessRequest{Command: cmd("exec-" + strings.Join(argv, "-")), WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: argv}}))
+	stream, err := c.ExecProcess(context.Background(), connect.NewRequest(&ctrlv1.ExecProcessRequest{Command: cmd(fmt.Sprintf("exec-%d", time.Now().UnixNano())), WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: argv}}))
 	if err != nil {
 		t.Fatal(err)
 	}
