@@ -58,7 +58,8 @@ func (c *Catalog) runBuild(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	built, buildErr := c.build(ctx, wk, r, req.(*operatorv1.CreateTemplateRevisionRequest), work)
+	create := req.(*operatorv1.CreateTemplateRevisionRequest)
+	built, buildErr := c.build(ctx, wk, r, create, work)
 	if errors.Is(buildErr, errCancelled) {
 		return wk.Succeed(ctx, func(*store.Tx) error { return nil })
 	}
@@ -69,12 +70,12 @@ func (c *Catalog) runBuild(ctx context.Context, wk *command.Work) error {
 		c.log.Warn("template build failed", "template", ref.GetTemplate(), "revision", ref.GetRevision(), "err", buildErr)
 		return wk.Fail(ctx, &ctrlv1.WorkspaceFailure{
 			Stage: ctrlv1.FailureStage_FAILURE_STAGE_CREATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST, Message: buildErr.Error(),
-		}, func(tx *store.Tx) error { return c.finish(tx, r, nil, buildErr) })
+		}, func(tx *store.Tx) error { return c.finish(tx, r, nil, buildErr, false) })
 	}
 	if err := os.Rename(built.Path, filepath.Join(c.dir, strings.TrimPrefix(built.Digest, "sha256:"))); err != nil {
 		return err
 	}
-	return wk.Succeed(ctx, func(tx *store.Tx) error { return c.finish(tx, r, built, nil) })
+	return wk.Succeed(ctx, func(tx *store.Tx) error { return c.finish(tx, r, built, nil, create.GetSetDefault()) })
 }
 
 // errCancelled ends a build whose revision was deleted.
@@ -158,8 +159,8 @@ func (c *Catalog) sourceOf(s *operatorv1.TemplateSource, arch string) (template.
 }
 
 // finish records the end of a build: READY with the image (the Template's
-// default when it has none or set_default asked), or FAILED.
-func (c *Catalog) finish(tx *store.Tx, r *operatorv1.TemplateRevision, built *template.Built, buildErr error) error {
+// default when it has none or setDefault), or FAILED.
+func (c *Catalog) finish(tx *store.Tx, r *operatorv1.TemplateRevision, built *template.Built, buildErr error, setDefault bool) error {
 	tm, err := tx.GetTemplate(r.GetRef().GetTemplate(), true)
 	if err != nil {
 		return err
@@ -190,11 +191,7 @@ func (c *Catalog) finish(tx *store.Tx, r *operatorv1.TemplateRevision, built *te
 	if err := tx.UpdateTemplateRevision(now); err != nil {
 		return err
 	}
-	req := &operatorv1.CreateTemplateRevisionRequest{}
-	if cmd, err := tx.GetCommand(now.GetBuildCommandId(), false); err == nil {
-		_ = cmd.GetRequest().UnmarshalTo(req)
-	}
-	if tm.GetDefaultRevision() == "" || req.GetSetDefault() {
+	if tm.GetDefaultRevision() == "" || setDefault {
 		c.moveTemplateDefault(tm, now.GetRef().GetRevision())
 		return tx.PutTemplate(tm)
 	}
