@@ -38,13 +38,7 @@ func admit[R proto.Message](ctx context.Context, c *Catalog, commandID, kind str
 // CreatePlatformKey creates a key with no Launch; the first key becomes the
 // deployment default.
 func (c *Catalog) CreatePlatformKey(ctx context.Context, req *operatorv1.CreatePlatformKeyRequest) (*operatorv1.CreatePlatformKeyResponse, error) {
-	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
-		return nil, err
-	}
-	if err := checkName("platform_key", req.GetPlatformKey(), keyPattern, keyRule); err != nil {
-		return nil, err
-	}
-	if err := checkDescription("description", req.GetDescription()); err != nil {
+	if err := checkCreate(req.GetCommand(), "platform_key", req.GetPlatformKey(), keyPattern, keyRule, req.GetDescription()); err != nil {
 		return nil, err
 	}
 	return admit(ctx, c, req.GetCommand().GetCommandId(), "CreatePlatformKey", req, func(tx *store.Tx) (string, *operatorv1.CreatePlatformKeyResponse, error) {

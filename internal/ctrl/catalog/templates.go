@@ -32,13 +32,7 @@ const (
 // CreateTemplate creates a Template with no revision; the first one
 // created becomes the deployment default.
 func (c *Catalog) CreateTemplate(ctx context.Context, req *operatorv1.CreateTemplateRequest) (*operatorv1.CreateTemplateResponse, error) {
-	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
-		return nil, err
-	}
-	if err := checkName("template", req.GetTemplate(), templatePattern, templateRule); err != nil {
-		return nil, err
-	}
-	if err := checkDescription("description", req.GetDescription()); err != nil {
+	if err := checkCreate(req.GetCommand(), "template", req.GetTemplate(), templatePattern, templateRule, req.GetDescription()); err != nil {
 		return nil, err
 	}
 	return admit(ctx, c, req.GetCommand().GetCommandId(), "CreateTemplate", req, func(tx *store.Tx) (string, *operatorv1.CreateTemplateResponse, error) {

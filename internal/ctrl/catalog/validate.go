@@ -12,6 +12,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -43,6 +44,18 @@ const (
 	templateRule = "1 to 63 characters of lowercase letters, digits and '-', starting with a letter and not ending with '-'"
 	revisionRule = "1 to 63 characters of lowercase letters, digits, '.', '_' and '-'"
 )
+
+// checkCreate validates what a create carries: its command_id, the new
+// name and a description.
+func checkCreate(m *ctrlv1.CommandMetadata, field, name string, p *regexp.Regexp, rule, description string) error {
+	if err := command.ValidateID("command.command_id", m); err != nil {
+		return err
+	}
+	if err := checkName(field, name, p, rule); err != nil {
+		return err
+	}
+	return checkDescription("description", description)
+}
 
 // conflict is already_exists naming field.
 func conflict(field, format string, args ...any) error {
