@@ -3,8 +3,8 @@ package cli
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"connectrpc.com/connect"
@@ -42,11 +42,13 @@ nothing.
 The nodes enroll with one reusable enrollment grant: --enrollment-grant, or
 one this command creates on the Operator endpoint (--operator-endpoint and
 --operator-token, default from the client configuration). Each node
-declares its own pool (named as the node) and --shared-pool. Workspaces
-still need a platform and a template registered on ctrl; the simulated
-nodes never fetch them. It runs until interrupted.`,
+declares its own pool (named as the node) and --shared-pool, by default
+its default pool; with operator access this command gives the shared pool
+a capacity when it has none (ctrl places nothing in a pool without one).
+Workspaces still need a platform and a template registered on ctrl; the
+simulated nodes never fetch them. It runs until interrupted.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context(), newLogger(cmd.ErrOrStderr())) },
 	}
 	c.Flags().StringVar(&f.endpoint, "ctrl", "http://"+defaultNodeListen, "ctrl's node endpoint")
 	c.Flags().StringVar(&f.operatorEndpoint, "operator-endpoint", "", "ctrl's Operator endpoint, to create the grant (default from the client configuration)")
@@ -55,22 +57,22 @@ nodes never fetch them. It runs until interrupted.`,
 	c.Flags().IntVar(&f.nodes, "nodes", 100, "how many nodes to simulate")
 	c.Flags().StringVar(&f.name, "name", "", "put NAME in the node ids (sim-NAME-00001), to run several fleets against one ctrl")
 	c.Flags().StringVar(&f.sharedPool, "shared-pool", "sim-shared", "a storage pool every simulated node also declares (empty: none)")
-	c.Flags().BoolVar(&f.sharedDefault, "shared-pool-default", false, "make the shared pool each node's default pool (Volumes and layers then go there)")
+	c.Flags().BoolVar(&f.sharedDefault, "shared-pool-default", true, "make the shared pool each node's default pool (Volumes and layers go there); false: each node's own pool")
 	c.Flags().IntVar(&f.perConnection, "nodes-per-connection", sim.DefaultNodesPerConnection, "control sessions sharing one HTTP/2 connection")
 	c.Flags().Uint32Var(&f.cpus, "cpus", sim.DefaultResources.GetCpuMillis()/1000, "CPUs each simulated node offers")
 	c.Flags().Uint32Var(&f.memoryGiB, "memory-gib", uint32(sim.DefaultResources.GetMemoryBytes()>>30), "memory (GiB) each simulated node offers")
 	return c
 }
 
-func (f *simFlags) run(ctx context.Context) error {
-	log := newLogger(os.Stderr)
+func (f *simFlags) run(ctx context.Context, log *slog.Logger) error {
 	grant := f.grant
+	var operator *operatorClients
 	if grant == "" {
-		client, err := f.enrollmentClient()
-		if err != nil {
+		var err error
+		if operator, err = f.operatorClients(); err != nil {
 			return err
 		}
-		if grant, err = sim.CreateGrant(ctx, client, 30*24*time.Hour); err != nil {
+		if grant, err = sim.CreateGrant(ctx, operator.enrollment, 30*24*time.Hour); err != nil {
 			return err
 		}
 	}
@@ -85,11 +87,11 @@ func (f *simFlags) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Say how far the fleet came up, every few seconds while it is not
-	// whole, so a slow ctrl shows.
-	tick := time.NewTicker(5 * time.Second)
+	// Say how far the fleet came up whenever that changed (checked every
+	// second), so a slow ctrl shows.
+	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	last := -1
+	last, capacity := -1, f.sharedPool == "" || operator == nil
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,13 +103,25 @@ func (f *simFlags) run(ctx context.Context) error {
 				log.Info("simulated control sessions established", "established", n, "nodes", f.nodes, "connections", fleet.Connections())
 				last = n
 			}
+			if !capacity && last > 0 {
+				err := sim.EnsurePoolCapacity(ctx, operator.nodes, f.sharedPool, sim.DefaultPoolBytes)
+				if capacity = err == nil; err != nil {
+					log.Warn("cannot give the shared pool a capacity yet", "pool", f.sharedPool, "err", err)
+				}
+			}
 		}
 	}
 }
 
-// enrollmentClient is the Operator endpoint's enrollment client, from the
-// flags or the client configuration.
-func (f *simFlags) enrollmentClient() (operatorv1connect.EnrollmentServiceClient, error) {
+// operatorClients are the Operator endpoint's clients `kibotos sim` uses.
+type operatorClients struct {
+	enrollment operatorv1connect.EnrollmentServiceClient
+	nodes      operatorv1connect.NodeRegistrationServiceClient
+}
+
+// operatorClients reach the Operator endpoint given by the flags or the
+// client configuration.
+func (f *simFlags) operatorClients() (*operatorClients, error) {
 	path, err := clientconfig.DefaultPath()
 	if err != nil {
 		return nil, err
@@ -121,5 +135,9 @@ func (f *simFlags) enrollmentClient() (operatorv1connect.EnrollmentServiceClient
 		return nil, errors.New("to create an enrollment grant, give --operator-endpoint and --operator-token (or " +
 			clientconfig.EnvOperatorEndpoint + " and " + clientconfig.EnvOperatorToken + "), or give --enrollment-grant")
 	}
-	return operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, endpoint, connect.WithInterceptors(bearer(token))), nil
+	opt := connect.WithInterceptors(bearer(token))
+	return &operatorClients{
+		enrollment: operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, endpoint, opt),
+		nodes:      operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, endpoint, opt),
+	}, nil
 }

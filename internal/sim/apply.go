@@ -77,6 +77,9 @@ func (n *simNode) apply(body *anypb.Any) *nodev1.CommandResult {
 	if err != nil {
 		return failure(connect.CodeInvalidArgument, "sim: unreadable command: "+err.Error())
 	}
+	if h := n.f.cfg.OnCommand; h != nil {
+		h(n.id, msg)
+	}
 	switch op := msg.(type) {
 	case *nodev1.EnsureBlockFile:
 		p, res := n.pool(op.GetRef())

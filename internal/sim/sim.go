@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -97,7 +98,11 @@ type Config struct {
 	// at once, so a fleet coming up does not flood ctrl; 0 is
 	// DefaultStartConcurrency.
 	StartConcurrency int
-	Logger           *slog.Logger
+	// OnCommand, when set, is called with each operation a node receives
+	// for the first time (an EnsureBlockFile, a StartExecution…) before it
+	// is answered: benchmarks time placements by it.
+	OnCommand func(nodeID string, op proto.Message)
+	Logger    *slog.Logger
 }
 
 var fragment = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -299,3 +304,24 @@ func agentVersion() string { return "sim-" + version.String() }
 // capabilities are what a simulated node advertises: block files (in
 // memory) and the sim provider.
 func capabilities() []string { return []string{node.CapabilityBlockFile, Capability} }
+
+// EnsurePoolCapacity gives pool a capacity (ctrl places nothing in a pool
+// without one) unless an operator set one already. The pool must be known
+// to ctrl: a node declared it.
+func EnsurePoolCapacity(ctx context.Context, client operatorv1connect.NodeRegistrationServiceClient, pool string, capacity uint64) error {
+	got, err := client.GetStoragePool(ctx, connect.NewRequest(&operatorv1.GetStoragePoolRequest{StoragePool: pool}))
+	if err != nil {
+		return fmt.Errorf("sim: storage pool %s: %w", pool, err)
+	}
+	if got.Msg.GetPool().CapacityBytes != nil {
+		return nil
+	}
+	_, err = client.SetStoragePoolCapacity(ctx, connect.NewRequest(&operatorv1.SetStoragePoolCapacityRequest{
+		Command:     &ctrlv1.CommandMetadata{CommandId: "sim-capacity-" + randomHex(8)},
+		StoragePool: pool, ExpectedVersion: got.Msg.GetPool().GetVersion(), CapacityBytes: capacity,
+	}))
+	if err != nil {
+		return fmt.Errorf("sim: capacity of storage pool %s: %w", pool, err)
+	}
+	return nil
+}

@@ -142,6 +142,8 @@ func TestWorkspacesRunOnSimulatedNodes(t *testing.T) {
 		ready, err := readyNodes(c)
 		return err == nil && len(ready) == simNodes
 	})
+	// A pool takes no new objects until it has a capacity.
+	c.EnsureCapacity(t, sharedPool, sim.DefaultPoolBytes)
 	const n = 10
 	ids := make([]string, n)
 	for i := range ids {
