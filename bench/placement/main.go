@@ -1,0 +1,422 @@
+// Command placement measures how many Workspaces ctrl places per second,
+// and how long a placement takes, with 1,000 and 10,000 SIMULATED nodes
+// (internal/sim, a simulation for scale tests: the nodes run nothing), on
+// SQLite and on PostgreSQL. It prints a table.
+//
+//	go run ./bench/placement -nodes 1000,10000 -workspaces 1000 -c 32 -postgres "$KIBOTOS_TEST_POSTGRES_DSN"
+//
+// scripts/bench.sh starts a throwaway PostgreSQL (fsync on) and runs it.
+//
+// Each row starts, in this process, a fresh ctrl (its three listeners on
+// loopback, the command runner, default fleet timings: observations every
+// 5 s, clock probes every 10 s) on a fresh database, registers the
+// simulation's placeholder platform and template, and starts N simulated
+// nodes holding real control sessions over loopback HTTP/2 (200 sessions a
+// connection). Every node declares its own pool and one shared pool,
+// "sim-shared", its default, as a deployment with shared storage would:
+// every node reaches the pool of every layer, so placement may choose among
+// all N. Once all N are READY (ListNodeRegistrations), c callers create
+// -workspaces Workspaces through the public Connect API (256 MiB, no
+// Volume), each caller one at a time: CreateWorkspace, then wait for the
+// placement, then GetWorkspace every 10 ms until AVAILABLE, then the next.
+//
+// Definitions:
+//   - placement latency: from the CreateWorkspace call to the moment the
+//     StartExecution operation for that Workspace reaches the simulated
+//     node ctrl chose. It covers admission (the command and the Workspace
+//     committed), the command runner picking the command up, resolving the
+//     template and Launch, the placement decision and its commit, and the
+//     session delivering the operation. Observed in the simulated node, so
+//     no polling is in it.
+//   - create → AVAILABLE: from the CreateWorkspace call to the first
+//     GetWorkspace that reads AVAILABLE; it adds the node's answer (at once
+//     in the simulation), ctrl recording it, and up to 10 ms of polling.
+//   - placements/s: Workspaces AVAILABLE divided by the time from the first
+//     CreateWorkspace call to the last AVAILABLE, with c callers.
+//
+// Percentiles are nearest-rank. A row that does not finish within -timeout
+// reports what it placed by then.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/sim"
+)
+
+const (
+	mib        = 1 << 20
+	sharedPool = "sim-shared"
+	pollEvery  = 10 * time.Millisecond
+)
+
+func main() {
+	nodes := flag.String("nodes", "1000,10000", "simulated fleet sizes, comma-separated")
+	workspaces := flag.Int("workspaces", 1000, "Workspaces created per row")
+	conc := flag.Int("c", 32, "concurrent callers")
+	timeout := flag.Duration("timeout", 5*time.Minute, "longest a row's creations may take")
+	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
+	flag.Parse()
+	var sizes []int
+	for _, s := range strings.Split(*nodes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench/placement: -nodes %q: want positive integers\n", *nodes)
+			os.Exit(2)
+		}
+		sizes = append(sizes, n)
+	}
+	backends := []string{"sqlite"}
+	if *pg != "" {
+		backends = append(backends, "postgres")
+	}
+	tmp, err := os.MkdirTemp("", "kibotos-bench-placement")
+	if err != nil {
+		fail(err)
+	}
+	defer os.RemoveAll(tmp)
+
+	var rows []result
+	for _, n := range sizes {
+		for _, db := range backends {
+			progress("%s, %d simulated nodes", db, n)
+			r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, dir: tmp})
+			if err != nil {
+				fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
+			}
+			rows = append(rows, r)
+		}
+	}
+	print(rows, *workspaces, *conc)
+}
+
+func print(rows []result, workspaces, conc int) {
+	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d concurrent callers, GOMAXPROCS %d, %s\n",
+		workspaces, conc, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "database\tnodes\tfleet READY\tplaced\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n", r.db, r.nodes, r.ready.Seconds(), r.placed, r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed)
+	}
+	tw.Flush()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// pct is the nearest-rank percentile p of sorted durations.
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (p*len(sorted)+99)/100 - 1
+	return sorted[max(i, 0)]
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench/placement:", err)
+	os.Exit(1)
+}
+
+type row struct {
+	db, pg           string
+	nodes            int
+	workspaces, conc int
+	timeout          time.Duration
+	dir              string
+}
+
+type result struct {
+	db                   string
+	nodes, placed        int
+	ready                time.Duration
+	perSecond            float64
+	placement, available []time.Duration
+	nodesUsed            int
+}
+
+// placements is what the simulated nodes saw: when each Workspace's
+// StartExecution arrived, and where.
+type placements struct {
+	mu      sync.Mutex
+	arrived map[string]chan struct{} // Workspace id → closed on arrival
+	at      map[string]time.Time
+	node    map[string]string
+}
+
+func (p *placements) channel(ws string) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := p.arrived[ws]
+	if ch == nil {
+		ch = make(chan struct{})
+		p.arrived[ws] = ch
+	}
+	return ch
+}
+
+// observe is the fleet's OnCommand hook.
+func (p *placements) observe(nodeID string, op proto.Message) {
+	start, ok := op.(*nodev1.StartExecution)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	ws := start.GetHostname() // the Workspace id
+	ch := p.channel(ws)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, seen := p.at[ws]; !seen {
+		p.at[ws], p.node[ws] = now, nodeID
+		close(ch)
+	}
+}
+
+func runRow(r row) (result, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := filepath.Join(r.dir, fmt.Sprintf("%s-%d-%d", r.db, r.nodes, time.Now().UnixNano()))
+	cfg := ctrl.Config{
+		WorkspaceListen: "127.0.0.1:0", OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
+		StateDir: filepath.Join(dir, "ctrl"), Logger: slog.New(slog.DiscardHandler),
+	}
+	if r.db == "postgres" {
+		dsn, err := postgresDSN(r.pg)
+		if err != nil {
+			return result{}, err
+		}
+		cfg.Database = dsn
+	}
+	srv, err := ctrl.Start(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
+	defer srv.Close()
+	if err := os.MkdirAll(filepath.Join(dir, "catalog"), 0o700); err != nil {
+		return result{}, err
+	}
+	if err := sim.RegisterCatalog(ctx, srv.Catalog(), filepath.Join(dir, "catalog")); err != nil {
+		return result{}, err
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: r.conc + 4}}
+	op := connect.WithInterceptors(auth.Bearer(srv.Client.OperatorToken))
+	grant, err := sim.CreateGrant(ctx, operatorv1connect.NewEnrollmentServiceClient(hc, srv.Client.OperatorEndpoint, op), time.Hour)
+	if err != nil {
+		return result{}, err
+	}
+	p := &placements{arrived: map[string]chan struct{}{}, at: map[string]time.Time{}, node: map[string]string{}}
+	fleetCtx, stopFleet := context.WithCancel(ctx)
+	t0 := time.Now()
+	fleet, err := sim.Start(fleetCtx, sim.Config{
+		Endpoint: srv.NodeEndpoint, Grant: grant, Nodes: r.nodes,
+		SharedPool: sharedPool, SharedPoolDefault: true, OnCommand: p.observe, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		stopFleet()
+		return result{}, err
+	}
+	defer func() {
+		stopFleet()
+		fleet.Wait()
+	}()
+	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
+	if err := waitReady(ctx, nodes, r.nodes, r.timeout); err != nil {
+		return result{}, err
+	}
+	res := result{db: r.db, nodes: r.nodes, ready: time.Since(t0)}
+	progress("  %d nodes READY in %.1f s over %d connections", r.nodes, res.ready.Seconds(), fleet.Connections())
+	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, sim.DefaultPoolBytes); err != nil {
+		return result{}, err
+	}
+
+	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
+	return create(ctx, r, ws, p, res)
+}
+
+// create runs the callers and collects their timings.
+func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient, p *placements, res result) (result, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	var next atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	var last time.Time
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range r.conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= r.workspaces || ctx.Err() != nil {
+					return
+				}
+				placed, available, err := createOne(ctx, ws, p, i)
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil && ctx.Err() == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+				res.placement = append(res.placement, placed)
+				res.available = append(res.available, available)
+				last = time.Now()
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return res, firstErr
+	}
+	res.placed = len(res.available)
+	if res.placed > 0 {
+		res.perSecond = float64(res.placed) / last.Sub(start).Seconds()
+	}
+	slices.Sort(res.placement)
+	slices.Sort(res.available)
+	used := map[string]bool{}
+	p.mu.Lock()
+	for _, n := range p.node {
+		used[n] = true
+	}
+	p.mu.Unlock()
+	res.nodesUsed = len(used)
+	progress("  %d placed, %.1f/s, on %d nodes", res.placed, res.perSecond, res.nodesUsed)
+	return res, nil
+}
+
+// createOne creates Workspace i and times it to its placement and to
+// AVAILABLE.
+func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int) (placed, available time.Duration, err error) {
+	t0 := time.Now()
+	created, err := ws.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("bench-placement-%d", i)},
+		Spec: &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{MemoryBytes: 256 * mib},
+			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
+		},
+	}))
+	if err != nil {
+		return 0, 0, fmt.Errorf("create: %w", err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	select {
+	case <-p.channel(id):
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
+	p.mu.Lock()
+	placed = p.at[id].Sub(t0)
+	p.mu.Unlock()
+	for {
+		got, err := ws.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			return 0, 0, fmt.Errorf("get %s: %w", id, err)
+		}
+		switch w := got.Msg.GetWorkspace(); w.GetState() {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
+			return placed, time.Since(t0), nil
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
+			return 0, 0, fmt.Errorf("Workspace %s FAILED: %v", id, w.GetFailure())
+		}
+		select {
+		case <-time.After(pollEvery):
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		}
+	}
+}
+
+// waitReady waits until n registrations read READY.
+func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last := -1
+	for {
+		ready, err := countReady(ctx, nodes)
+		if err != nil {
+			return err
+		}
+		if ready >= n {
+			return nil
+		}
+		if ready != last {
+			progress("  %d of %d nodes READY", ready, n)
+			last = ready
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the simulated fleet did not come up within -timeout")
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func countReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient) (int, error) {
+	count, token := 0, ""
+	for {
+		res, err := nodes.ListNodeRegistrations(ctx, connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{
+			PageSize: 1000, PageToken: token,
+			Statuses: []operatorv1.NodeRegistrationStatus{operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY},
+		}))
+		if err != nil {
+			return 0, err
+		}
+		count += len(res.Msg.GetRegistrations())
+		if token = res.Msg.GetNextPageToken(); token == "" {
+			return count, nil
+		}
+	}
+}
+
+// postgresDSN creates a fresh database on the server admin names.
+func postgresDSN(admin string) (string, error) {
+	db, err := sql.Open("pgx", admin)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	name := fmt.Sprintf("kibotos_bench_placement_%d", time.Now().UnixNano())
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		return "", err
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
