@@ -53,22 +53,22 @@ type launchPlan struct {
 // the VM and wait for its agent.
 func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 	plan, wait, err := s.plan(ctx, wk)
-	if err != nil || wait != "" {
-		if wait != "" {
-			return wk.Wait(ctx, wait, time.Minute)
-		}
-		return err
-	}
 	stage := ctrlv1.FailureStage_FAILURE_STAGE_STARTING
 	if wk.Command().GetKind() == kindCreate {
 		stage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING
 	}
-	if v := plan.volume; v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+	if v := plan.GetVolume(); err == nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
 		// Its pool was declared lost while the start waited.
 		return s.failStart(ctx, wk, &ctrlv1.WorkspaceFailure{
 			Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST,
 			Message: fmt.Sprintf("the bound Volume %s is LOST: bind another Volume or delete the Workspace", v.GetVolumeId()),
 		})
+	}
+	if err != nil || wait != "" {
+		if wait != "" {
+			return wk.Wait(ctx, wait, time.Minute)
+		}
+		return err
 	}
 	nodeID := wk.Command().GetNodeId()
 	if nodeID == "" {
@@ -115,6 +115,14 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 	return wk.Succeed(ctx, func(tx *store.Tx) error { return s.started(tx, plan, nodeID, start, status) })
 }
 
+// GetVolume is the bound Volume, nil for none (or no plan).
+func (p *launchPlan) GetVolume() *ctrlv1.Volume {
+	if p == nil {
+		return nil
+	}
+	return p.volume
+}
+
 // plan reads the Workspace and resolves its template and Launch, storing
 // them in its spec the first time. wait says why the command cannot go on.
 func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, string, error) {
@@ -133,13 +141,13 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 		if plan.runtime, err = tx.GetRuntime(w.GetWorkspaceId(), true); err != nil {
 			return err
 		}
-		if wait, err = s.resolve(tx, plan, req); err != nil || wait != "" {
-			return err
-		}
 		if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
 			if plan.volume, err = tx.GetVolume(b.GetVolumeId(), false); err != nil {
 				return err
 			}
+		}
+		if wait, err = s.resolve(tx, plan, req); err != nil || wait != "" {
+			return err
 		}
 		w.UpdatedAt = timestamppb.New(s.now())
 		return tx.PutWorkspace(w)
