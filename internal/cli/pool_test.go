@@ -1,0 +1,73 @@
+package cli_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/testenv"
+)
+
+// The pool commands: tables by default, the API's messages with -o json,
+// the API's refusals as errors.
+func TestPoolCommands(t *testing.T) {
+	c := testenv.New(t, testenv.WithFleet(fleet.Config{ObservationInterval: 200 * time.Millisecond, ClockProbeInterval: 100 * time.Millisecond, ClockTolerance: time.Second}))
+	n := c.StartNode(t, "node-a", "", "")
+
+	code, out, errOut := kibotos(t, c, "pool", "list")
+	if code != 0 || !strings.Contains(out, "POOL") || !strings.Contains(out, "default") || !strings.Contains(out, "node-a") {
+		t.Errorf("pool list: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = kibotos(t, c, "pool", "set-capacity", "default", "2048")
+	if code != 0 || !strings.Contains(out, "2048") {
+		t.Errorf("pool set-capacity: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = kibotos(t, c, "pool", "get", "default", "-o", "json")
+	got := &operatorv1.GetStoragePoolResponse{}
+	if code != 0 || protojson.Unmarshal([]byte(out), got) != nil || got.GetPool().GetCapacityBytes() != 2048<<20 {
+		t.Errorf("pool get -o json: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut = kibotos(t, c, "pool", "set-capacity", "default", "1", "--expected-version", "1"); code == 0 || !strings.Contains(errOut, "failed_precondition") {
+		t.Errorf("pool set-capacity at a stale version: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut = kibotos(t, c, "pool", "get", "nowhere"); code == 0 || !strings.Contains(errOut, "not_found") {
+		t.Errorf("pool get of a pool never declared: exit %d, %s", code, errOut)
+	}
+
+	vol, err := c.Volumes.CreateVolume(context.Background(), connect.NewRequest(&ctrlv1.CreateVolumeRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "vol-1"}, Spec: &ctrlv1.VolumeSpec{CapacityBytes: 64 << 20},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vol.Msg.GetVolume().GetVolumeId()
+	code, out, errOut = kibotos(t, c, "pool", "objects", "default")
+	if code != 0 || !strings.Contains(out, "VOLUME") || !strings.Contains(out, id) || !strings.Contains(out, "64") {
+		t.Errorf("pool objects: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = kibotos(t, c, "pool", "objects", "--volume", id, "-o", "json")
+	obj := &operatorv1.GetStoragePoolObjectResponse{}
+	if code != 0 || protojson.Unmarshal([]byte(out), obj) != nil || obj.GetObject().GetStoragePool() != "default" {
+		t.Errorf("pool objects --volume -o json: exit %d\n%s%s", code, out, errOut)
+	}
+
+	if code, _, errOut = kibotos(t, c, "pool", "declare-lost", "default"); code == 0 || !strings.Contains(errOut, "node-a") {
+		t.Errorf("pool declare-lost with a live member: exit %d, %s", code, errOut)
+	}
+	n.Stop(t)
+	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+	if code, out, errOut = kibotos(t, c, "node", "isolate", "node-a"); code != 0 {
+		t.Fatalf("node isolate: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = kibotos(t, c, "pool", "declare-lost", "default")
+	if code != 0 || !strings.Contains(out, "LOST_VOLUMES") || !strings.Contains(out, "default  1") {
+		t.Errorf("pool declare-lost: exit %d\n%s%s", code, out, errOut)
+	}
+}
