@@ -2,10 +2,14 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/kibotos/kibotos/internal/platform"
@@ -112,3 +116,23 @@ type buildError struct {
 func (e *buildError) Error() string { return e.what + ": " + e.err.Error() + ": " + e.out }
 
 func wrap(what string, err error, out []byte) error { return &buildError{what, err, string(out)} }
+
+// PowerOff kills every VM the node ran from its state directory, as a host
+// powering off would. Stop its agent first.
+func (n *Node) PowerOff() {
+	pids, _ := filepath.Glob(filepath.Join(n.StateDir, "executions", "*", "qemu.pid"))
+	for _, path := range pids {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		// Only a QEMU of this execution directory: the pid may be reused.
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), filepath.Dir(path)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
