@@ -60,6 +60,7 @@ type Server struct {
 
 	closeOnce sync.Once
 	catalog   *catalog.Catalog
+	fleet     *fleet.Fleet
 
 	// Endpoints and credentials, as written to endpoints.env.
 	Client clientconfig.Config
@@ -105,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.catalog = backend.catalog
+	s.catalog, s.fleet = backend.catalog, backend.api.Fleet
 	go func() {
 		defer close(s.done)
 		go backend.api.Workspaces.RunExpiration(workCtx, time.Second, cfg.Logger)
@@ -227,6 +228,13 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 
 // Catalog is this ctrl's catalog of platforms and templates.
 func (s *Server) Catalog() *catalog.Catalog { return s.catalog }
+
+// Fleet is this ctrl's nodes, and Store its database: tests of placement
+// place through them directly.
+func (s *Server) Fleet() *fleet.Fleet { return s.fleet }
+
+// Store is this ctrl's database.
+func (s *Server) Store() *store.Store { return s.store }
 
 // replicaID names this process in command leases.
 func replicaID() string {

@@ -121,6 +121,14 @@ func (c *Cluster) StartNode(t testing.TB, id, stateDir, poolDir string) *Node {
 // no capacity.
 func (c *Cluster) StartNodeWithPools(t testing.TB, id, stateDir string, pools ...node.Pool) *Node {
 	t.Helper()
+	return c.StartNodeWith(t, id, stateDir, nil, pools...)
+}
+
+// StartNodeWith is StartNodeWithPools with the agent's configuration
+// changed by configure (when not nil) before it runs: a memory threshold,
+// a skewed clock.
+func (c *Cluster) StartNodeWith(t testing.TB, id, stateDir string, configure func(*node.Config), pools ...node.Pool) *Node {
+	t.Helper()
 	if stateDir == "" {
 		stateDir = t.TempDir()
 	}
@@ -130,12 +138,14 @@ func (c *Cluster) StartNodeWithPools(t testing.TB, id, stateDir string, pools ..
 		n.PoolDir = pools[0].Dir
 	}
 	grant := c.Grant(t, id)
-	go func() {
-		n.done <- node.Run(ctx, node.Config{
-			Endpoint: c.Ctrl.NodeEndpoint, NodeID: id, StateDir: stateDir, EnrollmentGrant: grant,
-			Pools: pools, Logger: c.log.With("node", id),
-		})
-	}()
+	cfg := node.Config{
+		Endpoint: c.Ctrl.NodeEndpoint, NodeID: id, StateDir: stateDir, EnrollmentGrant: grant,
+		Pools: pools, Logger: c.log.With("node", id),
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	go func() { n.done <- node.Run(ctx, cfg) }()
 	t.Cleanup(func() { n.Stop(t) })
 	c.WaitStatus(t, id, operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY)
 	return n

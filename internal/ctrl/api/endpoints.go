@@ -68,7 +68,7 @@ func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.H
 func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := connect.WithInterceptors(interceptors...)
 	e := newEndpoint()
-	e.mount(operatorv1connect.NewNodeRegistrationServiceHandler(nodeRegistrationHandler{f: b.Fleet, p: b.Pools}, opts))
+	e.mount(operatorv1connect.NewNodeRegistrationServiceHandler(nodeRegistrationHandler{f: b.Fleet, p: b.Pools, w: b.Workspaces}, opts))
 	e.mount(operatorv1connect.NewTemplateCatalogServiceHandler(templateCatalogHandler{c: b.Catalog}, opts))
 	e.mount(operatorv1connect.NewPlatformCatalogServiceHandler(platformCatalogHandler{c: b.Catalog}, opts))
 	e.mount(operatorv1connect.NewEnrollmentServiceHandler(enrollmentHandler{f: b.Fleet}, opts))

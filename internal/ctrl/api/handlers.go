@@ -75,12 +75,14 @@ func (h volumeHandler) UpdateVolumeAnnotations(ctx context.Context, req *connect
 }
 
 // nodeRegistrationHandler serves the NodeRegistrationService RPCs built so
-// far: reading registrations, the node lifecycle (drain, isolate, retire)
-// and storage pools. The others answer unimplemented, naming themselves.
+// far: reading registrations, the node lifecycle (drain, isolate, retire),
+// storage pools, overcommit and placements (placement.go). The others
+// answer unimplemented, naming themselves.
 type nodeRegistrationHandler struct {
 	operatorv1connect.UnimplementedNodeRegistrationServiceHandler
 	f *fleet.Fleet
 	p *pool.Service
+	w *workspace.Service
 }
 
 func (h nodeRegistrationHandler) ListStoragePools(ctx context.Context, req *connect.Request[operatorv1.ListStoragePoolsRequest]) (*connect.Response[operatorv1.ListStoragePoolsResponse], error) {

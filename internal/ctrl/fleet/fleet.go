@@ -32,13 +32,21 @@ type Config struct {
 	// ClockTolerance is the allowed clock skew; a node beyond it receives no
 	// new placement.
 	ClockTolerance time.Duration
+	// PlacementTimeout is how long a create or start waits for a node to
+	// take it (one coming back, room freeing) before it fails as a
+	// placement that found no node; zero is DefaultPlacementTimeout.
+	PlacementTimeout time.Duration
 }
+
+// DefaultPlacementTimeout is the PlacementTimeout a zero Config gets.
+const DefaultPlacementTimeout = time.Minute
 
 // DefaultConfig is what ctrl runs with unless told otherwise.
 var DefaultConfig = Config{
 	ObservationInterval: 5 * time.Second,
 	ClockProbeInterval:  10 * time.Second,
 	ClockTolerance:      500 * time.Millisecond,
+	PlacementTimeout:    DefaultPlacementTimeout,
 }
 
 // Fleet is the nodes ctrl knows.
@@ -92,8 +100,14 @@ func (f *Fleet) Serve(a Artifacts, e Executions) {
 
 // New makes a Fleet.
 func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config) *Fleet {
+	if cfg.PlacementTimeout == 0 {
+		cfg.PlacementTimeout = DefaultPlacementTimeout
+	}
 	return &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{}}
 }
+
+// PlacementTimeout is how long a placement waits for a node to take it.
+func (f *Fleet) PlacementTimeout() time.Duration { return f.cfg.PlacementTimeout }
 
 // liveWindow is how long after its last message a session counts as live.
 func (f *Fleet) liveWindow() time.Duration { return 3 * f.cfg.ObservationInterval }
@@ -105,11 +119,14 @@ func (f *Fleet) Live(n *operatorv1.NodeRegistration, now time.Time) bool {
 	return s.GetLive() && now.Sub(s.GetLastSeenAt().AsTime()) <= f.liveWindow()
 }
 
-// lifecycle is what a registration's status is derived from beside the
-// record: which nodes drain, and how many executions each has.
+// lifecycle is what a registration's view is derived from beside the
+// record: which nodes drain, the Allocations charged to each (how many,
+// and their sum), and the cluster-wide overcommit defaults.
 type lifecycle struct {
 	draining   map[string]bool
 	executions map[string]int
+	allocated  map[string]store.Resources
+	defaults   *operatorv1.OvercommitDefaults
 }
 
 // readLifecycle reads the lifecycle of the nodes ids (every node when
@@ -119,8 +136,16 @@ func readLifecycle(tx *store.Tx, ids ...string) (lifecycle, error) {
 	if err != nil {
 		return lifecycle{}, err
 	}
-	executions, err := tx.NodeExecutionCounts(ids...)
-	return lifecycle{draining: draining, executions: executions}, err
+	allocated, err := tx.NodeAllocations(ids...)
+	if err != nil {
+		return lifecycle{}, err
+	}
+	executions := map[string]int{}
+	for id, a := range allocated {
+		executions[id] = a.Count
+	}
+	defaults, _, err := readDefaults(tx)
+	return lifecycle{draining: draining, executions: executions, allocated: allocated, defaults: defaults}, err
 }
 
 // fillHeld sets each of n's attachments' held_object_count: the Volumes
@@ -174,6 +199,7 @@ func (f *Fleet) view(n *operatorv1.NodeRegistration, now time.Time, lc lifecycle
 		n.MemoryTight = nil
 	}
 	n.Status = status(n, live, lc.draining[n.GetNodeId()], lc.executions[n.GetNodeId()])
+	fillResources(n, lc.defaults, lc.allocated[n.GetNodeId()])
 	return n
 }
 
@@ -225,65 +251,35 @@ const CapabilityBlockFile = "storage.block_file"
 // takes no new executions but still serves its pools: it is picked when no
 // other node reaches the pool.
 func (f *Fleet) NodeForPool(tx *store.Tx, pool string) (string, error) {
-	n, err := f.pick(tx, []string{CapabilityBlockFile}, []string{pool}, false)
-	if n == nil && err == nil {
-		n, err = f.pick(tx, []string{CapabilityBlockFile}, []string{pool}, true)
+	id, err := f.pickForPool(tx, pool, false)
+	if id == "" && err == nil {
+		id, err = f.pickForPool(tx, pool, true)
 	}
-	return n.GetNodeId(), err
+	return id, err
 }
 
 // CapabilityQEMU is the capability of nodes that run executions as QEMU VMs.
 const CapabilityQEMU = "provider.qemu"
 
-// NodeForExecution picks a node that can run an execution now: admitted,
-// not isolated, not draining, live, with a VM provider, reaching every pool
-// in pools (empty names are ignored). It returns nil when there is none.
-//
-// Placement by resources, overcommit, clock skew and memory pressure is not
-// built yet: the first such node by node_id is taken.
-func (f *Fleet) NodeForExecution(tx *store.Tx, pools []string) (*operatorv1.NodeRegistration, error) {
-	return f.pick(tx, []string{CapabilityQEMU, CapabilityBlockFile}, pools, false)
-}
-
-// pick is the first node by node_id that can take work now; only
-// draining ones when draining is set.
-func (f *Fleet) pick(tx *store.Tx, capabilities, pools []string, draining bool) (*operatorv1.NodeRegistration, error) {
-	nodes, err := allNodes(tx)
-	if err != nil {
-		return nil, err
-	}
-	drains, err := tx.DrainingNodes()
-	if err != nil {
-		return nil, err
-	}
-	now := f.now()
-next:
-	for _, n := range nodes {
-		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED || n.GetIsolated() || !f.Live(n, now) || drains[n.GetNodeId()] != draining {
-			continue
+// pickForPool is the first node by node_id that can do pool work now;
+// only draining ones when draining is set.
+func (f *Fleet) pickForPool(tx *store.Tx, pool string, draining bool) (string, error) {
+	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveSince: f.now().Add(-f.liveWindow())}
+	for {
+		batch, err := tx.PlacementCandidates(q)
+		if err != nil {
+			return "", err
 		}
-		for _, c := range capabilities {
-			if !hasCapability(n, c) {
-				continue next
+		for _, row := range batch {
+			if row.Has(CapabilityBlockFile) && row.Reaches(pool) {
+				return row.NodeID, nil
 			}
 		}
-		for _, p := range pools {
-			if p != "" && !reaches(n, p) {
-				continue next
-			}
+		if len(batch) < q.Limit {
+			return "", nil
 		}
-		return n, nil
+		q.After = batch[len(batch)-1].NodeID
 	}
-	return nil, nil
-}
-
-func reaches(n *operatorv1.NodeRegistration, pool string) bool {
-	for _, a := range n.GetStoragePools() {
-		if a.GetStoragePool() == pool && a.GetAvailable() {
-			return true
-		}
-	}
-	return false
 }
 
 // DefaultPoolOf is the node's own default pool, or "".
@@ -300,15 +296,6 @@ func DefaultPoolOf(n *operatorv1.NodeRegistration) string {
 // (`kibotos sim`), a simulation for control-plane scale tests only: it
 // stands in for a VM provider in placement, and runs nothing.
 const CapabilitySim = "provider.sim"
-
-func hasCapability(n *operatorv1.NodeRegistration, c string) bool {
-	for _, have := range n.GetObservation().GetCapabilities() {
-		if have == c || (c == CapabilityQEMU && have == CapabilitySim) {
-			return true
-		}
-	}
-	return false
-}
 
 // DefaultPool is the deployment's default storage pool: the one an admitted
 // node names as its default (the first such node by node_id), or "".

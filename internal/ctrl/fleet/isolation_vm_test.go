@@ -133,7 +133,7 @@ func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T)
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
 	testenv.WaitFor(t, "the create to wait for a node", func() bool {
 		c := e.command("create-1")
-		return c.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(c.GetWaitingFor(), "no connected node")
+		return c.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(c.GetWaitingFor(), "a node to take it")
 	})
 	if got := e.workspace(id).GetState(); got != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
 		t.Errorf("a Workspace whose only node is DRAINED is %v, want CREATING", got)
@@ -216,7 +216,7 @@ func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T)
 	}
 	testenv.WaitFor(t, "the start to wait for a node reaching the pool", func() bool {
 		c := e.command("start-1")
-		return c.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(c.GetWaitingFor(), "no connected node")
+		return c.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(c.GetWaitingFor(), "a node to take it")
 	})
 	// Another host reaching the same pool (node-b, on node-a's pool
 	// directory) starts it, from the Volume and layer node-a left.

@@ -194,6 +194,11 @@ func (f *Fleet) isolate(c *nodeChange, incarnation uint64) (proto.Message, error
 		return nil, err
 	}
 	res.ReleasedVolumes, res.ReleasedRetainedLayers, res.FailedWorkspaces = released.Volumes, released.RetainedLayers, released.Workspaces
+	// Every Allocation charged to the node goes too: those of executions
+	// it ran and of starts it was booting.
+	if _, err := c.tx.ReleaseNodeAllocations(n.GetNodeId()); err != nil {
+		return nil, err
+	}
 	if err := c.tx.PutNode(n); err != nil {
 		return nil, err
 	}

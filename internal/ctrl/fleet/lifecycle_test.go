@@ -1,6 +1,8 @@
 package fleet_test
 
 import (
+	"cmp"
+	"errors"
 	"log/slog"
 	"testing"
 
@@ -45,6 +47,22 @@ func putLiveNode(t *testing.T, st *store.Store, id string) {
 	})
 }
 
+// probePlacement is the node a placement of nothing in pool would take now
+// ("" when none would); the probe's Allocation is released at once.
+func probePlacement(t *testing.T, f *fleet.Fleet, st *store.Store, pool string) string {
+	t.Helper()
+	var id string
+	mustTx(t, st, func(tx *store.Tx) error {
+		placed, _, err := f.Place(tx, fleet.Placement{WorkspaceID: "probe", InstanceID: "probe.1", Pools: []string{pool}})
+		if placed == nil || err != nil {
+			return err
+		}
+		id = placed.NodeID
+		return tx.ReleaseAllocation("probe", "")
+	})
+	return id
+}
+
 func mustTx(t *testing.T, st *store.Store, fn func(tx *store.Tx) error) {
 	t.Helper()
 	if err := st.Tx(ctx, fn); err != nil {
@@ -71,20 +89,15 @@ func TestDrainedAndDrainingNodesReceiveNoPlacement(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			f, st := storeFleet(t, b)
 			putLiveNode(t, st, "node-a")
-			placed := func() string {
-				var id string
-				mustTx(t, st, func(tx *store.Tx) error {
-					n, err := f.NodeForExecution(tx, []string{"pool-a"})
-					id = n.GetNodeId()
-					return err
-				})
-				return id
-			}
+			placed := func() string { return probePlacement(t, f, st, "pool-a") }
 			if got := placed(); got != "node-a" {
 				t.Fatalf("placement before the drain: %q", got)
 			}
 			// An execution runs there when the drain begins.
 			mustTx(t, st, func(tx *store.Tx) error {
+				if _, refusal, err := f.Place(tx, fleet.Placement{WorkspaceID: "ws-a", InstanceID: "ws-a.1", Pools: []string{"pool-a"}}); refusal != nil || err != nil {
+					return cmp.Or(err, errors.New(refusal.Message))
+				}
 				return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-a", InstanceId: "ws-a.1", NodeId: "node-a", LayerPool: "pool-a"})
 			})
 			res, err := f.DrainNode(ctx, &operatorv1.DrainNodeRequest{Command: cmd("drain-1"), NodeId: "node-a"})
@@ -112,6 +125,9 @@ func TestDrainedAndDrainingNodesReceiveNoPlacement(t *testing.T) {
 			}
 
 			mustTx(t, st, func(tx *store.Tx) error {
+				if err := tx.ReleaseAllocation("ws-a", "ws-a.1"); err != nil {
+					return err
+				}
 				return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-a", LayerPool: "pool-a"})
 			})
 			if got := statusOf(t, f, "node-a"); got != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_DRAINED {

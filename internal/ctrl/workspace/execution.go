@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -46,6 +47,8 @@ type launchPlan struct {
 	volume   *ctrlv1.Volume
 	launch   *storev1.Launch
 	template *storev1.TemplateRevision
+	// node is the only candidate of an ...OnNode command, "" otherwise.
+	node string
 }
 
 // runPlacement drives create and start: resolve what boots, place the
@@ -72,16 +75,16 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 	}
 	nodeID := wk.Command().GetNodeId()
 	if nodeID == "" {
-		var refusal *pool.Refusal
-		nodeID, wait, refusal, err = s.place(ctx, plan)
-		if refusal != nil {
-			return s.failStart(ctx, wk, refusal.Failure(ctrlv1.FailureStage_FAILURE_STAGE_PLACING, s.now()))
-		}
-		if err != nil || wait != "" {
-			if wait != "" {
-				return wk.Wait(ctx, wait, time.Minute)
-			}
+		var refusal *fleet.Refusal
+		var poolRefusal *pool.Refusal
+		nodeID, refusal, poolRefusal, err = s.place(ctx, wk, plan)
+		switch {
+		case err != nil:
 			return err
+		case poolRefusal != nil:
+			return s.failStart(ctx, wk, poolRefusal.Failure(ctrlv1.FailureStage_FAILURE_STAGE_PLACING, s.now()))
+		case refusal != nil:
+			return s.placementRefused(ctx, wk, refusal)
 		}
 	}
 	if v := plan.volume; v != nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING {
@@ -130,6 +133,7 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 	if err != nil {
 		return nil, "", err
 	}
+	req, node := Unpinned(req)
 	var plan *launchPlan
 	var wait string
 	err = s.store.Tx(ctx, func(tx *store.Tx) error {
@@ -137,7 +141,7 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 		if err != nil {
 			return err
 		}
-		plan = &launchPlan{w: w}
+		plan = &launchPlan{w: w, node: node}
 		if plan.runtime, err = tx.GetRuntime(w.GetWorkspaceId(), true); err != nil {
 			return err
 		}
@@ -205,19 +209,29 @@ func (s *Service) resolve(tx *store.Tx, plan *launchPlan, req any) (string, erro
 	return "", nil
 }
 
-// place picks a node that reaches the Workspace's pools and runs VMs, and
-// records where a first writable layer goes: beside the Volume, or in the
-// node's default pool, where it reserves its capacity. refusal says why
-// that pool takes no new layer; nothing is placed then.
-func (s *Service) place(ctx context.Context, plan *launchPlan) (nodeID, wait string, refusal *pool.Refusal, err error) {
-	pools := []string{plan.runtime.GetLayerPool()}
+// errPoolRefused rolls back a placement whose layer pool refused the
+// layer: the Allocation made in the same transaction goes with it.
+var errPoolRefused = errors.New("the layer's pool refused it")
+
+// place charges the execution to a node (fleet.Place: every placement
+// constraint), and records where a first writable layer goes: beside the
+// Volume, or in the node's default pool, where it reserves its capacity.
+// refusal says why no node takes it, poolRefusal why that pool takes no new
+// layer; nothing is placed then.
+func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan) (nodeID string, refusal *fleet.Refusal, poolRefusal *pool.Refusal, err error) {
+	res := plan.w.GetSpec().GetResources()
+	p := fleet.Placement{
+		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), wk.Command().GetCommandId()),
+		CPUMillis: res.GetCpuMillis(), MemoryBytes: res.GetMemoryBytes(), Pools: []string{plan.runtime.GetLayerPool()}, Node: plan.node,
+	}
 	if plan.volume != nil {
-		pools = append(pools, plan.volume.GetSpec().GetStoragePool())
+		p.Pools = append(p.Pools, plan.volume.GetSpec().GetStoragePool())
 	}
 	err = s.store.Tx(ctx, func(tx *store.Tx) error {
-		nodeID, refusal = "", nil
-		n, err := s.fleet.NodeForExecution(tx, pools)
-		if n == nil || err != nil {
+		nodeID, refusal, poolRefusal = "", nil, nil
+		placed, why, err := s.fleet.Place(tx, p)
+		if why != nil || err != nil {
+			refusal = why
 			return err
 		}
 		rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
@@ -225,27 +239,43 @@ func (s *Service) place(ctx context.Context, plan *launchPlan) (nodeID, wait str
 			return err
 		}
 		if rt.GetLayerPool() == "" {
-			rt.LayerPool = fleet.DefaultPoolOf(n)
+			rt.LayerPool = placed.DefaultPool
 			if plan.volume != nil {
 				rt.LayerPool = plan.volume.GetSpec().GetStoragePool()
 			}
 			rt.LayerCapacityBytes = layerCapacity(plan.w)
-			if refusal, err = pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); refusal != nil || err != nil {
-				return err
+			if poolRefusal, err = pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
+				return cmp.Or(err, errPoolRefused)
 			}
 			if err := tx.PutRuntime(rt); err != nil {
 				return err
 			}
 		}
-		nodeID = n.GetNodeId()
+		nodeID = placed.NodeID
 		plan.runtime = rt
 		return nil
 	})
-	if err != nil || nodeID != "" || refusal != nil {
-		return nodeID, "", refusal, err
+	if errors.Is(err, errPoolRefused) {
+		err = nil
 	}
-	return "", fmt.Sprintf("no connected node runs VMs (capability %s) and reaches storage pools %v", fleet.CapabilityQEMU, nonEmpty(pools)), nil, nil
+	return nodeID, refusal, poolRefusal, err
 }
+
+// placementRefused waits while no node takes the execution, telling why in
+// waiting_for, for up to the fleet's PlacementTimeout from the command's
+// admission (a node coming back, room freeing); after that the create or
+// start fails at FAILURE_STAGE_PLACING with the refusal's reason.
+func (s *Service) placementRefused(ctx context.Context, wk *command.Work, refusal *fleet.Refusal) error {
+	left := s.fleet.PlacementTimeout() - s.now().Sub(wk.Command().GetAdmittedAt().AsTime())
+	if left > 0 {
+		return wk.Wait(ctx, "a node to take it: "+refusal.Message, min(left, placementRetry))
+	}
+	return s.failStart(ctx, wk, refusal.Failure())
+}
+
+// placementRetry is how often a waiting placement looks again: room that
+// frees wakes nothing (node sessions, drains and ratios do).
+const placementRetry = 2 * time.Second
 
 // layerCapacity is the capacity of w's writable layer: what it asked for,
 // or the storage profile's default.
@@ -254,16 +284,6 @@ func layerCapacity(w *ctrlv1.Workspace) uint64 {
 		return c
 	}
 	return DefaultLayerCapacity
-}
-
-func nonEmpty(in []string) []string {
-	var out []string
-	for _, s := range in {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 func volumeRef(v *ctrlv1.Volume) *nodev1.BlockFileRef {
@@ -341,7 +361,11 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 // and holds no execution, so it can be started again.
 func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrlv1.WorkspaceFailure) error {
 	return wk.Fail(ctx, failure, func(tx *store.Tx) error {
-		return s.setWorkspace(tx, wk.Command().GetTargetId(), func(w *ctrlv1.Workspace) {
+		id := wk.Command().GetTargetId()
+		if err := tx.ReleaseAllocation(id, instanceID(id, wk.Command().GetCommandId())); err != nil {
+			return err
+		}
+		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) {
 			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 			w.Failure = failure
 			if d := w.GetDelivery(); d != nil {
@@ -405,6 +429,9 @@ func (s *Service) runStop(ctx context.Context, wk *command.Work) error {
 func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrlv1.WorkspaceStop) error {
 	rt, err := tx.GetRuntime(workspaceID, true)
 	if err != nil || rt.GetInstanceId() != instance {
+		return err
+	}
+	if err := tx.ReleaseAllocation(workspaceID, instance); err != nil {
 		return err
 	}
 	rt.InstanceId, rt.NodeId, rt.BootId = "", "", ""

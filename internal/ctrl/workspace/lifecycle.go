@@ -38,6 +38,10 @@ func supersede(tx *store.Tx, w *ctrlv1.Workspace, now time.Time, by string) erro
 		return err
 	}
 	if (active.GetKind() == kindCreate || active.GetKind() == kindStart) && active.GetNodeId() == "" {
+		// Placed, perhaps, but nothing sent to a node: its Allocation goes.
+		if err := tx.ReleaseAllocation(w.GetWorkspaceId(), instanceID(w.GetWorkspaceId(), active.GetCommandId())); err != nil {
+			return err
+		}
 		active.State = storev1.CommandState_COMMAND_STATE_FAILED
 		active.WaitingFor = ""
 		active.Failure = &ctrlv1.WorkspaceFailure{
@@ -97,7 +101,13 @@ func (s *Service) lifecycle(ctx context.Context, meta *ctrlv1.CommandMetadata, k
 
 // Start admits starting a STOPPED or FAILED Workspace.
 func (s *Service) Start(ctx context.Context, req *ctrlv1.StartWorkspaceRequest) (*ctrlv1.StartWorkspaceResponse, error) {
-	out, err := s.lifecycle(ctx, req.GetCommand(), kindStart, req.GetWorkspaceId(), req, s.applyStart,
+	return s.start(ctx, req, req, "")
+}
+
+// start admits req under the command input given (req itself, or the
+// ...OnNode request around it), placed on nodeID only when it is set.
+func (s *Service) start(ctx context.Context, req *ctrlv1.StartWorkspaceRequest, input proto.Message, nodeID string) (*ctrlv1.StartWorkspaceResponse, error) {
+	out, err := s.lifecycle(ctx, req.GetCommand(), kindStart, req.GetWorkspaceId(), input, s.startApply(nodeID),
 		func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message {
 			return &ctrlv1.StartWorkspaceResponse{Workspace: w, Command: c}
 		})
@@ -370,5 +380,8 @@ func (s *Service) removeLayer(ctx context.Context, wk *command.Work, rt *storev1
 
 // clearRuntime forgets a deleted Workspace's execution and layer.
 func (s *Service) clearRuntime(tx *store.Tx, id string) error {
+	if err := tx.ReleaseAllocation(id, ""); err != nil {
+		return err
+	}
 	return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: id})
 }

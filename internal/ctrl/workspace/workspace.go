@@ -102,6 +102,12 @@ func precondition(w *ctrlv1.Workspace, format string, args ...any) error {
 
 // Create admits a new Workspace in CREATING.
 func (s *Service) Create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest) (*ctrlv1.CreateWorkspaceResponse, error) {
+	return s.create(ctx, req, req, "")
+}
+
+// create admits req under the command input given (req itself, or the
+// ...OnNode request around it), placed on nodeID only when it is set.
+func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest, input proto.Message, nodeID string) (*ctrlv1.CreateWorkspaceResponse, error) {
 	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
 		return nil, err
 	}
@@ -139,7 +145,10 @@ func (s *Service) Create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 	}
 	var res *ctrlv1.CreateWorkspaceResponse
 	err = command.Do(ctx, s.store, func(tx *store.Tx) error {
-		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), kindCreate, req, func() (command.Effect, error) {
+		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), kindCreate, input, func() (command.Effect, error) {
+			if err := registered(tx, nodeID); err != nil {
+				return command.Effect{}, err
+			}
 			if err := checkPolicyReferences(tx, policy); err != nil {
 				return command.Effect{}, err
 			}
