@@ -17,6 +17,7 @@ type agentFlags struct {
 	endpoint, nodeID, stateDir, grant string
 	dataListen, dataEndpoint          string
 	pools                             []string
+	memoryTightMiB                    uint64
 }
 
 func (f *agentFlags) register(c *cobra.Command) {
@@ -27,12 +28,14 @@ func (f *agentFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.dataListen, "data-listen", "127.0.0.1:0", "address of the node's data endpoint, which ctrl calls to reach guests (exec)")
 	c.Flags().StringVar(&f.dataEndpoint, "data-endpoint", "", "URL ctrl reaches the data endpoint at, when not the listener's own address (NAT, another interface)")
 	c.Flags().StringArrayVar(&f.pools, "pool", nil, "a storage pool this node reaches: NAME=DIR, or NAME=DIR,default (repeatable)")
+	c.Flags().Uint64Var(&f.memoryTightMiB, "memory-tight-mib", node.DefaultMemoryTightThreshold>>20,
+		"available host memory (MiB) below which the node takes no new Workspace and ctrl places none here")
 }
 
 func (f *agentFlags) config() (node.Config, error) {
 	cfg := node.Config{
 		Endpoint: f.endpoint, NodeID: f.nodeID, StateDir: f.stateDir, EnrollmentGrant: f.grant,
-		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, Logger: newLogger(os.Stderr),
+		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, MemoryTightThreshold: f.memoryTightMiB << 20, Logger: newLogger(os.Stderr),
 	}
 	if cfg.NodeID == "" {
 		host, err := os.Hostname()

@@ -22,7 +22,7 @@ func clientNouns(out *outputFlag) []*cobra.Command {
 		notBuiltNoun("transfer", "Download, upload and delete exported Workspaces and Volumes"),
 		notBuiltNoun("egress", "Manage Egresses (caller-owned proxies)"),
 		notBuiltNoun("resolver", "Manage Resolvers (DNS upstreams)"),
-		notBuiltNoun("overcommit", "Read and set overcommit ratios"),
+		newOvercommitCommand(out),
 		newEnrollmentCommand(out),
 	}
 }

@@ -356,6 +356,27 @@ func (e *executions) instanceIDs() []string {
 	return ids
 }
 
+// isRunning reports whether execution id runs.
+func (e *executions) isRunning(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x := e.byID[id]
+	return x != nil && x.state == running
+}
+
+// vmPIDs are the VMM processes of the running executions.
+func (e *executions) vmPIDs() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var pids []int
+	for _, x := range e.byID {
+		if x.state == running && x.vm != nil {
+			pids = append(pids, x.vm.PID)
+		}
+	}
+	return pids
+}
+
 // reports are the running executions and the ended ones not reported
 // yet; endedIDs are the latter, for reported once the observation is sent.
 func (e *executions) reports() (reports []*nodev1.ExecutionReport, endedIDs []string) {
@@ -496,6 +517,11 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 		return failure("", connect.CodeUnimplemented, "this node cannot run executions: QEMU (qemu-system-x86_64) is not installed")
 	}
 	id := op.GetInstanceId()
+	if why := e.a.host.refuseIfTight(); why != "" && !e.isRunning(id) {
+		// What already runs is not affected: a repeated start of a running
+		// execution is still answered.
+		return failure("", connect.CodeResourceExhausted, "StartExecution refused: "+why)
+	}
 	log := e.a.log.With("instance_id", id)
 
 	e.mu.Lock()

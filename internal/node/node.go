@@ -69,7 +69,15 @@ type Config struct {
 	// empty derives it from the listener (http://<address>, the host name
 	// for a wildcard address).
 	DataEndpoint string
-	Logger       *slog.Logger
+	// MemoryTightThreshold is the available host memory (MemAvailable)
+	// below which the node judges its memory too tight for new Workspaces:
+	// it refuses to start them, and ctrl places none here. Zero is
+	// DefaultMemoryTightThreshold.
+	MemoryTightThreshold uint64
+	// Now is the node's wall clock, which it answers ctrl's clock probes
+	// with; nil is time.Now. (Tests skew it.)
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Capability names the node advertises in its hello.
@@ -175,6 +183,7 @@ type agent struct {
 	dataToken atomic.Pointer[string]
 	// current is the control session in use, nil between sessions.
 	current atomic.Pointer[session]
+	host    *hostWatch
 }
 
 // Run runs the node agent until ctx ends, then returns nil. It returns an
@@ -239,6 +248,10 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 		incarnation: incarnation,
 		pools:       map[string]Pool{},
 	}
+	if a.cfg.Now == nil {
+		a.cfg.Now = time.Now
+	}
+	a.host = newHostWatch(cfg.MemoryTightThreshold, a.cfg.Now)
 	for _, p := range cfg.Pools {
 		a.pools[p.Name] = p
 	}

@@ -141,7 +141,7 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 		case *nodev1.SessionResponse_ClockProbe:
 			reply := &nodev1.ClockReply{
 				ProbeId:         m.ClockProbe.GetProbeId(),
-				NodeTime:        timestamppb.Now(),
+				NodeTime:        timestamppb.New(a.cfg.Now()),
 				Synchronization: clockSynchronization(hostinfo.ClockState()),
 			}
 			if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: reply}}); err != nil {
@@ -258,20 +258,7 @@ func (a *agent) observation() (obs *nodev1.NodeObservation, ended []string) {
 	obs = &nodev1.NodeObservation{StoragePools: a.poolDeclarations()}
 	obs.InstanceIds = a.execs.instanceIDs()
 	obs.Executions, ended = a.execs.reports()
-	if m, err := hostinfo.ReadMeminfo(); err == nil && m.HasAvailable {
-		obs.MemoryAvailableBytes = &m.AvailableBytes
-	}
-	if p, err := hostinfo.ReadPressure("cpu"); err == nil && p.HasSome60 {
-		obs.CpuPressureSomeBasisPoints = &p.Some60
-	}
-	if p, err := hostinfo.ReadPressure("memory"); err == nil {
-		if p.HasSome60 {
-			obs.MemoryPressureSomeBasisPoints = &p.Some60
-		}
-		if p.HasFull60 {
-			obs.MemoryPressureFullBasisPoints = &p.Full60
-		}
-	}
+	a.host.fill(obs, a.execs.vmPIDs())
 	return obs, ended
 }
 

@@ -267,3 +267,79 @@ func ClassifyClock(state int, status int32) ClockSync {
 	}
 	return ClockSynchronized
 }
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat: USER_HZ, fixed
+// at 100 in Linux's user ABI whatever the kernel's own tick rate.
+const userHZ = 100
+
+// ProcessUsage is what one process has used: CPU time (user and system,
+// since it started) and its resident memory.
+type ProcessUsage struct {
+	CPUSeconds float64
+	RSSBytes   uint64
+}
+
+// ParseProcessStat reads the CPU time of /proc/<pid>/stat. The command
+// name (field 2) is in parentheses and may hold spaces, so fields are
+// counted after its closing parenthesis: utime and stime are fields 14 and
+// 15.
+func ParseProcessStat(stat string) (float64, error) {
+	end := strings.LastIndexByte(stat, ')')
+	if end < 0 {
+		return 0, errors.New("stat: no command name")
+	}
+	fields := strings.Fields(stat[end+1:])
+	// fields[0] is field 3 (state): utime is fields[11], stime fields[12].
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("stat: %d fields after the command name, want at least 13", len(fields))
+	}
+	var ticks uint64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("stat: %w", err)
+		}
+		ticks += n
+	}
+	return float64(ticks) / userHZ, nil
+}
+
+// ParseProcessRSS reads VmRSS from /proc/<pid>/status, in bytes.
+func ParseProcessRSS(r io.Reader) (uint64, error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("status: VmRSS %q", rest)
+		}
+		kb, err := strconv.ParseUint(fields[0], 10, 64)
+		return kb * 1024, err
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("status: no VmRSS")
+}
+
+// ReadProcessUsage reads what process pid has used.
+func ReadProcessUsage(pid int) (ProcessUsage, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ProcessUsage{}, err
+	}
+	cpu, err := ParseProcessStat(string(stat))
+	if err != nil {
+		return ProcessUsage{}, err
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ProcessUsage{}, err
+	}
+	defer f.Close()
+	rss, err := ParseProcessRSS(f)
+	return ProcessUsage{CPUSeconds: cpu, RSSBytes: rss}, err
+}

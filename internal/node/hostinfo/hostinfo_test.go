@@ -133,3 +133,40 @@ func TestLiveHost(t *testing.T) {
 		t.Errorf("Writable left %v behind", entries)
 	}
 }
+
+func TestParseProcessStat(t *testing.T) {
+	// A command name with a space and a parenthesis, as QEMU's may be.
+	stat := "4242 (qemu-system (x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 130 0 0 20 0 3 0 12345 1000000 500 18446744073709551615"
+	got, err := hostinfo.ParseProcessStat(stat)
+	if err != nil || got != 3.8 {
+		t.Errorf("ParseProcessStat = %v, %v; want 3.8 s (380 ticks)", got, err)
+	}
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 x 0"} {
+		if _, err := hostinfo.ParseProcessStat(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestParseProcessRSS(t *testing.T) {
+	got, err := hostinfo.ParseProcessRSS(strings.NewReader("Name:\tqemu\nVmPeak:\t 9 kB\nVmRSS:\t  262144 kB\nThreads: 3\n"))
+	if err != nil || got != 256<<20 {
+		t.Errorf("ParseProcessRSS = %d, %v; want 256 MiB", got, err)
+	}
+	for _, bad := range []string{"", "Name: x\n", "VmRSS: 12\n"} {
+		if _, err := hostinfo.ParseProcessRSS(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// This process's own usage reads from the live /proc.
+func TestReadProcessUsage(t *testing.T) {
+	u, err := hostinfo.ReadProcessUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.RSSBytes == 0 || u.CPUSeconds < 0 {
+		t.Errorf("usage of the test process: %+v", u)
+	}
+}
