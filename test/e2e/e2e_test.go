@@ -175,8 +175,12 @@ func TestCLIFindsDevWithoutFlags(t *testing.T) {
 		t.Errorf("node list: exit %d: %s", code, out)
 	}
 	out, code = d.kibotos(t, "template", "list")
+	if code != 0 || !strings.Contains(out, "busybox") {
+		t.Errorf("template list: exit %d: %s (want the busybox template dev made)", code, out)
+	}
+	out, code = d.kibotos(t, "egress", "list")
 	if code != 1 || !strings.Contains(out, "not built yet") {
-		t.Errorf("template list: exit %d: %s", code, out)
+		t.Errorf("egress list: exit %d: %s", code, out)
 	}
 }
 
