@@ -111,6 +111,10 @@ func TestDeclaringAPoolLost(t *testing.T) {
 				t.Errorf("attachment of a lost pool reads available: %v", at)
 			}
 		}
+		if list, err := e.c.Nodes.ListStoragePools(ctx, connect.NewRequest(&operatorv1.ListStoragePoolsRequest{})); err != nil ||
+			len(list.Msg.GetPools()) != 2 || list.Msg.GetPools()[1].GetLostAt() == nil {
+			t.Errorf("pools after the loss: %v %v, want the lost pool still listed", list, err)
+		}
 		if again, err := e.declareLost("lost-1", "shared"); err != nil || !proto.Equal(again, res) {
 			t.Errorf("replay: %v %v, want the same result", again, err)
 		}
