@@ -38,8 +38,9 @@ func supersede(tx *store.Tx, w *ctrlv1.Workspace, now time.Time, by string) erro
 		return err
 	}
 	if (active.GetKind() == kindCreate || active.GetKind() == kindStart) && active.GetNodeId() == "" {
-		// Placed, perhaps, but nothing sent to a node: its Allocation goes.
-		if err := tx.ReleaseAllocation(w.GetWorkspaceId(), instanceID(w.GetWorkspaceId(), active.GetCommandId())); err != nil {
+		// Placed, perhaps, but nothing sent to a node: its Allocation goes
+		// (the Workspace has no other: nothing of it runs).
+		if err := tx.ReleaseAllocation(w.GetWorkspaceId(), ""); err != nil {
 			return err
 		}
 		active.State = storev1.CommandState_COMMAND_STATE_FAILED
@@ -264,6 +265,8 @@ func (s *Service) applyDelete(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) 
 	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
 	if long {
 		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING
+	} else if err := tx.ReleaseAllocation(w.GetWorkspaceId(), ""); err != nil {
+		return false, err // deleted at once: nothing runs, nothing stays charged
 	}
 	return long, nil
 }
