@@ -34,14 +34,15 @@
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
 //     CreateWorkspace call to the last AVAILABLE, with c callers.
 //
-// Percentiles are nearest-rank. A row that does not finish within -timeout
-// reports what it placed by then.
+// Percentiles are nearest-rank. A fleet not READY within -ready-timeout is
+// reported with the nodes READY by then, and the row goes on under that
+// load; a row whose creations do not finish within -timeout reports what it
+// placed by then.
 package main
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,6 +85,8 @@ func main() {
 	workspaces := flag.Int("workspaces", 1000, "Workspaces created per row")
 	conc := flag.Int("c", 32, "concurrent callers")
 	timeout := flag.Duration("timeout", 5*time.Minute, "longest a row's creations may take")
+	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (ctrl, the simulated fleet and the callers share this process) to this file")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
 	flag.Parse()
 	var sizes []int
@@ -98,6 +102,16 @@ func main() {
 	if *pg != "" {
 		backends = append(backends, "postgres")
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	tmp, err := os.MkdirTemp("", "kibotos-bench-placement")
 	if err != nil {
 		fail(err)
@@ -108,8 +122,9 @@ func main() {
 	for _, n := range sizes {
 		for _, db := range backends {
 			progress("%s, %d simulated nodes", db, n)
-			r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, dir: tmp})
+			r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, readyTimeout: *readyTimeout, dir: tmp})
 			if err != nil {
+				pprof.StopCPUProfile()
 				fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
 			}
 			rows = append(rows, r)
@@ -122,9 +137,9 @@ func print(rows []result, workspaces, conc int) {
 	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d concurrent callers, GOMAXPROCS %d, %s\n",
 		workspaces, conc, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tfleet READY\tplaced\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\t")
+	fmt.Fprintln(tw, "database\tnodes\tREADY\tfleet up\tplaced\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n", r.db, r.nodes, r.ready.Seconds(), r.placed, r.perSecond,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n", r.db, r.nodes, r.readyNodes, r.ready.Seconds(), r.placed, r.perSecond,
 			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed)
 	}
 	tw.Flush()
@@ -155,12 +170,14 @@ type row struct {
 	nodes            int
 	workspaces, conc int
 	timeout          time.Duration
+	readyTimeout     time.Duration
 	dir              string
 }
 
 type result struct {
 	db                   string
 	nodes, placed        int
+	readyNodes           int // READY when the creations began
 	ready                time.Duration
 	perSecond            float64
 	placement, available []time.Duration
@@ -252,11 +269,12 @@ func runRow(r row) (result, error) {
 		fleet.Wait()
 	}()
 	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
-	if err := waitReady(ctx, nodes, r.nodes, r.timeout); err != nil {
+	ready, err := waitReady(ctx, nodes, r.nodes, r.readyTimeout)
+	if err != nil {
 		return result{}, err
 	}
-	res := result{db: r.db, nodes: r.nodes, ready: time.Since(t0)}
-	progress("  %d nodes READY in %.1f s over %d connections", r.nodes, res.ready.Seconds(), fleet.Connections())
+	res := result{db: r.db, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
+	progress("  %d of %d nodes READY after %.1f s over %d connections", ready, r.nodes, res.ready.Seconds(), fleet.Connections())
 	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, sim.DefaultPoolBytes); err != nil {
 		return result{}, err
 	}
@@ -362,24 +380,22 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 	}
 }
 
-// waitReady waits until n registrations read READY.
-func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, n int, timeout time.Duration) error {
+// waitReady waits until n registrations read READY, or timeout passed,
+// and answers how many do.
+func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, n int, timeout time.Duration) (int, error) {
 	deadline := time.Now().Add(timeout)
 	last := -1
 	for {
 		ready, err := countReady(ctx, nodes)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if ready >= n {
-			return nil
+		if ready >= n || time.Now().After(deadline) {
+			return ready, nil
 		}
 		if ready != last {
 			progress("  %d of %d nodes READY", ready, n)
 			last = ready
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the simulated fleet did not come up within -timeout")
 		}
 		time.Sleep(time.Second)
 	}
