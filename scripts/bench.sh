@@ -8,3 +8,6 @@ cd "$(dirname "$0")/.."
 PG_FSYNC=on postgres_start
 trap postgres_stop EXIT
 go run ./bench/admission "$@"
+# Placements with 1,000 and 10,000 simulated nodes (internal/sim, a
+# simulation for scale tests): each row starts its own ctrl and fleet.
+go run ./bench/placement
