@@ -88,6 +88,7 @@ func main() {
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (ctrl, the simulated fleet and the callers share this process) to this file")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
+	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
 	flag.Parse()
 	var sizes []int
 	for _, s := range strings.Split(*nodes, ",") {
@@ -98,9 +99,11 @@ func main() {
 		}
 		sizes = append(sizes, n)
 	}
-	backends := []string{"sqlite"}
-	if *pg != "" {
-		backends = append(backends, "postgres")
+	var backends []string
+	for _, db := range strings.Split(*databases, ",") {
+		if db == "sqlite" || (db == "postgres" && *pg != "") {
+			backends = append(backends, db)
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
