@@ -11,11 +11,12 @@
 // loopback, the command runner, default fleet timings: observations every
 // 5 s, clock probes every 10 s) on a fresh database, registers the
 // simulation's placeholder platform and template, and starts N simulated
-// nodes holding real control sessions over loopback HTTP/2 (200 sessions a
+// nodes holding real control sessions over loopback HTTP/2 (50 sessions a
 // connection). Every node declares its own pool and one shared pool,
 // "sim-shared", its default, as a deployment with shared storage would:
 // every node reaches the pool of every layer, so placement may choose among
-// all N. Once all N are READY (ListNodeRegistrations), c callers create
+// all N. Once all N are READY (ListNodeRegistrations, every second; or
+// -ready-timeout passed), c callers create
 // -workspaces Workspaces through the public Connect API (256 MiB, no
 // Volume), each caller one at a time: CreateWorkspace, then wait for the
 // placement, then GetWorkspace every 10 ms until AVAILABLE, then the next.
@@ -272,7 +273,7 @@ func runRow(r row) (result, error) {
 		fleet.Wait()
 	}()
 	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
-	ready, err := waitReady(ctx, nodes, r.nodes, r.readyTimeout)
+	ready, err := waitReady(ctx, nodes, fleet, r.nodes, r.readyTimeout)
 	if err != nil {
 		return result{}, err
 	}
@@ -306,7 +307,9 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 				placed, available, err := createOne(ctx, ws, p, i)
 				mu.Lock()
 				if err != nil {
-					if firstErr == nil && ctx.Err() == nil {
+					// A call cut by the row's deadline ends the row: ctrl may
+					// answer deadline_exceeded just before ctx says so.
+					if firstErr == nil && ctx.Err() == nil && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 						firstErr = err
 					}
 					mu.Unlock()
@@ -385,7 +388,7 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 
 // waitReady waits until n registrations read READY, or timeout passed,
 // and answers how many do.
-func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, n int, timeout time.Duration) (int, error) {
+func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, fleet *sim.Fleet, n int, timeout time.Duration) (int, error) {
 	deadline := time.Now().Add(timeout)
 	last := -1
 	for {
@@ -397,7 +400,7 @@ func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServ
 			return ready, nil
 		}
 		if ready != last {
-			progress("  %d of %d nodes READY", ready, n)
+			progress("  %d of %d nodes READY, %d sessions welcomed", ready, n, fleet.Established())
 			last = ready
 		}
 		time.Sleep(time.Second)
