@@ -141,6 +141,27 @@ func startNode(t *testing.T, nodeID, nodeEndpoint, grant, poolDir string) *proc 
 		"node", "--ctrl", "http://"+nodeEndpoint, "--node-id", nodeID, "--state-dir", t.TempDir(), "--pool", "shared="+poolDir+",default")
 }
 
+// givePoolCapacity sets a capacity on pool "shared": a pool takes no new
+// objects until it has one.
+func givePoolCapacity(t *testing.T, c clientconfig.Config) {
+	t.Helper()
+	client := operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, c.OperatorEndpoint)
+	get := connect.NewRequest(&operatorv1.GetStoragePoolRequest{StoragePool: "shared"})
+	get.Header().Set("Authorization", "Bearer "+c.OperatorToken)
+	p, err := client.GetStoragePool(context.Background(), get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := connect.NewRequest(&operatorv1.SetStoragePoolCapacityRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "capacity-shared"}, StoragePool: "shared",
+		ExpectedVersion: p.Msg.GetPool().GetVersion(), CapacityBytes: 1 << 40,
+	})
+	set.Header().Set("Authorization", "Bearer "+c.OperatorToken)
+	if _, err := client.SetStoragePoolCapacity(context.Background(), set); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -248,6 +269,7 @@ func TestCtrlKilledWithCommandsInFlightCompletesEachOnce(t *testing.T) {
 	cfg := clientconfig.Config{OperatorEndpoint: env[clientconfig.EnvOperatorEndpoint], OperatorToken: env[clientconfig.EnvOperatorToken], Token: env[clientconfig.EnvToken]}
 	nodeProc := startNode(t, "node-a", addrs.node, enrollGrant(t, cfg, "node-a"), poolDir)
 	waitUntil(t, "node-a READY", time.Minute, func() bool { return nodeReady(cfg, "node-a") })
+	givePoolCapacity(t, cfg)
 
 	const n = 40
 	client := volumeClient(cfg, addrs.workspace)
@@ -317,6 +339,7 @@ func TestTwoCtrlsOnOnePostgresDoNotRunWorkTwice(t *testing.T) {
 	// through the node operations they share in the database.
 	nodeProc := startNode(t, "node-a", a.node, enrollGrant(t, cfgA, "node-a"), poolDir)
 	waitUntil(t, "node-a READY", time.Minute, func() bool { return nodeReady(cfgB, "node-a") })
+	givePoolCapacity(t, cfgB)
 
 	const n = 30
 	clients := []ctrlv1connect.VolumeServiceClient{volumeClient(cfgA, a.workspace), volumeClient(cfgB, b.workspace)}
