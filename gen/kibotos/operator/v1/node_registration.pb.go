@@ -3556,6 +3556,9 @@ type StoragePool struct {
 	// failed, or an object deleted while the pool had no node to remove it. A
 	// node that reaches the pool removes each; until then it takes space in the
 	// pool but reserves nothing, and the object cannot move back into the pool.
+	// (Design:) An object whose deletion was admitted (a Volume or Workspace
+	// DELETING) no longer lives in its pool: it counts here, not in
+	// volume_count or retained_layer_count, until its block file is removed.
 	CleanupCount uint64 `protobuf:"varint,9,opt,name=cleanup_count,json=cleanupCount,proto3" json:"cleanup_count,omitempty"`
 	// lost_at is when DeclareStoragePoolLost declared the pool lost, absent
 	// while it was not. A lost pool reserves nothing and takes no new objects.

@@ -177,7 +177,13 @@ type NodeRegistrationServiceClient interface {
 	// evicts nothing. It requires the pool version the caller read, and a
 	// replay of the same command returns the current pool without writing
 	// again. A pool no node has ever declared is not_found. A lost pool is
-	// refused as failed_precondition (design).
+	// refused as failed_precondition (design). (Design:) expected_version is
+	// required: 0 is invalid_argument. Setting the capacity the pool has
+	// already does not move its version. A Volume that does not fit is
+	// refused at CreateVolume (and a growth at ResizeVolume) as
+	// resource_exhausted with FAILURE_REASON_RESOURCE_EXHAUSTED; a writable
+	// layer that does not fit fails its create or start at
+	// FAILURE_STAGE_PLACING with the same reason.
 	SetStoragePoolCapacity(context.Context, *connect.Request[v1.SetStoragePoolCapacityRequest]) (*connect.Response[v1.SetStoragePoolCapacityResponse], error)
 	// DeclareStoragePoolLost records that a pool's storage is gone and will not
 	// come back. ctrl cannot verify the claim, so the operator carries its
@@ -196,6 +202,13 @@ type NodeRegistrationServiceClient interface {
 	//
 	// A pool no node has ever declared is not_found; declaring an already lost
 	// pool lost again with another command is failed_precondition (design).
+	// (Design:) The LOST Volumes stay listed in the lost pool until deleted;
+	// Volumes being deleted become DELETED at once, nothing being left to
+	// remove, and their deletions succeed. Writable layers are forgotten: the
+	// Workspace has no layer until its next start places a new one. Commands
+	// that waited on the pool go on: a creation or growth of a lost Volume
+	// fails with FAILURE_REASON_VOLUME_LOST, and so does a create or start
+	// bound to one.
 	DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error)
 	// ListWorkspacePlacements pages the Workspaces whose current Instance holds
 	// an unreleased Allocation, narrowed to one node, one Workspace or one
@@ -634,7 +647,13 @@ type NodeRegistrationServiceHandler interface {
 	// evicts nothing. It requires the pool version the caller read, and a
 	// replay of the same command returns the current pool without writing
 	// again. A pool no node has ever declared is not_found. A lost pool is
-	// refused as failed_precondition (design).
+	// refused as failed_precondition (design). (Design:) expected_version is
+	// required: 0 is invalid_argument. Setting the capacity the pool has
+	// already does not move its version. A Volume that does not fit is
+	// refused at CreateVolume (and a growth at ResizeVolume) as
+	// resource_exhausted with FAILURE_REASON_RESOURCE_EXHAUSTED; a writable
+	// layer that does not fit fails its create or start at
+	// FAILURE_STAGE_PLACING with the same reason.
 	SetStoragePoolCapacity(context.Context, *connect.Request[v1.SetStoragePoolCapacityRequest]) (*connect.Response[v1.SetStoragePoolCapacityResponse], error)
 	// DeclareStoragePoolLost records that a pool's storage is gone and will not
 	// come back. ctrl cannot verify the claim, so the operator carries its
@@ -653,6 +672,13 @@ type NodeRegistrationServiceHandler interface {
 	//
 	// A pool no node has ever declared is not_found; declaring an already lost
 	// pool lost again with another command is failed_precondition (design).
+	// (Design:) The LOST Volumes stay listed in the lost pool until deleted;
+	// Volumes being deleted become DELETED at once, nothing being left to
+	// remove, and their deletions succeed. Writable layers are forgotten: the
+	// Workspace has no layer until its next start places a new one. Commands
+	// that waited on the pool go on: a creation or growth of a lost Volume
+	// fails with FAILURE_REASON_VOLUME_LOST, and so does a create or start
+	// bound to one.
 	DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error)
 	// ListWorkspacePlacements pages the Workspaces whose current Instance holds
 	// an unreleased Allocation, narrowed to one node, one Workspace or one
