@@ -145,8 +145,12 @@ func run(ctx context.Context, dsn, path string, n, conc int) (result, error) {
 	f := fleet.New(st, runner, log, fleet.DefaultConfig)
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	if err := st.Tx(ctx, func(tx *store.Tx) error {
-		return tx.PutNode(&operatorv1.NodeRegistration{NodeId: "bench", Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
-			StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: "bench", StoragePool: "default", DefaultPool: true, Available: true}}})
+		if err := tx.PutNode(&operatorv1.NodeRegistration{NodeId: "bench", Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
+			StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: "bench", StoragePool: "default", DefaultPool: true, Available: true}}}); err != nil {
+			return err
+		}
+		// A pool takes no new Volumes until it has a capacity: room for every round's.
+		return tx.SetStoragePoolCapacity("default", 1<<62)
 	}); err != nil {
 		return result{}, err
 	}

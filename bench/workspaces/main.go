@@ -189,8 +189,19 @@ func run(n int, memoryMiB uint64, volume string, keep bool) (err error) {
 			err = fmt.Errorf("node agent: %w", nerr)
 		}
 	}()
-	if err := waitNodeReady(ctx, operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op), nodeErr); err != nil {
+	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
+	if err := waitNodeReady(ctx, nodes, nodeErr); err != nil {
 		return err
+	}
+	// A pool takes no new Volumes or writable layers until it has a capacity.
+	pool, err := nodes.GetStoragePool(ctx, connect.NewRequest(&operatorv1.GetStoragePoolRequest{StoragePool: "default"}))
+	if err != nil {
+		return err
+	}
+	if _, err := nodes.SetStoragePoolCapacity(ctx, connect.NewRequest(&operatorv1.SetStoragePoolCapacityRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "bench-capacity"}, StoragePool: "default", ExpectedVersion: pool.Msg.GetPool().GetVersion(), CapacityBytes: 1 << 50,
+	})); err != nil {
+		return fmt.Errorf("capacity of pool default: %w", err)
 	}
 	progress("ctrl and node %q ready (ctrl %s, node state %s)", nodeID, srv.Client.WorkspaceEndpoint, nodeState)
 

@@ -166,24 +166,42 @@ type PoolUsage struct {
 // StoragePoolUsage sums what lives in a pool and counts its removals.
 func (t *Tx) StoragePoolUsage(name string) (PoolUsage, error) {
 	var u PoolUsage
-	var vols, volBytes, layers, layerBytes, volRemovals, layerRemovals int64
-	if err := t.queryRow("SELECT COUNT(*), CAST(COALESCE(SUM(capacity_bytes), 0) AS BIGINT) FROM volumes WHERE storage_pool = ? AND "+volumeLives,
-		name).Scan(&vols, &volBytes); err != nil {
+	l, err := t.living(name)
+	if err != nil {
 		return u, err
 	}
-	if err := t.queryRow("SELECT COUNT(*), CAST(COALESCE(SUM(r.layer_capacity_bytes), 0) AS BIGINT) "+layersJoin+" AND "+workspaceLives,
-		name).Scan(&layers, &layerBytes); err != nil {
-		return u, err
-	}
+	var volRemovals, layerRemovals int64
 	if err := t.queryRow("SELECT COUNT(*) FROM volumes WHERE storage_pool = ? AND "+volumeRemoving, name).Scan(&volRemovals); err != nil {
 		return u, err
 	}
 	if err := t.queryRow("SELECT COUNT(*) "+layersJoin+" AND "+workspaceRemove, name).Scan(&layerRemovals); err != nil {
 		return u, err
 	}
-	u.Volumes, u.Layers, u.ReservedBytes = uint64(vols), uint64(layers), uint64(volBytes+layerBytes)
+	u.Volumes, u.Layers, u.ReservedBytes = uint64(l.volumes), uint64(l.layers), uint64(l.volumeBytes+l.layerBytes)
 	u.Removals = uint64(volRemovals + layerRemovals)
 	return u, nil
+}
+
+// StoragePoolReserved sums the declared capacities of what lives in a pool:
+// what a new object is admitted against.
+func (t *Tx) StoragePoolReserved(name string) (uint64, error) {
+	l, err := t.living(name)
+	return uint64(l.volumeBytes + l.layerBytes), err
+}
+
+type living struct{ volumes, volumeBytes, layers, layerBytes int64 }
+
+// living counts the Volumes and writable layers living in a pool and sums
+// their declared capacities.
+func (t *Tx) living(name string) (living, error) {
+	var l living
+	if err := t.queryRow("SELECT COUNT(*), CAST(COALESCE(SUM(capacity_bytes), 0) AS BIGINT) FROM volumes WHERE storage_pool = ? AND "+volumeLives,
+		name).Scan(&l.volumes, &l.volumeBytes); err != nil {
+		return l, err
+	}
+	err := t.queryRow("SELECT COUNT(*), CAST(COALESCE(SUM(r.layer_capacity_bytes), 0) AS BIGINT) "+layersJoin+" AND "+workspaceLives,
+		name).Scan(&l.layers, &l.layerBytes)
+	return l, err
 }
 
 // PoolVolumes pages the Volumes that live in a pool (removing false) or

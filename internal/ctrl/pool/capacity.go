@@ -58,13 +58,13 @@ func Reserve(tx *store.Tx, pool string, bytes uint64) (*Refusal, error) {
 		return &Refusal{Code: connect.CodeResourceExhausted, Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
 			Message: fmt.Sprintf("storage pool %q has no capacity set, so it takes no new objects: an operator sets one (kibotos pool set-capacity %s BYTES)", pool, pool)}, nil
 	}
-	usage, err := tx.StoragePoolUsage(pool)
+	reserved, err := tx.StoragePoolReserved(pool)
 	if err != nil {
 		return nil, err
 	}
-	if usage.ReservedBytes+bytes > p.CapacityBytes || usage.ReservedBytes+bytes < bytes {
+	if reserved+bytes > p.CapacityBytes || reserved+bytes < bytes {
 		return &Refusal{Code: connect.CodeResourceExhausted, Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
-			Message: fmt.Sprintf("storage pool %q has no room for %d bytes: %d of its %d bytes are reserved", pool, bytes, usage.ReservedBytes, p.CapacityBytes)}, nil
+			Message: fmt.Sprintf("storage pool %q has no room for %d bytes: %d of its %d bytes are reserved", pool, bytes, reserved, p.CapacityBytes)}, nil
 	}
 	return nil, nil
 }
