@@ -32,7 +32,7 @@ const (
 // ctrlFlags are the flags ctrl and dev share.
 type ctrlFlags struct {
 	workspaceListen, operatorListen, nodeListen, stateDir, database string
-	clockTolerance                                                  time.Duration
+	clockTolerance, placementTimeout                                time.Duration
 }
 
 func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
@@ -41,6 +41,7 @@ func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
 	c.Flags().StringVar(&f.nodeListen, "node-listen", defaultNodeListen, "address of the node endpoint (kibotos.node.v1, node control sessions)")
 	c.Flags().StringVar(&f.stateDir, "state-dir", "", stateHelp)
 	c.Flags().DurationVar(&f.clockTolerance, "clock-tolerance", fleet.DefaultConfig.ClockTolerance, "allowed clock skew of a node; beyond it (less the measurement's uncertainty) the node receives no new placement")
+	c.Flags().DurationVar(&f.placementTimeout, "placement-timeout", fleet.DefaultPlacementTimeout, "how long a create or start waits for a node to take it before it fails at PLACING")
 	c.Flags().StringVar(&f.database, "database", "", "PostgreSQL DSN (postgres://…) for replicas sharing one database, or a SQLite file (default: SQLite at <state-dir>/ctrl.db)")
 }
 
@@ -60,14 +61,15 @@ func (f *ctrlFlags) config(defaultSub string) (ctrl.Config, error) {
 		NodeListen:      f.nodeListen,
 		StateDir:        dir,
 		Database:        f.database,
-		Fleet:           fleetConfig(f.clockTolerance),
+		Fleet:           fleetConfig(f.clockTolerance, f.placementTimeout),
 		Logger:          newLogger(os.Stderr),
 	}, nil
 }
 
-func fleetConfig(tolerance time.Duration) fleet.Config {
+func fleetConfig(tolerance, placementTimeout time.Duration) fleet.Config {
 	fc := fleet.DefaultConfig
 	fc.ClockTolerance = tolerance
+	fc.PlacementTimeout = placementTimeout
 	return fc
 }
 

@@ -143,9 +143,12 @@ func mustMarshal(m proto.Message) []byte {
 // overrides are part of the registration: a change advances
 // registration_version.
 func (f *Fleet) SetNodeOvercommit(ctx context.Context, req *operatorv1.SetNodeOvercommitRequest) (*operatorv1.SetNodeOvercommitResponse, error) {
-	for field, v := range map[string]*uint32{"cpu_thousandths": req.CpuThousandths, "memory_thousandths": req.MemoryThousandths} {
-		if v != nil {
-			if err := checkRatio(field, *v); err != nil {
+	for _, r := range []struct {
+		field string
+		v     *uint32
+	}{{"cpu_thousandths", req.CpuThousandths}, {"memory_thousandths", req.MemoryThousandths}} {
+		if r.v != nil {
+			if err := checkRatio(r.field, *r.v); err != nil {
 				return nil, err
 			}
 		}
