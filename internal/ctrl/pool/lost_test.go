@@ -164,7 +164,8 @@ func TestDeclaringAPoolLost(t *testing.T) {
 	})
 }
 
-// A pool without members (its only node retired) can be declared lost.
+// A pool without members (its only node retired, or revoked) can be
+// declared lost: retired and revoked nodes are members of no pool.
 func TestAPoolWithoutMembersCanBeDeclaredLost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		n := e.startNode("node-a", node.Pool{Name: "alone", Dir: t.TempDir()})
@@ -178,6 +179,23 @@ func TestAPoolWithoutMembersCanBeDeclaredLost(t *testing.T) {
 		res, err := e.declareLost("lost-alone", "alone")
 		if err != nil || res.GetPool().GetLostAt() == nil {
 			t.Errorf("declaring a pool without members lost: %v %v", res, err)
+		}
+
+		e.startNode("node-b", node.Pool{Name: "revoked", Dir: t.TempDir()})
+		grants, err := e.c.Enrollment.ListEnrollmentGrants(ctx, connect.NewRequest(&operatorv1.ListEnrollmentGrantsRequest{NodeId: "node-b", IncludeInactive: true}))
+		if err != nil || len(grants.Msg.GetGrants()) != 1 {
+			t.Fatalf("node-b's grant: %v %v", grants, err)
+		}
+		if _, err := e.c.Enrollment.RevokeEnrollmentGrant(ctx, connect.NewRequest(&operatorv1.RevokeEnrollmentGrantRequest{
+			Command: cmd("revoke-b"), GrantId: grants.Msg.GetGrants()[0].GetGrantId(), RevokeEnrolledNodes: true,
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if p := e.pool("revoked"); len(p.GetAttachments()) != 0 {
+			t.Errorf("pool of a revoked node: %v, want no member", p)
+		}
+		if _, err := e.declareLost("lost-revoked", "revoked"); err != nil {
+			t.Errorf("declaring the pool of a revoked node lost: %v", err)
 		}
 	})
 }
