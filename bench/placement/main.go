@@ -17,7 +17,7 @@
 // every node reaches the pool of every layer, so placement may choose among
 // all N. Once all N are READY (ListNodeRegistrations, every second; or
 // -ready-timeout passed), c callers create
-// -workspaces Workspaces through the public Connect API (256 MiB, no
+// -workspaces Workspaces through the public Connect API (2 CPUs, 4 GiB, no
 // Volume), each caller one at a time: CreateWorkspace, then wait for the
 // placement, then GetWorkspace every 10 ms until AVAILABLE, then the next.
 //
@@ -75,8 +75,16 @@ import (
 	"github.com/kibotos/kibotos/internal/sim"
 )
 
+// A Workspace asks for 2 CPUs and 4 GiB: 16 fit a simulated node's 32
+// CPUs at the default overcommit (1x), so the first-fit placement spreads
+// 1,000 Workspaces over 63 nodes, and no node reports more executions than
+// a real host would run.
 const (
-	mib        = 1 << 20
+	cpuMillis   = 2000
+	memoryBytes = 4 << 30
+)
+
+const (
 	sharedPool = "sim-shared"
 	pollEvery  = 10 * time.Millisecond
 )
@@ -351,7 +359,7 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 	created, err := ws.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("bench-placement-%d", i)},
 		Spec: &ctrlv1.WorkspaceCreateSpec{
-			Resources: &ctrlv1.ResourceRequest{MemoryBytes: 256 * mib},
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: cpuMillis, MemoryBytes: memoryBytes},
 			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
 		},
 	}))
