@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -203,7 +204,13 @@ type CandidateQuery struct {
 	Fit      bool
 	Request  Resources
 	Defaults Ratios
+	// Pools, when given, keeps only the nodes reporting each available. A
+	// name that is not a DNS label (as node pools are) is left for the
+	// caller's own check.
+	Pools []string
 }
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // PlacementCandidates pages, by node_id, the admitted, not isolated nodes
 // with a live session that q selects. Capabilities and pools are the
@@ -214,6 +221,12 @@ func (t *Tx) PlacementCandidates(q CandidateQuery) ([]*NodePlacement, error) {
 	if q.Fit {
 		where += " AND ready = 1 AND clock_skewed = 0 AND memory_tight = 0 AND " + fits
 		args = append(args, int64(q.Request.CPUMillis), int64(q.Defaults.CPU), int64(q.Request.MemoryBytes), int64(q.Defaults.Memory))
+	}
+	for _, pool := range q.Pools {
+		if dnsLabel.MatchString(pool) { // no LIKE wildcard in it
+			where += " AND (',' || pools || ',') LIKE ?"
+			args = append(args, "%,"+pool+",%")
+		}
 	}
 	rows, err := t.query(placementColumns+where+" ORDER BY node_id LIMIT ?", append(args, q.Limit)...)
 	if err != nil {

@@ -264,7 +264,7 @@ const CapabilityQEMU = "provider.qemu"
 // pickForPool is the first node by node_id that can do pool work now;
 // only draining ones when draining is set.
 func (f *Fleet) pickForPool(tx *store.Tx, pool string, draining bool) (string, error) {
-	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveSince: f.now().Add(-f.liveWindow())}
+	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveSince: f.now().Add(-f.liveWindow()), Pools: []string{pool}}
 	for {
 		batch, err := tx.PlacementCandidates(q)
 		if err != nil {

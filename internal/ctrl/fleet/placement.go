@@ -84,7 +84,7 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 	} else {
 		q := store.CandidateQuery{
 			Limit: candidateBatch, LiveSince: now.Add(-f.liveWindow()), Fit: true, Defaults: defaults,
-			Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes},
+			Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Pools: nonEmpty(p.Pools),
 		}
 		for {
 			batch, err := tx.PlacementCandidates(q)
@@ -121,6 +121,16 @@ func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, p Placement, defa
 		return nil, err
 	}
 	return &Placed{NodeID: row.NodeID, DefaultPool: row.DefaultPool}, nil
+}
+
+func nonEmpty(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // maxNamed bounds how many nodes a refusal names.

@@ -258,6 +258,15 @@ func testCandidatesFilterAndPage(t *testing.T, dsn string) {
 	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since}); got != "a-ready f-syncing g-skewed h-tight j-small k-ready" {
 		t.Errorf("candidates for pool work: %s", got)
 	}
+	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since, Pools: []string{"default"}}); got != "a-ready f-syncing g-skewed h-tight j-small k-ready" {
+		t.Errorf("candidates reaching pool default: %s", got)
+	}
+	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since, Pools: []string{"default", "gone"}}); got != "" {
+		t.Errorf("candidates reaching pool gone (unavailable everywhere): %s", got)
+	}
+	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since, Pools: []string{"defaul"}}); got != "" {
+		t.Errorf("candidates reaching pool defaul (a prefix of one): %s", got)
+	}
 	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since, Draining: true}); got != "i-draining" {
 		t.Errorf("draining candidates: %s", got)
 	}
