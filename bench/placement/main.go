@@ -42,6 +42,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"flag"
@@ -97,6 +98,7 @@ func main() {
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (ctrl, the simulated fleet and the callers share this process) to this file")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
+	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
 	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
 	flag.Parse()
 	var sizes []int
@@ -130,29 +132,42 @@ func main() {
 	}
 	defer os.RemoveAll(tmp)
 
-	var rows []result
-	for _, n := range sizes {
-		for _, db := range backends {
-			progress("%s, %d simulated nodes", db, n)
-			r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, readyTimeout: *readyTimeout, dir: tmp})
-			if err != nil {
-				pprof.StopCPUProfile()
-				fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
+	// Rows are interleaved in each round, so that a shared machine's
+	// noise falls on all of them alike.
+	rows := make([][]result, len(sizes)*len(backends))
+	started := time.Now().UTC()
+	for round := range *rounds {
+		for i, n := range sizes {
+			for j, db := range backends {
+				progress("round %d: %s, %d simulated nodes", round+1, db, n)
+				r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, readyTimeout: *readyTimeout, dir: tmp})
+				if err != nil {
+					pprof.StopCPUProfile()
+					fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
+				}
+				k := i*len(backends) + j
+				rows[k] = append(rows[k], r)
 			}
-			rows = append(rows, r)
 		}
 	}
-	print(rows, *workspaces, *conc)
+	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d concurrent callers, %d rounds (median round by placements/s shown), GOMAXPROCS %d, started %s\n",
+		*workspaces, *conc, *rounds, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
+	print(rows)
 }
 
-func print(rows []result, workspaces, conc int) {
-	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d concurrent callers, GOMAXPROCS %d, %s\n",
-		workspaces, conc, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tREADY\tfleet up\tplaced\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\t")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n", r.db, r.nodes, r.readyNodes, r.ready.Seconds(), r.placed, r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed)
+	fmt.Fprintln(tw, "database\tnodes\tREADY\tfleet up\tplaced\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\tall rounds (placements/s)\t")
+	for _, rounds := range rows {
+		sorted := slices.Clone(rounds)
+		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
+		r := sorted[len(sorted)/2]
+		all := make([]string, len(rounds))
+		for i, x := range rounds {
+			all[i] = fmt.Sprintf("%.1f", x.perSecond)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n", r.db, r.nodes, r.readyNodes, r.ready.Seconds(), r.placed, r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, strings.Join(all, " "))
 	}
 	tw.Flush()
 }
