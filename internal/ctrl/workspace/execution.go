@@ -133,7 +133,7 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 	if err != nil {
 		return nil, "", err
 	}
-	req, node := Unpinned(req)
+	req, node := unpin(req)
 	var plan *launchPlan
 	var wait string
 	err = s.store.Tx(ctx, func(tx *store.Tx) error {

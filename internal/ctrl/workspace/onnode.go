@@ -58,10 +58,10 @@ func registered(tx *store.Tx, nodeID string) error {
 	return nil
 }
 
-// Unpinned is the Workspace request a command carries and the node an
+// unpin is the Workspace request a command carries and the node an
 // ...OnNode command fixes its placement to ("" for the Workspace API's own
 // requests).
-func Unpinned(req proto.Message) (proto.Message, string) {
+func unpin(req proto.Message) (proto.Message, string) {
 	switch r := req.(type) {
 	case *operatorv1.CreateWorkspaceOnNodeRequest:
 		return r.GetRequest(), r.GetNodeId()
