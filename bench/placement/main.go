@@ -9,7 +9,7 @@
 //
 // Each row starts, in this process, a fresh ctrl (its three listeners on
 // loopback, the command runner, default fleet timings: observations every
-// 5 s, clock probes every 10 s) on a fresh database, registers the
+// 5 s, clock probes every 10 s, unless -observation-interval) on a fresh database, registers the
 // simulation's placeholder platform and template, and starts N simulated
 // nodes holding real control sessions over loopback HTTP/2 (50 sessions a
 // connection). Every node declares its own pool and one shared pool,
@@ -73,6 +73,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/sim"
 )
 
@@ -98,6 +99,7 @@ func main() {
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (ctrl, the simulated fleet and the callers share this process) to this file")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
+	observe := flag.Duration("observation-interval", 0, "ctrl's node observation interval (0: ctrl's default, 5 s); clock probes go at twice it")
 	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
 	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
 	flag.Parse()
@@ -140,7 +142,7 @@ func main() {
 		for i, n := range sizes {
 			for j, db := range backends {
 				progress("round %d: %s, %d simulated nodes", round+1, db, n)
-				r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, readyTimeout: *readyTimeout, dir: tmp})
+				r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp})
 				if err != nil {
 					pprof.StopCPUProfile()
 					fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
@@ -150,8 +152,12 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d concurrent callers, %d rounds (median round by placements/s shown), GOMAXPROCS %d, started %s\n",
-		*workspaces, *conc, *rounds, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
+	interval := fleet.DefaultConfig.ObservationInterval
+	if *observe > 0 {
+		interval = *observe
+	}
+	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d concurrent callers, %d rounds (median round by placements/s shown), observations every %v, GOMAXPROCS %d, started %s\n",
+		*workspaces, *conc, *rounds, interval, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
 	print(rows)
 }
 
@@ -198,6 +204,7 @@ type row struct {
 	workspaces, conc int
 	timeout          time.Duration
 	readyTimeout     time.Duration
+	observe          time.Duration
 	dir              string
 }
 
@@ -256,6 +263,10 @@ func runRow(r row) (result, error) {
 		WorkspaceListen: "127.0.0.1:0", OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
 		StateDir: filepath.Join(dir, "ctrl"), Logger: slog.New(slog.DiscardHandler),
 	}
+	if r.observe > 0 {
+		cfg.Fleet = fleet.DefaultConfig
+		cfg.Fleet.ObservationInterval, cfg.Fleet.ClockProbeInterval = r.observe, 2*r.observe
+	}
 	if r.db == "postgres" {
 		dsn, err := postgresDSN(r.pg)
 		if err != nil {
@@ -283,7 +294,7 @@ func runRow(r row) (result, error) {
 	p := &placements{arrived: map[string]chan struct{}{}, at: map[string]time.Time{}, node: map[string]string{}}
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	t0 := time.Now()
-	fleet, err := sim.Start(fleetCtx, sim.Config{
+	simFleet, err := sim.Start(fleetCtx, sim.Config{
 		Endpoint: srv.NodeEndpoint, Grant: grant, Nodes: r.nodes,
 		SharedPool: sharedPool, SharedPoolDefault: true, OnCommand: p.observe, Logger: slog.New(slog.DiscardHandler),
 	})
@@ -293,15 +304,15 @@ func runRow(r row) (result, error) {
 	}
 	defer func() {
 		stopFleet()
-		fleet.Wait()
+		simFleet.Wait()
 	}()
 	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
-	ready, err := waitReady(ctx, nodes, fleet, r.nodes, r.readyTimeout)
+	ready, err := waitReady(ctx, nodes, simFleet, r.nodes, r.readyTimeout)
 	if err != nil {
 		return result{}, err
 	}
 	res := result{db: r.db, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
-	progress("  %d of %d nodes READY after %.1f s over %d connections", ready, r.nodes, res.ready.Seconds(), fleet.Connections())
+	progress("  %d of %d nodes READY after %.1f s over %d connections", ready, r.nodes, res.ready.Seconds(), simFleet.Connections())
 	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, sim.DefaultPoolBytes); err != nil {
 		return result{}, err
 	}
@@ -411,7 +422,7 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 
 // waitReady waits until n registrations read READY, or timeout passed,
 // and answers how many do.
-func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, fleet *sim.Fleet, n int, timeout time.Duration) (int, error) {
+func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, simFleet *sim.Fleet, n int, timeout time.Duration) (int, error) {
 	deadline := time.Now().Add(timeout)
 	last := -1
 	for {
@@ -423,7 +434,7 @@ func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServ
 			return ready, nil
 		}
 		if ready != last {
-			progress("  %d of %d nodes READY, %d sessions welcomed", ready, n, fleet.Established())
+			progress("  %d of %d nodes READY, %d sessions welcomed", ready, n, simFleet.Established())
 			last = ready
 		}
 		time.Sleep(time.Second)
