@@ -2,10 +2,11 @@
 // the records and their revisions, and the long commands that drive a
 // Workspace's lifecycle.
 //
-// What runs a Workspace (placement on a node, the VM provider, templates and
-// platforms) is not built yet: a create or start is admitted and recorded,
-// then waits, saying so in GetWorkspaceCommand's waiting_for, until a node
-// can run it. Nothing pretends to have started.
+// A create or start is admitted and recorded, then placed on a node
+// (fleet.Place: every placement constraint; CreateOnNode and StartOnNode
+// fix the node), which boots the VM. While no node takes it, it waits,
+// saying why in GetWorkspaceCommand's waiting_for, until the fleet's
+// placement timeout fails it at PLACING. Nothing pretends to have started.
 package workspace
 
 import (
