@@ -3,7 +3,6 @@ package store
 import (
 	"database/sql"
 	"fmt"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -39,35 +38,6 @@ func (t *Tx) DrainingNodes() (map[string]bool, error) {
 			return nil, err
 		}
 		out[id] = true
-	}
-	return out, rows.Err()
-}
-
-// NodeExecutionCounts counts, per node, the Workspaces whose current
-// execution runs there. With ids it counts only those nodes. A node with
-// none is absent.
-func (t *Tx) NodeExecutionCounts(ids ...string) (map[string]int, error) {
-	q := "SELECT node_id, COUNT(*) FROM workspace_runtime WHERE node_id <> ''"
-	var args []any
-	if len(ids) > 0 {
-		q += " AND node_id IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + ")"
-		for _, id := range ids {
-			args = append(args, id)
-		}
-	}
-	rows, err := t.query(q+" GROUP BY node_id", args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, err
-		}
-		out[id] = n
 	}
 	return out, rows.Err()
 }

@@ -282,16 +282,6 @@ func (f *Fleet) pickForPool(tx *store.Tx, pool string, draining bool) (string, e
 	}
 }
 
-// DefaultPoolOf is the node's own default pool, or "".
-func DefaultPoolOf(n *operatorv1.NodeRegistration) string {
-	for _, a := range n.GetStoragePools() {
-		if a.GetDefaultPool() {
-			return a.GetStoragePool()
-		}
-	}
-	return ""
-}
-
 // CapabilitySim is the capability of the simulated nodes of internal/sim
 // (`kibotos sim`), a simulation for control-plane scale tests only: it
 // stands in for a VM provider in placement, and runs nothing.
