@@ -32,6 +32,8 @@
 //   - create → AVAILABLE: from the CreateWorkspace call to the first
 //     GetWorkspace that reads AVAILABLE; it adds the node's answer (at once
 //     in the simulation), ctrl recording it, and up to 10 ms of polling.
+//   - placed: Workspaces whose StartExecution reached a node in the row's
+//     time; AVAILABLE: those GetWorkspace read AVAILABLE in it.
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
 //     CreateWorkspace call to the last AVAILABLE, with c callers.
 //
@@ -163,7 +165,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tREADY\tfleet up\tplaced\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -172,7 +174,7 @@ func print(rows [][]result) {
 		for i, x := range rounds {
 			all[i] = fmt.Sprintf("%.1f", x.perSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n", r.db, r.nodes, r.readyNodes, r.ready.Seconds(), r.placed, r.perSecond,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n", r.db, r.nodes, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
 			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, strings.Join(all, " "))
 	}
 	tw.Flush()
@@ -210,7 +212,8 @@ type row struct {
 
 type result struct {
 	db                   string
-	nodes, placed        int
+	nodes                int
+	placed               int // Workspaces whose StartExecution reached a node
 	readyNodes           int // READY when the creations began
 	ready                time.Duration
 	perSecond            float64
@@ -225,6 +228,7 @@ type placements struct {
 	arrived map[string]chan struct{} // Workspace id → closed on arrival
 	at      map[string]time.Time
 	node    map[string]string
+	created map[string]time.Time // Workspace id → when its CreateWorkspace was called
 }
 
 func (p *placements) channel(ws string) chan struct{} {
@@ -291,7 +295,7 @@ func runRow(r row) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	p := &placements{arrived: map[string]chan struct{}{}, at: map[string]time.Time{}, node: map[string]string{}}
+	p := &placements{arrived: map[string]chan struct{}{}, at: map[string]time.Time{}, node: map[string]string{}, created: map[string]time.Time{}}
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	t0 := time.Now()
 	simFleet, err := sim.Start(fleetCtx, sim.Config{
@@ -338,7 +342,7 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 				if i >= r.workspaces || ctx.Err() != nil {
 					return
 				}
-				placed, available, err := createOne(ctx, ws, p, i)
+				available, err := createOne(ctx, ws, p, i)
 				mu.Lock()
 				if err != nil {
 					// A call cut by the row's deadline ends the row: ctrl may
@@ -350,7 +354,6 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 					cancel()
 					return
 				}
-				res.placement = append(res.placement, placed)
 				res.available = append(res.available, available)
 				last = time.Now()
 				mu.Unlock()
@@ -361,26 +364,30 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 	if firstErr != nil {
 		return res, firstErr
 	}
-	res.placed = len(res.available)
-	if res.placed > 0 {
-		res.perSecond = float64(res.placed) / last.Sub(start).Seconds()
+	if len(res.available) > 0 {
+		res.perSecond = float64(len(res.available)) / last.Sub(start).Seconds()
 	}
-	slices.Sort(res.placement)
-	slices.Sort(res.available)
+	// Placements are timed for every Workspace whose StartExecution reached
+	// a node, AVAILABLE by the deadline or not.
 	used := map[string]bool{}
 	p.mu.Lock()
-	for _, n := range p.node {
-		used[n] = true
+	for id, t0 := range p.created {
+		if at, ok := p.at[id]; ok {
+			res.placement = append(res.placement, at.Sub(t0))
+			used[p.node[id]] = true
+		}
 	}
 	p.mu.Unlock()
-	res.nodesUsed = len(used)
-	progress("  %d placed, %.1f/s, on %d nodes", res.placed, res.perSecond, res.nodesUsed)
+	res.placed, res.nodesUsed = len(res.placement), len(used)
+	slices.Sort(res.placement)
+	slices.Sort(res.available)
+	progress("  %d placed, %d AVAILABLE, %.1f/s, on %d nodes", res.placed, len(res.available), res.perSecond, res.nodesUsed)
 	return res, nil
 }
 
 // createOne creates Workspace i and times it to its placement and to
 // AVAILABLE.
-func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int) (placed, available time.Duration, err error) {
+func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int) (available time.Duration, err error) {
 	t0 := time.Now()
 	created, err := ws.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("bench-placement-%d", i)},
@@ -390,32 +397,32 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 		},
 	}))
 	if err != nil {
-		return 0, 0, fmt.Errorf("create: %w", err)
+		return 0, fmt.Errorf("create: %w", err)
 	}
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	p.mu.Lock()
+	p.created[id] = t0
+	p.mu.Unlock()
 	select {
 	case <-p.channel(id):
 	case <-ctx.Done():
-		return 0, 0, ctx.Err()
+		return 0, ctx.Err()
 	}
-	p.mu.Lock()
-	placed = p.at[id].Sub(t0)
-	p.mu.Unlock()
 	for {
 		got, err := ws.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
 		if err != nil {
-			return 0, 0, fmt.Errorf("get %s: %w", id, err)
+			return 0, fmt.Errorf("get %s: %w", id, err)
 		}
 		switch w := got.Msg.GetWorkspace(); w.GetState() {
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
-			return placed, time.Since(t0), nil
+			return time.Since(t0), nil
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
-			return 0, 0, fmt.Errorf("Workspace %s FAILED: %v", id, w.GetFailure())
+			return 0, fmt.Errorf("Workspace %s FAILED: %v", id, w.GetFailure())
 		}
 		select {
 		case <-time.After(pollEvery):
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
 }
