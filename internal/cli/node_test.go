@@ -5,14 +5,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/clientconfig"
-	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -31,7 +29,7 @@ func kibotos(t *testing.T, c *testenv.Cluster, args ...string) (int, string, str
 // The node lifecycle from the command line: tables by default, the API's
 // messages with -o json, the API's refusals as errors.
 func TestNodeLifecycleCommands(t *testing.T) {
-	c := testenv.New(t, testenv.WithFleet(fleet.Config{ObservationInterval: 200 * time.Millisecond, ClockProbeInterval: 100 * time.Millisecond, ClockTolerance: time.Second}))
+	c := testenv.New(t, testenv.FastFleet())
 	n := c.StartNode(t, "node-a", "", "")
 
 	code, out, errOut := kibotos(t, c, "node", "drain", "node-a")

@@ -3,12 +3,10 @@ package cli_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
-	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -16,7 +14,7 @@ import (
 // API's messages, set-defaults keeping a ratio not given, set-node
 // clearing one, the API's refusals as errors.
 func TestOvercommitCommands(t *testing.T) {
-	c := testenv.New(t, testenv.WithFleet(fleet.Config{ObservationInterval: 200 * time.Millisecond, ClockProbeInterval: 100 * time.Millisecond, ClockTolerance: time.Second}))
+	c := testenv.New(t, testenv.FastFleet())
 	c.StartNode(t, "node-a", "", "")
 
 	code, out, errOut := kibotos(t, c, "overcommit", "get")

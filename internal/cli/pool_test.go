@@ -4,21 +4,19 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
-	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // The pool commands: tables by default, the API's messages with -o json,
 // the API's refusals as errors.
 func TestPoolCommands(t *testing.T) {
-	c := testenv.New(t, testenv.WithFleet(fleet.Config{ObservationInterval: 200 * time.Millisecond, ClockProbeInterval: 100 * time.Millisecond, ClockTolerance: time.Second}))
+	c := testenv.New(t, testenv.FastFleet())
 	n := c.StartNode(t, "node-a", "", "")
 
 	code, out, errOut := kibotos(t, c, "pool", "list")

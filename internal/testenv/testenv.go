@@ -42,6 +42,14 @@ type Option func(*ctrl.Config)
 // WithFleet sets the node session timings.
 func WithFleet(fc fleet.Config) Option { return func(c *ctrl.Config) { c.Fleet = fc } }
 
+// FastFleet reports often enough for tests to see changes quickly, with
+// room for a loaded machine (CI runs packages in parallel under -race): a
+// session is live for three observation intervals, and the clock
+// tolerance is far above scheduling noise (tests of skew skew by hours).
+func FastFleet() Option {
+	return WithFleet(fleet.Config{ObservationInterval: 500 * time.Millisecond, ClockProbeInterval: 250 * time.Millisecond, ClockTolerance: 10 * time.Second})
+}
+
 // Logger is quiet unless KIBOTOS_TEST_LOG is set.
 func Logger() *slog.Logger {
 	if os.Getenv("KIBOTOS_TEST_LOG") != "" {

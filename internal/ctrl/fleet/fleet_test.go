@@ -48,13 +48,7 @@ func TestMeasureClock(t *testing.T) {
 	}
 }
 
-// fastFleet reports often enough for tests to see changes quickly, with
-// room for a loaded machine (CI runs packages in parallel under -race): a
-// session is live for three intervals, and the clock tolerance is far
-// above scheduling noise (the skew tests skew by an hour).
-func fastFleet() testenv.Option {
-	return testenv.WithFleet(fleet.Config{ObservationInterval: 500 * time.Millisecond, ClockProbeInterval: 250 * time.Millisecond, ClockTolerance: 10 * time.Second})
-}
+func fastFleet() testenv.Option { return testenv.FastFleet() }
 
 func TestNodeJoinsReportsAndIsUnavailableWhenItsSessionIsLost(t *testing.T) {
 	c := testenv.New(t, fastFleet())

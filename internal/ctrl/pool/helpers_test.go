@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl"
-	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
@@ -34,7 +32,7 @@ type env struct {
 
 func newEnv(t *testing.T, b storetest.Backend) *env {
 	dsn := b.DSN(t)
-	fast := testenv.WithFleet(fleet.Config{ObservationInterval: 200 * time.Millisecond, ClockProbeInterval: 100 * time.Millisecond, ClockTolerance: time.Second})
+	fast := testenv.FastFleet()
 	return &env{t: t, c: testenv.New(t, fast, func(c *ctrl.Config) { c.Database = dsn })}
 }
 
