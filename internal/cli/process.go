@@ -170,6 +170,8 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 	}
 	printEndpoints(cmd, srv, cfg.StateDir)
 	fmt.Fprintf(cmd.OutOrStdout(), "client configuration: %s\n", clientPath)
+	// Everything dev runs needs no root; say which feature would.
+	fmt.Fprintln(cmd.ErrOrStderr(), "note: Workspaces get an isolated network (QEMU user-mode, no root); egress to the internet (NETWORK_POLICY_MODE_PUBLIC_INTERNET) needs root for tap devices and nftables and is not built yet")
 	fmt.Fprintln(cmd.OutOrStdout(), "ready; Ctrl-C stops")
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- srv.Wait() }()
