@@ -128,6 +128,11 @@ func objectKey(cmd *nodev1.NodeCommand) string {
 		if body.UnmarshalTo(&op) == nil {
 			return blockFileKey(op.GetRef())
 		}
+	case copyBlockFileName:
+		var op nodev1.CopyBlockFile
+		if body.UnmarshalTo(&op) == nil {
+			return blockFileKey(copyTarget(&op))
+		}
 	case startExecutionName:
 		var op nodev1.StartExecution
 		if body.UnmarshalTo(&op) == nil {
@@ -205,6 +210,7 @@ func nameOf(m proto.Message) protoreflect.FullName { return m.ProtoReflect().Des
 var (
 	ensureBlockFileName = nameOf((*nodev1.EnsureBlockFile)(nil))
 	removeBlockFileName = nameOf((*nodev1.RemoveBlockFile)(nil))
+	copyBlockFileName   = nameOf((*nodev1.CopyBlockFile)(nil))
 	startExecutionName  = nameOf((*nodev1.StartExecution)(nil))
 	stopExecutionName   = nameOf((*nodev1.StopExecution)(nil))
 )
@@ -237,6 +243,12 @@ func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Comm
 		}
 		st, err := a.blocks.Remove(ref)
 		return blockFileResult(st, err)
+	case copyBlockFileName:
+		var op nodev1.CopyBlockFile
+		if err := body.UnmarshalTo(&op); err != nil {
+			return failure("", connect.CodeInvalidArgument, "CopyBlockFile: "+err.Error())
+		}
+		return a.copyBlockFile(ctx, cmd.GetOperationId(), &op)
 	case startExecutionName:
 		var op nodev1.StartExecution
 		if err := body.UnmarshalTo(&op); err != nil {
@@ -303,6 +315,8 @@ func errorCode(err error) connect.Code {
 	switch {
 	case errors.Is(err, blockfile.ErrInvalid):
 		return connect.CodeInvalidArgument
+	case errors.Is(err, blockfile.ErrMissing):
+		return connect.CodeNotFound
 	case errors.Is(err, blockfile.ErrShrink):
 		return connect.CodeFailedPrecondition
 	case errors.Is(err, blockfile.ErrPoolUnavailable):

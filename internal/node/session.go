@@ -273,3 +273,15 @@ func (a *agent) sendProgress(p *nodev1.ExecutionProgress) {
 		a.log.Debug("progress not sent", "instance_id", p.GetInstanceId(), "err", err)
 	}
 }
+
+// sendCopyProgress reports a copy's progress on the current session, if
+// any: progress is best effort.
+func (a *agent) sendCopyProgress(p *nodev1.CopyProgress) {
+	s := a.current.Load()
+	if s == nil {
+		return
+	}
+	if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_CopyProgress{CopyProgress: p}}); err != nil {
+		a.log.Debug("copy progress not sent", "operation_id", p.GetOperationId(), "err", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -62,6 +63,8 @@ type Fleet struct {
 
 	artifacts  Artifacts
 	executions Executions
+	// copyProgress hears CopyBlockFile progress (moves between pools).
+	copyProgress atomic.Pointer[func(ctx context.Context, nodeID string, p *nodev1.CopyProgress)]
 }
 
 // Artifacts finds the file of an artifact by digest.
@@ -91,6 +94,12 @@ type Executions interface {
 // Released counts what ReleaseNode let go of.
 type Released struct {
 	Volumes, RetainedLayers, Workspaces uint64
+}
+
+// OnCopyProgress sets who hears how far the nodes' block file copies
+// have come; progress from nodes is dropped until then.
+func (f *Fleet) OnCopyProgress(fn func(ctx context.Context, nodeID string, p *nodev1.CopyProgress)) {
+	f.copyProgress.Store(&fn)
 }
 
 // Serve sets where artifacts come from and the domain of executions.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -35,9 +34,9 @@ type Progress func(copied, total uint64)
 // CopyResult is a finished copy.
 type CopyResult struct {
 	Status
-	// Digest is the SHA-256 over the source's data extents (offset,
-	// length, bytes each), read back from the copy: equal digests of
-	// source and copy say the copy holds what the source holds.
+	// Digest is the SHA-256 over the content's non-zero 4 KiB blocks
+	// (offset and bytes each), computed from the source as it was read
+	// and checked against the copy read back.
 	Digest string
 	// CopiedBytes is the bytes in use the copy read (its data extents).
 	CopiedBytes uint64
@@ -113,22 +112,19 @@ func (m *Manager) Copy(ctx context.Context, src, dst Ref, progress Progress) (Co
 		}
 	}
 
-	want, err := digestOf(ctx, in, exts)
-	if err != nil {
-		return CopyResult{}, err
-	}
-	if done, err := m.copyInPlace(ctx, dstPath, fi.Size(), exts, want); err != nil || done {
-		if done {
-			report(total)
-			st, err := Stat(dstPath)
-			return CopyResult{Status: st, Digest: want, CopiedBytes: total}, err
+	if done, digest, err := copyInPlace(ctx, in, exts, dstPath, fi.Size()); err != nil || done {
+		if err != nil {
+			return CopyResult{}, err
 		}
-		return CopyResult{}, err
+		report(total)
+		st, err := Stat(dstPath)
+		return CopyResult{Status: st, Digest: digest, CopiedBytes: total}, err
 	}
 	if err := os.Mkdir(filepath.Dir(dstPath), 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
 		return CopyResult{}, err
 	}
-	if err := copyTo(ctx, in, tempName(dstPath), fi.Size(), exts, want, report); err != nil {
+	digest, err := copyTo(ctx, in, tempName(dstPath), fi.Size(), exts, report)
+	if err != nil {
 		return CopyResult{}, err
 	}
 	// A grow marker of an earlier file by that name belongs to no file now.
@@ -142,49 +138,47 @@ func (m *Manager) Copy(ctx context.Context, src, dst Ref, progress Progress) (Co
 		return CopyResult{}, err
 	}
 	st, err := Stat(dstPath)
-	return CopyResult{Status: st, Digest: want, CopiedBytes: total}, err
+	return CopyResult{Status: st, Digest: digest, CopiedBytes: total}, err
 }
 
-// copyInPlace reports whether dstPath already holds the source's content
-// (an earlier copy finished but its answer was lost).
-func (m *Manager) copyInPlace(ctx context.Context, dstPath string, size int64, exts []extent, want string) (bool, error) {
+// copyInPlace reports whether dstPath already holds in's content (an
+// earlier copy finished but its answer was lost), with the digest.
+func copyInPlace(ctx context.Context, in *os.File, exts []extent, dstPath string, size int64) (bool, string, error) {
 	out, err := os.Open(dstPath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return false, "", nil
 	}
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	defer out.Close()
 	fi, err := out.Stat()
 	if err != nil || fi.Size() != size {
-		return false, err
+		return false, "", err
 	}
 	if pending, err := exists(growMarker(dstPath)); err != nil || pending {
-		return false, err
+		return false, "", err
 	}
-	// The source's holes must be zeros in dst as well: dst's data extents
-	// must lie within the source's, or hold only zeros outside them.
-	got, err := digestOf(ctx, out, exts)
-	if err != nil || got != want {
-		return false, err
-	}
-	dexts, err := dataExtents(out, size)
+	want, err := digestOf(ctx, in, exts)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
-	return zerosOutside(out, dexts, exts)
+	got, err := fileDigest(ctx, out, size)
+	if err != nil {
+		return false, "", err
+	}
+	return got == want, want, nil
 }
 
-// copyTo writes a fresh sparse copy of in's extents to tmp, reads it back
-// to compare digests, and syncs it.
-func copyTo(ctx context.Context, in *os.File, tmp string, size int64, exts []extent, want string, report func(uint64)) (err error) {
+// copyTo writes a fresh sparse copy of in's extents to tmp, hashing them
+// as it reads, reads the copy back to compare digests, and syncs it.
+func copyTo(ctx context.Context, in *os.File, tmp string, size int64, exts []extent, report func(uint64)) (_ string, err error) {
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+		return "", err
 	}
 	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer func() {
 		if cerr := out.Close(); err == nil {
@@ -195,36 +189,39 @@ func copyTo(ctx context.Context, in *os.File, tmp string, size int64, exts []ext
 		}
 	}()
 	if err := out.Truncate(size); err != nil {
-		return err
+		return "", err
 	}
+	d := newDigest()
 	buf := make([]byte, copyChunk)
 	var copied uint64
 	report(0)
 	for _, e := range exts {
 		for off := e.off; off < e.off+e.len; {
 			if err := ctx.Err(); err != nil {
-				return err
+				return "", err
 			}
 			n := min(int64(len(buf)), e.off+e.len-off)
 			if _, err := in.ReadAt(buf[:n], off); err != nil {
-				return err
+				return "", err
 			}
 			if err := writeNonZero(out, buf[:n], off); err != nil {
-				return err
+				return "", err
 			}
+			d.add(buf[:n], off)
 			off += n
 			copied += uint64(n)
 			report(copied)
 		}
 	}
-	got, err := digestOf(ctx, out, exts)
+	want := d.sum()
+	got, err := fileDigest(ctx, out, size)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if got != want {
-		return fmt.Errorf("copy of %s does not match its source (digest %s, want %s)", filepath.Base(tmp), got, want)
+		return "", fmt.Errorf("copy of %s does not match its source (digest %s, want %s)", filepath.Base(tmp), got, want)
 	}
-	return out.Sync()
+	return want, out.Sync()
 }
 
 // writeNonZero writes buf at off, leaving blocks of zeros unwritten.
@@ -269,37 +266,71 @@ func dataExtents(f *os.File, size int64) ([]extent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("seek hole in %s: %w", f.Name(), err)
 		}
-		hole = min(hole, size)
-		if hole > data {
-			exts = append(exts, extent{data, hole - data})
+		// Whole zeroBlocks, so a block is always read and hashed as one
+		// piece whatever the filesystem's own block size.
+		start := data / zeroBlock * zeroBlock
+		end := min((hole+zeroBlock-1)/zeroBlock*zeroBlock, size)
+		if n := len(exts); n > 0 && exts[n-1].off+exts[n-1].len >= start {
+			exts[n-1].len = max(exts[n-1].len, end-exts[n-1].off)
+		} else if end > start {
+			exts = append(exts, extent{start, end - start})
 		}
-		off = hole
+		off = end
 	}
 	return exts, nil
 }
 
-// digestOf hashes f's bytes in exts, each with its offset and length.
-func digestOf(ctx context.Context, f *os.File, exts []extent) (string, error) {
-	h := sha256.New()
-	buf := make([]byte, copyChunk)
-	for _, e := range exts {
-		if err := ctx.Err(); err != nil {
-			return "", err
+// digest hashes a file's content as its non-zero zeroBlocks, each with
+// its offset: two files with the same size and content have the same
+// digest however their data extents lie (holes and blocks of zeros are
+// alike).
+type digest struct{ h hash.Hash }
+
+func newDigest() *digest { return &digest{sha256.New()} }
+
+// add hashes buf, read at off (a multiple of zeroBlock).
+func (d *digest) add(buf []byte, off int64) {
+	for start := 0; start < len(buf); start += zeroBlock {
+		b := buf[start:min(start+zeroBlock, len(buf))]
+		if allZero(b) {
+			continue
 		}
-		var hdr [16]byte
-		binary.LittleEndian.PutUint64(hdr[:8], uint64(e.off))
-		binary.LittleEndian.PutUint64(hdr[8:], uint64(e.len))
-		h.Write(hdr[:])
-		if err := hashRange(h, f, e, buf); err != nil {
-			return "", err
-		}
+		var hdr [8]byte
+		binary.LittleEndian.PutUint64(hdr[:], uint64(off)+uint64(start))
+		d.h.Write(hdr[:])
+		d.h.Write(b)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func hashRange(h hash.Hash, f *os.File, e extent, buf []byte) error {
-	_, err := io.CopyBuffer(h, io.NewSectionReader(f, e.off, e.len), buf)
-	return err
+func (d *digest) sum() string { return hex.EncodeToString(d.h.Sum(nil)) }
+
+// digestOf hashes f's content in exts, which cover all its data.
+func digestOf(ctx context.Context, f *os.File, exts []extent) (string, error) {
+	d := newDigest()
+	buf := make([]byte, copyChunk)
+	for _, e := range exts {
+		for off := e.off; off < e.off+e.len; {
+			if err := ctx.Err(); err != nil {
+				return "", err
+			}
+			n := min(int64(len(buf)), e.off+e.len-off)
+			if _, err := f.ReadAt(buf[:n], off); err != nil {
+				return "", err
+			}
+			d.add(buf[:n], off)
+			off += n
+		}
+	}
+	return d.sum(), nil
+}
+
+// fileDigest hashes all of f's content.
+func fileDigest(ctx context.Context, f *os.File, size int64) (string, error) {
+	exts, err := dataExtents(f, size)
+	if err != nil {
+		return "", err
+	}
+	return digestOf(ctx, f, exts)
 }
 
 func allZero(b []byte) bool {
@@ -309,46 +340,4 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// zerosOutside reports whether f's extents in have hold zeros wherever they
-// lie outside want.
-func zerosOutside(f *os.File, have, want []extent) (bool, error) {
-	buf := make([]byte, copyChunk)
-	for _, e := range have {
-		for _, gap := range subtract(e, want) {
-			for off := gap.off; off < gap.off+gap.len; {
-				n := min(int64(len(buf)), gap.off+gap.len-off)
-				if _, err := f.ReadAt(buf[:n], off); err != nil {
-					return false, err
-				}
-				if !allZero(buf[:n]) {
-					return false, nil
-				}
-				off += n
-			}
-		}
-	}
-	return true, nil
-}
-
-// subtract is e less the sorted, disjoint extents of want.
-func subtract(e extent, want []extent) []extent {
-	var out []extent
-	cur := e.off
-	end := e.off + e.len
-	for _, w := range want {
-		wend := w.off + w.len
-		if wend <= cur || w.off >= end {
-			continue
-		}
-		if w.off > cur {
-			out = append(out, extent{cur, w.off - cur})
-		}
-		cur = max(cur, wend)
-	}
-	if cur < end {
-		out = append(out, extent{cur, end - cur})
-	}
-	return out
 }

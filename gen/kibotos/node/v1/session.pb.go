@@ -218,6 +218,7 @@ type SessionRequest struct {
 	//	*SessionRequest_ClockReply
 	//	*SessionRequest_CommandResult
 	//	*SessionRequest_ExecutionProgress
+	//	*SessionRequest_CopyProgress
 	Message       isSessionRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -305,6 +306,15 @@ func (x *SessionRequest) GetExecutionProgress() *ExecutionProgress {
 	return nil
 }
 
+func (x *SessionRequest) GetCopyProgress() *CopyProgress {
+	if x != nil {
+		if x, ok := x.Message.(*SessionRequest_CopyProgress); ok {
+			return x.CopyProgress
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Message interface {
 	isSessionRequest_Message()
 }
@@ -329,6 +339,10 @@ type SessionRequest_ExecutionProgress struct {
 	ExecutionProgress *ExecutionProgress `protobuf:"bytes,5,opt,name=execution_progress,json=executionProgress,proto3,oneof"`
 }
 
+type SessionRequest_CopyProgress struct {
+	CopyProgress *CopyProgress `protobuf:"bytes,6,opt,name=copy_progress,json=copyProgress,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Message() {}
 
 func (*SessionRequest_Observation) isSessionRequest_Message() {}
@@ -338,6 +352,8 @@ func (*SessionRequest_ClockReply) isSessionRequest_Message() {}
 func (*SessionRequest_CommandResult) isSessionRequest_Message() {}
 
 func (*SessionRequest_ExecutionProgress) isSessionRequest_Message() {}
+
+func (*SessionRequest_CopyProgress) isSessionRequest_Message() {}
 
 // ExecutionProgress is how far a StartExecution has come in fetching the
 // artifacts it boots from (platform and template), sent about once a
@@ -1201,7 +1217,7 @@ var File_kibotos_node_v1_session_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkibotos/node/v1/session.proto\x12\x0fkibotos.node.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fkibotos/node/v1/execution.proto\"m\n" +
+	"\x1dkibotos/node/v1/session.proto\x12\x0fkibotos.node.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fkibotos/node/v1/execution.proto\x1a\x1dkibotos/node/v1/storage.proto\"m\n" +
 	"\rEnrollRequest\x12!\n" +
 	"\fgrant_secret\x18\x01 \x01(\tR\vgrantSecret\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12 \n" +
@@ -1211,14 +1227,15 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x02 \x01(\tR\n" +
 	"credential\x127\n" +
-	"\tissued_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\"\xf3\x02\n" +
+	"\tissued_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\"\xb9\x03\n" +
 	"\x0eSessionRequest\x122\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1a.kibotos.node.v1.NodeHelloH\x00R\x05hello\x12D\n" +
 	"\vobservation\x18\x02 \x01(\v2 .kibotos.node.v1.NodeObservationH\x00R\vobservation\x12>\n" +
 	"\vclock_reply\x18\x03 \x01(\v2\x1b.kibotos.node.v1.ClockReplyH\x00R\n" +
 	"clockReply\x12G\n" +
 	"\x0ecommand_result\x18\x04 \x01(\v2\x1e.kibotos.node.v1.CommandResultH\x00R\rcommandResult\x12S\n" +
-	"\x12execution_progress\x18\x05 \x01(\v2\".kibotos.node.v1.ExecutionProgressH\x00R\x11executionProgressB\t\n" +
+	"\x12execution_progress\x18\x05 \x01(\v2\".kibotos.node.v1.ExecutionProgressH\x00R\x11executionProgress\x12D\n" +
+	"\rcopy_progress\x18\x06 \x01(\v2\x1d.kibotos.node.v1.CopyProgressH\x00R\fcopyProgressB\t\n" +
 	"\amessage\"~\n" +
 	"\x11ExecutionProgress\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
@@ -1340,11 +1357,12 @@ var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(*NodeCommand)(nil),            // 13: kibotos.node.v1.NodeCommand
 	(*CommandResult)(nil),          // 14: kibotos.node.v1.CommandResult
 	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 16: google.protobuf.Duration
-	(*ExecutionReport)(nil),        // 17: kibotos.node.v1.ExecutionReport
-	(*anypb.Any)(nil),              // 18: google.protobuf.Any
-	(*FetchArtifactRequest)(nil),   // 19: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),  // 20: kibotos.node.v1.FetchArtifactResponse
+	(*CopyProgress)(nil),           // 16: kibotos.node.v1.CopyProgress
+	(*durationpb.Duration)(nil),    // 17: google.protobuf.Duration
+	(*ExecutionReport)(nil),        // 18: kibotos.node.v1.ExecutionReport
+	(*anypb.Any)(nil),              // 19: google.protobuf.Any
+	(*FetchArtifactRequest)(nil),   // 20: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),  // 21: kibotos.node.v1.FetchArtifactResponse
 }
 var file_kibotos_node_v1_session_proto_depIdxs = []int32{
 	15, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
@@ -1353,31 +1371,32 @@ var file_kibotos_node_v1_session_proto_depIdxs = []int32{
 	12, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
 	14, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
 	4,  // 5: kibotos.node.v1.SessionRequest.execution_progress:type_name -> kibotos.node.v1.ExecutionProgress
-	7,  // 6: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
-	11, // 7: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
-	13, // 8: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
-	8,  // 9: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
-	9,  // 10: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	16, // 11: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
-	15, // 12: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
-	15, // 13: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
-	9,  // 14: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	17, // 15: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
-	15, // 16: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
-	0,  // 17: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
-	18, // 18: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
-	18, // 19: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
-	1,  // 20: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
-	3,  // 21: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
-	19, // 22: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
-	2,  // 23: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
-	5,  // 24: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
-	20, // 25: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
-	23, // [23:26] is the sub-list for method output_type
-	20, // [20:23] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	16, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
+	7,  // 7: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
+	11, // 8: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
+	13, // 9: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
+	8,  // 10: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
+	9,  // 11: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
+	17, // 12: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
+	15, // 13: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
+	15, // 14: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
+	9,  // 15: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
+	18, // 16: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
+	15, // 17: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
+	0,  // 18: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
+	19, // 19: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
+	19, // 20: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
+	1,  // 21: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
+	3,  // 22: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
+	20, // 23: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
+	2,  // 24: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
+	5,  // 25: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
+	21, // 26: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
+	24, // [24:27] is the sub-list for method output_type
+	21, // [21:24] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_session_proto_init() }
@@ -1386,12 +1405,14 @@ func file_kibotos_node_v1_session_proto_init() {
 		return
 	}
 	file_kibotos_node_v1_execution_proto_init()
+	file_kibotos_node_v1_storage_proto_init()
 	file_kibotos_node_v1_session_proto_msgTypes[2].OneofWrappers = []any{
 		(*SessionRequest_Hello)(nil),
 		(*SessionRequest_Observation)(nil),
 		(*SessionRequest_ClockReply)(nil),
 		(*SessionRequest_CommandResult)(nil),
 		(*SessionRequest_ExecutionProgress)(nil),
+		(*SessionRequest_CopyProgress)(nil),
 	}
 	file_kibotos_node_v1_session_proto_msgTypes[4].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),

@@ -301,6 +301,203 @@ func (x *BlockFileStatus) GetAllocatedBytes() uint64 {
 	return 0
 }
 
+// CopyBlockFile copies the block file source to target (same kind and
+// object_id, another pool the node declares), for a move between pools.
+// The node reads only the source's data extents (SEEK_DATA/SEEK_HOLE)
+// and writes only their non-zero blocks, so the copy is sparse. It builds
+// the copy under a temporary name, reads it back and compares it with
+// the source by digest, and only then renames it into place: target's
+// name only ever holds a complete copy. Idempotent: a target already
+// holding the source's content is the answer; a partial copy left by a
+// crash is dropped and the copy restarts. The source is left in place
+// (ctrl removes it with RemoveBlockFile once the move settled). While it
+// copies the node reports CopyProgress. Result: BlockFileCopied. Codes:
+// not_found when source is missing or a pool is not declared here,
+// unavailable when a pool directory is, resource_exhausted when target's
+// filesystem is full.
+type CopyBlockFile struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Source *BlockFileRef          `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// target_storage_pool is the pool the copy goes to.
+	TargetStoragePool string `protobuf:"bytes,2,opt,name=target_storage_pool,json=targetStoragePool,proto3" json:"target_storage_pool,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *CopyBlockFile) Reset() {
+	*x = CopyBlockFile{}
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyBlockFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyBlockFile) ProtoMessage() {}
+
+func (x *CopyBlockFile) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyBlockFile.ProtoReflect.Descriptor instead.
+func (*CopyBlockFile) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_storage_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CopyBlockFile) GetSource() *BlockFileRef {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *CopyBlockFile) GetTargetStoragePool() string {
+	if x != nil {
+		return x.TargetStoragePool
+	}
+	return ""
+}
+
+// BlockFileCopied is a finished copy.
+type BlockFileCopied struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is the copy as the node found it after the copy.
+	Target *BlockFileStatus `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// copied_bytes are the bytes in use (data extents) read from source.
+	CopiedBytes uint64 `protobuf:"varint,2,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	// digest is the SHA-256 (hex) over the content's non-zero 4 KiB blocks,
+	// each with its offset: the same for source and copy whatever their
+	// data extents, checked against the copy read back.
+	Digest        string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockFileCopied) Reset() {
+	*x = BlockFileCopied{}
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockFileCopied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockFileCopied) ProtoMessage() {}
+
+func (x *BlockFileCopied) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockFileCopied.ProtoReflect.Descriptor instead.
+func (*BlockFileCopied) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_storage_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BlockFileCopied) GetTarget() *BlockFileStatus {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *BlockFileCopied) GetCopiedBytes() uint64 {
+	if x != nil {
+		return x.CopiedBytes
+	}
+	return 0
+}
+
+func (x *BlockFileCopied) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+// CopyProgress is how far a CopyBlockFile has come, sent about once a
+// second while it copies. Best effort, like ExecutionProgress.
+type CopyProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operation_id is the CopyBlockFile's operation.
+	OperationId string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	CopiedBytes uint64 `protobuf:"varint,2,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	// total_bytes are the bytes in use in the source.
+	TotalBytes    uint64 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyProgress) Reset() {
+	*x = CopyProgress{}
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyProgress) ProtoMessage() {}
+
+func (x *CopyProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyProgress.ProtoReflect.Descriptor instead.
+func (*CopyProgress) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_storage_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CopyProgress) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *CopyProgress) GetCopiedBytes() uint64 {
+	if x != nil {
+		return x.CopiedBytes
+	}
+	return 0
+}
+
+func (x *CopyProgress) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
 var File_kibotos_node_v1_storage_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_storage_proto_rawDesc = "" +
@@ -318,7 +515,19 @@ const file_kibotos_node_v1_storage_proto_rawDesc = "" +
 	"\x0fBlockFileStatus\x12\x16\n" +
 	"\x06exists\x18\x01 \x01(\bR\x06exists\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12'\n" +
-	"\x0fallocated_bytes\x18\x03 \x01(\x04R\x0eallocatedBytes*p\n" +
+	"\x0fallocated_bytes\x18\x03 \x01(\x04R\x0eallocatedBytes\"v\n" +
+	"\rCopyBlockFile\x125\n" +
+	"\x06source\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x06source\x12.\n" +
+	"\x13target_storage_pool\x18\x02 \x01(\tR\x11targetStoragePool\"\x86\x01\n" +
+	"\x0fBlockFileCopied\x128\n" +
+	"\x06target\x18\x01 \x01(\v2 .kibotos.node.v1.BlockFileStatusR\x06target\x12!\n" +
+	"\fcopied_bytes\x18\x02 \x01(\x04R\vcopiedBytes\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\"u\n" +
+	"\fCopyProgress\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12!\n" +
+	"\fcopied_bytes\x18\x02 \x01(\x04R\vcopiedBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
+	"totalBytes*p\n" +
 	"\rBlockFileKind\x12\x1f\n" +
 	"\x1bBLOCK_FILE_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16BLOCK_FILE_KIND_VOLUME\x10\x01\x12\"\n" +
@@ -337,23 +546,28 @@ func file_kibotos_node_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_kibotos_node_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_kibotos_node_v1_storage_proto_goTypes = []any{
 	(BlockFileKind)(0),      // 0: kibotos.node.v1.BlockFileKind
 	(*BlockFileRef)(nil),    // 1: kibotos.node.v1.BlockFileRef
 	(*EnsureBlockFile)(nil), // 2: kibotos.node.v1.EnsureBlockFile
 	(*RemoveBlockFile)(nil), // 3: kibotos.node.v1.RemoveBlockFile
 	(*BlockFileStatus)(nil), // 4: kibotos.node.v1.BlockFileStatus
+	(*CopyBlockFile)(nil),   // 5: kibotos.node.v1.CopyBlockFile
+	(*BlockFileCopied)(nil), // 6: kibotos.node.v1.BlockFileCopied
+	(*CopyProgress)(nil),    // 7: kibotos.node.v1.CopyProgress
 }
 var file_kibotos_node_v1_storage_proto_depIdxs = []int32{
 	0, // 0: kibotos.node.v1.BlockFileRef.kind:type_name -> kibotos.node.v1.BlockFileKind
 	1, // 1: kibotos.node.v1.EnsureBlockFile.ref:type_name -> kibotos.node.v1.BlockFileRef
 	1, // 2: kibotos.node.v1.RemoveBlockFile.ref:type_name -> kibotos.node.v1.BlockFileRef
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1, // 3: kibotos.node.v1.CopyBlockFile.source:type_name -> kibotos.node.v1.BlockFileRef
+	4, // 4: kibotos.node.v1.BlockFileCopied.target:type_name -> kibotos.node.v1.BlockFileStatus
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_storage_proto_init() }
@@ -367,7 +581,7 @@ func file_kibotos_node_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_storage_proto_rawDesc), len(file_kibotos_node_v1_storage_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
