@@ -111,7 +111,7 @@ func TestCopyBlockFileRefusals(t *testing.T) {
 			t.Errorf("%s: %v %q, want %v", tc.opID, connect.Code(res.GetCode()), res.GetMessage(), tc.code)
 		}
 	}
-	if entries, _ := os.ReadDir(fastDir); len(entries) != 0 {
+	if entries, _ := os.ReadDir(filepath.Join(fastDir, "volumes")); len(entries) != 0 {
 		t.Fatalf("refused copies left %v in the target pool", entries)
 	}
 }
