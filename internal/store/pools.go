@@ -157,9 +157,11 @@ const (
 // PoolUsage is what lives in a pool and what waits on it.
 type PoolUsage struct {
 	// Volumes and Layers count the objects that live in the pool, and
-	// ReservedBytes sums their declared capacities.
+	// ReservedBytes sums their declared capacities and those of the
+	// objects moving into the pool.
 	Volumes, Layers, ReservedBytes uint64
-	// Removals counts the block files waiting for a node to remove them.
+	// Removals counts the block files waiting for a node to remove them:
+	// deletions, and the copies moves left (pool_cleanups).
 	Removals uint64
 }
 
@@ -177,16 +179,28 @@ func (t *Tx) StoragePoolUsage(name string) (PoolUsage, error) {
 	if err := t.queryRow("SELECT COUNT(*) "+layersJoin+" AND "+workspaceRemove, name).Scan(&layerRemovals); err != nil {
 		return u, err
 	}
-	u.Volumes, u.Layers, u.ReservedBytes = uint64(l.volumes), uint64(l.layers), uint64(l.volumeBytes+l.layerBytes)
-	u.Removals = uint64(volRemovals + layerRemovals)
+	moving, err := t.movingIn(name)
+	if err != nil {
+		return u, err
+	}
+	left, err := t.cleanups(name)
+	if err != nil {
+		return u, err
+	}
+	u.Volumes, u.Layers, u.ReservedBytes = uint64(l.volumes), uint64(l.layers), uint64(l.volumeBytes+l.layerBytes)+moving
+	u.Removals = uint64(volRemovals+layerRemovals) + left
 	return u, nil
 }
 
-// StoragePoolReserved sums the declared capacities of what lives in a pool:
-// what a new object is admitted against.
+// StoragePoolReserved sums the declared capacities of what lives in a pool
+// and of what moves into it: what a new object is admitted against.
 func (t *Tx) StoragePoolReserved(name string) (uint64, error) {
 	l, err := t.living(name)
-	return uint64(l.volumeBytes + l.layerBytes), err
+	if err != nil {
+		return 0, err
+	}
+	moving, err := t.movingIn(name)
+	return uint64(l.volumeBytes+l.layerBytes) + moving, err
 }
 
 type living struct{ volumes, volumeBytes, layers, layerBytes int64 }

@@ -23,6 +23,7 @@ func RunStoragePools(t *testing.T, b Backend) {
 		"PoolCapacityAndLoss":          testPoolCapacityAndLoss,
 		"PoolUsageAndObjects":          testPoolUsageAndObjects,
 		"PoolsBackfilled":              testPoolsBackfilled,
+		"PoolMovesAndCleanups":         testPoolMovesAndCleanups,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -247,6 +248,82 @@ func testPoolsBackfilled(t *testing.T, dsn string) {
 			t.Errorf("usage after the backfill %+v, want %+v", u, want)
 		}
 		_, err = tx.GetStoragePool("pool-a", false)
+		return err
+	})
+}
+
+// testPoolMovesAndCleanups: an object moving reserves in its target pool
+// too until its move ends; the copy a move leaves counts as a removal and
+// reserves nothing.
+func testPoolMovesAndCleanups(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	key := store.VolumeKey("vol-a")
+	mustTx(t, s, func(tx *store.Tx) error {
+		if err := tx.PutVolume(poolVolume("vol-a", "pool-a", ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, 1<<30)); err != nil {
+			return err
+		}
+		return tx.PutPoolMove(store.PoolMove{ObjectKey: key, CommandID: "cmd-1", SourcePool: "pool-a", TargetPool: "pool-b", CapacityBytes: 1 << 30})
+	})
+	// A second move of the same object is refused by the store.
+	err := s.Tx(t.Context(), func(tx *store.Tx) error {
+		return tx.PutPoolMove(store.PoolMove{ObjectKey: key, CommandID: "cmd-2", SourcePool: "pool-a", TargetPool: "pool-c", CapacityBytes: 1 << 30})
+	})
+	if err == nil {
+		t.Fatal("a second move of one object was stored")
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		m, err := tx.GetPoolMove(key)
+		if err != nil {
+			return err
+		}
+		if *m != (store.PoolMove{ObjectKey: key, CommandID: "cmd-1", SourcePool: "pool-a", TargetPool: "pool-b", CapacityBytes: 1 << 30}) {
+			t.Errorf("move %+v", m)
+		}
+		for pool, want := range map[string]uint64{"pool-a": 1 << 30, "pool-b": 1 << 30, "pool-c": 0} {
+			if got, err := tx.StoragePoolReserved(pool); err != nil || got != want {
+				t.Errorf("%s reserves %d (%v), want %d", pool, got, err, want)
+			}
+		}
+		// The move settles: the Volume lives in pool-b, pool-a keeps a copy.
+		if err := tx.PutVolume(poolVolume("vol-a", "pool-b", ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, 1<<30)); err != nil {
+			return err
+		}
+		if err := tx.DeletePoolMove(key); err != nil {
+			return err
+		}
+		if err := tx.AddPoolCleanup("pool-a", key, "cmd-1"); err != nil {
+			return err
+		}
+		return tx.AddPoolCleanup("pool-a", key, "cmd-1") // a replay changes nothing
+	})
+	mustTx(t, s, func(tx *store.Tx) error {
+		if _, err := tx.GetPoolMove(key); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("settled move still read: %v", err)
+		}
+		a, err := tx.StoragePoolUsage("pool-a")
+		if err != nil {
+			return err
+		}
+		b, err := tx.StoragePoolUsage("pool-b")
+		if err != nil {
+			return err
+		}
+		if a != (store.PoolUsage{Removals: 1}) || b != (store.PoolUsage{Volumes: 1, ReservedBytes: 1 << 30}) {
+			t.Errorf("usage pool-a %+v, pool-b %+v", a, b)
+		}
+		if has, err := tx.HasPoolCleanup("pool-a", key); err != nil || !has {
+			t.Errorf("pool-a keeps no copy (%v)", err)
+		}
+		return tx.DeletePoolCleanup("pool-a", key)
+	})
+	mustTx(t, s, func(tx *store.Tx) error {
+		if has, err := tx.HasPoolCleanup("pool-a", key); err != nil || has {
+			t.Errorf("removed copy still kept (%v)", err)
+		}
+		u, err := tx.StoragePoolUsage("pool-a")
+		if u != (store.PoolUsage{}) {
+			t.Errorf("usage of pool-a after the removal %+v", u)
+		}
 		return err
 	})
 }
