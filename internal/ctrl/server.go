@@ -218,9 +218,11 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	ws := workspace.New(st, f, vols, runner)
 	f.Serve(cat, ws)
+	pools := pool.New(st, runner, cfg.Logger.With("component", "pool"))
+	pools.ServeMoves(f, runner)
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat,
-			Pools: pool.New(st, runner, cfg.Logger.With("component", "pool"))},
+			Pools: pools},
 		runner:  runner,
 		catalog: cat,
 	}, nil

@@ -76,3 +76,11 @@ func (t *Tx) cleanups(pool string) (uint64, error) {
 	err := t.queryRow("SELECT COUNT(*) FROM pool_cleanups WHERE storage_pool = ?", pool).Scan(&n)
 	return uint64(n), err
 }
+
+// PoolCleanupOf is the pool keeping the copy of an object that command
+// left, or ErrNotFound.
+func (t *Tx) PoolCleanupOf(objectKey, commandID string) (string, error) {
+	var pool string
+	err := t.queryRow("SELECT storage_pool FROM pool_cleanups WHERE object_key = ? AND command_id = ?", objectKey, commandID).Scan(&pool)
+	return pool, noRows(err)
+}

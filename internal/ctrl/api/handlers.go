@@ -109,6 +109,14 @@ func (h nodeRegistrationHandler) GetStoragePoolObject(ctx context.Context, req *
 	return respond(h.p.GetStoragePoolObject(ctx, req.Msg))
 }
 
+func (h nodeRegistrationHandler) MoveVolume(ctx context.Context, req *connect.Request[operatorv1.MoveVolumeRequest]) (*connect.Response[operatorv1.MoveVolumeResponse], error) {
+	return respond(h.p.MoveVolume(ctx, req.Msg))
+}
+
+func (h nodeRegistrationHandler) MoveWritableLayer(ctx context.Context, req *connect.Request[operatorv1.MoveWritableLayerRequest]) (*connect.Response[operatorv1.MoveWritableLayerResponse], error) {
+	return respond(h.p.MoveWritableLayer(ctx, req.Msg))
+}
+
 func (h nodeRegistrationHandler) ListNodeRegistrations(ctx context.Context, req *connect.Request[operatorv1.ListNodeRegistrationsRequest]) (*connect.Response[operatorv1.ListNodeRegistrationsResponse], error) {
 	return respond(h.f.ListNodeRegistrations(ctx, req.Msg))
 }

@@ -260,9 +260,15 @@ const CapabilityBlockFile = "storage.block_file"
 // takes no new executions but still serves its pools: it is picked when no
 // other node reaches the pool.
 func (f *Fleet) NodeForPool(tx *store.Tx, pool string) (string, error) {
-	id, err := f.pickForPool(tx, pool, false)
+	return f.NodeForPools(tx, pool)
+}
+
+// NodeForPools is NodeForPool for a node reaching every one of pools (a
+// copy between two pools, say).
+func (f *Fleet) NodeForPools(tx *store.Tx, pools ...string) (string, error) {
+	id, err := f.pickForPool(tx, pools, false)
 	if id == "" && err == nil {
-		id, err = f.pickForPool(tx, pool, true)
+		id, err = f.pickForPool(tx, pools, true)
 	}
 	return id, err
 }
@@ -270,17 +276,17 @@ func (f *Fleet) NodeForPool(tx *store.Tx, pool string) (string, error) {
 // CapabilityQEMU is the capability of nodes that run executions as QEMU VMs.
 const CapabilityQEMU = "provider.qemu"
 
-// pickForPool is the first node by node_id that can do pool work now;
-// only draining ones when draining is set.
-func (f *Fleet) pickForPool(tx *store.Tx, pool string, draining bool) (string, error) {
-	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveSince: f.now().Add(-f.liveWindow()), Pools: []string{pool}}
+// pickForPool is the first node by node_id that can do pool work on all
+// of pools now; only draining ones when draining is set.
+func (f *Fleet) pickForPool(tx *store.Tx, pools []string, draining bool) (string, error) {
+	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveSince: f.now().Add(-f.liveWindow()), Pools: pools}
 	for {
 		batch, err := tx.PlacementCandidates(q)
 		if err != nil {
 			return "", err
 		}
 		for _, row := range batch {
-			if row.Has(CapabilityBlockFile) && row.Reaches(pool) {
+			if row.Has(CapabilityBlockFile) && reachesAll(row, pools) {
 				return row.NodeID, nil
 			}
 		}
@@ -289,6 +295,15 @@ func (f *Fleet) pickForPool(tx *store.Tx, pool string, draining bool) (string, e
 		}
 		q.After = batch[len(batch)-1].NodeID
 	}
+}
+
+func reachesAll(row *store.NodePlacement, pools []string) bool {
+	for _, p := range pools {
+		if !row.Reaches(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // CapabilitySim is the capability of the simulated nodes of internal/sim

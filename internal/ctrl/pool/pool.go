@@ -25,6 +25,8 @@ import (
 
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/page"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -40,6 +42,10 @@ type Service struct {
 	waker Waker
 	log   *slog.Logger
 	now   func() time.Time
+
+	// fleet and kick serve moves (ServeMoves); nil until then.
+	fleet *fleet.Fleet
+	kick  *command.Runner
 }
 
 // New makes the pool domain.

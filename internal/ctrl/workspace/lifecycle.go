@@ -17,6 +17,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -151,7 +152,7 @@ func (s *Service) volumeUsable(tx *store.Tx, w *ctrlv1.Workspace) error {
 			Stage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST, ObservedWorkspace: w,
 		}, "the bound Volume %s is LOST: bind another Volume or delete the Workspace", vol.GetVolumeId())
 	}
-	return nil
+	return pool.NotMoving(tx, vol.GetVolumeId())
 }
 
 // Stop admits stopping a Workspace.

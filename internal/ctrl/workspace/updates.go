@@ -10,6 +10,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
+	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/record"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -120,6 +121,9 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 				return false, nil
 			}
 			if old.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND && old.GetVolumeId() != binding.GetVolumeId() {
+				if err := pool.NotMoving(tx, old.GetVolumeId()); err != nil {
+					return false, err
+				}
 				if err := s.volumes.Update(tx, old.GetVolumeId(), func(v *ctrlv1.Volume) { v.BoundWorkspaceId = "" }); err != nil {
 					return false, err
 				}

@@ -29,6 +29,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/labels"
 	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
 	"github.com/kibotos/kibotos/internal/ctrl/page"
+	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -232,6 +233,9 @@ func (s *Service) bind(tx *store.Tx, w *ctrlv1.Workspace, b *ctrlv1.WorkspaceVol
 		return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedVolume: vol}, "volume %s is %s; only an AVAILABLE Volume can be bound", vol.GetVolumeId(), vol.GetState())
 	case vol.GetBoundWorkspaceId() != "" && vol.GetBoundWorkspaceId() != w.GetWorkspaceId():
 		return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedVolume: vol}, "volume %s is bound to workspace %s; a Volume is bound by at most one undeleted Workspace", vol.GetVolumeId(), vol.GetBoundWorkspaceId())
+	}
+	if err := pool.NotMoving(tx, vol.GetVolumeId()); err != nil {
+		return err
 	}
 	vol.BoundWorkspaceId = w.GetWorkspaceId()
 	vol.UpdatedAt = timestamppb.New(s.now())

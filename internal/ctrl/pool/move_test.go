@@ -1,0 +1,227 @@
+package pool_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/testenv"
+)
+
+func (e *env) moveVolume(commandID, volumeID, pool string) (*operatorv1.StoragePoolObject, error) {
+	res, err := e.c.Nodes.MoveVolume(ctx, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd(commandID), VolumeId: volumeID, StoragePool: pool}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg.GetObject(), nil
+}
+
+func volumeFile(dir, id string) string { return filepath.Join(dir, "volumes", id+".img") }
+
+// writeAt writes data into a Volume's block file, as a guest would.
+func writeAt(t *testing.T, path string, data []byte, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (e *env) capacities(pools ...string) {
+	e.t.Helper()
+	for _, p := range pools {
+		if _, err := e.setCapacity("cap-"+p, p, 1, gib); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// A node reaching two pools moves a Volume's content from one to the
+// other: the Volume lives in the target, the source copy is counted in
+// cleanup_count until the node removed it, and the same command_id answers
+// the settled move again.
+func TestMoveVolumeBetweenTwoPoolsOfOneNode(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		dirA, dirB := t.TempDir(), t.TempDir()
+		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
+		e.capacities("pool-a", "pool-b")
+		v, err := e.createVolume("v1", "pool-a", 64*mib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		writeAt(t, volumeFile(dirA, v.GetVolumeId()), bytes.Repeat([]byte("kibotos "), 1<<17), 40*mib)
+		want := readFile(t, volumeFile(dirA, v.GetVolumeId()))
+
+		o, err := e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.GetStoragePool() != "pool-b" || o.GetMovingTo() != "" || o.GetVolumeId() != v.GetVolumeId() || o.GetCapacityBytes() != 64*mib {
+			t.Fatalf("moved object %v", o)
+		}
+		if got := e.volume(v.GetVolumeId()); got.GetSpec().GetStoragePool() != "pool-b" || got.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+			t.Fatalf("volume after the move %v", got)
+		}
+		if !bytes.Equal(readFile(t, volumeFile(dirB, v.GetVolumeId())), want) {
+			t.Fatal("the Volume's content in pool-b differs from what it held in pool-a")
+		}
+		if b := e.pool("pool-b"); b.GetReservedBytes() != 64*mib || b.GetVolumeCount() != 1 {
+			t.Errorf("pool-b after the move %v", b)
+		}
+		// The source copy goes; until then pool-a counts it as a cleanup.
+		testenv.WaitFor(t, "the source copy removed", func() bool {
+			_, err := os.Stat(volumeFile(dirA, v.GetVolumeId()))
+			return errors.Is(err, os.ErrNotExist) && e.pool("pool-a").GetCleanupCount() == 0
+		})
+		if a := e.pool("pool-a"); a.GetReservedBytes() != 0 || a.GetVolumeCount() != 0 {
+			t.Errorf("pool-a after the move %v", a)
+		}
+
+		again, err := e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		if err != nil || !proto.Equal(again, o) {
+			t.Fatalf("replay answered %v, %v; want %v", again, err, o)
+		}
+		// A Volume already in the target pool is answered at once.
+		if o, err := e.moveVolume("move-2", v.GetVolumeId(), "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+			t.Fatalf("move to its own pool: %v, %v", o, err)
+		}
+		// And it moves back.
+		if o, err := e.moveVolume("move-3", v.GetVolumeId(), "pool-a"); err != nil || o.GetStoragePool() != "pool-a" {
+			t.Fatalf("move back: %v, %v", o, err)
+		}
+		if !bytes.Equal(readFile(t, volumeFile(dirA, v.GetVolumeId())), want) {
+			t.Fatal("the Volume's content differs after moving back")
+		}
+	})
+}
+
+// A directory declared by two nodes stands in for shared storage: a Volume
+// moves from one node's local pool to the shared one (copied by that
+// node), then on to the other node's local pool (copied by the other).
+func TestMoveVolumeThroughSharedPool(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		localA, shared, localB := t.TempDir(), t.TempDir(), t.TempDir()
+		e.startNode("node-a", node.Pool{Name: "local-a", Dir: localA}, node.Pool{Name: "shared", Dir: shared})
+		e.startNode("node-b", node.Pool{Name: "local-b", Dir: localB}, node.Pool{Name: "shared", Dir: shared})
+		e.capacities("local-a", "shared", "local-b")
+		v, err := e.createVolume("v1", "local-a", 32*mib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		writeAt(t, volumeFile(localA, v.GetVolumeId()), []byte("shared storage"), 20*mib)
+		want := readFile(t, volumeFile(localA, v.GetVolumeId()))
+
+		// No node reaches local-a and local-b together.
+		_, err = e.moveVolume("direct", v.GetVolumeId(), "local-b")
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Fatalf("move between pools no node reaches together: %v, want failed_precondition", err)
+		}
+		for i, hop := range [][2]string{{"local-a", "shared"}, {"shared", "local-b"}} {
+			o, err := e.moveVolume("hop-"+hop[1], v.GetVolumeId(), hop[1])
+			if err != nil || o.GetStoragePool() != hop[1] {
+				t.Fatalf("hop %d to %s: %v, %v", i, hop[1], o, err)
+			}
+			// The move's command ends once the source's copy is removed;
+			// until then the Volume answers unavailable.
+			testenv.WaitFor(t, "the copy in "+hop[0]+" removed", func() bool { return e.pool(hop[0]).GetCleanupCount() == 0 })
+		}
+		if !bytes.Equal(readFile(t, volumeFile(localB, v.GetVolumeId())), want) {
+			t.Fatal("the Volume's content in local-b differs")
+		}
+		for _, dir := range []string{localA, shared} {
+			if _, err := os.Stat(volumeFile(dir, v.GetVolumeId())); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a copy left in %s: %v", dir, err)
+			}
+		}
+	})
+}
+
+// Bad input and every refusal answer their code and change nothing: the
+// Volume stays in its pool and no pool reserves more.
+func TestMoveVolumeRefusals(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		dirA := t.TempDir()
+		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: t.TempDir()},
+			node.Pool{Name: "small", Dir: t.TempDir()}, node.Pool{Name: "nocap", Dir: t.TempDir()})
+		e.startNode("node-b", node.Pool{Name: "elsewhere", Dir: t.TempDir()})
+		e.isolate(e.startNode("node-c", node.Pool{Name: "gone", Dir: t.TempDir()}))
+		e.capacities("pool-a", "pool-b", "elsewhere", "gone")
+		if _, err := e.setCapacity("cap-small", "small", 1, 16*mib); err != nil {
+			t.Fatal(err)
+		}
+		v, err := e.createVolume("v1", "pool-a", 32*mib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		if _, err := e.declareLost("lose", "gone"); err != nil {
+			t.Fatal(err)
+		}
+		before := map[string]*operatorv1.StoragePool{}
+		for _, p := range []string{"pool-a", "pool-b", "small", "nocap", "elsewhere"} {
+			before[p] = e.pool(p)
+		}
+		id := v.GetVolumeId()
+		for _, tc := range []struct {
+			name  string
+			req   *operatorv1.MoveVolumeRequest
+			code  connect.Code
+			field string
+		}{
+			{"no command", &operatorv1.MoveVolumeRequest{VolumeId: id, StoragePool: "pool-b"}, connect.CodeInvalidArgument, "command.command_id"},
+			{"no volume", &operatorv1.MoveVolumeRequest{Command: cmd("c1"), StoragePool: "pool-b"}, connect.CodeInvalidArgument, "volume_id"},
+			{"no pool", &operatorv1.MoveVolumeRequest{Command: cmd("c2"), VolumeId: id}, connect.CodeInvalidArgument, "storage_pool"},
+			{"bad pool", &operatorv1.MoveVolumeRequest{Command: cmd("c3"), VolumeId: id, StoragePool: "Pool B"}, connect.CodeInvalidArgument, "storage_pool"},
+			{"unknown volume", &operatorv1.MoveVolumeRequest{Command: cmd("c4"), VolumeId: "vol-nope", StoragePool: "pool-b"}, connect.CodeNotFound, ""},
+			{"unknown pool", &operatorv1.MoveVolumeRequest{Command: cmd("c5"), VolumeId: id, StoragePool: "nowhere"}, connect.CodeNotFound, ""},
+			{"no room", &operatorv1.MoveVolumeRequest{Command: cmd("c6"), VolumeId: id, StoragePool: "small"}, connect.CodeResourceExhausted, ""},
+			{"no capacity", &operatorv1.MoveVolumeRequest{Command: cmd("c7"), VolumeId: id, StoragePool: "nocap"}, connect.CodeResourceExhausted, ""},
+			{"not reached together", &operatorv1.MoveVolumeRequest{Command: cmd("c8"), VolumeId: id, StoragePool: "elsewhere"}, connect.CodeFailedPrecondition, ""},
+			{"lost pool", &operatorv1.MoveVolumeRequest{Command: cmd("c9"), VolumeId: id, StoragePool: "gone"}, connect.CodeFailedPrecondition, ""},
+		} {
+			_, err := e.c.Nodes.MoveVolume(ctx, connect.NewRequest(tc.req))
+			if connect.CodeOf(err) != tc.code || apierr.FieldOf(err) != tc.field {
+				t.Errorf("%s: %v (field %q), want %v (field %q)", tc.name, err, apierr.FieldOf(err), tc.code, tc.field)
+			}
+		}
+		if got := e.volume(id); got.GetSpec().GetStoragePool() != "pool-a" || got.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+			t.Errorf("volume after refusals %v", got)
+		}
+		for name, p := range before {
+			if after := e.pool(name); after.GetReservedBytes() != p.GetReservedBytes() || after.GetCleanupCount() != p.GetCleanupCount() {
+				t.Errorf("pool %s: %v after refusals, was %v", name, after, p)
+			}
+		}
+		if _, err := os.Stat(volumeFile(dirA, id)); err != nil {
+			t.Errorf("the Volume's file after refusals: %v", err)
+		}
+		// A refused command_id was not admitted: it serves a valid move.
+		if o, err := e.moveVolume("c6", id, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+			t.Fatalf("a refused command_id reused: %v, %v", o, err)
+		}
+	})
+}
