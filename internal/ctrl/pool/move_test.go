@@ -2,10 +2,12 @@ package pool_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -222,6 +224,78 @@ func TestMoveVolumeRefusals(t *testing.T) {
 		// A refused command_id was not admitted: it serves a valid move.
 		if o, err := e.moveVolume("c6", id, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
 			t.Fatalf("a refused command_id reused: %v, %v", o, err)
+		}
+	})
+}
+
+// objectIn is the StoragePoolObject an error carries in its details.
+func objectIn(err error) *operatorv1.StoragePoolObject {
+	var cerr *connect.Error
+	if !errors.As(err, &cerr) {
+		return nil
+	}
+	for _, d := range cerr.Details() {
+		if v, err := d.Value(); err == nil {
+			if o, ok := v.(*operatorv1.StoragePoolObject); ok {
+				return o
+			}
+		}
+	}
+	return nil
+}
+
+// A move no node can copy yet (its node is down) reserves the Volume's
+// capacity in both pools, answers unavailable with the object in the error
+// details once the request's deadline nears, keeps the Volume from being
+// resized or deleted, and settles when the same command_id is called again
+// after the node is back.
+func TestMoveVolumeWaitsAndTheSameCommandWaitsAgain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		dirA, dirB := t.TempDir(), t.TempDir()
+		pools := []node.Pool{{Name: "pool-a", Dir: dirA}, {Name: "pool-b", Dir: dirB}}
+		n := e.startNode("node-a", pools...)
+		e.capacities("pool-a", "pool-b")
+		v, err := e.createVolume("v1", "pool-a", 32*mib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		n.Stop(t)
+		e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+
+		short, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err = e.c.Nodes.MoveVolume(short, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-1"), VolumeId: v.GetVolumeId(), StoragePool: "pool-b"}))
+		if connect.CodeOf(err) != connect.CodeUnavailable || time.Since(start) >= 3*time.Second {
+			t.Fatalf("move without a node: %v after %v, want unavailable before the deadline", err, time.Since(start))
+		}
+		o := objectIn(err)
+		if o.GetStoragePool() != "pool-a" || o.GetMovingTo() != "pool-b" || o.GetMoveCommandId() != "move-1" {
+			t.Fatalf("object in the error %v", o)
+		}
+		for _, p := range []string{"pool-a", "pool-b"} {
+			if got := e.pool(p).GetReservedBytes(); got != 32*mib {
+				t.Errorf("%s reserves %d while the Volume moves, want %d", p, got, 32*mib)
+			}
+		}
+		_, err = e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow"), VolumeId: v.GetVolumeId(), CapacityBytes: 64 * mib}))
+		if connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Errorf("resize while moving: %v, want unavailable", err)
+		}
+		_, err = e.c.Volumes.DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd("del"), VolumeId: v.GetVolumeId()}))
+		if connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Errorf("delete while moving: %v, want unavailable", err)
+		}
+
+		e.c.StartNodeWithPools(t, "node-a", n.StateDir, pools...)
+		o, err = e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		if err != nil || o.GetStoragePool() != "pool-b" || o.GetMovingTo() != "" {
+			t.Fatalf("the same command_id again: %v, %v", o, err)
+		}
+		testenv.WaitFor(t, "pool-a's copy removed", func() bool { return e.pool("pool-a").GetCleanupCount() == 0 })
+		if a, b := e.pool("pool-a").GetReservedBytes(), e.pool("pool-b").GetReservedBytes(); a != 0 || b != 32*mib {
+			t.Errorf("after the move pool-a reserves %d, pool-b %d", a, b)
 		}
 	})
 }
