@@ -46,7 +46,7 @@ func objectRow(o *operatorv1.StoragePoolObject) []string {
 var lostHeader = []string{"POOL", "LOST_VOLUMES", "LOST_LAYERS", "DISCARDED_CLEANUPS"}
 
 func newPoolNoun(out *outputFlag) *cobra.Command {
-	c := &cobra.Command{Use: "pool", Short: "Inspect storage pools, set their capacity, declare one lost (operator)"}
+	c := &cobra.Command{Use: "pool", Short: "Inspect storage pools, set their capacity, move objects between them, declare one lost (operator)"}
 	list := &cobra.Command{
 		Use: "list", Short: "List storage pools", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -79,7 +79,8 @@ func newPoolNoun(out *outputFlag) *cobra.Command {
 			return out.print(cmd.OutOrStdout(), res.Msg, poolHeader, [][]string{poolRow(res.Msg.GetPool())})
 		},
 	}
-	c.AddCommand(list, get, newPoolSetCapacityCommand(out), newPoolDeclareLostCommand(out), newPoolObjectsCommand(out))
+	c.AddCommand(list, get, newPoolSetCapacityCommand(out), newPoolDeclareLostCommand(out), newPoolObjectsCommand(out),
+		newPoolMoveVolumeCommand(out), newPoolMoveLayerCommand(out))
 	return c
 }
 

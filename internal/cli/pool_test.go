@@ -10,6 +10,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -67,5 +68,45 @@ func TestPoolCommands(t *testing.T) {
 	code, out, errOut = kibotos(t, c, "pool", "declare-lost", "default")
 	if code != 0 || !strings.Contains(out, "LOST_VOLUMES") || !strings.Contains(out, "default  1") {
 		t.Errorf("pool declare-lost: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// pool move-volume: a table of the settled object by default, the API's
+// message with -o json, refusals as errors naming their code.
+func TestPoolMoveCommands(t *testing.T) {
+	c := testenv.New(t, testenv.FastFleet())
+	c.StartNodeWithPools(t, "node-a", "", node.Pool{Name: "pool-a", Dir: t.TempDir(), Default: true}, node.Pool{Name: "pool-b", Dir: t.TempDir()})
+	for _, p := range []string{"pool-a", "pool-b"} {
+		c.EnsureCapacity(t, p, 1<<30)
+	}
+	vol, err := c.Volumes.CreateVolume(context.Background(), connect.NewRequest(&ctrlv1.CreateVolumeRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "vol-1"}, Spec: &ctrlv1.VolumeSpec{StoragePool: "pool-a", CapacityBytes: 64 << 20},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vol.Msg.GetVolume().GetVolumeId()
+	testenv.WaitFor(t, "the Volume created", func() bool {
+		v, err := c.Volumes.GetVolume(context.Background(), connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
+		return err == nil && v.Msg.GetVolume().GetState() == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+	})
+
+	if code, _, errOut := kibotos(t, c, "pool", "move-volume", id); code == 0 || !strings.Contains(errOut, "to") {
+		t.Errorf("pool move-volume without --to: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := kibotos(t, c, "pool", "move-volume", id, "--to", "nowhere"); code == 0 || !strings.Contains(errOut, "not_found") {
+		t.Errorf("pool move-volume to an unknown pool: exit %d, %s", code, errOut)
+	}
+	code, out, errOut := kibotos(t, c, "pool", "move-volume", id, "--to", "pool-b", "--command-id", "mv-1")
+	if code != 0 || !strings.Contains(out, "VOLUME") || !strings.Contains(out, id) || !strings.Contains(out, "pool-b") {
+		t.Errorf("pool move-volume: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = kibotos(t, c, "pool", "move-volume", id, "--to", "pool-b", "--command-id", "mv-1", "-o", "json")
+	res := &operatorv1.MoveVolumeResponse{}
+	if code != 0 || protojson.Unmarshal([]byte(out), res) != nil || res.GetObject().GetStoragePool() != "pool-b" {
+		t.Errorf("pool move-volume -o json (the same command): exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := kibotos(t, c, "pool", "move-layer", "ws-nope", "--to", "pool-b"); code == 0 || !strings.Contains(errOut, "not_found") {
+		t.Errorf("pool move-layer of an unknown Workspace: exit %d, %s", code, errOut)
 	}
 }
