@@ -135,16 +135,23 @@ func volumeToMove(tx *store.Tx, id string) (*moved, error) {
 // layerToMove reads a Workspace's placed writable layer, with its bound
 // Volume's pool.
 func layerToMove(tx *store.Tx, id string) (*moved, error) {
-	if _, err := layerIn(tx, id); err != nil {
+	w, err := tx.GetWorkspace(id, false)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, apierr.NotFound("workspace", id)
+	case err != nil:
 		return nil, err
+	case w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED, w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING:
+		return nil, apierr.NotFound("workspace", id)
 	}
 	rt, err := tx.GetRuntime(id, true)
-	if err != nil {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	w, err := tx.GetWorkspace(id, false)
-	if err != nil {
-		return nil, err
+	if rt.GetLayerPool() == "" {
+		// The spec's rule: only a layer an earlier start placed moves.
+		return nil, apierr.Precondition(&ctrlv1.ErrorDetail{ObservedWorkspace: w},
+			"workspace %s has no writable layer yet: a start places it", id)
 	}
 	m := &moved{key: store.LayerKey(id), target: id, kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER,
 		pool: rt.GetLayerPool(), capacity: rt.GetLayerCapacityBytes(), workspace: id, runtime: rt}

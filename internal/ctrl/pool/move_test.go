@@ -221,6 +221,21 @@ func TestMoveVolumeRefusals(t *testing.T) {
 		if _, err := os.Stat(volumeFile(dirA, id)); err != nil {
 			t.Errorf("the Volume's file after refusals: %v", err)
 		}
+		for _, tc := range []struct {
+			req   *operatorv1.MoveWritableLayerRequest
+			code  connect.Code
+			field string
+		}{
+			{&operatorv1.MoveWritableLayerRequest{Command: cmd("l1"), StoragePool: "pool-b"}, connect.CodeInvalidArgument, "workspace_id"},
+			{&operatorv1.MoveWritableLayerRequest{Command: cmd("l2"), WorkspaceId: "ws-nope"}, connect.CodeInvalidArgument, "storage_pool"},
+			{&operatorv1.MoveWritableLayerRequest{WorkspaceId: "ws-nope", StoragePool: "pool-b"}, connect.CodeInvalidArgument, "command.command_id"},
+			{&operatorv1.MoveWritableLayerRequest{Command: cmd("l3"), WorkspaceId: "ws-nope", StoragePool: "pool-b"}, connect.CodeNotFound, ""},
+		} {
+			_, err := e.c.Nodes.MoveWritableLayer(ctx, connect.NewRequest(tc.req))
+			if connect.CodeOf(err) != tc.code || apierr.FieldOf(err) != tc.field {
+				t.Errorf("MoveWritableLayer %v: %v (field %q), want %v (field %q)", tc.req, err, apierr.FieldOf(err), tc.code, tc.field)
+			}
+		}
 		// A refused command_id was not admitted: it serves a valid move.
 		if o, err := e.moveVolume("c6", id, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
 			t.Fatalf("a refused command_id reused: %v, %v", o, err)
