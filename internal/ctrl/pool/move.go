@@ -11,7 +11,10 @@ package pool
 // renamed into place), and in one transaction records the object in the
 // target pool, drops the move and records the source's copy as a cleanup
 // (pool_cleanups, counted in cleanup_count). A last step has a node
-// reaching the source pool remove that copy, which ends the cleanup.
+// reaching the source pool remove that copy, which ends the cleanup. A copy
+// that fails leaves the object in its source; what it may have left in the
+// target is the target's cleanup, removed the same way before the command
+// fails.
 //
 // Copies never cross nodes: the simplest correct design is a node that
 // reaches both pools (a directory declared by two nodes stands in for
@@ -470,7 +473,7 @@ func (s *Service) runMove(ctx context.Context, w *command.Work) error {
 		return err
 	}
 	if mv == nil {
-		return s.removeSource(ctx, w, m)
+		return s.removeCopy(ctx, w, m)
 	}
 	return s.copy(ctx, w, m, mv)
 }
@@ -498,11 +501,21 @@ func (s *Service) copy(ctx context.Context, w *command.Work, m *moved, mv *store
 		return err
 	}
 	if answer.Failure != nil {
-		// The node removed its partial copy (CopyBlockFile never leaves
-		// one under the real name): the object stays where it was and
-		// reserves nothing in the target any more.
-		s.log.Warn("move failed", "command_id", w.Command().GetCommandId(), "object", m.key, "err", answer.Failure.GetMessage())
-		return w.Fail(ctx, answer.Failure, func(tx *store.Tx) error { return tx.DeletePoolMove(m.key) })
+		// The object stays where it was and reserves nothing in the target
+		// any more; whatever the copy left there (a crash's temporary
+		// file) is the target's cleanup until a node removed it, and the
+		// command fails with the copy's failure after that removal.
+		failure := answer.Failure
+		s.log.Warn("move failed", "command_id", w.Command().GetCommandId(), "object", m.key, "err", failure.GetMessage())
+		return w.Continue(ctx, fmt.Sprintf("copy failed; removing what it left in storage pool %q", mv.TargetPool), 0,
+			func(tx *store.Tx, c *storev1.Command) error {
+				c.NodeId = ""
+				c.Failure = failure
+				if err := tx.DeletePoolMove(m.key); err != nil {
+					return err
+				}
+				return tx.AddPoolCleanup(mv.TargetPool, m.key, c.GetCommandId())
+			})
 	}
 	if err := checkCopied(answer.Result, m.capacity); err != nil {
 		return err
@@ -549,44 +562,51 @@ func (s *Service) relocate(tx *store.Tx, m *moved, pool string) error {
 	return tx.PutRuntime(rt)
 }
 
-// removeSource has a node reaching the source pool remove the copy the
-// move left there, ending the cleanup and the command. The move itself
-// settled before: a removal that fails leaves the copy counted in the
-// source's cleanup_count, and the command succeeds all the same.
-func (s *Service) removeSource(ctx context.Context, w *command.Work, m *moved) error {
-	var source, nodeID string
+// removeCopy has a node reaching the pool that keeps this command's
+// cleanup of m remove it: the source a settled move left, or what a failed
+// copy left in the target. It then ends the command: with the copy's
+// failure, if it failed, else successfully. A removal that fails leaves the
+// copy counted in its pool's cleanup_count.
+func (s *Service) removeCopy(ctx context.Context, w *command.Work, m *moved) error {
+	var pool, nodeID string
 	err := s.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
-		source, err = tx.PoolCleanupOf(m.key, w.Command().GetCommandId())
+		pool, err = tx.PoolCleanupOf(m.key, w.Command().GetCommandId())
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
 		if err == nil && w.Command().GetNodeId() == "" {
-			nodeID, err = s.fleet.NodeForPool(tx, source)
+			nodeID, err = s.fleet.NodeForPool(tx, pool)
 		}
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if source == "" {
-		return w.Succeed(ctx, func(*store.Tx) error { return nil })
+	end := func(fn func(tx *store.Tx) error) error {
+		if f := w.Command().GetFailure(); f != nil {
+			return w.Fail(ctx, proto.Clone(f).(*ctrlv1.WorkspaceFailure), fn)
+		}
+		return w.Succeed(ctx, fn)
+	}
+	if pool == "" {
+		return end(func(*store.Tx) error { return nil })
 	}
 	if nodeID == "" {
 		nodeID = w.Command().GetNodeId()
 	}
 	if nodeID == "" {
-		return w.Wait(ctx, fmt.Sprintf("no connected node reaches storage pool %q to remove the copy the move left", source), 30*time.Second)
+		return w.Wait(ctx, fmt.Sprintf("no connected node reaches storage pool %q to remove the copy the move left", pool), 30*time.Second)
 	}
-	answer, err := s.fleet.Await(ctx, w, "remove-source", nodeID, &nodev1.RemoveBlockFile{Ref: m.ref(source)}, moveStage)
+	answer, err := s.fleet.Await(ctx, w, "remove-copy", nodeID, &nodev1.RemoveBlockFile{Ref: m.ref(pool)}, moveStage)
 	if answer == nil || err != nil {
 		return err
 	}
 	if answer.Failure != nil {
-		s.log.Warn("copy a move left not removed", "command_id", w.Command().GetCommandId(), "storage_pool", source, "err", answer.Failure.GetMessage())
-		return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		s.log.Warn("copy a move left not removed", "command_id", w.Command().GetCommandId(), "storage_pool", pool, "err", answer.Failure.GetMessage())
+		return end(func(*store.Tx) error { return nil })
 	}
-	return w.Succeed(ctx, func(tx *store.Tx) error { return tx.DeletePoolCleanup(source, m.key) })
+	return end(func(tx *store.Tx) error { return tx.DeletePoolCleanup(pool, m.key) })
 }
 
 // copyProgress records how far a move's copy has come as its command's

@@ -314,3 +314,43 @@ func TestMoveVolumeWaitsAndTheSameCommandWaitsAgain(t *testing.T) {
 		}
 	})
 }
+
+// A copy that fails (the source's block file went missing behind ctrl's
+// back) leaves the Volume in its pool: the call answers the failure, the
+// target reserves and keeps nothing, and the Volume can be moved again.
+func TestMoveVolumeThatFailsLeavesItInItsPool(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		dirA, dirB := t.TempDir(), t.TempDir()
+		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
+		e.capacities("pool-a", "pool-b")
+		v, err := e.createVolume("v1", "pool-a", 32*mib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		path := volumeFile(dirA, v.GetVolumeId())
+		if err := os.Rename(path, path+".aside"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		if connect.CodeOf(err) != connect.CodeNotFound || detail(err).GetCommandId() != "move-1" {
+			t.Fatalf("move of a Volume whose file is gone: %v, want not_found naming the command", err)
+		}
+		if got := e.volume(v.GetVolumeId()); got.GetSpec().GetStoragePool() != "pool-a" {
+			t.Fatalf("volume after a failed move %v", got)
+		}
+		if b := e.pool("pool-b"); b.GetReservedBytes() != 0 || b.GetCleanupCount() != 0 || b.GetVolumeCount() != 0 {
+			t.Errorf("pool-b after a failed move %v", b)
+		}
+		// The same command_id answers the same failure.
+		if _, again := e.moveVolume("move-1", v.GetVolumeId(), "pool-b"); connect.CodeOf(again) != connect.CodeNotFound {
+			t.Errorf("the failed move's command again: %v", again)
+		}
+		if err := os.Rename(path+".aside", path); err != nil {
+			t.Fatal(err)
+		}
+		if o, err := e.moveVolume("move-2", v.GetVolumeId(), "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+			t.Fatalf("a new move once the file is back: %v, %v", o, err)
+		}
+	})
+}
