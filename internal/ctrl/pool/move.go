@@ -102,15 +102,24 @@ func (m *moved) object(tx *store.Tx) (*operatorv1.StoragePoolObject, error) {
 	} else {
 		o = layerObject(m.runtime)
 	}
-	mv, err := tx.GetPoolMove(m.key)
+	return o, withMove(tx, o)
+}
+
+// withMove fills in the move of o, if one is in progress.
+func withMove(tx *store.Tx, o *operatorv1.StoragePoolObject) error {
+	key := store.LayerKey(o.GetWorkspaceId())
+	if o.GetKind() == operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_VOLUME {
+		key = store.VolumeKey(o.GetVolumeId())
+	}
+	mv, err := tx.GetPoolMove(key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
+		return nil
 	case err != nil:
-		return nil, err
-	default:
-		o.MovingTo, o.MoveCommandId = mv.TargetPool, mv.CommandID
+		return err
 	}
-	return o, nil
+	o.MovingTo, o.MoveCommandId = mv.TargetPool, mv.CommandID
+	return nil
 }
 
 // volumeToMove reads a Volume that lives in a pool, with its Workspace's

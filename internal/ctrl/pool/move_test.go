@@ -289,6 +289,16 @@ func TestMoveVolumeWaitsAndTheSameCommandWaitsAgain(t *testing.T) {
 		if o.GetStoragePool() != "pool-a" || o.GetMovingTo() != "pool-b" || o.GetMoveCommandId() != "move-1" {
 			t.Fatalf("object in the error %v", o)
 		}
+		// Listed in its source pool with the pool it moves to.
+		got, err := e.c.Nodes.GetStoragePoolObject(ctx, connect.NewRequest(&operatorv1.GetStoragePoolObjectRequest{
+			Object: &operatorv1.GetStoragePoolObjectRequest_VolumeId{VolumeId: v.GetVolumeId()}}))
+		if err != nil || !proto.Equal(got.Msg.GetObject(), o) {
+			t.Errorf("GetStoragePoolObject while moving: %v, %v; want %v", got, err, o)
+		}
+		listed, err := e.listObjects(&operatorv1.ListStoragePoolObjectsRequest{StoragePool: "pool-a"})
+		if err != nil || len(listed.GetObjects()) != 1 || !proto.Equal(listed.GetObjects()[0], o) {
+			t.Errorf("pool-a's objects while moving: %v, %v; want %v", listed, err, o)
+		}
 		for _, p := range []string{"pool-a", "pool-b"} {
 			if got := e.pool(p).GetReservedBytes(); got != 32*mib {
 				t.Errorf("%s reserves %d while the Volume moves, want %d", p, got, 32*mib)

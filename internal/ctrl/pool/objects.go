@@ -74,6 +74,9 @@ func objects(tx *store.Tx, pool string, kind operatorv1.StoragePoolObjectKind, a
 			if err != nil {
 				return nil, err
 			}
+			if err := withMove(tx, o); err != nil {
+				return nil, err
+			}
 			out = append(out, o)
 		}
 	}
@@ -83,7 +86,11 @@ func objects(tx *store.Tx, pool string, kind operatorv1.StoragePoolObjectKind, a
 			return nil, err
 		}
 		for _, rt := range layers {
-			out = append(out, layerObject(rt))
+			o := layerObject(rt)
+			if err := withMove(tx, o); err != nil {
+				return nil, err
+			}
+			out = append(out, o)
 		}
 	}
 	return out, nil
@@ -178,7 +185,11 @@ func volumeIn(tx *store.Tx, id string) (*operatorv1.StoragePoolObject, error) {
 	case v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_DELETED, v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_DELETING:
 		return nil, apierr.NotFound("volume", id)
 	}
-	return volumeObject(tx, v)
+	o, err := volumeObject(tx, v)
+	if err != nil {
+		return nil, err
+	}
+	return o, withMove(tx, o)
 }
 
 // layerIn reads a Workspace's writable layer: a Workspace that does not
@@ -201,5 +212,6 @@ func layerIn(tx *store.Tx, id string) (*operatorv1.StoragePoolObject, error) {
 	if rt.GetLayerPool() == "" {
 		return nil, apierr.NotFound("writable layer of workspace", id)
 	}
-	return layerObject(rt), nil
+	o := layerObject(rt)
+	return o, withMove(tx, o)
 }
