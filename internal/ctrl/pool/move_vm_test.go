@@ -2,11 +2,13 @@ package pool_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -68,7 +70,8 @@ func (e *env) lifecycle(id, commandID string, start bool) {
 // On a real microVM: data written to a Workspace's Volume and to its
 // writable layer is there again after the Workspace was stopped, both were
 // moved to another pool, and it started again from there. A running
-// Workspace's objects do not move.
+// Workspace's objects do not move, and a Workspace whose Volume moves does
+// not start.
 func TestMoveVolumeAndLayerOfAStoppedWorkspaceOnARealVM(t *testing.T) {
 	art := testenv.BuildVMArtifacts(t)
 	e := newEnv(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
@@ -108,6 +111,24 @@ func TestMoveVolumeAndLayerOfAStoppedWorkspaceOnARealVM(t *testing.T) {
 
 	e.lifecycle(id, "stop-1", false)
 	e.waitWorkspace(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+
+	// With its node down the move waits; meanwhile the Workspace does not
+	// start. The same command_id settles it once the node is back.
+	pools := []node.Pool{{Name: "pool-a", Dir: dirA, Default: true}, {Name: "pool-b", Dir: dirB}}
+	a.Stop(t)
+	e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err = e.c.Nodes.MoveVolume(short, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-vol"), VolumeId: volID, StoragePool: "pool-b"}))
+	if connect.CodeOf(err) != connect.CodeUnavailable || objectIn(err).GetMovingTo() != "pool-b" {
+		t.Fatalf("MoveVolume with its node down: %v, want unavailable while it moves", err)
+	}
+	_, err = e.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-early"), WorkspaceId: id}))
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("start while its Volume moves: %v, want unavailable", err)
+	}
+	a = e.c.StartNodeWithPools(t, "node-a", a.StateDir, pools...)
+	t.Cleanup(a.PowerOff)
 	if o, err := e.moveVolume("move-vol", volID, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
 		t.Fatalf("MoveVolume: %v, %v", o, err)
 	}
