@@ -490,6 +490,16 @@ func (s *Service) runMove(ctx context.Context, w *command.Work) error {
 // copy has a node reaching both pools copy the block file, then records
 // the object in the target pool and the source's copy as a cleanup.
 func (s *Service) copy(ctx context.Context, w *command.Work, m *moved, mv *store.PoolMove) error {
+	if lost, err := s.lostPool(ctx, mv.SourcePool, mv.TargetPool); err != nil || lost != "" {
+		if err != nil {
+			return err
+		}
+		// Nothing can copy from or to a pool declared lost, nor remove
+		// what a copy left there: the move fails as it stands.
+		return w.Fail(ctx, &ctrlv1.WorkspaceFailure{Stage: moveStage, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST,
+			Message: fmt.Sprintf("storage pool %q was declared lost during the move", lost)},
+			func(tx *store.Tx) error { return tx.DeletePoolMove(m.key) })
+	}
 	nodeID := w.Command().GetNodeId()
 	if nodeID == "" {
 		err := s.store.Tx(ctx, func(tx *store.Tx) error {
@@ -540,6 +550,25 @@ func (s *Service) copy(ctx context.Context, w *command.Work, m *moved, mv *store
 			}
 			return tx.AddPoolCleanup(mv.SourcePool, m.key, c.GetCommandId())
 		})
+}
+
+// lostPool is the first of pools declared lost, or "".
+func (s *Service) lostPool(ctx context.Context, pools ...string) (string, error) {
+	var lost string
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		for _, name := range pools {
+			p, err := read(tx, name, false)
+			if err != nil {
+				return err
+			}
+			if p.Lost() {
+				lost = name
+				return nil
+			}
+		}
+		return nil
+	})
+	return lost, err
 }
 
 func checkCopied(result *anypb.Any, capacity uint64) error {

@@ -364,3 +364,37 @@ func TestMoveVolumeThatFailsLeavesItInItsPool(t *testing.T) {
 		}
 	})
 }
+
+// A move waiting for its node fails when its target pool is declared
+// lost: the Volume stays in its pool and the move no longer holds it.
+func TestMoveVolumeFailsWhenItsTargetIsDeclaredLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		n := e.startNode("node-a", node.Pool{Name: "pool-a", Dir: t.TempDir()}, node.Pool{Name: "pool-b", Dir: t.TempDir()})
+		e.capacities("pool-a", "pool-b")
+		v, err := e.createVolume("v1", "pool-a", 32*mib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		e.isolate(n)
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err = e.c.Nodes.MoveVolume(short, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-1"), VolumeId: v.GetVolumeId(), StoragePool: "pool-b"}))
+		if connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Fatalf("move with no node: %v, want unavailable", err)
+		}
+		if _, err := e.declareLost("lose-b", "pool-b"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || detail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+			t.Fatalf("the move once its target is lost: %v, want failed_precondition VOLUME_LOST", err)
+		}
+		if got := e.volume(v.GetVolumeId()); got.GetSpec().GetStoragePool() != "pool-a" {
+			t.Errorf("volume after the failed move %v", got)
+		}
+		if _, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow"), VolumeId: v.GetVolumeId(), CapacityBytes: 64 * mib})); connect.CodeOf(err) == connect.CodeUnavailable {
+			t.Errorf("the failed move still holds the Volume: %v", err)
+		}
+	})
+}
