@@ -36,6 +36,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -208,6 +209,7 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		f.nodes = append(f.nodes, n)
 		f.byID[n.id] = n
 	}
+	f.checkFileLimit()
 	f.log.Info("simulated fleet starting (a simulation for scale tests: it runs nothing)",
 		"nodes", cfg.Nodes, "connections", len(f.transports), "endpoint", endpoint, "shared_pool", cfg.SharedPool)
 	var wg sync.WaitGroup
@@ -222,6 +224,19 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		close(f.done)
 	}()
 	return f, nil
+}
+
+// checkFileLimit warns when the process may run out of file descriptors:
+// each connection is one here, and one more in ctrl when ctrl shares the
+// process (bench/placement).
+func (f *Fleet) checkFileLimit() {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if need := uint64(2*len(f.transports) + 256); lim.Cur < need {
+		f.log.Warn("the open file limit may be too low for the fleet's connections", "limit", lim.Cur, "connections", len(f.transports))
+	}
 }
 
 // newTransport speaks HTTP/2 only (h2c with prior knowledge for http://,
