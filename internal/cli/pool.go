@@ -34,12 +34,12 @@ func poolRow(p *operatorv1.StoragePool) []string {
 	}
 }
 
-var objectHeader = []string{"KIND", "VOLUME", "WORKSPACE", "POOL", "CAPACITY_MIB", "HOLDER"}
+var objectHeader = []string{"KIND", "VOLUME", "WORKSPACE", "POOL", "CAPACITY_MIB", "HOLDER", "MOVING_TO"}
 
 func objectRow(o *operatorv1.StoragePoolObject) []string {
 	return []string{
 		trimEnum(o.GetKind().String(), "STORAGE_POOL_OBJECT_KIND_"), o.GetVolumeId(), o.GetWorkspaceId(), o.GetStoragePool(),
-		strconv.FormatUint(o.GetCapacityBytes()/mib, 10), o.GetHolderNodeId(),
+		strconv.FormatUint(o.GetCapacityBytes()/mib, 10), o.GetHolderNodeId(), o.GetMovingTo(),
 	}
 }
 
