@@ -110,6 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	go func() {
 		defer close(s.done)
 		go backend.api.Workspaces.RunExpiration(workCtx, time.Second, cfg.Logger)
+		go backend.api.Fleet.PollOperations(workCtx, time.Second)
 		go backend.catalog.Run(workCtx)
 		backend.runner.Run(workCtx)
 	}()

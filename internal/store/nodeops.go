@@ -42,6 +42,26 @@ func (t *Tx) PutNodeOperation(op *storev1.NodeOperation) error {
 	return nil
 }
 
+// NodesWithPendingOperations lists the nodes that have operations not
+// answered yet, for the one poll that finds operations another ctrl
+// replica recorded.
+func (t *Tx) NodesWithPendingOperations() ([]string, error) {
+	rows, err := t.query(`SELECT DISTINCT node_id FROM node_operations WHERE state = 'NODE_OPERATION_STATE_PENDING'`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
 // PendingNodeOperations lists a node's unanswered operations, oldest first.
 func (t *Tx) PendingNodeOperations(nodeID string, limit int) ([]*storev1.NodeOperation, error) {
 	rows, err := t.query(`SELECT body FROM node_operations WHERE node_id = ? AND state = 'NODE_OPERATION_STATE_PENDING'

@@ -448,11 +448,12 @@ func MeasureClock(sent, received, nodeTime time.Time, tolerance time.Duration) *
 	}
 }
 
-// sendOperations sends the node's pending operations now, when notified, and
-// every second (operations another replica recorded).
+// sendOperations sends the node's pending operations at the start of the
+// session and whenever it is notified: by this replica after it records
+// an operation (Notify), and by PollOperations for operations another
+// replica recorded. One fleet-wide poll instead of one per session keeps
+// ctrl's load flat in the number of idle sessions.
 func (f *Fleet) sendOperations(ctx context.Context, s *session) {
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
 	for {
 		var pending []*storev1.NodeOperation
 		err := f.store.Tx(ctx, func(tx *store.Tx) error {
@@ -481,7 +482,37 @@ func (f *Fleet) sendOperations(ctx context.Context, s *session) {
 		case <-ctx.Done():
 			return
 		case <-s.notify:
-		case <-ticker.C:
+		}
+	}
+}
+
+// PollOperations notifies, every interval until ctx ends, the sessions
+// this replica holds whose nodes have pending operations: those another
+// replica recorded (its Notify reaches only its own sessions), and those
+// a failed send left behind.
+func (f *Fleet) PollOperations(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var nodes []string
+		err := f.store.Tx(ctx, func(tx *store.Tx) error {
+			var err error
+			nodes, err = tx.NodesWithPendingOperations()
+			return err
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				f.log.Warn("poll pending node operations", "err", err)
+			}
+			continue
+		}
+		for _, id := range nodes {
+			f.Notify(id)
 		}
 	}
 }
