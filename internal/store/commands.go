@@ -141,17 +141,21 @@ func (t *Tx) NextDue() (time.Time, bool, error) {
 	return time.Unix(0, ns.Int64), true, nil
 }
 
-// WakeCommand makes an unfinished command due now.
+// WakeCommand makes an unfinished command due now. A command a worker
+// holds (leased) gets the wake time too, so that the worker, seeing its
+// next_attempt_at moved, runs it again at once instead of after its retry
+// (a wake during a step is not lost).
 func (t *Tx) WakeCommand(id string, now time.Time) error {
-	_, err := t.exec("UPDATE commands SET next_attempt_at = ? WHERE command_id = ? AND "+unfinished+" AND next_attempt_at > ?",
-		now.UnixNano(), id, now.UnixNano())
+	_, err := t.exec("UPDATE commands SET next_attempt_at = ? WHERE command_id = ? AND "+unfinished+" AND (next_attempt_at > ? OR lease_until > ?)",
+		now.UnixNano(), id, now.UnixNano(), now.UnixNano())
 	return err
 }
 
-// WakeWaiting makes every WAITING command due now.
+// WakeWaiting makes every WAITING command due now, leased ones as
+// WakeCommand does.
 func (t *Tx) WakeWaiting(now time.Time) error {
-	_, err := t.exec("UPDATE commands SET next_attempt_at = ? WHERE state = 'COMMAND_STATE_WAITING' AND next_attempt_at > ?",
-		now.UnixNano(), now.UnixNano())
+	_, err := t.exec("UPDATE commands SET next_attempt_at = ? WHERE state = 'COMMAND_STATE_WAITING' AND (next_attempt_at > ? OR lease_until > ?)",
+		now.UnixNano(), now.UnixNano(), now.UnixNano())
 	return err
 }
 

@@ -206,3 +206,34 @@ func TestLostLeaseWritesNothing(t *testing.T) {
 		}
 	})
 }
+
+// A wake that arrives while the command's step runs is not lost: the step
+// then parks it for an hour, yet it runs again at once.
+func TestAWakeDuringAStepIsNotLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default())
+		var steps atomic.Int32
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			if steps.Add(1) == 1 {
+				// What the step waits for happens while it runs.
+				if err := r.Wake(ctx, w.Command().GetCommandId()); err != nil {
+					return err
+				}
+				return w.Wait(ctx, "something outside", time.Hour)
+			}
+			return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		})
+		go r.Run(ctx)
+		effects := 0
+		if _, err := admit(t, s, createVolume("woken-1", 1<<30), true, &effects); err != nil {
+			t.Fatal(err)
+		}
+		r.Kick()
+		waitFor(t, "SUCCEEDED after the wake", func() bool { return commandState(t, s, "woken-1").Final() })
+		if steps.Load() != 2 {
+			t.Errorf("%d steps, want 2", steps.Load())
+		}
+	})
+}

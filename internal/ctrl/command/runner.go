@@ -269,7 +269,13 @@ func (w *Work) reschedule(ctx context.Context, state storev1.CommandState, waiti
 		c.State = state
 		c.WaitingFor = waitingFor
 		c.Progress = progress
+		// A wake while this step ran moved next_attempt_at (WakeCommand):
+		// go on at once instead of after retry, or the wake is lost.
+		woken := !c.NextAttemptAt.Equal(w.c.NextAttemptAt)
 		c.NextAttemptAt = w.r.now().Add(retry)
+		if woken {
+			c.NextAttemptAt = w.r.now()
+		}
 		c.LeaseUntil = time.Time{}
 		if fn != nil {
 			return fn(tx, c.Command)
