@@ -66,6 +66,10 @@ func TestDeclaringAPoolLost(t *testing.T) {
 		// Both hosts go down; a deletion then waits for a node reaching the pool.
 		a.Stop(t)
 		b.Stop(t)
+		// Only once both read as down does the removal wait for a node;
+		// sooner it is addressed to one, and isolating that node fails it.
+		e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+		e.c.WaitStatus(t, "node-b", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
 		if _, err := e.c.Volumes.DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd("del-doomed"), VolumeId: doomed.GetVolumeId()})); err != nil {
 			t.Fatal(err)
 		}
