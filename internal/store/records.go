@@ -165,6 +165,23 @@ func (t *Tx) NodeCredential(id string) (string, error) {
 	return hash, err
 }
 
+// AllNodes reads every node registration, in pages of 500.
+func (t *Tx) AllNodes() ([]*operatorv1.NodeRegistration, error) {
+	var out []*operatorv1.NodeRegistration
+	after := ""
+	for {
+		batch, err := t.ListNodes(after, 500)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, batch...)
+		if len(batch) < 500 {
+			return out, nil
+		}
+		after = batch[len(batch)-1].GetNodeId()
+	}
+}
+
 // ListNodes pages node registrations by node_id.
 func (t *Tx) ListNodes(after string, limit int) ([]*operatorv1.NodeRegistration, error) {
 	return listBodies(t, "nodes", "node_id", after, "", limit, func() *operatorv1.NodeRegistration { return &operatorv1.NodeRegistration{} })

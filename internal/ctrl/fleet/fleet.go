@@ -233,23 +233,6 @@ func status(n *operatorv1.NodeRegistration, live, draining bool, executions int)
 	return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING
 }
 
-// allNodes reads every registration, in pages.
-func allNodes(tx *store.Tx) ([]*operatorv1.NodeRegistration, error) {
-	var out []*operatorv1.NodeRegistration
-	after := ""
-	for {
-		batch, err := tx.ListNodes(after, 500)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, batch...)
-		if len(batch) < 500 {
-			return out, nil
-		}
-		after = batch[len(batch)-1].GetNodeId()
-	}
-}
-
 // CapabilityBlockFile is the capability of nodes that create and remove
 // block files in their pools.
 const CapabilityBlockFile = "storage.block_file"
@@ -314,7 +297,7 @@ const CapabilitySim = "provider.sim"
 // DefaultPool is the deployment's default storage pool: the one an admitted
 // node names as its default (the first such node by node_id), or "".
 func (f *Fleet) DefaultPool(tx *store.Tx) (string, error) {
-	nodes, err := allNodes(tx)
+	nodes, err := tx.AllNodes()
 	if err != nil {
 		return "", err
 	}
@@ -333,7 +316,7 @@ func (f *Fleet) DefaultPool(tx *store.Tx) (string, error) {
 
 // PoolDeclared reports whether an admitted node has declared pool.
 func (f *Fleet) PoolDeclared(tx *store.Tx, pool string) (bool, error) {
-	nodes, err := allNodes(tx)
+	nodes, err := tx.AllNodes()
 	if err != nil {
 		return false, err
 	}

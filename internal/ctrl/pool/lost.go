@@ -59,7 +59,7 @@ func (s *Service) declareLost(tx *store.Tx, name string, now time.Time) (*operat
 	if p.Lost() {
 		return nil, apierr.Precondition(nil, "storage pool %q was declared lost already", name)
 	}
-	nodes, err := allNodes(tx)
+	nodes, err := tx.AllNodes()
 	if err != nil {
 		return nil, err
 	}

@@ -332,7 +332,7 @@ func noExecution(tx *store.Tx, workspaceID string) error {
 
 // reached reports whether some admitted node declares all of pools.
 func reached(tx *store.Tx, pools ...string) (bool, error) {
-	nodes, err := allNodes(tx)
+	nodes, err := tx.AllNodes()
 	if err != nil {
 		return false, err
 	}

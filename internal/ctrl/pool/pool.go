@@ -78,23 +78,6 @@ func read(tx *store.Tx, name string, lock bool) (*store.StoragePool, error) {
 	return p, err
 }
 
-// allNodes reads every registration, in pages.
-func allNodes(tx *store.Tx) ([]*operatorv1.NodeRegistration, error) {
-	var out []*operatorv1.NodeRegistration
-	after := ""
-	for {
-		batch, err := tx.ListNodes(after, 500)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, batch...)
-		if len(batch) < 500 {
-			return out, nil
-		}
-		after = batch[len(batch)-1].GetNodeId()
-	}
-}
-
 // members are the pool's attachments: one for each admitted node that
 // declares it (isolated ones included; revoked and retired nodes are no
 // members).
@@ -151,7 +134,7 @@ func readView(tx *store.Tx, name string) (*operatorv1.StoragePool, error) {
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := allNodes(tx)
+	nodes, err := tx.AllNodes()
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +173,7 @@ func (s *Service) ListStoragePools(ctx context.Context, req *operatorv1.ListStor
 		if err != nil {
 			return err
 		}
-		nodes, err := allNodes(tx)
+		nodes, err := tx.AllNodes()
 		if err != nil {
 			return err
 		}
