@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -190,20 +191,11 @@ func permitted(sess *store.DataPlaneSession, msg proto.Message, scope ctrlv1.Dat
 				"data-plane session %s is for Workspace %s, not %q", sess.Session.GetSessionId(), sess.Session.GetWorkspaceId(), ws)
 		}
 	}
-	if scope != ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_UNSPECIFIED && !containsScope(sess.Session.GetScopes(), scope) {
+	if scope != ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_UNSPECIFIED && !slices.Contains(sess.Session.GetScopes(), scope) {
 		return denied(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
 			"data-plane session %s does not have scope %v", sess.Session.GetSessionId(), scope)
 	}
 	return nil
-}
-
-func containsScope(scopes []ctrlv1.DataPlaneScope, s ctrlv1.DataPlaneScope) bool {
-	for _, x := range scopes {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // workspaceIDOf reads the workspace_id field every data-plane request
