@@ -89,7 +89,7 @@ func buildVMArtifacts(cache string) (*VMArtifacts, error) {
 		return nil, err
 	}
 	root := filepath.Join(work, "root")
-	if err := template.BusyboxDir(busybox(), root); err != nil {
+	if err := template.BusyboxDir(Busybox(), root); err != nil {
 		return nil, err
 	}
 	img, err := template.FromDir(ctx, root, filepath.Join(work, "root.img"))
@@ -99,8 +99,9 @@ func buildVMArtifacts(cache string) (*VMArtifacts, error) {
 	return &VMArtifacts{Platform: m, Dir: dir, Template: img}, nil
 }
 
-// busybox is Debian's static busybox (package busybox-static).
-func busybox() string {
+// Busybox is Debian's static busybox (package busybox-static): the test
+// template's one program.
+func Busybox() string {
 	if p, err := exec.LookPath("busybox"); err == nil {
 		return p
 	}
@@ -119,8 +120,14 @@ func wrap(what string, err error, out []byte) error { return &buildError{what, e
 
 // PowerOff kills every VM the node ran from its state directory, as a host
 // powering off would. Stop its agent first.
-func (n *Node) PowerOff() {
-	pids, _ := filepath.Glob(filepath.Join(n.StateDir, "executions", "*", "qemu.pid"))
+func (n *Node) PowerOff() { _ = PowerOffVMs(n.StateDir) }
+
+// PowerOffVMs kills every VM a node agent ran from stateDir, as its host
+// powering off would: a VM outlives its agent by design, so stopping or
+// killing the agent leaves it running. It returns how many it killed.
+func PowerOffVMs(stateDir string) int {
+	killed := 0
+	pids, _ := filepath.Glob(filepath.Join(stateDir, "executions", "*", "qemu.pid"))
 	for _, path := range pids {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -132,7 +139,10 @@ func (n *Node) PowerOff() {
 		}
 		// Only a QEMU of this execution directory: the pid may be reused.
 		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), filepath.Dir(path)) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
 		}
 	}
+	return killed
 }

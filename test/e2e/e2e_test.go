@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kibotos/kibotos/internal/clientconfig"
 )
 
@@ -116,18 +119,40 @@ func startDevAt(t *testing.T, home string) *dev {
 	return d
 }
 
+// command is the CLI against d: it reads d's client configuration and
+// nothing else of this environment.
+func (d *dev) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(kibotosBin, args...)
+	cmd.Env = []string{"KIBOTOS_HOME=" + d.home, "HOME=" + d.home, "PATH=" + os.Getenv("PATH")}
+	return cmd
+}
+
 // kibotos runs the CLI against d and returns its output and exit code.
 func (d *dev) kibotos(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(kibotosBin, args...)
-	cmd.Env = []string{"KIBOTOS_HOME=" + d.home, "HOME=" + d.home, "PATH=" + os.Getenv("PATH")}
-	out, err := cmd.CombinedOutput()
+	out, err := d.command(args...).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return string(out), ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
 	}
 	return string(out), 0
+}
+
+// kibotosJSON runs the CLI with `-o json` and decodes what it prints (its
+// stdout; progress goes to stderr) into msg, the API's response message.
+func (d *dev) kibotosJSON(t *testing.T, msg proto.Message, args ...string) {
+	t.Helper()
+	cmd := d.command(append(args, "-o", "json")...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kibotos %v: %v: %s", args, err, stderr.String())
+	}
+	if err := protojson.Unmarshal(out, msg); err != nil {
+		t.Fatalf("kibotos %v printed %s: %v", args, out, err)
+	}
 }
 
 func postJSON(t *testing.T, url, token string) (int, string) {

@@ -25,6 +25,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/clientconfig"
 	"github.com/kibotos/kibotos/internal/store/storetest"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // proc is a kibotos process with its stderr in a file.
@@ -122,6 +123,36 @@ func startCtrl(t *testing.T, name, stateDir, database string, a ctrlAddrs) *proc
 	return startProc(t, name, nil, "endpoints file:", args...)
 }
 
+// ctrlConfig is what the `kibotos ctrl` whose state is in stateDir wrote
+// to its endpoints.env: its endpoints and keys.
+func ctrlConfig(t *testing.T, stateDir string) clientconfig.Config {
+	t.Helper()
+	env, err := clientconfig.ReadEnvFile(filepath.Join(stateDir, "endpoints.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clientconfig.Config{
+		WorkspaceEndpoint: env[clientconfig.EnvWorkspaceEndpoint], OperatorEndpoint: env[clientconfig.EnvOperatorEndpoint],
+		Token: env[clientconfig.EnvToken], OperatorToken: env[clientconfig.EnvOperatorToken],
+	}
+}
+
+// ctrlClient is the client side of a standalone `kibotos ctrl`: a home whose
+// client configuration is ctrl's endpoints.env, as an operator would set it
+// up, so the CLI and API helpers of the dev tests work on it.
+func ctrlClient(t *testing.T, stateDir string) *dev {
+	t.Helper()
+	home := t.TempDir()
+	if err := clientconfig.Write(filepath.Join(home, "config.env"), ctrlConfig(t, stateDir)); err != nil {
+		t.Fatal(err)
+	}
+	env, err := clientconfig.ReadEnvFile(filepath.Join(stateDir, "endpoints.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &dev{home: home, env: env}
+}
+
 func enrollGrant(t *testing.T, c clientconfig.Config, nodeID string) string {
 	t.Helper()
 	client := operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, c.OperatorEndpoint)
@@ -136,24 +167,32 @@ func enrollGrant(t *testing.T, c clientconfig.Config, nodeID string) string {
 	return res.Msg.GetSecret()
 }
 
-func startNode(t *testing.T, nodeID, nodeEndpoint, grant, poolDir string) *proc {
-	return startProc(t, nodeID, []string{"KIBOTOS_ENROLLMENT_GRANT=" + grant}, "",
-		"node", "--ctrl", "http://"+nodeEndpoint, "--node-id", nodeID, "--state-dir", t.TempDir(), "--pool", "shared="+poolDir+",default")
+// startNode runs `kibotos node` with its state in stateDir, declaring the
+// pools given as --pool values (NAME=DIR, or NAME=DIR,default).
+func startNode(t *testing.T, nodeID, nodeEndpoint, grant, stateDir string, pools ...string) *proc {
+	// Registered first, so it runs after the agent is killed: a VM
+	// outlives its node agent by design.
+	t.Cleanup(func() { testenv.PowerOffVMs(stateDir) })
+	args := []string{"node", "--ctrl", "http://" + nodeEndpoint, "--node-id", nodeID, "--state-dir", stateDir}
+	for _, p := range pools {
+		args = append(args, "--pool", p)
+	}
+	return startProc(t, nodeID, []string{"KIBOTOS_ENROLLMENT_GRANT=" + grant}, "", args...)
 }
 
-// givePoolCapacity sets a capacity on pool "shared": a pool takes no new
-// objects until it has one.
-func givePoolCapacity(t *testing.T, c clientconfig.Config) {
+// givePoolCapacity sets a capacity on a pool: a pool takes no new objects
+// until it has one.
+func givePoolCapacity(t *testing.T, c clientconfig.Config, pool string) {
 	t.Helper()
 	client := operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, c.OperatorEndpoint)
-	get := connect.NewRequest(&operatorv1.GetStoragePoolRequest{StoragePool: "shared"})
+	get := connect.NewRequest(&operatorv1.GetStoragePoolRequest{StoragePool: pool})
 	get.Header().Set("Authorization", "Bearer "+c.OperatorToken)
 	p, err := client.GetStoragePool(context.Background(), get)
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := connect.NewRequest(&operatorv1.SetStoragePoolCapacityRequest{
-		Command: &ctrlv1.CommandMetadata{CommandId: "capacity-shared"}, StoragePool: "shared",
+		Command: &ctrlv1.CommandMetadata{CommandId: "capacity-" + pool}, StoragePool: pool,
 		ExpectedVersion: p.Msg.GetPool().GetVersion(), CapacityBytes: 1 << 40,
 	})
 	set.Header().Set("Authorization", "Bearer "+c.OperatorToken)
@@ -262,14 +301,10 @@ func TestCtrlKilledWithCommandsInFlightCompletesEachOnce(t *testing.T) {
 	stateDir, poolDir := t.TempDir(), t.TempDir()
 	addrs := newCtrlAddrs(t)
 	ctrlProc := startCtrl(t, "ctrl-1", stateDir, "", addrs)
-	env, err := clientconfig.ReadEnvFile(filepath.Join(stateDir, "endpoints.env"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := clientconfig.Config{OperatorEndpoint: env[clientconfig.EnvOperatorEndpoint], OperatorToken: env[clientconfig.EnvOperatorToken], Token: env[clientconfig.EnvToken]}
-	nodeProc := startNode(t, "node-a", addrs.node, enrollGrant(t, cfg, "node-a"), poolDir)
+	cfg := ctrlConfig(t, stateDir)
+	nodeProc := startNode(t, "node-a", addrs.node, enrollGrant(t, cfg, "node-a"), t.TempDir(), "shared="+poolDir+",default")
 	waitUntil(t, "node-a READY", time.Minute, func() bool { return nodeReady(cfg, "node-a") })
-	givePoolCapacity(t, cfg)
+	givePoolCapacity(t, cfg, "shared")
 
 	const n = 40
 	client := volumeClient(cfg, addrs.workspace)
@@ -327,19 +362,12 @@ func TestTwoCtrlsOnOnePostgresDoNotRunWorkTwice(t *testing.T) {
 	stateA, stateB := t.TempDir(), t.TempDir()
 	startCtrl(t, "ctrl-a", stateA, dsn, a)
 	startCtrl(t, "ctrl-b", stateB, dsn, b)
-	read := func(dir string) clientconfig.Config {
-		env, err := clientconfig.ReadEnvFile(filepath.Join(dir, "endpoints.env"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return clientconfig.Config{OperatorEndpoint: env[clientconfig.EnvOperatorEndpoint], OperatorToken: env[clientconfig.EnvOperatorToken], Token: env[clientconfig.EnvToken]}
-	}
-	cfgA, cfgB := read(stateA), read(stateB)
+	cfgA, cfgB := ctrlConfig(t, stateA), ctrlConfig(t, stateB)
 	// The node holds its session on ctrl-a only; ctrl-b's work reaches it
 	// through the node operations they share in the database.
-	nodeProc := startNode(t, "node-a", a.node, enrollGrant(t, cfgA, "node-a"), poolDir)
+	nodeProc := startNode(t, "node-a", a.node, enrollGrant(t, cfgA, "node-a"), t.TempDir(), "shared="+poolDir+",default")
 	waitUntil(t, "node-a READY", time.Minute, func() bool { return nodeReady(cfgB, "node-a") })
-	givePoolCapacity(t, cfgB)
+	givePoolCapacity(t, cfgB, "shared")
 
 	const n = 30
 	clients := []ctrlv1connect.VolumeServiceClient{volumeClient(cfgA, a.workspace), volumeClient(cfgB, b.workspace)}

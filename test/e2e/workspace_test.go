@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -65,8 +64,7 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 		} `json:"workspace"`
 	}
 	// create follows its command to AVAILABLE, showing progress on stderr.
-	cmd := exec.Command(kibotosBin, "workspace", "create", "--memory", "256", "-o", "json")
-	cmd.Env = []string{"KIBOTOS_HOME=" + d.home, "HOME=" + d.home, "PATH=" + os.Getenv("PATH")}
+	cmd := d.command("workspace", "create", "--memory", "256", "-o", "json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
