@@ -478,12 +478,20 @@ func (s *Service) ExecutionEnded(ctx context.Context, nodeID string, r *nodev1.E
 }
 
 // ExecutionObserved records the node's latest probe of a running guest. It
-// is an observation: it never changes the Workspace's state.
+// is an observation: it never changes the Workspace's state. An execution
+// that is not current on the node is a stray, which the node is told to
+// stop (stopStray).
 func (s *Service) ExecutionObserved(ctx context.Context, nodeID string, r *nodev1.ExecutionReport) {
+	stopping := false
 	_ = s.store.Tx(ctx, func(tx *store.Tx) error {
+		stopping = false
 		id := WorkspaceOf(r.GetInstanceId())
 		rt, err := tx.GetRuntime(id, false)
-		if err != nil || rt.GetInstanceId() != r.GetInstanceId() {
+		if err != nil {
+			return err
+		}
+		if rt.GetInstanceId() != r.GetInstanceId() || rt.GetNodeId() != nodeID {
+			stopping, err = s.stopStray(tx, nodeID, r.GetInstanceId())
 			return err
 		}
 		w, err := tx.GetWorkspace(id, true)
@@ -504,6 +512,30 @@ func (s *Service) ExecutionObserved(ctx context.Context, nodeID string, r *nodev
 		w.GuestObservation = obs
 		return tx.PutWorkspace(w)
 	})
+	if stopping {
+		s.fleet.Notify(nodeID)
+	}
+}
+
+// stopStray has nodeID stop an execution it runs that is not its
+// Workspace's current Instance there: one ctrl let go of (an isolation
+// failed it, a start failed around it, the Workspace was deleted or has
+// run elsewhere since) while its VM lived on, such as a node that comes
+// back with a new incarnation and re-attaches the VMs its old one left.
+// Left running, it would keep writing block files that now belong to
+// another execution. A start still booting is not a stray: its Allocation
+// is charged to the node before the node boots it, and the runtime names
+// it only once the boot is answered. It reports whether an operation was
+// recorded.
+func (s *Service) stopStray(tx *store.Tx, nodeID, instance string) (bool, error) {
+	a, err := tx.GetAllocation(WorkspaceOf(instance))
+	switch {
+	case err == nil && a.InstanceID == instance && a.NodeID == nodeID:
+		return false, nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return false, err
+	}
+	return s.fleet.StopStray(tx, nodeID, instance)
 }
 
 // observeMemory fills the memory fields of obs from the guest's report.

@@ -1,0 +1,142 @@
+package fleet_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/testenv"
+)
+
+// vmProcess is the QEMU process of the execution in runDir, 0 when none
+// runs (a pid is only that VM's while its command line names runDir).
+func vmProcess(runDir string) int {
+	b, err := os.ReadFile(filepath.Join(runDir, "qemu.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !strings.Contains(string(cmdline), runDir) {
+		return 0
+	}
+	return pid
+}
+
+// A node agent that stops leaves its VM running; once the operator
+// isolated the node, its Workspace failed and ctrl let go of that VM's
+// Instance. When the node comes back with a new incarnation it re-attaches
+// the VM, reports it, and ctrl tells it to stop it (forced) with one
+// operation. The stop is a power-off and nothing more: the Workspace stays
+// as the isolation left it, its Volume and writable layer stay in their
+// pool, and it starts again on the node from them.
+func TestANodeBackFromIsolationStopsTheVMItsOldIncarnationLeft(t *testing.T) {
+	art := testenv.BuildVMArtifacts(t)
+	c := testenv.New(t, fastFleet())
+	e := &vmEnv{lifecycleEnv: &lifecycleEnv{c}, t: t}
+	cat := c.Ctrl.Catalog()
+	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
+		t.Fatal(err)
+	}
+	n := c.StartNode(t, "node-a", "", "")
+	t.Cleanup(n.PowerOff)
+
+	created, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: cmd("create-1"),
+		Spec: &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerCapacityBytes: 256 << 20},
+			Volume: &ctrlv1.WorkspaceVolumeBinding{
+				Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/data",
+				NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 64 << 20},
+			},
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	w := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	volumeID := w.GetSpec().GetVolume().GetVolumeId()
+	runDirs, _ := filepath.Glob(filepath.Join(n.StateDir, "executions", id+".*"))
+	if len(runDirs) != 1 {
+		t.Fatalf("executions of %s on node-a: %v, want one", id, runDirs)
+	}
+	runDir := runDirs[0]
+	instance := filepath.Base(runDir)
+
+	// The agent stops; its VM lives on.
+	incarnation := c.Registration(t, "node-a").GetIncarnation()
+	n.Stop(t)
+	if vmProcess(runDir) == 0 {
+		t.Fatal("the VM ended with its node agent")
+	}
+	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+	if _, err := e.isolate("iso-1", "node-a", incarnation); err != nil {
+		t.Fatal(err)
+	}
+	isolated := e.workspace(id)
+	if isolated.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+		t.Fatalf("Workspace after the isolation: %v", isolated.GetState())
+	}
+
+	// The node comes back, re-attaches the VM and is told to stop it.
+	c.StartNode(t, "node-a", n.StateDir, n.PoolDir)
+	waitLong(t, "the VM of the old incarnation to be stopped", func() bool { return vmProcess(runDir) == 0 })
+	opID := fleet.StrayStopOperationID("node-a", incarnation+1, instance)
+	var op *storev1.NodeOperation
+	waitLong(t, "node-a to answer the stop", func() bool {
+		mustTx(t, c.Ctrl.Store(), func(tx *store.Tx) error {
+			var err error
+			op, err = tx.GetNodeOperation(opID, false)
+			return err
+		})
+		return op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING
+	})
+	if op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED || op.GetCommandId() != "" {
+		t.Errorf("the stop of the stray execution: %v", op)
+	}
+
+	// Nothing else changed: the Workspace is as the isolation left it, its
+	// Volume is available and its block files are where they were.
+	after := e.workspace(id)
+	if after.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED || after.GetLastStop() != nil ||
+		after.GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE || after.GetGeneration() != isolated.GetGeneration() {
+		t.Errorf("Workspace after the stray's stop: %v, failure %v, last stop %v, generation %d (was %d)",
+			after.GetState(), after.GetFailure(), after.GetLastStop(), after.GetGeneration(), isolated.GetGeneration())
+	}
+	if got := e.volume(volumeID).GetState(); got != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Errorf("Volume after the stray's stop: %v, want AVAILABLE", got)
+	}
+	for _, path := range []string{n.PoolFile(volumeID), filepath.Join(n.PoolDir, "layers", id+".img")} {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("block file after the stray's stop: %v", err)
+		}
+	}
+
+	// It starts again on the node, from the layer the stray left.
+	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	restarted := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	for _, tier := range restarted.GetRetentionTiers() {
+		if tier.GetKind() == ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT && tier.GetContinuity() != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED {
+			t.Errorf("writable layer after the restart: %v, want CONTINUED", tier)
+		}
+	}
+}
