@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,6 +26,9 @@ type fleet struct {
 	cfg   clientconfig.Config
 	addrs ctrlAddrs
 	nodes map[string]*fleetNode
+	// sharedDir is the directory nodes a and b both declare as pool
+	// "shared": the stand-in for shared storage.
+	sharedDir string
 }
 
 type fleetNode struct {
@@ -36,7 +40,7 @@ func startFleet(t *testing.T) *fleet {
 	t.Helper()
 	stateDir, addrs := t.TempDir(), newCtrlAddrs(t)
 	startCtrl(t, "ctrl", stateDir, "", addrs)
-	return &fleet{dev: ctrlClient(t, stateDir), cfg: ctrlConfig(t, stateDir), addrs: addrs, nodes: map[string]*fleetNode{}}
+	return &fleet{dev: ctrlClient(t, stateDir), cfg: ctrlConfig(t, stateDir), addrs: addrs, nodes: map[string]*fleetNode{}, sharedDir: t.TempDir()}
 }
 
 // startNode enrolls and runs node id with a state directory of its own,
@@ -110,9 +114,8 @@ func (f *fleet) placedOn(t *testing.T, id string) string {
 // together with its pool.
 func TestFleetOfNodeProcessesSharesAPool(t *testing.T) {
 	f := startFleet(t)
-	shared := t.TempDir()
-	f.startNode(t, "a", "shared="+shared+",default")
-	f.startNode(t, "b", "shared="+shared+",default")
+	f.startNode(t, "a", "shared="+f.sharedDir+",default")
+	f.startNode(t, "b", "shared="+f.sharedDir+",default")
 	f.startNode(t, "c", "local-c="+t.TempDir())
 	for _, id := range []string{"a", "b", "c"} {
 		waitUntil(t, "node "+id+" READY", time.Minute, func() bool { return nodeReady(f.cfg, id) })
@@ -122,8 +125,13 @@ func TestFleetOfNodeProcessesSharesAPool(t *testing.T) {
 	checkFleetReady(t, f)
 	f.buildPlatformAndTemplate(t)
 
-	id, _ := runPinnedOnA(t, f)
+	id, volumeID := runPinnedOnA(t, f)
 	drainAMovesItToB(t, f, id)
+	isolateBRunsItOnA(t, f, id)
+	retireB(t, f)
+	f.mustKibotos(t, "workspace", "stop", id)
+	f.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	checkVolumeStaysOutOfReach(t, f, volumeID)
 }
 
 // checkFleetReady: every node READY, pool "shared" attached to a and b,
@@ -200,6 +208,98 @@ func drainAMovesItToB(t *testing.T, f *fleet, id string) {
 		t.Errorf("on b, the Volume and layer a wrote read %q", out)
 	}
 	f.mustKibotos(t, "workspace", "exec", id, "--", "sh", "-c", "echo from-b > /data/b && sync")
+}
+
+// isolateBRunsItOnA: b's host goes off under the running Workspace (its
+// node agent SIGKILLed and its VM killed); isolating b is refused while
+// its session is live and succeeds once b reads UNAVAILABLE, failing the
+// Workspace (unavailable, retryable) and releasing its Volume and layer;
+// a, undrained, runs it again with everything a and b wrote.
+func isolateBRunsItOnA(t *testing.T, f *fleet, id string) {
+	t.Helper()
+	out, exit := f.kibotos(t, "node", "isolate", "b")
+	exitsWith(t, "isolating b while its session is live", out, exit, connect.CodeFailedPrecondition)
+	if w := f.workspace(t, id); w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+		t.Errorf("a refused isolation moved the Workspace to %v", w.GetState())
+	}
+
+	b := f.nodes["b"]
+	if err := b.proc.cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	_ = b.proc.cmd.Wait()
+	if n := testenv.PowerOffVMs(b.stateDir); n != 1 {
+		t.Fatalf("killed %d VMs of node b, want the Workspace's one", n)
+	}
+	waitUntil(t, "node b UNAVAILABLE", time.Minute, func() bool {
+		return f.registration(t, "b").GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE
+	})
+	var isolated operatorv1.IsolateNodeResponse
+	f.kibotosJSON(t, &isolated, "node", "isolate", "b")
+	if !isolated.GetRegistration().GetIsolated() || isolated.GetFailedWorkspaces() != 1 ||
+		isolated.GetReleasedVolumes() != 1 || isolated.GetReleasedRetainedLayers() != 1 {
+		t.Errorf("isolating b: isolated %v, failed %d Workspaces, released %d Volumes and %d layers; want true, 1, 1, 1",
+			isolated.GetRegistration().GetIsolated(), isolated.GetFailedWorkspaces(), isolated.GetReleasedVolumes(), isolated.GetReleasedRetainedLayers())
+	}
+	w := f.workspace(t, id)
+	if fail := w.GetFailure(); w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED ||
+		fail.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE || !fail.GetRetryable() {
+		t.Errorf("the Workspace b ran after the isolation: %v, failure %v; want FAILED, unavailable, retryable", w.GetState(), fail)
+	}
+
+	f.mustKibotos(t, "node", "undrain", "a")
+	f.mustKibotos(t, "workspace", "start", id)
+	f.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if got := f.placedOn(t, id); got != "a" {
+		t.Errorf("after b's isolation the Workspace runs on %q, want a", got)
+	}
+	if out := f.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/data/a", "/data/b"); out != "from-a\nfrom-b\n" {
+		t.Errorf("on a again, the Volume reads %q", out)
+	}
+}
+
+// retireB: the isolated b retires for good: its registration is a RETIRED
+// tombstone, "shared" no longer lists it, and it cannot enroll again, by a
+// grant bound to it or by an unbound one.
+func retireB(t *testing.T, f *fleet) {
+	t.Helper()
+	var retired operatorv1.RetireNodeResponse
+	f.kibotosJSON(t, &retired, "node", "retire", "b")
+	if got := f.registration(t, "b"); got.GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_RETIRED ||
+		got.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_RETIRED {
+		t.Errorf("node b after retire: %v, admission %v; want RETIRED", got.GetStatus(), got.GetAdmission())
+	}
+	if got := f.members(t, "shared"); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("pool shared is attached to %v after b retired, want [a]", got)
+	}
+	out, exit := f.kibotos(t, "enrollment", "create", "--node-id", "b")
+	exitsWith(t, "a grant for the retired b", out, exit, connect.CodeFailedPrecondition)
+
+	// A fresh host taking b's node_id with a grant bound to no node.
+	var grant operatorv1.CreateEnrollmentGrantResponse
+	f.kibotosJSON(t, &grant, "enrollment", "create", "--reusable")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	node := exec.CommandContext(ctx, kibotosBin, "node", "--ctrl", "http://"+f.addrs.node, "--node-id", "b", "--state-dir", t.TempDir(),
+		"--pool", "shared="+f.sharedDir+",default", "--enrollment-grant", grant.GetSecret())
+	out2, err := node.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 || ctx.Err() != nil || !strings.Contains(string(out2), "permission_denied") {
+		t.Errorf("kibotos node enrolling the retired b: %v: %s; want it to exit with permission_denied", err, tail(string(out2), 5))
+	}
+}
+
+// checkVolumeStaysOutOfReach: no node reaches both "shared" and local-c
+// (b is gone, c reaches only local-c), so moving the stopped Workspace's
+// Volume there is refused and the Volume stays in "shared".
+func checkVolumeStaysOutOfReach(t *testing.T, f *fleet, volumeID string) {
+	t.Helper()
+	out, exit := f.kibotos(t, "pool", "move-volume", volumeID, "--to", "local-c")
+	exitsWith(t, "moving the Volume to local-c", out, exit, connect.CodeFailedPrecondition)
+	var where operatorv1.GetStoragePoolObjectResponse
+	f.kibotosJSON(t, &where, "pool", "objects", "--volume", volumeID)
+	if o := where.GetObject(); o.GetStoragePool() != "shared" || o.GetMovingTo() != "" {
+		t.Errorf("the Volume after a refused move: pool %q, moving to %q; want shared, not moving", o.GetStoragePool(), o.GetMovingTo())
+	}
 }
 
 // exitsWith asserts the CLI exits 1 with an error of code.
