@@ -77,6 +77,20 @@ func TestSimulatedNodesBecomeReadyAndSaySo(t *testing.T) {
 		ready, err = readyNodes(c)
 		return err == nil && len(ready) == simNodes
 	})
+	// Observations and clock measurements of many sessions share
+	// transactions; each still lands on its own node's registration.
+	testenv.WaitFor(t, "a clock measurement and a second observation of every node", func() bool {
+		all, err := readyNodes(c)
+		if err != nil || len(all) != simNodes {
+			return false
+		}
+		for _, n := range all {
+			if n.GetSession().GetClock().GetMeasuredAt() == nil || n.GetObservation().GetObservationVersion() < 2 {
+				return false
+			}
+		}
+		return true
+	})
 	if got := f.Connections(); got != simNodes/20+1 {
 		t.Errorf("the fleet uses %d connections, want %d (20 nodes a connection)", got, simNodes/20+1)
 	}

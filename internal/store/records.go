@@ -149,6 +149,19 @@ func (t *Tx) PutNode(n *operatorv1.NodeRegistration) error {
 	return t.declarePools(n)
 }
 
+// UpdateNode writes a registration whose declared pools are already known
+// (PutNode wrote them before): the record and its placement row.
+func (t *Tx) UpdateNode(n *operatorv1.NodeRegistration) error {
+	res, err := t.exec("UPDATE nodes SET body = ? WHERE node_id = ?", marshal(n), n.GetNodeId())
+	if err != nil {
+		return err
+	}
+	if rows, _ := res.RowsAffected(); rows == 0 {
+		return ErrNotFound
+	}
+	return t.putPlacement(n)
+}
+
 // SetNodeCredential replaces the hash of a node's credential.
 func (t *Tx) SetNodeCredential(id, hash string) error {
 	_, err := t.exec("UPDATE nodes SET credential_hash = ? WHERE node_id = ?", hash, id)

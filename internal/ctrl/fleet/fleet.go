@@ -61,6 +61,8 @@ type Fleet struct {
 	mu       sync.Mutex
 	sessions map[string]*session // node_id → the session this replica holds
 
+	writes registrationWrites
+
 	artifacts  Artifacts
 	executions Executions
 	// copyProgress hears CopyBlockFile progress (moves between pools).

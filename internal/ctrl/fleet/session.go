@@ -44,6 +44,11 @@ type session struct {
 	probes map[uint64]time.Time // probe_id → when it was sent
 	nextID uint64
 	sent   map[string]bool // operation_ids sent on this session
+	// clock is the latest clock measurement; clockWritten says whether one
+	// was written in this session, and writtenExceeds what it said.
+	clock          *operatorv1.NodeClockObservation
+	clockWritten   bool
+	writtenExceeds bool
 
 	// dataToken authorises ctrl's calls to the node's data endpoint while
 	// this session lasts.
@@ -249,15 +254,20 @@ func attachments(nodeID string, pools []*nodev1.StoragePoolDeclaration, now time
 // it with the original disk.
 func unavailableIfLost(tx *store.Tx, n *operatorv1.NodeRegistration) error {
 	lost, err := tx.LostPools()
-	if err != nil || len(lost) == 0 {
+	if err != nil {
 		return err
 	}
+	markLostPools(n, lost)
+	return nil
+}
+
+// markLostPools marks unavailable the pools of n in lost.
+func markLostPools(n *operatorv1.NodeRegistration, lost map[string]bool) {
 	for _, a := range n.GetStoragePools() {
 		if lost[a.GetStoragePool()] {
 			a.Available = false
 		}
 	}
-	return nil
 }
 
 func (f *Fleet) attach(s *session) {
@@ -336,29 +346,6 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 	return fmt.Errorf("unknown session message %T", msg.GetMessage())
 }
 
-// touch updates a registration on behalf of the live session s.
-func (f *Fleet) touch(ctx context.Context, s *session, fn func(n *operatorv1.NodeRegistration, now time.Time)) error {
-	return f.store.Tx(ctx, func(tx *store.Tx) error {
-		n, err := tx.GetNode(s.nodeID, true)
-		if err != nil {
-			return err
-		}
-		if !n.GetSession().GetConnectedAt().AsTime().Equal(s.connectedAt) {
-			return errors.New("the session was replaced")
-		}
-		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED {
-			return notAdmitted(n) // retired or revoked while connected: the session ends
-		}
-		now := f.now()
-		n.Session.LastSeenAt = timestamppb.New(now)
-		fn(n, now)
-		if err := unavailableIfLost(tx, n); err != nil {
-			return err
-		}
-		return tx.PutNode(n)
-	})
-}
-
 func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) error {
 	if f.executions != nil {
 		for _, r := range o.GetExecutions() {
@@ -391,6 +378,7 @@ func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservati
 		n.Observation.ObservationVersion++
 		n.Observation.ObservedAt = timestamppb.New(now)
 		n.Observation.ExecutionCount = uint32(len(o.GetInstanceIds()))
+		s.writeClock(n)
 	})
 }
 
@@ -429,7 +417,29 @@ func (f *Fleet) clockReply(ctx context.Context, s *session, r *nodev1.ClockReply
 	}
 	clock := MeasureClock(sent, received, r.GetNodeTime().AsTime(), f.cfg.ClockTolerance)
 	clock.Synchronization = operatorv1.NodeClockSynchronization(r.GetSynchronization())
-	return f.touch(ctx, s, func(n *operatorv1.NodeRegistration, _ time.Time) { n.Session.Clock = clock })
+	s.mu.Lock()
+	s.clock = clock
+	urgent := !s.clockWritten || clock.GetExceedsTolerance() != s.writtenExceeds
+	s.mu.Unlock()
+	if !urgent {
+		return nil // written with the next observation
+	}
+	return f.touch(ctx, s, func(n *operatorv1.NodeRegistration, _ time.Time) { s.writeClock(n) })
+}
+
+// writeClock puts the session's latest clock measurement into n. A
+// measurement is written at once only when it is the session's first or
+// changes whether the node's clock is within tolerance (which placement
+// reads); otherwise it waits for the next observation, so that clock probes
+// cost no writes of their own.
+func (s *session) writeClock(n *operatorv1.NodeRegistration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.clock == nil {
+		return
+	}
+	n.Session.Clock = s.clock
+	s.clockWritten, s.writtenExceeds = true, s.clock.GetExceedsTolerance()
 }
 
 // MeasureClock computes a clock observation from one probe sent at sent and
