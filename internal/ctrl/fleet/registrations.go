@@ -54,8 +54,12 @@ func (f *Fleet) ListNodeRegistrations(ctx context.Context, req *operatorv1.ListN
 	return res, err
 }
 
-// GetNodeRegistration reads one registration.
+// GetNodeRegistration reads one registration. A node_id no node could
+// have is bad input, not an unknown node.
 func (f *Fleet) GetNodeRegistration(ctx context.Context, req *operatorv1.GetNodeRegistrationRequest) (*operatorv1.GetNodeRegistrationResponse, error) {
+	if err := ValidateNodeID("node_id", req.GetNodeId()); err != nil {
+		return nil, err
+	}
 	var n *operatorv1.NodeRegistration
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
