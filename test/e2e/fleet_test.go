@@ -200,7 +200,7 @@ func drainAMovesItToB(t *testing.T, f *fleet, id string) {
 		t.Errorf("node a after drain: %v, want DRAINED", got)
 	}
 	f.mustKibotos(t, "workspace", "start", id)
-	f.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	checkLayerContinued(t, f.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE))
 	if got := f.placedOn(t, id); got != "b" {
 		t.Errorf("with a drained the Workspace runs on %q, want b", got)
 	}
@@ -249,12 +249,12 @@ func isolateBRunsItOnA(t *testing.T, f *fleet, id string) {
 
 	f.mustKibotos(t, "node", "undrain", "a")
 	f.mustKibotos(t, "workspace", "start", id)
-	f.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	checkLayerContinued(t, f.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE))
 	if got := f.placedOn(t, id); got != "a" {
 		t.Errorf("after b's isolation the Workspace runs on %q, want a", got)
 	}
-	if out := f.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/data/a", "/data/b"); out != "from-a\nfrom-b\n" {
-		t.Errorf("on a again, the Volume reads %q", out)
+	if out := f.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/data/a", "/data/b", "/root/layer"); out != "from-a\nfrom-b\nlayer\n" {
+		t.Errorf("on a again, the Volume and layer read %q", out)
 	}
 }
 
@@ -299,6 +299,18 @@ func checkVolumeStaysOutOfReach(t *testing.T, f *fleet, volumeID string) {
 	f.kibotosJSON(t, &where, "pool", "objects", "--volume", volumeID)
 	if o := where.GetObject(); o.GetStoragePool() != "shared" || o.GetMovingTo() != "" {
 		t.Errorf("the Volume after a refused move: pool %q, moving to %q; want shared, not moving", o.GetStoragePool(), o.GetMovingTo())
+	}
+}
+
+// checkLayerContinued: the Workspace's writable layer, in "shared" too,
+// went on from the node that ran it before instead of starting anew.
+func checkLayerContinued(t *testing.T, w *ctrlv1.Workspace) {
+	t.Helper()
+	i := slices.IndexFunc(w.GetRetentionTiers(), func(r *ctrlv1.RetentionTier) bool {
+		return r.GetKind() == ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT
+	})
+	if i < 0 || w.GetRetentionTiers()[i].GetContinuity() != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED {
+		t.Errorf("retention tiers on another node: %v, want the BEST_EFFORT one (the writable layer) CONTINUED", w.GetRetentionTiers())
 	}
 }
 
