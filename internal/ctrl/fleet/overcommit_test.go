@@ -1,10 +1,6 @@
 package fleet_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +12,6 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
-	"github.com/kibotos/kibotos/internal/platform"
-	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -260,30 +254,6 @@ func TestListWorkspacePlacements(t *testing.T) {
 	}
 }
 
-// fakeCatalog registers a platform and a template no VM can boot, so that
-// a create or start reaches placement: for placements that fail.
-func fakeCatalog(t *testing.T, c *testenv.Cluster) {
-	t.Helper()
-	dir := t.TempDir()
-	for _, f := range []string{"vmlinux", "initramfs"} {
-		if err := os.WriteFile(filepath.Join(dir, f), []byte("not a "+f), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := c.Ctrl.Catalog().RegisterPlatform(ctx, "default", &platform.Manifest{Vmlinux: "vmlinux", Initramfs: "initramfs", Digest: "sha256:fake"}, dir, true); err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(dir, "root.img")
-	body := []byte("not an ext4 image")
-	if err := os.WriteFile(root, body, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(body)
-	if _, err := c.Ctrl.Catalog().RegisterTemplate(ctx, "busybox", &template.Image{Path: root, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(body))}, true); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func createOnNode(c *testenv.Cluster, id, node string, cpu uint32) (*operatorv1.CreateWorkspaceOnNodeResponse, error) {
 	res, err := c.Nodes.CreateWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.CreateWorkspaceOnNodeRequest{NodeId: node, Request: &ctrlv1.CreateWorkspaceRequest{
 		Command: cmd(id), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: cpu, MemoryBytes: 128 << 20}},
@@ -315,7 +285,7 @@ func TestCreateWorkspaceOnNodeAdmissionAndRefusal(t *testing.T) {
 	}))
 	c.StartNode(t, "node-a", "", "")
 	c.StartNode(t, "node-b", "", "")
-	fakeCatalog(t, c)
+	c.UnbootableCatalog(t)
 
 	_, err := createOnNode(c, "create-z", "node-z", 100)
 	wantCode(t, "an unknown node", err, connect.CodeNotFound, "")
