@@ -1,0 +1,126 @@
+package pool_test
+
+// Spec sentences of StoragePool, GetStoragePool and DeclareStoragePoolLost
+// the other pool tests do not assert (docs/spec-coverage/pools.md).
+
+import (
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/node"
+)
+
+// GetStoragePool answers exactly what ListStoragePools gives for the pool
+// (read once the nodes stopped reporting, so that both calls see one
+// state). A pool is a default pool when one node that reaches it names it
+// its default, though another does not; each node lists the pools it
+// declares with both identities.
+func TestSpecGetStoragePoolGivesWhatTheListGives(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		shared := t.TempDir()
+		a := e.startNode("node-a", node.Pool{Name: "shared", Dir: shared})
+		b := e.startNode("node-b", node.Pool{Name: "local-b", Dir: t.TempDir()}, node.Pool{Name: "shared", Dir: shared})
+		e.capacities("shared")
+		if _, err := e.createVolume("v1", "shared", 32*mib); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"node-a", "node-b"} {
+			for _, at := range e.c.Registration(t, id).GetStoragePools() {
+				if at.GetNodeId() != id || at.GetStoragePool() == "" {
+					t.Errorf("node %s lists attachment %v: want both identities", id, at)
+				}
+			}
+		}
+		a.Stop(t)
+		b.Stop(t)
+		e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+		e.c.WaitStatus(t, "node-b", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+
+		list, err := e.c.Nodes.ListStoragePools(ctx, connect.NewRequest(&operatorv1.ListStoragePoolsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Msg.GetPools()) != 2 {
+			t.Fatalf("pools %v, want local-b and shared", list.Msg.GetPools())
+		}
+		for _, listed := range list.Msg.GetPools() {
+			if got := e.pool(listed.GetStoragePool()); !proto.Equal(got, listed) {
+				t.Errorf("GetStoragePool(%s) = %v\nListStoragePools gave %v", listed.GetStoragePool(), got, listed)
+			}
+		}
+		p := e.pool("shared")
+		if !p.GetDefaultPool() || p.GetVolumeCount() != 1 || p.GetReservedBytes() != 32*mib {
+			t.Errorf("shared = %v: want a default pool (node-a's default, not node-b's), one Volume of 32 MiB", p)
+		}
+		for _, at := range p.GetAttachments() {
+			if at.GetDefaultPool() != (at.GetNodeId() == "node-a") {
+				t.Errorf("attachment %v: only node-a names shared its default", at)
+			}
+		}
+	})
+}
+
+// DeclareStoragePoolLost looks at each member's current incarnation: a
+// node isolated and then back with a new incarnation is in the way again.
+// Once the pool is lost, its LOST Volume does not move (only an AVAILABLE
+// Volume does), and the Workspace bound to it starts again once bound to
+// another Volume.
+func TestSpecDeclaringLostNeedsEveryCurrentIncarnationIsolated(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		pools := []node.Pool{{Name: "doomed", Dir: t.TempDir()}, {Name: "other", Dir: t.TempDir()}}
+		n := e.startNode("node-a", pools...)
+		e.capacities("doomed", "other")
+		e.c.UnbootableCatalog(t)
+		lost, kept := e.availableVolume("v1", "doomed"), e.availableVolume("v2", "other")
+		ws := e.createBound("create-1", lost)
+		e.failedWithoutExecution(ws)
+
+		e.isolate(n)
+		n = e.c.StartNodeWithPools(t, "node-a", n.StateDir, pools...)
+		if reg := e.c.Registration(t, "node-a"); reg.GetIsolated() {
+			t.Fatalf("node-a back with incarnation %d still reads isolated", reg.GetIncarnation())
+		}
+		_, err := e.declareLost("lose-1", "doomed")
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "node-a") {
+			t.Errorf("declaring lost with node-a back, not isolated: %v, want failed_precondition naming node-a", err)
+		}
+		if p := e.pool("doomed"); p.GetLostAt() != nil {
+			t.Fatalf("a refused declaration changed the pool: %v", p)
+		}
+		n.Stop(t)
+		reg := e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+		if _, err := e.c.Nodes.IsolateNode(ctx, connect.NewRequest(&operatorv1.IsolateNodeRequest{
+			Command: cmd("isolate-again"), NodeId: "node-a", Incarnation: reg.GetIncarnation(),
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := e.declareLost("lose-1", "doomed"); err != nil || res.GetLostVolumes() != 1 {
+			t.Fatalf("declaring lost with the current incarnation isolated: %v %v, want one lost Volume", res, err)
+		}
+
+		if _, err := e.moveVolume("move-lost", lost, "other"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Errorf("moving a LOST Volume: %v, want failed_precondition", err)
+		}
+		start := func(commandID string) error {
+			_, err := e.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(commandID), WorkspaceId: ws}))
+			return err
+		}
+		if err := start("start-1"); detail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+			t.Errorf("starting a Workspace bound to a lost Volume: %v, want VOLUME_LOST", err)
+		}
+		if _, err := e.c.Workspaces.UpdateWorkspaceVolumeBinding(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceVolumeBindingRequest{
+			Command: cmd("rebind-1"), WorkspaceId: ws, ExpectedBindingRevision: e.workspace(ws).GetSpec().GetBindingRevision(),
+			Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: kept},
+		})); err != nil {
+			t.Fatalf("binding the Workspace to another Volume: %v", err)
+		}
+		if err := start("start-2"); err != nil {
+			t.Errorf("starting the Workspace once bound to another Volume: %v", err)
+		}
+	})
+}
