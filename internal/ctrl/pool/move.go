@@ -11,7 +11,8 @@ package pool
 // renamed into place), and in one transaction records the object in the
 // target pool, drops the move and records the source's copy as a cleanup
 // (pool_cleanups, counted in cleanup_count). A last step has a node
-// reaching the source pool remove that copy, which ends the cleanup. A copy
+// reaching the source pool remove that copy, which ends the cleanup; when
+// that removal fails, a command of its own retries it (cleanup.go). A copy
 // that fails leaves the object in its source; what it may have left in the
 // target is the target's cleanup, removed the same way before the command
 // fails.
@@ -67,6 +68,7 @@ func (s *Service) ServeMoves(f *fleet.Fleet, r *command.Runner) {
 	s.fleet, s.kick = f, r
 	r.Handle(kindMoveVolume, s.runMove)
 	r.Handle(kindMoveLayer, s.runMove)
+	r.Handle(kindRemoveCopy, s.runRemoveCopy)
 	f.OnCopyProgress(s.copyProgress)
 }
 
@@ -604,7 +606,8 @@ func (s *Service) relocate(tx *store.Tx, m *moved, pool string) error {
 // cleanup of m remove it: the source a settled move left, or what a failed
 // copy left in the target. It then ends the command: with the copy's
 // failure, if it failed, else successfully. A removal that fails leaves the
-// copy counted in its pool's cleanup_count.
+// copy counted in its pool's cleanup_count, and a command of its own
+// (kindRemoveCopy) retries it.
 func (s *Service) removeCopy(ctx context.Context, w *command.Work, m *moved) error {
 	var pool, nodeID string
 	err := s.store.Tx(ctx, func(tx *store.Tx) error {
@@ -641,8 +644,14 @@ func (s *Service) removeCopy(ctx context.Context, w *command.Work, m *moved) err
 		return err
 	}
 	if answer.Failure != nil {
-		s.log.Warn("copy a move left not removed", "command_id", w.Command().GetCommandId(), "storage_pool", pool, "err", answer.Failure.GetMessage())
-		return end(func(*store.Tx) error { return nil })
+		// The move ends as it would have; the removal is retried by a
+		// command of its own, which holds up none of the object's.
+		s.log.Warn("copy a move left not removed; retrying", "command_id", w.Command().GetCommandId(), "storage_pool", pool, "err", answer.Failure.GetMessage())
+		err := end(func(tx *store.Tx) error { return s.retryRemoval(tx, w.Command().GetCommandId(), m.ref(pool)) })
+		if err == nil {
+			s.kick.Kick()
+		}
+		return err
 	}
 	return end(func(tx *store.Tx) error { return tx.DeletePoolCleanup(pool, m.key) })
 }

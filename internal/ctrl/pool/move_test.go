@@ -16,6 +16,7 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -395,6 +396,70 @@ func TestMoveVolumeFailsWhenItsTargetIsDeclaredLost(t *testing.T) {
 		}
 		if _, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow"), VolumeId: v.GetVolumeId(), CapacityBytes: 64 * mib})); connect.CodeOf(err) == connect.CodeUnavailable {
 			t.Errorf("the failed move still holds the Volume: %v", err)
+		}
+	})
+}
+
+// The removal of the source copy a move left is retried until it succeeds:
+// while the node cannot remove it (here a non-empty directory stands where
+// the block file's temporary file goes, which no removal gets past), the
+// move has settled, the Volume takes other commands, pool-a counts the
+// copy in cleanup_count and refuses the Volume back; once the obstacle is
+// gone a retry removes the copy, and the Volume moves back.
+func TestMoveRetriesTheRemovalOfTheSourceCopyUntilItSucceeds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		dirA, dirB := t.TempDir(), t.TempDir()
+		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
+		e.capacities("pool-a", "pool-b")
+		v, err := e.createVolume("v1", "pool-a", 32*mib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		source := volumeFile(dirA, v.GetVolumeId())
+		obstacle := filepath.Join(filepath.Dir(source), "."+filepath.Base(source)+".tmp")
+		if err := os.MkdirAll(filepath.Join(obstacle, "in-the-way"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+
+		if o, err := e.moveVolume("move-1", v.GetVolumeId(), "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+			t.Fatalf("move: %v, %v", o, err)
+		}
+		// The first removal took the block file and failed on the
+		// obstacle; the move ended all the same.
+		testenv.WaitFor(t, "the move to end after its removal failed", func() bool {
+			var final bool
+			if err := e.c.Ctrl.Store().Tx(ctx, func(tx *store.Tx) error {
+				c, err := tx.GetCommand("move-1", false)
+				final = err == nil && c.Final()
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return final
+		})
+		if _, err := os.Stat(source); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the source copy after the first removal: %v", err)
+		}
+		if got := e.pool("pool-a").GetCleanupCount(); got != 1 {
+			t.Fatalf("pool-a's cleanup_count while its copy cannot be removed: %d, want 1", got)
+		}
+		if _, err := e.moveVolume("move-back-1", v.GetVolumeId(), "pool-a"); connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Errorf("a move back into a pool still keeping a copy: %v, want unavailable", err)
+		}
+		if _, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{
+			Command: cmd("resize-1"), VolumeId: v.GetVolumeId(), CapacityBytes: 48 * mib,
+		})); err != nil {
+			t.Errorf("a resize while the removal is retried: %v", err)
+		}
+		testenv.WaitFor(t, "the resize", func() bool { return e.volume(v.GetVolumeId()).GetSpec().GetCapacityBytes() == 48*mib })
+
+		if err := os.RemoveAll(obstacle); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "a retry to remove the source copy", func() bool { return e.pool("pool-a").GetCleanupCount() == 0 })
+		if o, err := e.moveVolume("move-back-2", v.GetVolumeId(), "pool-a"); err != nil || o.GetStoragePool() != "pool-a" {
+			t.Fatalf("move back once the copy is removed: %v, %v", o, err)
 		}
 	})
 }
