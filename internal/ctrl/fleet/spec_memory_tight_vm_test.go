@@ -1,0 +1,85 @@
+package fleet_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/testenv"
+)
+
+// execIn runs argv in Workspace id and returns its output and exit code.
+func execIn(t *testing.T, c *testenv.Cluster, id string, argv ...string) (string, int32) {
+	t.Helper()
+	processes := ctrlv1connect.NewProcessServiceClient(http.DefaultClient, c.Ctrl.Client.WorkspaceEndpoint,
+		connect.WithInterceptors(auth.Bearer(c.Ctrl.Client.Token)))
+	stream, err := processes.ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{
+		Command: cmd(fmt.Sprintf("exec-%d", time.Now().UnixNano())), WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: argv},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	code := int32(-1)
+	for stream.Receive() {
+		out.Write(stream.Msg().GetOutput().GetData())
+		if e := stream.Msg().GetExit(); e != nil {
+			code = e.GetExitCode()
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("exec %v: %v", argv, err)
+	}
+	return out.String(), code
+}
+
+// A node whose host memory turns tight under a running Workspace (here:
+// its agent restarts with a threshold above any host's memory) reads
+// memory_tight and takes no new Workspace, and what already runs there
+// is not affected: the Workspace stays AVAILABLE and runs processes.
+func TestMemoryTightLeavesWhatRunsAlone(t *testing.T) {
+	art := testenv.BuildVMArtifacts(t)
+	c := testenv.New(t, fastFleet())
+	e := &vmEnv{lifecycleEnv: &lifecycleEnv{c}, t: t}
+	cat := c.Ctrl.Catalog()
+	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
+		t.Fatal(err)
+	}
+	a := c.StartNode(t, "node-a", "", "")
+	t.Cleanup(func() { powerOff(t, a) })
+	w := e.createOnNodeA("create-1", &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE})
+
+	a.Stop(t) // the VM keeps running; the agent re-attaches it
+	c.StartNodeWith(t, "node-a", a.StateDir, func(cfg *node.Config) { cfg.MemoryTightThreshold = 1 << 62 },
+		node.Pool{Name: "default", Dir: a.PoolDir, Default: true})
+	reg := c.Registration(t, "node-a")
+	testenv.WaitFor(t, "node-a to read memory_tight", func() bool {
+		reg = c.Registration(t, "node-a")
+		return reg.GetMemoryTight() != nil
+	})
+	testenv.WaitFor(t, "two more observations of the tight node", func() bool {
+		return c.Registration(t, "node-a").GetObservation().GetObservationVersion() >= reg.GetObservation().GetObservationVersion()+2
+	})
+
+	if got := e.workspace(w.GetWorkspaceId()); got.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+		t.Errorf("the Workspace on the tight node: %v (failure %v), want AVAILABLE", got.GetState(), got.GetFailure())
+	}
+	if out, code := execIn(t, c, w.GetWorkspaceId(), "echo", "still here"); code != 0 || out != "still here\n" {
+		t.Errorf("a process in the Workspace on the tight node: %q, exit %d", out, code)
+	}
+	if row := placementOf(t, c, w.GetWorkspaceId()); row.GetNodeId() != "node-a" {
+		t.Errorf("the Workspace's placement on the tight node: %v, want it kept on node-a", row)
+	}
+}
