@@ -40,6 +40,8 @@ type Store struct {
 	d  dialect
 	// lock holds a SQLite database for this process alone.
 	lock *os.File
+	// stmts are the statements kept prepared (SQLite; nil on PostgreSQL).
+	stmts *statements
 }
 
 // Open connects to dsn and brings its schema up to date. A dsn starting with
@@ -97,11 +99,12 @@ func openSQLite(path string) (*Store, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	return &Store{db: db, d: sqliteDialect, lock: lock}, nil
+	return &Store{db: db, d: sqliteDialect, lock: lock, stmts: newStatements()}, nil
 }
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.stmts.close()
 	err := s.db.Close()
 	if s.lock != nil {
 		s.lock.Close()
@@ -221,6 +224,7 @@ func stripComments(stmt string) string {
 // so fn must have no effect outside the transaction.
 func (s *Store) Tx(ctx context.Context, fn func(*Tx) error) error {
 	var err error
+	defer s.stmts.prepareWanted(context.WithoutCancel(ctx), s.db)
 	for attempt := 0; attempt < 8; attempt++ {
 		err = s.tryTx(ctx, fn)
 		if err == nil || !s.d.retryable(err) {
@@ -240,7 +244,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(*Tx) error) error {
 	if err != nil {
 		return err
 	}
-	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d}
+	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts}
 	if err := fn(tx); err != nil {
 		_ = sqlTx.Rollback()
 		return err
@@ -250,12 +254,16 @@ func (s *Store) tryTx(ctx context.Context, fn func(*Tx) error) error {
 
 // Tx is one open transaction.
 type Tx struct {
-	ctx context.Context
-	tx  *sql.Tx
-	d   dialect
+	ctx   context.Context
+	tx    *sql.Tx
+	d     dialect
+	stmts *statements
 }
 
 func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
+	if st := t.stmts.get(query); st != nil {
+		return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
+	}
 	return t.tx.ExecContext(t.ctx, t.d.rebind(query), args...)
 }
 
@@ -264,6 +272,9 @@ func (t *Tx) query(query string, args ...any) (*sql.Rows, error) {
 }
 
 func (t *Tx) queryRow(query string, args ...any) *sql.Row {
+	if st := t.stmts.get(query); st != nil {
+		return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)
+	}
 	return t.tx.QueryRowContext(t.ctx, t.d.rebind(query), args...)
 }
 
