@@ -70,8 +70,8 @@ func (e *env) lifecycle(id, commandID string, start bool) {
 // On a real microVM: data written to a Workspace's Volume and to its
 // writable layer is there again after the Workspace was stopped, both were
 // moved to another pool, and it started again from there. A running
-// Workspace's objects do not move, and a Workspace whose Volume moves does
-// not start.
+// Workspace's Volume and layer do not move, and a Workspace whose Volume
+// moves does not start.
 func TestMoveVolumeAndLayerOfAStoppedWorkspaceOnARealVM(t *testing.T) {
 	art := testenv.BuildVMArtifacts(t)
 	e := newEnv(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
@@ -107,6 +107,9 @@ func TestMoveVolumeAndLayerOfAStoppedWorkspaceOnARealVM(t *testing.T) {
 	// Running: its Volume and layer stay where they are.
 	if _, err := e.moveVolume("move-running", volID, "pool-b"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("move of a running Workspace's Volume: %v, want failed_precondition", err)
+	}
+	if _, err := e.moveLayer("move-running-layer", id, "pool-b"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("move of a running Workspace's writable layer: %v, want failed_precondition", err)
 	}
 
 	e.lifecycle(id, "stop-1", false)

@@ -124,3 +124,79 @@ func TestSpecDeclaringLostNeedsEveryCurrentIncarnationIsolated(t *testing.T) {
 		}
 	})
 }
+
+// createOn creates a Workspace without a Volume pinned to node, with a
+// writable layer of layer bytes, and waits until its create failed: at
+// PLACING when no node took it, or at boot on the node it was placed on
+// (the catalog boots nothing).
+func (e *env) createOn(commandID, node string, layer uint64) *ctrlv1.Workspace {
+	e.t.Helper()
+	res, err := e.c.Nodes.CreateWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.CreateWorkspaceOnNodeRequest{NodeId: node, Request: &ctrlv1.CreateWorkspaceRequest{
+		Command: cmd(commandID),
+		Spec: &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: 128 * mib, WritableLayerCapacityBytes: layer},
+			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
+		},
+	}}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	id := res.Msg.GetResponse().GetWorkspace().GetWorkspaceId()
+	e.failedWithoutExecution(id)
+	return e.workspace(id)
+}
+
+// placedOn says whether w's create was placed on node: it failed booting
+// there, not at PLACING.
+func placedOn(w *ctrlv1.Workspace, node string) bool {
+	f := w.GetFailure()
+	return f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING && strings.HasPrefix(f.GetMessage(), "node "+node+":")
+}
+
+// A pool's capacity takes effect for the next placement of a writable
+// layer on every node that reaches the pool, without a restart: none
+// without a capacity, one on each node once set, none beyond it once
+// lowered. A deleted Workspace's layer is not_found.
+func TestSpecACapacityTakesEffectForLayersOnEveryNodeReachingThePool(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		shared := t.TempDir()
+		e.startNode("node-a", node.Pool{Name: "shared", Dir: shared})
+		e.startNode("node-b", node.Pool{Name: "shared", Dir: shared})
+		e.c.UnbootableCatalog(t)
+
+		if w := e.createOn("create-0", "node-b", 64*mib); w.GetFailure().GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING ||
+			w.GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED {
+			t.Errorf("a layer in a pool without capacity: %v, want RESOURCE_EXHAUSTED at PLACING", w.GetFailure())
+		}
+		if _, err := e.setCapacity("cap-1", "shared", 1, 128*mib); err != nil {
+			t.Fatal(err)
+		}
+		onA, onB := e.createOn("create-a", "node-a", 64*mib), e.createOn("create-b", "node-b", 64*mib)
+		if !placedOn(onA, "node-a") || !placedOn(onB, "node-b") {
+			t.Errorf("layers once the capacity is set: %v on node-a, %v on node-b; want each placed", onA.GetFailure(), onB.GetFailure())
+		}
+		if p := e.pool("shared"); p.GetRetainedLayerCount() != 2 || p.GetReservedBytes() != 128*mib {
+			t.Errorf("shared = %v, want 2 layers reserving 128 MiB", p)
+		}
+
+		if _, err := e.setCapacity("cap-2", "shared", 2, 192*mib); err != nil {
+			t.Fatal(err)
+		}
+		if w := e.createOn("create-c", "node-b", 64*mib); !placedOn(w, "node-b") {
+			t.Errorf("a layer within the raised capacity: %v, want it placed on node-b", w.GetFailure())
+		}
+		if _, err := e.setCapacity("cap-3", "shared", 3, 64*mib); err != nil {
+			t.Fatal(err)
+		}
+		if w := e.createOn("create-d", "node-a", 64*mib); w.GetFailure().GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING {
+			t.Errorf("a layer in a pool lowered below its reservation: %v, want it refused at PLACING", w.GetFailure())
+		}
+
+		if _, err := e.c.Workspaces.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd("delete-a"), WorkspaceId: onA.GetWorkspaceId()})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.layerOf(onA.GetWorkspaceId()); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("the layer of a deleted Workspace: %v, want not_found", err)
+		}
+	})
+}
