@@ -47,12 +47,28 @@ type NodePlacement struct {
 	Allocated Resources
 }
 
-// Resources is an amount of CPU and memory placement reserves.
+// Resources is an amount of CPU and memory placement reserves, and the
+// host disk the executions reserve outside the storage pools.
 type Resources struct {
 	CPUMillis   uint64
 	MemoryBytes uint64
+	// DiskBytes is ExecutionDiskBytes per Allocation.
+	DiskBytes uint64
 	// Count is how many Allocations make the sum.
 	Count int
+}
+
+// ExecutionDiskBytes is the host disk outside every storage pool that each
+// Allocation reserves for its execution's own state on the node: its run
+// directory, with the VMM's pid file, the guest agent's socket, the
+// console log and the VMM's error output. Every execution reserves the
+// same, so a node's sum is this times its Allocations and needs no column
+// of its own. Volumes and writable layers reserve in their pools instead.
+const ExecutionDiskBytes = 64 << 20
+
+// allocatedResources is the sum of count Allocations of cpu and memory.
+func allocatedResources(cpu, memory, count int64) Resources {
+	return Resources{CPUMillis: uint64(cpu), MemoryBytes: uint64(memory), DiskBytes: uint64(count) * ExecutionDiskBytes, Count: int(count)}
 }
 
 // Has reports whether the node advertises capability c.
@@ -136,7 +152,7 @@ func scanPlacement(row interface{ Scan(...any) error }) (*NodePlacement, error) 
 	p.CPUMillis, p.MemoryBytes = uint64(cpu), uint64(mem)
 	p.CPURatio, p.MemoryRatio = uint32(cpuRatio), uint32(memRatio)
 	p.Capabilities, p.Pools = splitList(caps), splitList(pools)
-	p.Allocated = Resources{CPUMillis: uint64(allocCPU), MemoryBytes: uint64(allocMem), Count: int(count)}
+	p.Allocated = allocatedResources(allocCPU, allocMem, count)
 	return p, nil
 }
 
@@ -241,7 +257,10 @@ type Allocation struct {
 	WorkspaceID, InstanceID, NodeID string
 	CPUMillis                       uint64
 	MemoryBytes                     uint64
-	AllocatedAt                     time.Time
+	// DiskBytes is ExecutionDiskBytes, whatever the Allocation says when
+	// it is made: it is not stored.
+	DiskBytes   uint64
+	AllocatedAt time.Time
 }
 
 // Allocate charges a to its node if it fits there under defaults, and
@@ -280,7 +299,7 @@ func scanAllocation(row interface{ Scan(...any) error }) (*Allocation, error) {
 	if err := row.Scan(&a.WorkspaceID, &a.InstanceID, &a.NodeID, &cpu, &mem, &at); err != nil {
 		return nil, err
 	}
-	a.CPUMillis, a.MemoryBytes, a.AllocatedAt = uint64(cpu), uint64(mem), fromNanos(at)
+	a.CPUMillis, a.MemoryBytes, a.DiskBytes, a.AllocatedAt = uint64(cpu), uint64(mem), ExecutionDiskBytes, fromNanos(at)
 	return a, nil
 }
 
@@ -374,7 +393,7 @@ func (t *Tx) NodeAllocations(ids ...string) (map[string]Resources, error) {
 		if err := rows.Scan(&id, &cpu, &mem, &n); err != nil {
 			return nil, err
 		}
-		out[id] = Resources{CPUMillis: uint64(cpu), MemoryBytes: uint64(mem), Count: int(n)}
+		out[id] = allocatedResources(cpu, mem, n)
 	}
 	return out, rows.Err()
 }

@@ -228,6 +228,6 @@ func fillResources(n *operatorv1.NodeRegistration, defaults *operatorv1.Overcomm
 		DiskBytes:   host.GetDiskBytes(),
 	}
 	n.Allocated = &operatorv1.NodeResources{
-		CpuMillis: uint32(min(allocated.CPUMillis, math.MaxUint32)), MemoryBytes: allocated.MemoryBytes,
+		CpuMillis: uint32(min(allocated.CPUMillis, math.MaxUint32)), MemoryBytes: allocated.MemoryBytes, DiskBytes: allocated.DiskBytes,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -213,7 +214,8 @@ func TestListWorkspacePlacements(t *testing.T) {
 			t.Errorf("rows not ordered by workspace_id: %v", rows)
 		}
 		if r.GetNodeId() != "node-a" || r.GetWorkspaceState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING ||
-			r.GetAllocation().GetCpuMillis() != 100 || r.GetAllocation().GetMemoryBytes() != 128<<20 || r.GetAllocatedAt() == nil ||
+			r.GetAllocation().GetCpuMillis() != 100 || r.GetAllocation().GetMemoryBytes() != 128<<20 ||
+			r.GetAllocation().GetDiskBytes() != store.ExecutionDiskBytes || r.GetAllocatedAt() == nil ||
 			!strings.HasPrefix(r.GetInstanceId(), r.GetWorkspaceId()+".") {
 			t.Errorf("row %v", r)
 		}

@@ -99,8 +99,9 @@ func TestPlacementAdmitsAgainstSchedulableResources(t *testing.T) {
 	p.wantPlaced("ws-2", big, "node-b") // node-a has a quarter left
 	p.wantRefused("ws-3", big, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "schedulable cpu_millis free")
 	reg := c.Registration(t, "node-a")
-	if reg.GetAllocated().GetCpuMillis() != big.CPUMillis || reg.GetAllocated().GetMemoryBytes() != 256<<20 {
-		t.Errorf("allocated on node-a: %v, want ws-1's request", reg.GetAllocated())
+	if reg.GetAllocated().GetCpuMillis() != big.CPUMillis || reg.GetAllocated().GetMemoryBytes() != 256<<20 ||
+		reg.GetAllocated().GetDiskBytes() != store.ExecutionDiskBytes {
+		t.Errorf("allocated on node-a: %v, want ws-1's request and one execution's disk", reg.GetAllocated())
 	}
 	if reg.GetSchedulable().GetCpuMillis() != host || reg.GetOvercommit().GetCpu().GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT {
 		t.Errorf("schedulable %v, overcommit %v: want the host's CPU at the 1x default", reg.GetSchedulable(), reg.GetOvercommit())
@@ -118,7 +119,8 @@ func TestPlacementAdmitsAgainstSchedulableResources(t *testing.T) {
 	// schedulable and takes nothing new.
 	setDefaults(t, c, "defaults-2", d.GetVersion(), 1000, 1000)
 	reg = c.Registration(t, "node-a")
-	if reg.GetAllocated().GetCpuMillis() != 2*big.CPUMillis || reg.GetAllocated().GetCpuMillis() <= reg.GetSchedulable().GetCpuMillis() {
+	if reg.GetAllocated().GetCpuMillis() != 2*big.CPUMillis || reg.GetAllocated().GetCpuMillis() <= reg.GetSchedulable().GetCpuMillis() ||
+		reg.GetAllocated().GetDiskBytes() != 2*store.ExecutionDiskBytes {
 		t.Errorf("after lowering the ratio: allocated %v, schedulable %v; want both Allocations kept, beyond schedulable", reg.GetAllocated(), reg.GetSchedulable())
 	}
 	p.wantRefused("ws-4", fleet.Placement{CPUMillis: 1, Node: "node-a"}, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "node node-a cannot run it")

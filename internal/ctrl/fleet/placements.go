@@ -55,7 +55,7 @@ func (f *Fleet) ListWorkspacePlacements(ctx context.Context, req *operatorv1.Lis
 			}
 			res.WorkspacePlacements = append(res.WorkspacePlacements, &operatorv1.WorkspacePlacement{
 				WorkspaceId: a.WorkspaceID, WorkspaceState: w.GetState(), InstanceId: a.InstanceID, NodeId: a.NodeID,
-				Allocation:  &operatorv1.NodeResources{CpuMillis: uint32(a.CPUMillis), MemoryBytes: a.MemoryBytes},
+				Allocation:  &operatorv1.NodeResources{CpuMillis: uint32(a.CPUMillis), MemoryBytes: a.MemoryBytes, DiskBytes: a.DiskBytes},
 				AllocatedAt: timestamppb.New(a.AllocatedAt),
 			})
 		}

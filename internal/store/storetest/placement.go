@@ -122,7 +122,7 @@ func testPlacementRowFollowsRegistration(t *testing.T, dsn string) {
 	n.Admission = operatorv1.NodeAdmission_NODE_ADMISSION_REVOKED
 	putNodes(t, s, n)
 	p = placementOf(t, s, "node-a")
-	if !p.Draining || p.Allocated != (store.Resources{CPUMillis: 500, MemoryBytes: 1 << 30, Count: 1}) {
+	if !p.Draining || p.Allocated != (store.Resources{CPUMillis: 500, MemoryBytes: 1 << 30, DiskBytes: store.ExecutionDiskBytes, Count: 1}) {
 		t.Errorf("after PutNode: draining %v, allocated %+v", p.Draining, p.Allocated)
 	}
 	if p.Admitted || !p.Isolated || p.Live || p.ClockSkewed || p.MemoryTight {
@@ -165,8 +165,8 @@ func testAllocateChecksSchedulable(t *testing.T, dsn string) {
 	if !allocate(t, s, allocation("ws-b", "node-a", 500, 1<<20), unit) {
 		t.Error("replacing ws-b's 1000 cpu_millis with 500 did not fit")
 	}
-	if got := placementOf(t, s, "node-a").Allocated; got != (store.Resources{CPUMillis: 2000, MemoryBytes: 3<<30 + 1<<20, Count: 2}) {
-		t.Errorf("allocated %+v, want 2000 cpu_millis, 3 GiB + 1 MiB, 2 allocations", got)
+	if got := placementOf(t, s, "node-a").Allocated; got != (store.Resources{CPUMillis: 2000, MemoryBytes: 3<<30 + 1<<20, DiskBytes: 2 * store.ExecutionDiskBytes, Count: 2}) {
+		t.Errorf("allocated %+v, want 2000 cpu_millis, 3 GiB + 1 MiB, two executions' disk, 2 allocations", got)
 	}
 	mustTx(t, s, func(tx *store.Tx) error {
 		if err := tx.ReleaseAllocation("ws-a", "ws-a.other"); err != nil { // another Instance's: kept
@@ -180,7 +180,7 @@ func testAllocateChecksSchedulable(t *testing.T, dsn string) {
 		}
 		return tx.ReleaseAllocation("ws-a", "ws-a.1")
 	})
-	if got := placementOf(t, s, "node-a").Allocated; got != (store.Resources{CPUMillis: 500, MemoryBytes: 1 << 20, Count: 1}) {
+	if got := placementOf(t, s, "node-a").Allocated; got != (store.Resources{CPUMillis: 500, MemoryBytes: 1 << 20, DiskBytes: store.ExecutionDiskBytes, Count: 1}) {
 		t.Errorf("allocated after a release %+v", got)
 	}
 	mustTx(t, s, func(tx *store.Tx) error {
@@ -411,7 +411,7 @@ func testPlacementBackfilled(t *testing.T, dsn string) {
 	db.Close()
 	again := Open(t, dsn)
 	p := placementOf(t, again, "node-a")
-	if !p.Admitted || !p.Draining || p.Allocated != (store.Resources{CPUMillis: 1500, MemoryBytes: 256 << 20, Count: 1}) {
+	if !p.Admitted || !p.Draining || p.Allocated != (store.Resources{CPUMillis: 1500, MemoryBytes: 256 << 20, DiskBytes: store.ExecutionDiskBytes, Count: 1}) {
 		t.Errorf("backfilled placement row %+v", p)
 	}
 	mustTx(t, again, func(tx *store.Tx) error {

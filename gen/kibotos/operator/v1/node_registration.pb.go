@@ -2998,7 +2998,10 @@ type NodeRegistration struct {
 	// disk_bytes is never overcommitted.
 	Schedulable *NodeResources `protobuf:"bytes,14,opt,name=schedulable,proto3" json:"schedulable,omitempty"`
 	// allocated is the sum of every unreleased Allocation charged to this node.
-	// It can exceed schedulable after a ratio was lowered. (Design.)
+	// It can exceed schedulable after a ratio was lowered. Its disk_bytes is
+	// what the Allocations reserve on the host disk outside every storage
+	// pool for their executions' own state: 64 MiB each (the run directory:
+	// VMM pid file, agent socket, console log). (Design.)
 	Allocated *NodeResources `protobuf:"bytes,15,opt,name=allocated,proto3" json:"allocated,omitempty"`
 	// overcommit is the ratio in effect for each resource and where it comes
 	// from.
@@ -3918,7 +3921,9 @@ type WorkspacePlacement struct {
 	InstanceId string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	// node_id is the node holding the current Instance's Allocation.
 	NodeId string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// allocation is what that Allocation reserves on the node. (Design.)
+	// allocation is what that Allocation reserves on the node: the
+	// Workspace's CPU and memory, and 64 MiB of host disk for the execution's
+	// own state. (Design.)
 	Allocation *NodeResources `protobuf:"bytes,5,opt,name=allocation,proto3" json:"allocation,omitempty"`
 	// allocated_at is when the Allocation was made, on ctrl's clock. (Design.)
 	AllocatedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=allocated_at,json=allocatedAt,proto3" json:"allocated_at,omitempty"`
