@@ -22,10 +22,12 @@ import (
 // fleet is one `kibotos ctrl` (SQLite) and `kibotos node` processes, each
 // with its own state directory, on this machine.
 type fleet struct {
-	*dev  // the CLI and API clients, on ctrl's client configuration
-	cfg   clientconfig.Config
-	addrs ctrlAddrs
-	nodes map[string]*fleetNode
+	*dev     // the CLI and API clients, on ctrl's client configuration
+	cfg      clientconfig.Config
+	ctrl     *proc
+	stateDir string // ctrl's
+	addrs    ctrlAddrs
+	nodes    map[string]*fleetNode
 	// sharedDir is the directory nodes a and b both declare as pool
 	// "shared": the stand-in for shared storage.
 	sharedDir string
@@ -39,8 +41,22 @@ type fleetNode struct {
 func startFleet(t *testing.T) *fleet {
 	t.Helper()
 	stateDir, addrs := t.TempDir(), newCtrlAddrs(t)
-	startCtrl(t, "ctrl", stateDir, "", addrs)
-	return &fleet{dev: ctrlClient(t, stateDir), cfg: ctrlConfig(t, stateDir), addrs: addrs, nodes: map[string]*fleetNode{}, sharedDir: t.TempDir()}
+	ctrl := startCtrl(t, "ctrl", stateDir, "", addrs)
+	return &fleet{
+		dev: ctrlClient(t, stateDir), cfg: ctrlConfig(t, stateDir), ctrl: ctrl, stateDir: stateDir, addrs: addrs,
+		nodes: map[string]*fleetNode{}, sharedDir: t.TempDir(),
+	}
+}
+
+// restartCtrl SIGKILLs ctrl and starts it again on its state and
+// addresses, where the nodes and clients left it.
+func (f *fleet) restartCtrl(t *testing.T) {
+	t.Helper()
+	if err := f.ctrl.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.ctrl.cmd.Wait()
+	f.ctrl = startCtrl(t, "ctrl-again", f.stateDir, "", f.addrs)
 }
 
 // startNode enrolls and runs node id with a state directory of its own,
@@ -110,8 +126,8 @@ func (f *fleet) placedOn(t *testing.T, id string) string {
 // declaring pool "shared" on one directory (the stand-in for shared
 // storage), node c only a pool of its own. A Workspace runs on a, moves to
 // b when a drains, survives b's host going off (node agent and VM killed)
-// through isolation, and its Volume cannot move where no node reaches it
-// together with its pool.
+// through isolation and ctrl being killed and restarted, and its Volume
+// cannot move where no node reaches it together with its pool.
 func TestFleetOfNodeProcessesSharesAPool(t *testing.T) {
 	f := startFleet(t)
 	f.startNode(t, "a", "shared="+f.sharedDir+",default")
@@ -128,6 +144,7 @@ func TestFleetOfNodeProcessesSharesAPool(t *testing.T) {
 	id, volumeID := runPinnedOnA(t, f)
 	drainAMovesItToB(t, f, id)
 	isolateBRunsItOnA(t, f, id)
+	ctrlRestartsUnderTheFleet(t, f, id)
 	retireB(t, f)
 	f.mustKibotos(t, "workspace", "stop", id)
 	f.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
@@ -255,6 +272,36 @@ func isolateBRunsItOnA(t *testing.T, f *fleet, id string) {
 	}
 	if out := f.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/data/a", "/data/b", "/root/layer"); out != "from-a\nfrom-b\nlayer\n" {
 		t.Errorf("on a again, the Volume and layer read %q", out)
+	}
+}
+
+// ctrlRestartsUnderTheFleet: ctrl is SIGKILLed and started again while
+// the Workspace runs on a: a and c take their sessions up again, the
+// isolated b stays out, and the Workspace runs on, on a.
+func ctrlRestartsUnderTheFleet(t *testing.T, f *fleet, id string) {
+	t.Helper()
+	restarted := time.Now()
+	f.restartCtrl(t)
+	for _, n := range []string{"a", "c"} {
+		// A session opened to the new ctrl (SYNCING, then READY once
+		// reconciled), not the registration the old one left.
+		waitUntil(t, "node "+n+" READY on a new session", time.Minute, func() bool {
+			res, err := f.operator().GetNodeRegistration(context.Background(), connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: n}))
+			if err != nil {
+				return false
+			}
+			r := res.Msg.GetRegistration()
+			return r.GetSession().GetConnectedAt().AsTime().After(restarted) && r.GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY
+		})
+	}
+	if got := f.registration(t, "b"); !got.GetIsolated() || got.GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE {
+		t.Errorf("the isolated b after ctrl restarted: %v, isolated %v", got.GetStatus(), got.GetIsolated())
+	}
+	if w := f.workspace(t, id); w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || f.placedOn(t, id) != "a" {
+		t.Errorf("the Workspace after ctrl restarted: %v on %q, want AVAILABLE on a", w.GetState(), f.placedOn(t, id))
+	}
+	if out := f.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/data/a"); out != "from-a\n" {
+		t.Errorf("exec after ctrl restarted: %q", out)
 	}
 }
 
