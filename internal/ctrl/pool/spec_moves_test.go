@@ -6,6 +6,7 @@ package pool_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -298,6 +299,40 @@ func TestSpecWhileObjectsMoveTheyStayInTheirSourcePool(t *testing.T) {
 		_, err = e.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-2"), WorkspaceId: lone}))
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Errorf("starting a Workspace whose layer moves: %v, want unavailable", err)
+		}
+	})
+}
+
+// A move that failed leaves what it wrote in the target as the target's
+// cleanup: pool-b counts it in cleanup_count, reserving nothing, until a
+// node removed it. (A non-empty directory where the copy's temporary file
+// goes makes both the copy and the removal fail; the removal is retried.)
+func TestSpecAFailedMovesTargetCopyCountsUntilRemoved(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		dirA, dirB := t.TempDir(), t.TempDir()
+		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
+		e.capacities("pool-a", "pool-b")
+		id := e.availableVolume("v1", "pool-a")
+		target := volumeFile(dirB, id)
+		obstacle := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".tmp")
+		if err := os.MkdirAll(filepath.Join(obstacle, "in-the-way"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.moveVolume("move-1", id, "pool-b"); err == nil {
+			t.Fatal("a copy into an obstructed target succeeded")
+		}
+		if got := e.volume(id).GetSpec().GetStoragePool(); got != "pool-a" {
+			t.Errorf("the Volume after the failed move lives in %q, want pool-a", got)
+		}
+		if p := e.pool("pool-b"); p.GetCleanupCount() != 1 || p.GetReservedBytes() != 0 || p.GetVolumeCount() != 0 {
+			t.Errorf("pool-b after the failed move: %v, want its copy counted in cleanup_count, nothing reserved", p)
+		}
+		if err := os.RemoveAll(obstacle); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "pool-b's copy removed", func() bool { return e.pool("pool-b").GetCleanupCount() == 0 })
+		if o, err := e.moveVolume("move-2", id, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+			t.Errorf("the move once pool-b keeps no copy: %v %v", o, err)
 		}
 	})
 }

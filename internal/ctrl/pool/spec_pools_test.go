@@ -12,7 +12,10 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // GetStoragePool answers exactly what ListStoragePools gives for the pool
@@ -199,4 +202,54 @@ func TestSpecACapacityTakesEffectForLayersOnEveryNodeReachingThePool(t *testing.
 			t.Errorf("the layer of a deleted Workspace: %v, want not_found", err)
 		}
 	})
+}
+
+// Commands that waited on a pool go on once it is declared lost: a
+// creation or a growth of one of its Volumes fails with VOLUME_LOST, and
+// the Volume reads LOST.
+func TestSpecVolumeCommandsWaitingOnALostPoolFailAsVolumeLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		n := e.startNode("node-a", node.Pool{Name: "doomed", Dir: t.TempDir()})
+		e.capacities("doomed")
+		grown := e.availableVolume("v1", "doomed")
+		n.Stop(t)
+		e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+		create := &ctrlv1.CreateVolumeRequest{Command: cmd("v2"), Spec: &ctrlv1.VolumeSpec{StoragePool: "doomed", CapacityBytes: 32 * mib}}
+		created, err := e.c.Volumes.CreateVolume(ctx, connect.NewRequest(create))
+		if err != nil {
+			t.Fatal(err)
+		}
+		grow := &ctrlv1.ResizeVolumeRequest{Command: cmd("grow-1"), VolumeId: grown, CapacityBytes: 64 * mib}
+		if _, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(grow)); err != nil {
+			t.Fatal(err)
+		}
+
+		e.isolate(n)
+		if res, err := e.declareLost("lose-1", "doomed"); err != nil || res.GetLostVolumes() != 2 {
+			t.Fatalf("declaring the pool lost: %v %v, want both Volumes lost", res, err)
+		}
+		for _, id := range []string{grown, created.Msg.GetVolume().GetVolumeId()} {
+			if got := e.volume(id).GetState(); got != ctrlv1.VolumeState_VOLUME_STATE_LOST {
+				t.Errorf("volume %s: %v, want LOST", id, got)
+			}
+		}
+		// The Volume API answers a replay with the Volume; the commands'
+		// outcome is in ctrl's command records.
+		for _, id := range []string{"v2", "grow-1"} {
+			testenv.WaitFor(t, "command "+id+" to end", func() bool { return e.command(id).Final() })
+			if c := e.command(id); c.GetState() != storev1.CommandState_COMMAND_STATE_FAILED || c.GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+				t.Errorf("command %s waiting on the lost pool: %v %v, want FAILED with VOLUME_LOST", id, c.GetState(), c.GetFailure())
+			}
+		}
+	})
+}
+
+// command reads a command's record from ctrl's store.
+func (e *env) command(id string) *store.CommandRow {
+	e.t.Helper()
+	var c *store.CommandRow
+	if err := e.c.Ctrl.Store().Tx(ctx, func(tx *store.Tx) (err error) { c, err = tx.GetCommand(id, false); return }); err != nil {
+		e.t.Fatal(err)
+	}
+	return c
 }
