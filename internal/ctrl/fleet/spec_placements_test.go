@@ -193,4 +193,35 @@ func TestSpecListWorkspacePlacementsReadsRecordsOnly(t *testing.T) {
 			t.Errorf("placements by %s with node-a unreachable: %v %v, want %s on node-a", name, res, err, ws)
 		}
 	}
+	// Its Allocation released, the Instance is current nowhere: an empty
+	// page, as for an Instance that never existed.
+	placer{t, c}.release(ws)
+	res, err := c.Nodes.ListWorkspacePlacements(ctx, connect.NewRequest(&operatorv1.ListWorkspacePlacementsRequest{
+		Filter: &operatorv1.ListWorkspacePlacementsRequest_InstanceId{InstanceId: row.GetInstanceId()},
+	}))
+	if err != nil || len(res.Msg.GetWorkspacePlacements()) != 0 {
+		t.Errorf("placements of an Instance no longer current: %v %v, want an empty page", res, err)
+	}
+}
+
+// A pinned create on a drained node fails as an ordinary placement that
+// finds no node fails (UNAVAILABLE at PLACING, naming the drain), though
+// node-a would take it.
+func TestSpecAPinnedCreateOnADrainedNodeFails(t *testing.T) {
+	c := testenv.New(t, placementTimeout(2*time.Second))
+	a := c.StartNode(t, "node-a", "", "")
+	c.StartNode(t, "node-b", "", a.PoolDir)
+	c.UnbootableCatalog(t)
+	if _, err := c.Nodes.DrainNode(ctx, connect.NewRequest(&operatorv1.DrainNodeRequest{Command: cmd("drain-b"), NodeId: "node-b"})); err != nil {
+		t.Fatal(err)
+	}
+	created, err := createOnNode(c, "create-1", "node-b", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := failedWorkspace(t, c, created.GetResponse().GetWorkspace().GetWorkspaceId()).GetFailure()
+	if f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE ||
+		!strings.Contains(f.GetMessage(), "draining") || strings.Contains(f.GetMessage(), "node-a") {
+		t.Errorf("a create pinned to a drained node: %v, want unavailable at PLACING for node-b alone", f)
+	}
 }

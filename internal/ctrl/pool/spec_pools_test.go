@@ -253,3 +253,33 @@ func (e *env) command(id string) *store.CommandRow {
 	}
 	return c
 }
+
+// lost_retained_layers counts the layers of Workspaces not deleted that
+// were in the pool; those layers are forgotten (not_found) until a start
+// places a new one.
+func TestSpecALostPoolsLayersAreCountedAndForgotten(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		n := e.startNode("node-a", node.Pool{Name: "doomed", Dir: t.TempDir()})
+		e.capacities("doomed")
+		e.c.UnbootableCatalog(t)
+		kept := e.createOn("create-kept", "node-a", 64*mib)
+		gone := e.createOn("create-gone", "node-a", 64*mib)
+		if _, err := e.c.Workspaces.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd("delete-gone"), WorkspaceId: gone.GetWorkspaceId()})); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the deleted Workspace's layer removed", func() bool {
+			return e.workspace(gone.GetWorkspaceId()).GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
+		})
+		e.isolate(n)
+		res, err := e.declareLost("lose-1", "doomed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.GetLostRetainedLayers() != 1 || res.GetPool().GetRetainedLayerCount() != 0 {
+			t.Errorf("declaration: %v, want the one layer of a Workspace not deleted counted, none left", res)
+		}
+		if _, err := e.layerOf(kept.GetWorkspaceId()); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("the layer lost with its pool: %v, want not_found", err)
+		}
+	})
+}
