@@ -4,9 +4,11 @@ package pool_test
 // do not assert (docs/spec-coverage/pools.md).
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -243,8 +245,15 @@ func TestSpecWhileObjectsMoveTheyStayInTheirSourcePool(t *testing.T) {
 		if objs := e.objects("pool-b"); len(objs) != 0 {
 			t.Errorf("pool-b lists %v while the Volumes move into it, want nothing", objs)
 		}
-		if objs := e.objects("pool-a"); len(objs) != 4 {
-			t.Errorf("pool-a lists %v while they move, want both Volumes and both layers", objs)
+		// Ordered by kind, then by volume_id or workspace_id.
+		if objs := e.objects("pool-a"); len(objs) != 4 || !slices.IsSortedFunc(objs, byKindThenID) ||
+			objs[1].GetKind() != operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_VOLUME ||
+			objs[2].GetKind() != operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_WRITABLE_LAYER {
+			t.Errorf("pool-a lists %v while they move, want both Volumes then both layers, each by id", objs)
+		}
+		layers, err := e.listObjects(&operatorv1.ListStoragePoolObjectsRequest{StoragePool: "pool-a", Kind: operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_WRITABLE_LAYER})
+		if err != nil || len(layers.GetObjects()) != 2 || layers.GetObjects()[0].GetKind() != operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_WRITABLE_LAYER {
+			t.Errorf("pool-a's writable layers: %v %v, want the two layers only", layers, err)
 		}
 		for _, o := range e.objects("pool-a") {
 			if o.GetKind() == operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_VOLUME && o.GetMovingTo() != "pool-b" {
@@ -256,7 +265,7 @@ func TestSpecWhileObjectsMoveTheyStayInTheirSourcePool(t *testing.T) {
 		}
 
 		// Bound: by a new Workspace. Released: by its Workspace.
-		_, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		_, err = e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 			Command: cmd("create-2"),
 			Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: 128 * mib},
 				Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: free}},
@@ -335,4 +344,19 @@ func TestSpecAFailedMovesTargetCopyCountsUntilRemoved(t *testing.T) {
 			t.Errorf("the move once pool-b keeps no copy: %v %v", o, err)
 		}
 	})
+}
+
+// byKindThenID orders objects as ListStoragePoolObjects does.
+func byKindThenID(a, b *operatorv1.StoragePoolObject) int {
+	if c := cmp.Compare(a.GetKind(), b.GetKind()); c != 0 {
+		return c
+	}
+	return cmp.Compare(objectID(a), objectID(b))
+}
+
+func objectID(o *operatorv1.StoragePoolObject) string {
+	if o.GetKind() == operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_VOLUME {
+		return o.GetVolumeId()
+	}
+	return o.GetWorkspaceId()
 }

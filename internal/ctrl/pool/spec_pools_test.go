@@ -283,3 +283,22 @@ func TestSpecALostPoolsLayersAreCountedAndForgotten(t *testing.T) {
 		}
 	})
 }
+
+// A growth beyond the pool's capacity is refused as resource_exhausted
+// with FAILURE_REASON_RESOURCE_EXHAUSTED, and the Volume keeps its size.
+func TestSpecAGrowthBeyondThePoolsCapacityIsResourceExhausted(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: t.TempDir()})
+		if _, err := e.setCapacity("cap-1", "pool-a", 1, 64*mib); err != nil {
+			t.Fatal(err)
+		}
+		id := e.availableVolume("v1", "pool-a")
+		_, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow-1"), VolumeId: id, CapacityBytes: 128 * mib}))
+		if d := detail(err); connect.CodeOf(err) != connect.CodeResourceExhausted || d.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED {
+			t.Errorf("growing beyond the pool's capacity: %v (%v), want resource_exhausted with RESOURCE_EXHAUSTED", err, d)
+		}
+		if v := e.volume(id); v.GetSpec().GetCapacityBytes() != 32*mib || e.pool("pool-a").GetReservedBytes() != 32*mib {
+			t.Errorf("after a refused growth: %v, pool reserves %d; want 32 MiB both", v, e.pool("pool-a").GetReservedBytes())
+		}
+	})
+}
