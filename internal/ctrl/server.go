@@ -59,8 +59,11 @@ type Server struct {
 	done    chan struct{}
 
 	closeOnce sync.Once
-	catalog   *catalog.Catalog
-	fleet     *fleet.Fleet
+	// handlers are the requests being served, on every listener: Close
+	// waits for them before it closes the database.
+	handlers inflight
+	catalog  *catalog.Catalog
+	fleet    *fleet.Fleet
 
 	// Endpoints and credentials, as written to endpoints.env.
 	Client clientconfig.Config
@@ -109,9 +112,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.catalog, s.fleet = backend.catalog, backend.api.Fleet
 	go func() {
 		defer close(s.done)
-		go backend.api.Workspaces.RunExpiration(workCtx, time.Second, cfg.Logger)
-		go backend.api.Fleet.PollOperations(workCtx, time.Second)
-		go backend.catalog.Run(workCtx)
+		var background sync.WaitGroup
+		defer background.Wait()
+		background.Go(func() { backend.api.Workspaces.RunExpiration(workCtx, time.Second, cfg.Logger) })
+		background.Go(func() { backend.api.Fleet.PollOperations(workCtx, time.Second) })
+		background.Go(func() { backend.catalog.Run(workCtx) })
 		backend.runner.Run(workCtx)
 	}()
 	cfg.Logger.Info("database", "kind", st.Dialect())
@@ -134,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if l.name == "workspace" {
 			backend.api.Sessions.SetEndpoint(*l.url)
 		}
-		srv := newHTTPServer(l.handler)
+		srv := newHTTPServer(s.handlers.track(l.handler))
 		s.servers = append(s.servers, srv)
 		go func() { s.errs <- srv.Serve(ln) }()
 		cfg.Logger.Info("listening", "endpoint", l.name, "url", *l.url)
@@ -171,8 +176,10 @@ func (s *Server) Wait() error {
 	return err
 }
 
-// Close stops every listener, then the command runner, then closes the
-// database. Admitted commands stay admitted: the next start resumes them.
+// Close stops every listener and waits for the requests they were
+// serving, stops the command runner and the background work, then closes
+// the database: nothing uses it any more once Close returns. Admitted
+// commands stay admitted: the next start resumes them.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -188,11 +195,25 @@ func (s *Server) Close() {
 				_ = srv.Close()
 			}
 		}
+		// http.Server.Close does not wait for the handlers it cut off: a
+		// node session's handler still records the lost session, and
+		// would write after the database was closed (on SQLite, into
+		// files the caller may be removing). They end once their
+		// connection is gone; one that does not is given up on.
+		select {
+		case <-s.handlers.drained():
+		case <-time.After(handlerDrain):
+			s.cfg.Logger.Warn("requests still served after the listeners closed; closing the database under them")
+		}
 		s.stop()
 		<-s.done
 		s.store.Close()
 	})
 }
+
+// handlerDrain bounds Close's wait for the requests its listeners were
+// serving.
+const handlerDrain = 10 * time.Second
 
 // nodeListener is the index of the node endpoint among the listeners.
 const nodeListener = 2
@@ -280,4 +301,58 @@ func ensureCredentials(stateDir string) (map[auth.Scope]string, *auth.Keyring, e
 		}
 	}
 	return tokens, keys, nil
+}
+
+// inflight counts the requests being served, so Close can wait for them.
+// Once Close waits, new requests are refused as unavailable.
+type inflight struct {
+	mu      sync.Mutex
+	n       int
+	idle    chan struct{} // closed once closing and no request is served
+	closing bool
+}
+
+func (f *inflight) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !f.enter() {
+			http.Error(w, "ctrl is shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		defer f.leave()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (f *inflight) enter() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closing {
+		return false
+	}
+	f.n++
+	return true
+}
+
+func (f *inflight) leave() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.n == 0 && f.closing {
+		close(f.idle)
+	}
+}
+
+// drained refuses new requests and returns a channel closed once none is
+// served.
+func (f *inflight) drained() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closing {
+		f.closing = true
+		f.idle = make(chan struct{})
+		if f.n == 0 {
+			close(f.idle)
+		}
+	}
+	return f.idle
 }
