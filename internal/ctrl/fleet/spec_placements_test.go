@@ -105,6 +105,9 @@ func TestSpecAPinnedCreateStaysPinnedAcrossACtrlRestart(t *testing.T) {
 		return strings.Contains(commandOf(t, first, "create-1").GetWaitingFor(), "node-b")
 	})
 
+	if k := commandOf(t, first, "create-1"); k.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED {
+		t.Fatalf("the pinned create ended before the restart: %v", k)
+	}
 	a.Stop(t)
 	first.Ctrl.Close()
 	second := testenv.New(t, placementTimeout(10*time.Second), sameState)
