@@ -172,7 +172,50 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("migration %s: %w", name, err)
 		}
 	}
+	if s.d.name == "postgres" {
+		return byteOrder(ctx, conn)
+	}
 	return nil
+}
+
+// byteOrder gives every text column byte-order collation ("C") on
+// PostgreSQL. The API orders lists by ids and names, and pages them by
+// comparing with the last one, in byte order: SQLite's default. A
+// PostgreSQL database's default collation is its locale's (en_US sorts
+// "aa" before "a-b"), which would change the order of every list. Columns
+// already in "C" are left alone, so this costs one query after the first
+// start and covers the columns of later migrations too.
+func byteOrder(ctx context.Context, conn *sql.Conn) error {
+	rows, err := conn.QueryContext(ctx, `SELECT table_name, column_name FROM information_schema.columns
+		WHERE table_schema = current_schema() AND data_type = 'text' AND (collation_name IS NULL OR collation_name <> 'C')
+		ORDER BY table_name, column_name`)
+	if err != nil {
+		return err
+	}
+	var alters []string
+	for rows.Next() {
+		var table, column string
+		if err := rows.Scan(&table, &column); err != nil {
+			rows.Close()
+			return err
+		}
+		alters = append(alters, fmt.Sprintf(`ALTER TABLE %q ALTER COLUMN %q TYPE TEXT COLLATE "C"`, table, column))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(alters) == 0 {
+		return err
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, a := range alters {
+		if _, err := tx.ExecContext(ctx, a); err != nil {
+			return fmt.Errorf("byte-order collation: %w in %s", err, a)
+		}
+	}
+	return tx.Commit()
 }
 
 // migrationHooks are the Go steps of a migration, run after its SQL in the

@@ -61,7 +61,10 @@ func PostgresDSN(t testing.TB) string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "kibotos_test_" + hex.EncodeToString(b)
-	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+	// The locale a production database typically has, not the server's
+	// C default: its collation orders text otherwise than bytes do, which
+	// the store must not let through to any list's order.
+	if _, err := db.Exec("CREATE DATABASE " + name + " TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
 	t.Cleanup(func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ func Run(t *testing.T, b Backend) {
 		"VolumesPageAndHideDeleted":      testVolumesPageAndHideDeleted,
 		"WorkspacesAndExpiration":        testWorkspacesAndExpiration,
 		"NodesAndCredentials":            testNodesAndCredentials,
+		"ListsInByteOrder":               testListsInByteOrder,
 		"GrantsBySecret":                 testGrantsBySecret,
 		"SettingInitialisedOnce":         testSettingInitialisedOnce,
 		"ConcurrentTransactionsSerial":   testConcurrentTransactionsSerial,
@@ -350,6 +352,40 @@ func testNodesAndCredentials(t *testing.T, dsn string) {
 		list, err := tx.ListNodes("", 10)
 		if err != nil || len(list) != 1 {
 			t.Errorf("ListNodes = %v, %v", list, err)
+		}
+		return nil
+	})
+}
+
+// Lists are ordered, and paged, by the bytes of their ids, whatever the
+// database's locale (PostgreSQL's tests run in ICU's en-US, where "a"
+// sorts before "B").
+func testListsInByteOrder(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	ids := []string{"B", "Z", "a", "a-b", "aa", "b"}
+	mustTx(t, s, func(tx *store.Tx) error {
+		for _, id := range []string{"aa", "b", "Z", "a", "B", "a-b"} {
+			if err := tx.PutNode(&operatorv1.NodeRegistration{NodeId: id}); err != nil {
+				return err
+			}
+		}
+		var got []string
+		after := ""
+		for {
+			page, err := tx.ListNodes(after, 2)
+			if err != nil {
+				return err
+			}
+			for _, n := range page {
+				got = append(got, n.GetNodeId())
+			}
+			if len(page) < 2 {
+				break
+			}
+			after = page[len(page)-1].GetNodeId()
+		}
+		if !slices.Equal(got, ids) {
+			t.Errorf("nodes listed in pages of 2: %q, want byte order %q", got, ids)
 		}
 		return nil
 	})
