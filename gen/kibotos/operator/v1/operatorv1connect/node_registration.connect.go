@@ -104,7 +104,8 @@ type NodeRegistrationServiceClient interface {
 	ListNodeRegistrations(context.Context, *connect.Request[v1.ListNodeRegistrationsRequest]) (*connect.Response[v1.ListNodeRegistrationsResponse], error)
 	// GetNodeRegistration reads one node's registration, with the same content
 	// ListNodeRegistrations gives for it. A node_id that never enrolled is
-	// not_found; a retired node answers its tombstone. (Design.)
+	// not_found, an empty or malformed one invalid_argument naming node_id; a
+	// retired node answers its tombstone. (Design.)
 	GetNodeRegistration(context.Context, *connect.Request[v1.GetNodeRegistrationRequest]) (*connect.Response[v1.GetNodeRegistrationResponse], error)
 	// DrainNode stops new placement on a node: it moves to DRAINING, placement
 	// skips it (CreateWorkspaceOnNode and StartWorkspaceOnNode included), and
@@ -574,7 +575,8 @@ type NodeRegistrationServiceHandler interface {
 	ListNodeRegistrations(context.Context, *connect.Request[v1.ListNodeRegistrationsRequest]) (*connect.Response[v1.ListNodeRegistrationsResponse], error)
 	// GetNodeRegistration reads one node's registration, with the same content
 	// ListNodeRegistrations gives for it. A node_id that never enrolled is
-	// not_found; a retired node answers its tombstone. (Design.)
+	// not_found, an empty or malformed one invalid_argument naming node_id; a
+	// retired node answers its tombstone. (Design.)
 	GetNodeRegistration(context.Context, *connect.Request[v1.GetNodeRegistrationRequest]) (*connect.Response[v1.GetNodeRegistrationResponse], error)
 	// DrainNode stops new placement on a node: it moves to DRAINING, placement
 	// skips it (CreateWorkspaceOnNode and StartWorkspaceOnNode included), and
