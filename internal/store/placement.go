@@ -457,3 +457,109 @@ func readBodies[M proto.Message](tx *sql.Tx, query string, newMsg func() M) ([]M
 	}
 	return scanBodies(rows, newMsg)
 }
+
+// Unfit is the first placement constraint a node fails, as placement
+// checks them (admission first, room last).
+type Unfit string
+
+const (
+	UnfitNotAdmitted  Unfit = "not_admitted"
+	UnfitIsolated     Unfit = "isolated"
+	UnfitNotLive      Unfit = "not_live"
+	UnfitDraining     Unfit = "draining"
+	UnfitSyncing      Unfit = "syncing"
+	UnfitClockSkewed  Unfit = "clock_skewed"
+	UnfitNoVMs        Unfit = "no_vms"
+	UnfitNoBlockFiles Unfit = "no_block_files"
+	UnfitPool         Unfit = "pool"
+	UnfitMemoryTight  Unfit = "memory_tight"
+	UnfitRoom         Unfit = "room"
+	// UnfitNone: the node meets every constraint (its room was taken by a
+	// concurrent placement, say).
+	UnfitNone Unfit = "none"
+)
+
+// UnfitQuery is a placement to classify every node against.
+type UnfitQuery struct {
+	// LiveSince is the oldest last_seen_at of a live session.
+	LiveSince time.Time
+	// VMCapabilities are the capabilities of nodes that run executions:
+	// a node needs one of them. BlockFileCapability it needs too.
+	VMCapabilities      []string
+	BlockFileCapability string
+	// Pools are the pools the node must report available.
+	Pools    []string
+	Request  Resources
+	Defaults Ratios
+}
+
+// CountUnfit counts the nodes by the first constraint of q each fails, in
+// one aggregate query: a placement that found no node explains itself
+// without reading every node's row. The order of the checks is fleet's
+// (unfit); a class no node is in is absent.
+func (t *Tx) CountUnfit(q UnfitQuery) (map[Unfit]int, error) {
+	var args []any
+	has := func(column, item string) string {
+		args = append(args, "%,"+likeEscape(item)+",%")
+		return "(',' || " + column + " || ',') LIKE ? ESCAPE '\\'"
+	}
+	anyOf := func(column string, items []string) string {
+		if len(items) == 0 {
+			return "1 = 0"
+		}
+		var ors []string
+		for _, it := range items {
+			ors = append(ors, has(column, it))
+		}
+		return "(" + strings.Join(ors, " OR ") + ")"
+	}
+	allOf := func(column string, items []string) string {
+		ands := []string{"1 = 1"}
+		for _, it := range items {
+			ands = append(ands, has(column, it))
+		}
+		return "(" + strings.Join(ands, " AND ") + ")"
+	}
+	var when []string
+	add := func(cond string, class Unfit) { when = append(when, fmt.Sprintf("WHEN %s THEN '%s'", cond, class)) }
+	add("admitted = 0", UnfitNotAdmitted)
+	add("isolated = 1", UnfitIsolated)
+	args = append(args, nanos(q.LiveSince))
+	add("live = 0 OR last_seen_at < ?", UnfitNotLive)
+	add("draining = 1", UnfitDraining)
+	add("ready = 0", UnfitSyncing)
+	add("clock_skewed = 1", UnfitClockSkewed)
+	add("NOT "+anyOf("capabilities", q.VMCapabilities), UnfitNoVMs)
+	add("NOT "+allOf("capabilities", []string{q.BlockFileCapability}), UnfitNoBlockFiles)
+	var pools []string
+	for _, p := range q.Pools {
+		if p != "" {
+			pools = append(pools, p)
+		}
+	}
+	add("NOT "+allOf("pools", pools), UnfitPool)
+	add("memory_tight = 1", UnfitMemoryTight)
+	args = append(args, int64(q.Request.CPUMillis), int64(q.Defaults.CPU), int64(q.Request.MemoryBytes), int64(q.Defaults.Memory))
+	add("NOT ("+fits+")", UnfitRoom)
+	rows, err := t.query("SELECT why, COUNT(*) FROM (SELECT CASE "+strings.Join(when, " ")+" ELSE '"+string(UnfitNone)+
+		"' END AS why FROM node_placement) classified GROUP BY why", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[Unfit]int{}
+	for rows.Next() {
+		var why string
+		var n int64
+		if err := rows.Scan(&why, &n); err != nil {
+			return nil, err
+		}
+		out[Unfit(why)] = int(n)
+	}
+	return out, rows.Err()
+}
+
+// likeEscape escapes LIKE's wildcards (and its escape character, \) in s.
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}

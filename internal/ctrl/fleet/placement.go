@@ -54,7 +54,8 @@ const candidateBatch = 64
 // minus its Allocations hold p's request. The first candidate by node_id
 // is taken. A placement already charged for p's Instance answers its node
 // again (a retried step, a restarted ctrl). When no node takes p, refusal
-// says why, node by node.
+// says why: node by node for the first few, by count of each reason for
+// the rest (refuse).
 func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 	if a, err := tx.GetAllocation(p.WorkspaceID); err == nil && a.InstanceID == p.InstanceID {
 		row, err := tx.GetNodePlacement(a.NodeID)
@@ -110,7 +111,7 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 // charge charges p's Allocation to row's node when the node takes it:
 // every constraint checked, and the room charged in one conditional update.
 func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, p Placement, defaults store.Ratios, now time.Time) (*Placed, error) {
-	if why, _ := unfit(row, p, defaults, now.Add(-f.liveWindow())); why != "" {
+	if class, _ := unfit(row, p, defaults, now.Add(-f.liveWindow())); class != store.UnfitNone {
 		return nil, nil
 	}
 	ok, err := tx.Allocate(store.Allocation{
@@ -133,92 +134,136 @@ func nonEmpty(in []string) []string {
 	return out
 }
 
-// maxNamed bounds how many nodes a refusal names.
+// maxNamed bounds how many nodes a refusal names; the others are counted
+// by what keeps them from it.
 const maxNamed = 8
 
-// refuse says, node by node, why none took p. It reads every placement row
-// (only when a placement fails).
+// refuse says why no node took p: for a pinned placement, why its node
+// did not; otherwise node by node for the first maxNamed nodes by node_id,
+// and by count of each reason for the rest. It reads at most maxNamed
+// placement rows and one aggregate over all of them, however large the
+// fleet (only when a placement fails).
 func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now time.Time) (*Refusal, error) {
-	var rows []*store.NodePlacement
+	liveSince := now.Add(-f.liveWindow())
+	r := &Refusal{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE}
 	if p.Node != "" {
 		row, err := tx.GetNodePlacement(p.Node)
 		if errors.Is(err, store.ErrNotFound) {
-			return &Refusal{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Message: fmt.Sprintf("node %s is not registered", p.Node)}, nil
+			r.Message = fmt.Sprintf("node %s is not registered", p.Node)
+			return r, nil
 		} else if err != nil {
 			return nil, err
 		}
-		rows = []*store.NodePlacement{row}
-	} else {
-		after := ""
-		for {
-			batch, err := tx.ListNodePlacements(after, 500)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, batch...)
-			if len(batch) < 500 {
-				break
-			}
-			after = batch[len(batch)-1].NodeID
-		}
-	}
-	r := &Refusal{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE}
-	var reasons []string
-	for _, row := range rows {
-		why, room := unfit(row, p, defaults, now.Add(-f.liveWindow()))
-		if why == "" {
-			// Room was taken between the candidate read and the charge.
-			why, room = "its room was taken by a concurrent placement", true
-		}
-		if room {
+		class, why := unfit(row, p, defaults, liveSince)
+		if short(class) {
 			r.Reason = ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED
 		}
-		reasons = append(reasons, row.NodeID+": "+why)
+		r.Message = fmt.Sprintf("node %s cannot run it (%d cpu_millis, %d MiB): %s: %s", p.Node, p.CPUMillis, p.MemoryBytes>>20, p.Node, why)
+		return r, nil
 	}
-	switch {
-	case len(reasons) == 0:
+	counts, err := tx.CountUnfit(store.UnfitQuery{
+		LiveSince: liveSince, VMCapabilities: []string{CapabilityQEMU, CapabilitySim}, BlockFileCapability: CapabilityBlockFile,
+		Pools: p.Pools, Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Defaults: defaults,
+	})
+	if err != nil {
+		return nil, err
+	}
+	total := 0
+	for class, n := range counts {
+		total += n
+		if short(class) {
+			r.Reason = ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED
+		}
+	}
+	if total == 0 {
 		r.Message = "no node can run it: no node is registered"
 		return r, nil
-	case len(reasons) > maxNamed:
-		reasons = append(reasons[:maxNamed], fmt.Sprintf("and %d more", len(reasons)-maxNamed))
 	}
-	what := "no node can run it"
-	if p.Node != "" {
-		what = "node " + p.Node + " cannot run it"
+	named, err := tx.ListNodePlacements("", maxNamed)
+	if err != nil {
+		return nil, err
 	}
-	r.Message = fmt.Sprintf("%s (%d cpu_millis, %d MiB): %s", what, p.CPUMillis, p.MemoryBytes>>20, strings.Join(reasons, "; "))
+	var reasons []string
+	for _, row := range named {
+		class, why := unfit(row, p, defaults, liveSince)
+		counts[class]--
+		reasons = append(reasons, row.NodeID+": "+why)
+	}
+	if rest := total - len(named); rest > 0 {
+		reasons = append(reasons, fmt.Sprintf("and %d more: %s", rest, countedReasons(counts)))
+	}
+	r.Message = fmt.Sprintf("no node can run it (%d cpu_millis, %d MiB): %s", p.CPUMillis, p.MemoryBytes>>20, strings.Join(reasons, "; "))
 	return r, nil
 }
 
-// unfit says why row cannot take p now, or "" when it can; room is true
-// when what is missing is room (schedulable resources, or host memory the
-// node judges tight) rather than the node's state or reach.
-func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveSince time.Time) (why string, room bool) {
+// short reports whether what a node lacks is room (schedulable
+// resources, or host memory it judges tight) rather than the right state
+// or reach: such a refusal is RESOURCE_EXHAUSTED. A node that fits now had
+// its room taken by a concurrent placement.
+func short(class store.Unfit) bool {
+	return class == store.UnfitMemoryTight || class == store.UnfitRoom || class == store.UnfitNone
+}
+
+// unfitOrder lists the classes in the order unfit checks them, and what
+// each means for many nodes.
+var unfitOrder = []struct {
+	class store.Unfit
+	what  string
+}{
+	{store.UnfitNotAdmitted, "not admitted"},
+	{store.UnfitIsolated, "isolated"},
+	{store.UnfitNotLive, "without a live control session"},
+	{store.UnfitDraining, "draining"},
+	{store.UnfitSyncing, "syncing"},
+	{store.UnfitClockSkewed, "with a clock beyond the allowed skew"},
+	{store.UnfitNoVMs, "running no VMs"},
+	{store.UnfitNoBlockFiles, "handling no block files"},
+	{store.UnfitPool, "not reaching every storage pool"},
+	{store.UnfitMemoryTight, "with tight host memory"},
+	{store.UnfitRoom, "without the room"},
+	{store.UnfitNone, "whose room a concurrent placement took"},
+}
+
+// countedReasons says how many nodes each reason keeps, in unfit's order.
+func countedReasons(counts map[store.Unfit]int) string {
+	var parts []string
+	for _, u := range unfitOrder {
+		if n := counts[u.class]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, u.what))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// unfit says why row cannot take p now: its class (store.UnfitNone when
+// it can) and a message with the details. store.CountUnfit checks the same
+// constraints, in the same order, in SQL.
+func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveSince time.Time) (store.Unfit, string) {
 	switch {
 	case !row.Admitted:
-		return "not admitted (revoked or retired)", false
+		return store.UnfitNotAdmitted, "not admitted (revoked or retired)"
 	case row.Isolated:
-		return "isolated", false
+		return store.UnfitIsolated, "isolated"
 	case !row.Live || row.LastSeenAt.Before(liveSince):
-		return "no live control session", false
+		return store.UnfitNotLive, "no live control session"
 	case row.Draining:
-		return "draining", false
+		return store.UnfitDraining, "draining"
 	case !row.Ready:
-		return "syncing", false
+		return store.UnfitSyncing, "syncing"
 	case row.ClockSkewed:
-		return "its clock is beyond the allowed skew", false
+		return store.UnfitClockSkewed, "its clock is beyond the allowed skew"
 	case !row.Has(CapabilityQEMU) && !row.Has(CapabilitySim):
-		return "runs no VMs (capability " + CapabilityQEMU + ")", false
+		return store.UnfitNoVMs, "runs no VMs (capability " + CapabilityQEMU + ")"
 	case !row.Has(CapabilityBlockFile):
-		return "handles no block files (capability " + CapabilityBlockFile + ")", false
+		return store.UnfitNoBlockFiles, "handles no block files (capability " + CapabilityBlockFile + ")"
 	}
 	for _, pool := range p.Pools {
 		if pool != "" && !row.Reaches(pool) {
-			return fmt.Sprintf("does not reach storage pool %q", pool), false
+			return store.UnfitPool, fmt.Sprintf("does not reach storage pool %q", pool)
 		}
 	}
 	if row.MemoryTight {
-		return "its host's memory is tight", true
+		return store.UnfitMemoryTight, "its host's memory is tight"
 	}
 	cpuRatio, memRatio := defaults.CPU, defaults.Memory
 	if row.CPURatio > 0 {
@@ -230,11 +275,12 @@ func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveSin
 	cpu, mem := scale(row.CPUMillis, cpuRatio), scale(row.MemoryBytes, memRatio)
 	switch {
 	case row.Allocated.CPUMillis+uint64(p.CPUMillis) > cpu:
-		return fmt.Sprintf("%d of %d schedulable cpu_millis free", free(cpu, row.Allocated.CPUMillis), cpu), true
+		return store.UnfitRoom, fmt.Sprintf("%d of %d schedulable cpu_millis free", free(cpu, row.Allocated.CPUMillis), cpu)
 	case row.Allocated.MemoryBytes+p.MemoryBytes > mem:
-		return fmt.Sprintf("%d of %d schedulable MiB free", free(mem, row.Allocated.MemoryBytes)>>20, mem>>20), true
+		return store.UnfitRoom, fmt.Sprintf("%d of %d schedulable MiB free", free(mem, row.Allocated.MemoryBytes)>>20, mem>>20)
 	}
-	return "", false
+	// Room was taken between the candidate read and the charge.
+	return store.UnfitNone, "its room was taken by a concurrent placement"
 }
 
 func free(schedulable, allocated uint64) uint64 {
