@@ -316,6 +316,23 @@ func (f *Fleet) DefaultPool(tx *store.Tx) (string, error) {
 	return "", nil
 }
 
+// NodeDefaultPool is the pool nodeID names as its own default, or "" when
+// the node is not admitted or names none.
+func (f *Fleet) NodeDefaultPool(tx *store.Tx, nodeID string) (string, error) {
+	n, err := tx.GetNode(nodeID, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	} else if err != nil || n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED {
+		return "", err
+	}
+	for _, a := range n.GetStoragePools() {
+		if a.GetDefaultPool() {
+			return a.GetStoragePool(), nil
+		}
+	}
+	return "", nil
+}
+
 // PoolDeclared reports whether an admitted node has declared pool.
 func (f *Fleet) PoolDeclared(tx *store.Tx, pool string) (bool, error) {
 	nodes, err := tx.AllNodes()

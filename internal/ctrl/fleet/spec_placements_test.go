@@ -228,3 +228,35 @@ func TestSpecAPinnedCreateOnADrainedNodeFails(t *testing.T) {
 		t.Errorf("a create pinned to a drained node: %v, want unavailable at PLACING for node-b alone", f)
 	}
 }
+
+// "default_pool is this node's own default: an object whose request names
+// no pool is created in it." A create pinned to node-b whose NEW Volume
+// names no pool gets it in node-b's default pool, fast, not in node-a's
+// (the first node's) default, which node-b does not reach: node-b creates
+// the Volume and boots the Workspace.
+func TestSpecAPinnedCreatesNewVolumeGoesToThePinnedNodesDefaultPool(t *testing.T) {
+	c := testenv.New(t, placementTimeout(2*time.Second))
+	c.StartNode(t, "node-a", "", "")
+	c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "fast", Dir: t.TempDir(), Default: true})
+	c.EnsureCapacity(t, "fast", 1<<40)
+	c.UnbootableCatalog(t)
+
+	created, err := c.Nodes.CreateWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.CreateWorkspaceOnNodeRequest{NodeId: "node-b", Request: &ctrlv1.CreateWorkspaceRequest{
+		Command: cmd("create-1"), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: 128 << 20},
+			Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 32 << 20}}},
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := created.Msg.GetResponse().GetWorkspace()
+	if w := failedWorkspace(t, c, ws.GetWorkspaceId()); !bootedOn(w, "node-b") {
+		t.Fatalf("the pinned create: %v, want it placed on node-b", w.GetFailure())
+	}
+	res, err := c.Volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: ws.GetSpec().GetVolume().GetVolumeId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.Msg.GetVolume(); v.GetSpec().GetStoragePool() != "fast" || v.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Errorf("the pinned create's NEW Volume: %v, want it AVAILABLE in node-b's default pool fast", v)
+	}
+}

@@ -109,7 +109,7 @@ func (v *Service) Create(ctx context.Context, req *ctrlv1.CreateVolumeRequest) (
 	var res *ctrlv1.CreateVolumeResponse
 	err := command.Do(ctx, v.store, func(tx *store.Tx) error {
 		out, err := command.Admit(tx, v.now(), req.GetCommand().GetCommandId(), kindCreate, req, func() (command.Effect, error) {
-			vol, err := v.newVolume(tx, req.GetSpec(), req.GetLabels(), req.GetAnnotations())
+			vol, err := v.newVolume(tx, req.GetSpec(), "", req.GetLabels(), req.GetAnnotations())
 			if err != nil {
 				return command.Effect{}, err
 			}
@@ -127,9 +127,10 @@ func (v *Service) Create(ctx context.Context, req *ctrlv1.CreateVolumeRequest) (
 }
 
 // newVolume builds a CREATING Volume with its pool and capacity resolved.
-// WorkspaceService uses it for NEW bindings too.
-func (v *Service) newVolume(tx *store.Tx, spec *ctrlv1.VolumeSpec, l, a map[string]string) (*ctrlv1.Volume, error) {
-	name, err := v.resolvePool(tx, spec.GetStoragePool())
+// WorkspaceService uses it for NEW bindings too. nodeID is the node a
+// pinned placement fixes the Volume's Workspace to, "" for none.
+func (v *Service) newVolume(tx *store.Tx, spec *ctrlv1.VolumeSpec, nodeID string, l, a map[string]string) (*ctrlv1.Volume, error) {
+	name, err := v.resolvePool(tx, spec.GetStoragePool(), nodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -154,9 +155,10 @@ func (v *Service) newVolume(tx *store.Tx, spec *ctrlv1.VolumeSpec, l, a map[stri
 }
 
 // NewVolume is newVolume for other domains admitting a Volume in their own
-// transaction; the caller stores it.
-func (v *Service) NewVolume(tx *store.Tx, spec *ctrlv1.VolumeSpec) (*ctrlv1.Volume, error) {
-	return v.newVolume(tx, spec, nil, nil)
+// transaction; the caller stores it. nodeID is the node its Workspace's
+// placement is pinned to (CreateWorkspaceOnNode), "" for none.
+func (v *Service) NewVolume(tx *store.Tx, spec *ctrlv1.VolumeSpec, nodeID string) (*ctrlv1.Volume, error) {
+	return v.newVolume(tx, spec, nodeID, nil, nil)
 }
 
 // CheckNewSpec validates a VolumeSpec a request asks ctrl to create.
@@ -172,7 +174,17 @@ func (v *Service) CheckNewSpec(field string, spec *ctrlv1.VolumeSpec) error {
 	return nil
 }
 
-func (v *Service) resolvePool(tx *store.Tx, pool string) (string, error) {
+// resolvePool is the pool a new Volume goes to: the one its request names,
+// else the default pool of the node its placement is pinned to (the
+// node's own default, as the spec says of default_pool), else the
+// deployment's default.
+func (v *Service) resolvePool(tx *store.Tx, pool, nodeID string) (string, error) {
+	if pool == "" && nodeID != "" {
+		def, err := v.fleet.NodeDefaultPool(tx, nodeID)
+		if def != "" || err != nil {
+			return def, err
+		}
+	}
 	if pool == "" {
 		def, err := v.fleet.DefaultPool(tx)
 		if err != nil {

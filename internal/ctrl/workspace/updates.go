@@ -128,7 +128,7 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 					return false, err
 				}
 			}
-			if err := s.bind(tx, w, binding); err != nil {
+			if err := s.bind(tx, w, binding, ""); err != nil {
 				return false, err
 			}
 			spec.BindingRevision++

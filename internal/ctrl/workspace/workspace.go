@@ -168,7 +168,7 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 			if spec.GetExpiration() != nil {
 				w.Expiration = &ctrlv1.WorkspaceExpiration{Policy: spec.GetExpiration(), Revision: 1}
 			}
-			if err := s.bind(tx, w, binding); err != nil {
+			if err := s.bind(tx, w, binding, nodeID); err != nil {
 				return command.Effect{}, err
 			}
 			if err := tx.PutWorkspace(w); err != nil {
@@ -202,15 +202,17 @@ func checkPolicyReferences(_ *store.Tx, p *ctrlv1.NetworkPolicy) error {
 }
 
 // bind stores binding b on w: NEW creates the Volume (CREATING, bound), BOUND
-// checks and binds an existing one, NONE binds nothing.
-func (s *Service) bind(tx *store.Tx, w *ctrlv1.Workspace, b *ctrlv1.WorkspaceVolumeBinding) error {
+// checks and binds an existing one, NONE binds nothing. nodeID is the node
+// a pinned create places w on ("" for none): a NEW Volume naming no pool
+// goes to that node's default pool.
+func (s *Service) bind(tx *store.Tx, w *ctrlv1.Workspace, b *ctrlv1.WorkspaceVolumeBinding, nodeID string) error {
 	stored := &ctrlv1.WorkspaceVolumeBinding{Mode: b.GetMode(), MountPath: b.GetMountPath(), DeleteWithWorkspace: b.DeleteWithWorkspace, VolumeId: b.GetVolumeId()}
 	switch b.GetMode() {
 	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE:
 		w.Spec.Volume = stored
 		return nil
 	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
-		vol, err := s.volumes.NewVolume(tx, b.GetNewVolume())
+		vol, err := s.volumes.NewVolume(tx, b.GetNewVolume(), nodeID)
 		if err != nil {
 			return err
 		}
