@@ -12,6 +12,20 @@ import (
 	"github.com/kibotos/kibotos/internal/template"
 )
 
+// BootableCatalog registers the default platform and busybox template of
+// BuildVMArtifacts: what a Workspace needs to run on a real microVM.
+func (c *Cluster) BootableCatalog(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	art := BuildVMArtifacts(t)
+	if _, err := c.Ctrl.Catalog().RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ctrl.Catalog().RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // UnbootableCatalog registers a default platform and template no VM can
 // boot: a create or start then goes through placement (the layer placed
 // and reserved, the execution charged to a node) and fails when the node

@@ -2,11 +2,8 @@ package fleet_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,27 +16,6 @@ import (
 
 // vmWait bounds what waits for a VM to boot under TCG on a loaded machine.
 const vmWait = 4 * time.Minute
-
-// powerOff kills every VM a node ran from its state directory, as a host
-// powering off would: its node agent is stopped already.
-func powerOff(t *testing.T, n *testenv.Node) {
-	t.Helper()
-	pids, _ := filepath.Glob(filepath.Join(n.StateDir, "executions", "*", "qemu.pid"))
-	for _, path := range pids {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			continue
-		}
-		// Only a QEMU of this execution directory: the pid may be reused.
-		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), filepath.Dir(path)) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-}
 
 // waitLong polls cond for as long as a VM may take.
 func waitLong(t *testing.T, what string, cond func() bool) {
@@ -101,32 +77,14 @@ func (e *vmEnv) volume(id string) *ctrlv1.Volume {
 // still addressed to the node; another node reaching the same pool then
 // runs it.
 func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T) {
-	art := testenv.BuildVMArtifacts(t)
-	c := testenv.New(t, fastFleet())
-	e := &vmEnv{lifecycleEnv: &lifecycleEnv{c}, t: t}
-	cat := c.Ctrl.Catalog()
-	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
-		t.Fatal(err)
-	}
-	n := c.StartNode(t, "node-a", "", "")
-	t.Cleanup(func() { powerOff(t, n) }) // after the agent stopped: cleanups run last first
+	e := newVMEnv(t)
+	c := e.c
+	n := e.startNode("node-a", "")
 
 	if _, err := e.drain("drain-1", "node-a"); err != nil {
 		t.Fatal(err)
 	}
-	created, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-		Command: cmd("create-1"),
-		Spec: &ctrlv1.WorkspaceCreateSpec{
-			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerCapacityBytes: 256 << 20},
-			Volume: &ctrlv1.WorkspaceVolumeBinding{
-				Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/data",
-				NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 64 << 20},
-			},
-		},
-	}))
+	created, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(createRequest("create-1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +126,7 @@ func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T)
 	// The host goes off; a stop sent meanwhile is addressed to the node,
 	// which will never answer it.
 	n.Stop(t)
-	powerOff(t, n)
+	n.PowerOff()
 	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
 	if _, err := c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd("stop-1"), WorkspaceId: id})); err != nil {
 		t.Fatal(err)
@@ -220,8 +178,7 @@ func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T)
 	})
 	// Another host reaching the same pool (node-b, on node-a's pool
 	// directory) starts it, from the Volume and layer node-a left.
-	b := c.StartNode(t, "node-b", "", n.PoolDir)
-	t.Cleanup(func() { powerOff(t, b) })
+	b := e.startNode("node-b", n.PoolDir)
 	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	if dirs, _ := filepath.Glob(filepath.Join(b.StateDir, "executions", id+".*")); len(dirs) != 1 {
 		t.Errorf("executions of %s on node-b: %v, want one", id, dirs)

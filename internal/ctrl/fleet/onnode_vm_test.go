@@ -16,20 +16,10 @@ import (
 // node reports its VM's memory; a stop releases the Allocation; a pinned
 // start then runs it on the other node reaching the same pool.
 func TestWorkspaceOnNodeRunsWhereItIsPinned(t *testing.T) {
-	art := testenv.BuildVMArtifacts(t)
-	c := testenv.New(t, fastFleet())
-	e := &vmEnv{lifecycleEnv: &lifecycleEnv{c}, t: t}
-	cat := c.Ctrl.Catalog()
-	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
-		t.Fatal(err)
-	}
-	a := c.StartNode(t, "node-a", "", "")
-	t.Cleanup(func() { powerOff(t, a) })
-	b := c.StartNode(t, "node-b", "", a.PoolDir) // the same pool "default"
-	t.Cleanup(func() { powerOff(t, b) })
+	e := newVMEnv(t)
+	c := e.c
+	a := e.startNode("node-a", "")
+	e.startNode("node-b", a.PoolDir) // the same pool "default"
 
 	created, err := c.Nodes.CreateWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.CreateWorkspaceOnNodeRequest{NodeId: "node-b", Request: &ctrlv1.CreateWorkspaceRequest{
 		Command: cmd("create-1"),

@@ -51,22 +51,14 @@ func heldIn(reg *operatorv1.NodeRegistration) map[string]uint64 {
 // objects are in the shared pool starts on the other node at once; the
 // one whose layer only node-a reaches waits until node-a is back.
 func TestIsolationReleasesObjectsInSharedAndUnsharedPools(t *testing.T) {
-	art := testenv.BuildVMArtifacts(t)
-	c := testenv.New(t, fastFleet())
-	e := &vmEnv{lifecycleEnv: &lifecycleEnv{c}, t: t}
-	cat := c.Ctrl.Catalog()
-	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
-		t.Fatal(err)
-	}
+	e := newVMEnv(t)
+	c := e.c
 	shared := t.TempDir()
 	pools := []node.Pool{{Name: "local-a", Dir: t.TempDir(), Default: true}, {Name: "shared", Dir: shared}}
 	a := c.StartNodeWithPools(t, "node-a", "", pools...)
-	t.Cleanup(func() { powerOff(t, a) })
+	t.Cleanup(a.PowerOff)
 	b := c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "shared", Dir: shared, Default: true})
-	t.Cleanup(func() { powerOff(t, b) })
+	t.Cleanup(b.PowerOff)
 	c.EnsureCapacity(t, "local-a", testenv.DefaultPoolCapacity)
 	c.EnsureCapacity(t, "shared", testenv.DefaultPoolCapacity)
 
@@ -82,7 +74,7 @@ func TestIsolationReleasesObjectsInSharedAndUnsharedPools(t *testing.T) {
 	}
 
 	a.Stop(t)
-	powerOff(t, a)
+	a.PowerOff()
 	reg := c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
 	res, err := e.isolate("iso-a", "node-a", reg.GetIncarnation())
 	if err != nil {

@@ -47,18 +47,9 @@ func execIn(t *testing.T, c *testenv.Cluster, id string, argv ...string) (string
 // memory_tight and takes no new Workspace, and what already runs there
 // is not affected: the Workspace stays AVAILABLE and runs processes.
 func TestMemoryTightLeavesWhatRunsAlone(t *testing.T) {
-	art := testenv.BuildVMArtifacts(t)
-	c := testenv.New(t, fastFleet())
-	e := &vmEnv{lifecycleEnv: &lifecycleEnv{c}, t: t}
-	cat := c.Ctrl.Catalog()
-	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
-		t.Fatal(err)
-	}
-	a := c.StartNode(t, "node-a", "", "")
-	t.Cleanup(func() { powerOff(t, a) })
+	e := newVMEnv(t)
+	c := e.c
+	a := e.startNode("node-a", "")
 	w := e.createOnNodeA("create-1", &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE})
 
 	a.Stop(t) // the VM keeps running; the agent re-attaches it

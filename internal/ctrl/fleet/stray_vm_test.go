@@ -16,7 +16,6 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/store"
-	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // vmProcess is the QEMU process of the execution in runDir, 0 when none
@@ -44,29 +43,11 @@ func vmProcess(runDir string) int {
 // as the isolation left it, its Volume and writable layer stay in their
 // pool, and it starts again on the node from them.
 func TestANodeBackFromIsolationStopsTheVMItsOldIncarnationLeft(t *testing.T) {
-	art := testenv.BuildVMArtifacts(t)
-	c := testenv.New(t, fastFleet())
-	e := &vmEnv{lifecycleEnv: &lifecycleEnv{c}, t: t}
-	cat := c.Ctrl.Catalog()
-	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
-		t.Fatal(err)
-	}
-	n := c.StartNode(t, "node-a", "", "")
-	t.Cleanup(n.PowerOff)
+	e := newVMEnv(t)
+	c := e.c
+	n := e.startNode("node-a", "")
 
-	created, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-		Command: cmd("create-1"),
-		Spec: &ctrlv1.WorkspaceCreateSpec{
-			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerCapacityBytes: 256 << 20},
-			Volume: &ctrlv1.WorkspaceVolumeBinding{
-				Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/data",
-				NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 64 << 20},
-			},
-		},
-	}))
+	created, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(createRequest("create-1")))
 	if err != nil {
 		t.Fatal(err)
 	}
