@@ -108,6 +108,35 @@ func (e *env) waitVolume(id string, want ctrlv1.VolumeState) *ctrlv1.Volume {
 	return v
 }
 
+// availableVolume creates a 32 MiB Volume in pool and waits until it is
+// AVAILABLE; it returns its id.
+func (e *env) availableVolume(commandID, pool string) string {
+	e.t.Helper()
+	return e.availableVolumeOf(commandID, pool, 32*mib)
+}
+
+// availableVolumeOf is availableVolume with another capacity.
+func (e *env) availableVolumeOf(commandID, pool string, capacity uint64) string {
+	e.t.Helper()
+	v, err := e.createVolume(commandID, pool, capacity)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+	return v.GetVolumeId()
+}
+
+// nodeReachingTwoPools starts node-a declaring pool-a (its default, in
+// dirA) and pool-b (in dirB), and gives both a capacity: the two ends of
+// a move on one node.
+func (e *env) nodeReachingTwoPools() (n *testenv.Node, dirA, dirB string) {
+	e.t.Helper()
+	dirA, dirB = e.t.TempDir(), e.t.TempDir()
+	n = e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
+	e.capacities("pool-a", "pool-b")
+	return n, dirA, dirB
+}
+
 // isolate stops a node agent, waits until ctrl sees its session gone, and
 // declares it isolated.
 func (e *env) isolate(n *testenv.Node) {

@@ -67,28 +67,22 @@ func (e *env) capacities(pools ...string) {
 // the settled move again.
 func TestMoveVolumeBetweenTwoPoolsOfOneNode(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		dirA, dirB := t.TempDir(), t.TempDir()
-		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
-		e.capacities("pool-a", "pool-b")
-		v, err := e.createVolume("v1", "pool-a", 64*mib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
-		writeAt(t, volumeFile(dirA, v.GetVolumeId()), bytes.Repeat([]byte("kibotos "), 1<<17), 40*mib)
-		want := readFile(t, volumeFile(dirA, v.GetVolumeId()))
+		_, dirA, dirB := e.nodeReachingTwoPools()
+		id := e.availableVolumeOf("v1", "pool-a", 64*mib)
+		writeAt(t, volumeFile(dirA, id), bytes.Repeat([]byte("kibotos "), 1<<17), 40*mib)
+		want := readFile(t, volumeFile(dirA, id))
 
-		o, err := e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		o, err := e.moveVolume("move-1", id, "pool-b")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.GetStoragePool() != "pool-b" || o.GetMovingTo() != "" || o.GetVolumeId() != v.GetVolumeId() || o.GetCapacityBytes() != 64*mib {
+		if o.GetStoragePool() != "pool-b" || o.GetMovingTo() != "" || o.GetVolumeId() != id || o.GetCapacityBytes() != 64*mib {
 			t.Fatalf("moved object %v", o)
 		}
-		if got := e.volume(v.GetVolumeId()); got.GetSpec().GetStoragePool() != "pool-b" || got.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		if got := e.volume(id); got.GetSpec().GetStoragePool() != "pool-b" || got.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
 			t.Fatalf("volume after the move %v", got)
 		}
-		if !bytes.Equal(readFile(t, volumeFile(dirB, v.GetVolumeId())), want) {
+		if !bytes.Equal(readFile(t, volumeFile(dirB, id)), want) {
 			t.Fatal("the Volume's content in pool-b differs from what it held in pool-a")
 		}
 		if b := e.pool("pool-b"); b.GetReservedBytes() != 64*mib || b.GetVolumeCount() != 1 {
@@ -96,26 +90,26 @@ func TestMoveVolumeBetweenTwoPoolsOfOneNode(t *testing.T) {
 		}
 		// The source copy goes; until then pool-a counts it as a cleanup.
 		testenv.WaitFor(t, "the source copy removed", func() bool {
-			_, err := os.Stat(volumeFile(dirA, v.GetVolumeId()))
+			_, err := os.Stat(volumeFile(dirA, id))
 			return errors.Is(err, os.ErrNotExist) && e.pool("pool-a").GetCleanupCount() == 0
 		})
 		if a := e.pool("pool-a"); a.GetReservedBytes() != 0 || a.GetVolumeCount() != 0 {
 			t.Errorf("pool-a after the move %v", a)
 		}
 
-		again, err := e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		again, err := e.moveVolume("move-1", id, "pool-b")
 		if err != nil || !proto.Equal(again, o) {
 			t.Fatalf("replay answered %v, %v; want %v", again, err, o)
 		}
 		// A Volume already in the target pool is answered at once.
-		if o, err := e.moveVolume("move-2", v.GetVolumeId(), "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+		if o, err := e.moveVolume("move-2", id, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
 			t.Fatalf("move to its own pool: %v, %v", o, err)
 		}
 		// And it moves back.
-		if o, err := e.moveVolume("move-3", v.GetVolumeId(), "pool-a"); err != nil || o.GetStoragePool() != "pool-a" {
+		if o, err := e.moveVolume("move-3", id, "pool-a"); err != nil || o.GetStoragePool() != "pool-a" {
 			t.Fatalf("move back: %v, %v", o, err)
 		}
-		if !bytes.Equal(readFile(t, volumeFile(dirA, v.GetVolumeId())), want) {
+		if !bytes.Equal(readFile(t, volumeFile(dirA, id)), want) {
 			t.Fatal("the Volume's content differs after moving back")
 		}
 	})
@@ -130,21 +124,17 @@ func TestMoveVolumeThroughSharedPool(t *testing.T) {
 		e.startNode("node-a", node.Pool{Name: "local-a", Dir: localA}, node.Pool{Name: "shared", Dir: shared})
 		e.startNode("node-b", node.Pool{Name: "local-b", Dir: localB}, node.Pool{Name: "shared", Dir: shared})
 		e.capacities("local-a", "shared", "local-b")
-		v, err := e.createVolume("v1", "local-a", 32*mib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
-		writeAt(t, volumeFile(localA, v.GetVolumeId()), []byte("shared storage"), 20*mib)
-		want := readFile(t, volumeFile(localA, v.GetVolumeId()))
+		id := e.availableVolume("v1", "local-a")
+		writeAt(t, volumeFile(localA, id), []byte("shared storage"), 20*mib)
+		want := readFile(t, volumeFile(localA, id))
 
 		// No node reaches local-a and local-b together.
-		_, err = e.moveVolume("direct", v.GetVolumeId(), "local-b")
+		_, err := e.moveVolume("direct", id, "local-b")
 		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 			t.Fatalf("move between pools no node reaches together: %v, want failed_precondition", err)
 		}
 		for i, hop := range [][2]string{{"local-a", "shared"}, {"shared", "local-b"}} {
-			o, err := e.moveVolume("hop-"+hop[1], v.GetVolumeId(), hop[1])
+			o, err := e.moveVolume("hop-"+hop[1], id, hop[1])
 			if err != nil || o.GetStoragePool() != hop[1] {
 				t.Fatalf("hop %d to %s: %v, %v", i, hop[1], o, err)
 			}
@@ -152,11 +142,11 @@ func TestMoveVolumeThroughSharedPool(t *testing.T) {
 			// until then the Volume answers unavailable.
 			testenv.WaitFor(t, "the copy in "+hop[0]+" removed", func() bool { return e.pool(hop[0]).GetCleanupCount() == 0 })
 		}
-		if !bytes.Equal(readFile(t, volumeFile(localB, v.GetVolumeId())), want) {
+		if !bytes.Equal(readFile(t, volumeFile(localB, id)), want) {
 			t.Fatal("the Volume's content in local-b differs")
 		}
 		for _, dir := range []string{localA, shared} {
-			if _, err := os.Stat(volumeFile(dir, v.GetVolumeId())); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(volumeFile(dir, id)); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("a copy left in %s: %v", dir, err)
 			}
 		}
@@ -176,11 +166,7 @@ func TestMoveVolumeRefusals(t *testing.T) {
 		if _, err := e.setCapacity("cap-small", "small", 1, 16*mib); err != nil {
 			t.Fatal(err)
 		}
-		v, err := e.createVolume("v1", "pool-a", 32*mib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		id := e.availableVolume("v1", "pool-a")
 		if _, err := e.declareLost("lose", "gone"); err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +174,6 @@ func TestMoveVolumeRefusals(t *testing.T) {
 		for _, p := range []string{"pool-a", "pool-b", "small", "nocap", "elsewhere"} {
 			before[p] = e.pool(p)
 		}
-		id := v.GetVolumeId()
 		for _, tc := range []struct {
 			name  string
 			req   *operatorv1.MoveVolumeRequest
@@ -271,18 +256,14 @@ func TestMoveVolumeWaitsAndTheSameCommandWaitsAgain(t *testing.T) {
 		pools := []node.Pool{{Name: "pool-a", Dir: dirA}, {Name: "pool-b", Dir: dirB}}
 		n := e.startNode("node-a", pools...)
 		e.capacities("pool-a", "pool-b")
-		v, err := e.createVolume("v1", "pool-a", 32*mib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		id := e.availableVolume("v1", "pool-a")
 		n.Stop(t)
 		e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
 
 		short, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		start := time.Now()
-		_, err = e.c.Nodes.MoveVolume(short, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-1"), VolumeId: v.GetVolumeId(), StoragePool: "pool-b"}))
+		_, err := e.c.Nodes.MoveVolume(short, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-1"), VolumeId: id, StoragePool: "pool-b"}))
 		if connect.CodeOf(err) != connect.CodeUnavailable || time.Since(start) >= 3*time.Second {
 			t.Fatalf("move without a node: %v after %v, want unavailable before the deadline", err, time.Since(start))
 		}
@@ -292,7 +273,7 @@ func TestMoveVolumeWaitsAndTheSameCommandWaitsAgain(t *testing.T) {
 		}
 		// Listed in its source pool with the pool it moves to.
 		got, err := e.c.Nodes.GetStoragePoolObject(ctx, connect.NewRequest(&operatorv1.GetStoragePoolObjectRequest{
-			Object: &operatorv1.GetStoragePoolObjectRequest_VolumeId{VolumeId: v.GetVolumeId()}}))
+			Object: &operatorv1.GetStoragePoolObjectRequest_VolumeId{VolumeId: id}}))
 		if err != nil || !proto.Equal(got.Msg.GetObject(), o) {
 			t.Errorf("GetStoragePoolObject while moving: %v, %v; want %v", got, err, o)
 		}
@@ -305,17 +286,17 @@ func TestMoveVolumeWaitsAndTheSameCommandWaitsAgain(t *testing.T) {
 				t.Errorf("%s reserves %d while the Volume moves, want %d", p, got, 32*mib)
 			}
 		}
-		_, err = e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow"), VolumeId: v.GetVolumeId(), CapacityBytes: 64 * mib}))
+		_, err = e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow"), VolumeId: id, CapacityBytes: 64 * mib}))
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Errorf("resize while moving: %v, want unavailable", err)
 		}
-		_, err = e.c.Volumes.DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd("del"), VolumeId: v.GetVolumeId()}))
+		_, err = e.c.Volumes.DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd("del"), VolumeId: id}))
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Errorf("delete while moving: %v, want unavailable", err)
 		}
 
 		e.c.StartNodeWithPools(t, "node-a", n.StateDir, pools...)
-		o, err = e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		o, err = e.moveVolume("move-1", id, "pool-b")
 		if err != nil || o.GetStoragePool() != "pool-b" || o.GetMovingTo() != "" {
 			t.Fatalf("the same command_id again: %v, %v", o, err)
 		}
@@ -331,36 +312,30 @@ func TestMoveVolumeWaitsAndTheSameCommandWaitsAgain(t *testing.T) {
 // target reserves and keeps nothing, and the Volume can be moved again.
 func TestMoveVolumeThatFailsLeavesItInItsPool(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		dirA, dirB := t.TempDir(), t.TempDir()
-		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
-		e.capacities("pool-a", "pool-b")
-		v, err := e.createVolume("v1", "pool-a", 32*mib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
-		path := volumeFile(dirA, v.GetVolumeId())
+		_, dirA, _ := e.nodeReachingTwoPools()
+		id := e.availableVolume("v1", "pool-a")
+		path := volumeFile(dirA, id)
 		if err := os.Rename(path, path+".aside"); err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		_, err := e.moveVolume("move-1", id, "pool-b")
 		if connect.CodeOf(err) != connect.CodeNotFound || detail(err).GetCommandId() != "move-1" {
 			t.Fatalf("move of a Volume whose file is gone: %v, want not_found naming the command", err)
 		}
-		if got := e.volume(v.GetVolumeId()); got.GetSpec().GetStoragePool() != "pool-a" {
+		if got := e.volume(id); got.GetSpec().GetStoragePool() != "pool-a" {
 			t.Fatalf("volume after a failed move %v", got)
 		}
 		if b := e.pool("pool-b"); b.GetReservedBytes() != 0 || b.GetCleanupCount() != 0 || b.GetVolumeCount() != 0 {
 			t.Errorf("pool-b after a failed move %v", b)
 		}
 		// The same command_id answers the same failure.
-		if _, again := e.moveVolume("move-1", v.GetVolumeId(), "pool-b"); connect.CodeOf(again) != connect.CodeNotFound {
+		if _, again := e.moveVolume("move-1", id, "pool-b"); connect.CodeOf(again) != connect.CodeNotFound {
 			t.Errorf("the failed move's command again: %v", again)
 		}
 		if err := os.Rename(path+".aside", path); err != nil {
 			t.Fatal(err)
 		}
-		if o, err := e.moveVolume("move-2", v.GetVolumeId(), "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+		if o, err := e.moveVolume("move-2", id, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
 			t.Fatalf("a new move once the file is back: %v, %v", o, err)
 		}
 	})
@@ -370,31 +345,26 @@ func TestMoveVolumeThatFailsLeavesItInItsPool(t *testing.T) {
 // lost: the Volume stays in its pool and the move no longer holds it.
 func TestMoveVolumeFailsWhenItsTargetIsDeclaredLost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		n := e.startNode("node-a", node.Pool{Name: "pool-a", Dir: t.TempDir()}, node.Pool{Name: "pool-b", Dir: t.TempDir()})
-		e.capacities("pool-a", "pool-b")
-		v, err := e.createVolume("v1", "pool-a", 32*mib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		n, _, _ := e.nodeReachingTwoPools()
+		id := e.availableVolume("v1", "pool-a")
 		e.isolate(n)
 		short, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err = e.c.Nodes.MoveVolume(short, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-1"), VolumeId: v.GetVolumeId(), StoragePool: "pool-b"}))
+		_, err := e.c.Nodes.MoveVolume(short, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-1"), VolumeId: id, StoragePool: "pool-b"}))
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Fatalf("move with no node: %v, want unavailable", err)
 		}
 		if _, err := e.declareLost("lose-b", "pool-b"); err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.moveVolume("move-1", v.GetVolumeId(), "pool-b")
+		_, err = e.moveVolume("move-1", id, "pool-b")
 		if connect.CodeOf(err) != connect.CodeFailedPrecondition || detail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
 			t.Fatalf("the move once its target is lost: %v, want failed_precondition VOLUME_LOST", err)
 		}
-		if got := e.volume(v.GetVolumeId()); got.GetSpec().GetStoragePool() != "pool-a" {
+		if got := e.volume(id); got.GetSpec().GetStoragePool() != "pool-a" {
 			t.Errorf("volume after the failed move %v", got)
 		}
-		if _, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow"), VolumeId: v.GetVolumeId(), CapacityBytes: 64 * mib})); connect.CodeOf(err) == connect.CodeUnavailable {
+		if _, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow"), VolumeId: id, CapacityBytes: 64 * mib})); connect.CodeOf(err) == connect.CodeUnavailable {
 			t.Errorf("the failed move still holds the Volume: %v", err)
 		}
 	})
@@ -408,21 +378,15 @@ func TestMoveVolumeFailsWhenItsTargetIsDeclaredLost(t *testing.T) {
 // gone a retry removes the copy, and the Volume moves back.
 func TestMoveRetriesTheRemovalOfTheSourceCopyUntilItSucceeds(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		dirA, dirB := t.TempDir(), t.TempDir()
-		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
-		e.capacities("pool-a", "pool-b")
-		v, err := e.createVolume("v1", "pool-a", 32*mib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
-		source := volumeFile(dirA, v.GetVolumeId())
+		_, dirA, _ := e.nodeReachingTwoPools()
+		id := e.availableVolume("v1", "pool-a")
+		source := volumeFile(dirA, id)
 		obstacle := filepath.Join(filepath.Dir(source), "."+filepath.Base(source)+".tmp")
 		if err := os.MkdirAll(filepath.Join(obstacle, "in-the-way"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 
-		if o, err := e.moveVolume("move-1", v.GetVolumeId(), "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+		if o, err := e.moveVolume("move-1", id, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
 			t.Fatalf("move: %v, %v", o, err)
 		}
 		// The first removal took the block file and failed on the
@@ -444,21 +408,21 @@ func TestMoveRetriesTheRemovalOfTheSourceCopyUntilItSucceeds(t *testing.T) {
 		if got := e.pool("pool-a").GetCleanupCount(); got != 1 {
 			t.Fatalf("pool-a's cleanup_count while its copy cannot be removed: %d, want 1", got)
 		}
-		if _, err := e.moveVolume("move-back-1", v.GetVolumeId(), "pool-a"); connect.CodeOf(err) != connect.CodeUnavailable {
+		if _, err := e.moveVolume("move-back-1", id, "pool-a"); connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Errorf("a move back into a pool still keeping a copy: %v, want unavailable", err)
 		}
 		if _, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{
-			Command: cmd("resize-1"), VolumeId: v.GetVolumeId(), CapacityBytes: 48 * mib,
+			Command: cmd("resize-1"), VolumeId: id, CapacityBytes: 48 * mib,
 		})); err != nil {
 			t.Errorf("a resize while the removal is retried: %v", err)
 		}
-		testenv.WaitFor(t, "the resize", func() bool { return e.volume(v.GetVolumeId()).GetSpec().GetCapacityBytes() == 48*mib })
+		testenv.WaitFor(t, "the resize", func() bool { return e.volume(id).GetSpec().GetCapacityBytes() == 48*mib })
 
 		if err := os.RemoveAll(obstacle); err != nil {
 			t.Fatal(err)
 		}
 		testenv.WaitFor(t, "a retry to remove the source copy", func() bool { return e.pool("pool-a").GetCleanupCount() == 0 })
-		if o, err := e.moveVolume("move-back-2", v.GetVolumeId(), "pool-a"); err != nil || o.GetStoragePool() != "pool-a" {
+		if o, err := e.moveVolume("move-back-2", id, "pool-a"); err != nil || o.GetStoragePool() != "pool-a" {
 			t.Fatalf("move back once the copy is removed: %v, %v", o, err)
 		}
 	})

@@ -47,16 +47,6 @@ func (e *env) failedWithoutExecution(id string) {
 	})
 }
 
-func (e *env) availableVolume(commandID, pool string) string {
-	e.t.Helper()
-	v, err := e.createVolume(commandID, pool, 32*mib)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.waitVolume(v.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
-	return v.GetVolumeId()
-}
-
 // moveEnded waits until the move's command ended (the source copy
 // removed): until then the Volume has a command in progress.
 func (e *env) moveEnded(source string) {
@@ -193,15 +183,8 @@ func allocated(t *testing.T, path string) int64 {
 // capacity.
 func TestSpecAMoveCopiesTheBlocksInUse(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		dirA, dirB := t.TempDir(), t.TempDir()
-		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
-		e.capacities("pool-a", "pool-b")
-		v, err := e.createVolume("v1", "pool-a", 256*mib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := v.GetVolumeId()
-		e.waitVolume(id, ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+		_, dirA, dirB := e.nodeReachingTwoPools()
+		id := e.availableVolumeOf("v1", "pool-a", 256*mib)
 		for i := range 4 * mib / 4096 {
 			writeAt(t, volumeFile(dirA, id), []byte("used"), int64(100*mib+i*4096))
 		}
@@ -223,8 +206,7 @@ func TestSpecAMoveCopiesTheBlocksInUse(t *testing.T) {
 // Workspace does not start either.
 func TestSpecWhileObjectsMoveTheyStayInTheirSourcePool(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		n := e.startNode("node-a", node.Pool{Name: "pool-a", Dir: t.TempDir()}, node.Pool{Name: "pool-b", Dir: t.TempDir()})
-		e.capacities("pool-a", "pool-b")
+		n, _, _ := e.nodeReachingTwoPools()
 		e.c.UnbootableCatalog(t)
 		bound, free := e.availableVolume("v1", "pool-a"), e.availableVolume("v2", "pool-a")
 		ws := e.createBound("create-1", bound)
@@ -318,9 +300,7 @@ func TestSpecWhileObjectsMoveTheyStayInTheirSourcePool(t *testing.T) {
 // goes makes both the copy and the removal fail; the removal is retried.)
 func TestSpecAFailedMovesTargetCopyCountsUntilRemoved(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		dirA, dirB := t.TempDir(), t.TempDir()
-		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
-		e.capacities("pool-a", "pool-b")
+		_, _, dirB := e.nodeReachingTwoPools()
 		id := e.availableVolume("v1", "pool-a")
 		target := volumeFile(dirB, id)
 		obstacle := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".tmp")
