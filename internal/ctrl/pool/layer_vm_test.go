@@ -11,7 +11,6 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/store/storetest"
-	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // vmWait bounds what waits for a VM to boot under TCG on a loaded machine.
@@ -73,15 +72,8 @@ func bestEffort(w *ctrlv1.Workspace) *ctrlv1.RetentionTier {
 // the Workspace starts elsewhere with a new layer and reports RESET with
 // LAYER_UNAVAILABLE.
 func TestWritableLayersLiveInAPoolAndStartAnewWhenItIsLost(t *testing.T) {
-	art := testenv.BuildVMArtifacts(t)
 	e := newEnv(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
-	cat := e.c.Ctrl.Catalog()
-	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
-		t.Fatal(err)
-	}
+	e.c.BootableCatalog(t)
 	a := e.startNode("node-a", node.Pool{Name: "shared", Dir: t.TempDir()})
 	t.Cleanup(a.PowerOff) // after the agent stopped: cleanups run last first
 	if _, err := e.setCapacity("cap-1", "shared", 1, 256*mib); err != nil {

@@ -73,19 +73,10 @@ func (e *env) lifecycle(id, commandID string, start bool) {
 // Workspace's Volume and layer do not move, and a Workspace whose Volume
 // moves does not start.
 func TestMoveVolumeAndLayerOfAStoppedWorkspaceOnARealVM(t *testing.T) {
-	art := testenv.BuildVMArtifacts(t)
 	e := newEnv(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
-	cat := e.c.Ctrl.Catalog()
-	if _, err := cat.RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.RegisterTemplate(ctx, "busybox", art.Template, true); err != nil {
-		t.Fatal(err)
-	}
-	dirA, dirB := t.TempDir(), t.TempDir()
-	a := e.startNode("node-a", node.Pool{Name: "pool-a", Dir: dirA}, node.Pool{Name: "pool-b", Dir: dirB})
+	e.c.BootableCatalog(t)
+	a, dirA, dirB := e.nodeReachingTwoPools()
 	t.Cleanup(a.PowerOff)
-	e.capacities("pool-a", "pool-b")
 
 	res, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 		Command: cmd("create-1"),
