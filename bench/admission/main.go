@@ -10,14 +10,12 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -28,8 +26,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/kibotos/kibotos/bench/internal/benchdb"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
@@ -67,8 +65,11 @@ func main() {
 	for round := 0; round < *rounds; round++ {
 		for _, r := range rows {
 			dsn := r.db
-			if r.db == "postgres" {
-				dsn = postgresDSN(*pg) // a fresh database per row and round
+			if r.db == "postgres" { // a fresh database per row and round
+				var err error
+				if dsn, err = benchdb.Postgres(*pg, "kibotos_bench"); err != nil {
+					panic(err)
+				}
 			}
 			res, err := run(ctx, dsn, r.path, *n, *conc)
 			if err != nil {
@@ -104,24 +105,6 @@ func sqliteDSN() string {
 		panic(err)
 	}
 	return "sqlite:" + filepath.Join(dir, "bench-"+fmt.Sprint(time.Now().UnixNano())+".db")
-}
-
-func postgresDSN(admin string) string {
-	db, err := sql.Open("pgx", admin)
-	if err != nil {
-		panic(err)
-	}
-	defer db.Close()
-	name := fmt.Sprintf("kibotos_bench_%d", time.Now().UnixNano())
-	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
-		panic(err)
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		panic(err)
-	}
-	u.Path = "/" + name
-	return u.String()
 }
 
 type result struct {

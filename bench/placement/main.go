@@ -46,12 +46,10 @@ package main
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -65,9 +63,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	_ "github.com/jackc/pgx/v5/stdlib"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kibotos/kibotos/bench/internal/benchdb"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
@@ -272,7 +270,7 @@ func runRow(r row) (result, error) {
 		cfg.Fleet.ObservationInterval, cfg.Fleet.ClockProbeInterval = r.observe, 2*r.observe
 	}
 	if r.db == "postgres" {
-		dsn, err := postgresDSN(r.pg)
+		dsn, err := benchdb.Postgres(r.pg, "kibotos_bench_placement")
 		if err != nil {
 			return result{}, err
 		}
@@ -463,23 +461,4 @@ func countReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationSer
 			return count, nil
 		}
 	}
-}
-
-// postgresDSN creates a fresh database on the server admin names.
-func postgresDSN(admin string) (string, error) {
-	db, err := sql.Open("pgx", admin)
-	if err != nil {
-		return "", err
-	}
-	defer db.Close()
-	name := fmt.Sprintf("kibotos_bench_placement_%d", time.Now().UnixNano())
-	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
-		return "", err
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		return "", err
-	}
-	u.Path = "/" + name
-	return u.String(), nil
 }
