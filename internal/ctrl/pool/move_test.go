@@ -30,6 +30,18 @@ func (e *env) moveVolume(commandID, volumeID, pool string) (*operatorv1.StorageP
 
 func volumeFile(dir, id string) string { return filepath.Join(dir, "volumes", id+".img") }
 
+// obstruct puts a non-empty directory where a node writes the temporary
+// file of the block file at path: no copy to path and no removal of path
+// gets past it. It returns the obstacle, for the test to remove.
+func obstruct(t *testing.T, path string) string {
+	t.Helper()
+	obstacle := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.MkdirAll(filepath.Join(obstacle, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return obstacle
+}
+
 // writeAt writes data into a Volume's block file, as a guest would.
 func writeAt(t *testing.T, path string, data []byte, off int64) {
 	t.Helper()
@@ -381,10 +393,7 @@ func TestMoveRetriesTheRemovalOfTheSourceCopyUntilItSucceeds(t *testing.T) {
 		_, dirA, _ := e.nodeReachingTwoPools()
 		id := e.availableVolume("v1", "pool-a")
 		source := volumeFile(dirA, id)
-		obstacle := filepath.Join(filepath.Dir(source), "."+filepath.Base(source)+".tmp")
-		if err := os.MkdirAll(filepath.Join(obstacle, "in-the-way"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		obstacle := obstruct(t, source)
 
 		if o, err := e.moveVolume("move-1", id, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
 			t.Fatalf("move: %v, %v", o, err)

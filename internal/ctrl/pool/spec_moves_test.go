@@ -7,7 +7,6 @@ import (
 	"cmp"
 	"context"
 	"os"
-	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -303,10 +302,7 @@ func TestSpecAFailedMovesTargetCopyCountsUntilRemoved(t *testing.T) {
 		_, _, dirB := e.nodeReachingTwoPools()
 		id := e.availableVolume("v1", "pool-a")
 		target := volumeFile(dirB, id)
-		obstacle := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".tmp")
-		if err := os.MkdirAll(filepath.Join(obstacle, "in-the-way"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		obstacle := obstruct(t, target)
 		if _, err := e.moveVolume("move-1", id, "pool-b"); err == nil {
 			t.Fatal("a copy into an obstructed target succeeded")
 		}
