@@ -51,6 +51,31 @@ func bootedOn(w *ctrlv1.Workspace, node string) bool {
 	return f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING && strings.HasPrefix(f.GetMessage(), "node "+node+":")
 }
 
+// clusterWithFastOnNodeB starts ctrl with node-a on pool "default" and
+// node-b on pool "fast", its default, which node-a does not reach.
+func clusterWithFastOnNodeB(t *testing.T) *testenv.Cluster {
+	t.Helper()
+	c := testenv.New(t, placementTimeout(2*time.Second))
+	c.StartNode(t, "node-a", "", "")
+	c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "fast", Dir: t.TempDir(), Default: true})
+	c.EnsureCapacity(t, "fast", 1<<40)
+	c.UnbootableCatalog(t)
+	return c
+}
+
+// createOnNodeB creates a Workspace of 100 mCPU and 128 MiB with volume,
+// pinned to node-b.
+func createOnNodeB(t *testing.T, c *testenv.Cluster, commandID string, volume *ctrlv1.WorkspaceVolumeBinding) *ctrlv1.Workspace {
+	t.Helper()
+	res, err := c.Nodes.CreateWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.CreateWorkspaceOnNodeRequest{NodeId: "node-b", Request: &ctrlv1.CreateWorkspaceRequest{
+		Command: cmd(commandID), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: 128 << 20}, Volume: volume},
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Msg.GetResponse().GetWorkspace()
+}
+
 func startOnNode(c *testenv.Cluster, commandID, id, node string) error {
 	_, err := c.Nodes.StartWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.StartWorkspaceOnNodeRequest{
 		NodeId: node, Request: &ctrlv1.StartWorkspaceRequest{Command: cmd(commandID), WorkspaceId: id},
@@ -122,21 +147,10 @@ func TestSpecAPinnedCreateStaysPinnedAcrossACtrlRestart(t *testing.T) {
 // Workspace's writable layer, or of its Volume, fails to start as
 // unavailable, naming the pool.
 func TestSpecStartOnANodeNotReachingItsPoolsFailsAsUnavailable(t *testing.T) {
-	c := testenv.New(t, placementTimeout(2*time.Second))
-	c.StartNode(t, "node-a", "", "")
-	c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "fast", Dir: t.TempDir(), Default: true})
-	c.EnsureCapacity(t, "fast", 1<<40)
-	c.UnbootableCatalog(t)
+	c := clusterWithFastOnNodeB(t)
 
 	// No Volume: its layer goes to node-b's default pool, fast.
-	created, err := c.Nodes.CreateWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.CreateWorkspaceOnNodeRequest{NodeId: "node-b", Request: &ctrlv1.CreateWorkspaceRequest{
-		Command: cmd("create-layer"), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: 128 << 20},
-			Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}},
-	}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	withLayer := created.Msg.GetResponse().GetWorkspace().GetWorkspaceId()
+	withLayer := createOnNodeB(t, c, "create-layer", &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}).GetWorkspaceId()
 	vol, err := c.Volumes.CreateVolume(ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{
 		Command: cmd("volume-1"), Spec: &ctrlv1.VolumeSpec{StoragePool: "fast", CapacityBytes: 32 << 20},
 	}))
@@ -235,20 +249,9 @@ func TestSpecAPinnedCreateOnADrainedNodeFails(t *testing.T) {
 // (the first node's) default, which node-b does not reach: node-b creates
 // the Volume and boots the Workspace.
 func TestSpecAPinnedCreatesNewVolumeGoesToThePinnedNodesDefaultPool(t *testing.T) {
-	c := testenv.New(t, placementTimeout(2*time.Second))
-	c.StartNode(t, "node-a", "", "")
-	c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "fast", Dir: t.TempDir(), Default: true})
-	c.EnsureCapacity(t, "fast", 1<<40)
-	c.UnbootableCatalog(t)
+	c := clusterWithFastOnNodeB(t)
 
-	created, err := c.Nodes.CreateWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.CreateWorkspaceOnNodeRequest{NodeId: "node-b", Request: &ctrlv1.CreateWorkspaceRequest{
-		Command: cmd("create-1"), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: 128 << 20},
-			Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 32 << 20}}},
-	}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := created.Msg.GetResponse().GetWorkspace()
+	ws := createOnNodeB(t, c, "create-1", &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 32 << 20}})
 	if w := failedWorkspace(t, c, ws.GetWorkspaceId()); !bootedOn(w, "node-b") {
 		t.Fatalf("the pinned create: %v, want it placed on node-b", w.GetFailure())
 	}
