@@ -259,7 +259,23 @@ func (a *agent) observation() (obs *nodev1.NodeObservation, ended []string) {
 	obs.InstanceIds = a.execs.instanceIDs()
 	obs.Executions, ended = a.execs.reports()
 	a.host.fill(obs, a.execs.vmPIDs())
+	obs.Artifacts = a.cachedArtifacts()
 	return obs, ended
+}
+
+// cachedArtifacts is what the artifact cache holds, for ctrl's record of
+// which Template images this node can use (GetTemplateDelivery).
+func (a *agent) cachedArtifacts() []*nodev1.CachedArtifact {
+	held, err := a.artifacts.Holdings()
+	if err != nil {
+		a.log.Warn("cannot list the artifact cache", "err", err)
+		return nil
+	}
+	out := make([]*nodev1.CachedArtifact, 0, len(held))
+	for _, h := range held {
+		out = append(out, &nodev1.CachedArtifact{Digest: h.Digest, Complete: h.Complete, DeliveredBytes: h.Delivered, TotalBytes: h.Total})
+	}
+	return out
 }
 
 // sendProgress reports a start's progress on the current session, if any:

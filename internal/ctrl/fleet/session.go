@@ -9,11 +9,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -49,6 +51,12 @@ type session struct {
 	clock          *operatorv1.NodeClockObservation
 	clockWritten   bool
 	writtenExceeds bool
+
+	// artifacts is what the node's cache held as this session last wrote
+	// it; artifactsWritten says whether it wrote it yet (the rows an
+	// earlier session left may be old). Only observe uses them.
+	artifacts        []*nodev1.CachedArtifact
+	artifactsWritten bool
 
 	// dataToken authorises ctrl's calls to the node's data endpoint while
 	// this session lasts.
@@ -356,7 +364,12 @@ func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservati
 			}
 		}
 	}
-	return f.touch(ctx, s, func(n *operatorv1.NodeRegistration, now time.Time) {
+	// What the cache holds is written only when it changed: at 10,000
+	// nodes observing every few seconds, rewriting it each time would
+	// multiply the rows every batch writes.
+	held := o.GetArtifacts()
+	changed := !s.artifactsWritten || !slices.EqualFunc(s.artifacts, held, func(a, b *nodev1.CachedArtifact) bool { return proto.Equal(a, b) })
+	err := f.touch(ctx, s, func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error {
 		// The first observation after the hello ends SYNCING: there is no
 		// execution to reconcile yet (the VM provider comes later).
 		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY
@@ -379,7 +392,24 @@ func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservati
 		n.Observation.ObservedAt = timestamppb.New(now)
 		n.Observation.ExecutionCount = uint32(len(o.GetInstanceIds()))
 		s.writeClock(n)
+		if !changed {
+			return nil
+		}
+		return tx.SetNodeArtifacts(s.nodeID, nodeArtifacts(held), now)
 	})
+	if err == nil && changed {
+		s.artifacts, s.artifactsWritten = held, true
+	}
+	return err
+}
+
+// nodeArtifacts is a node's report of its cache as the store keeps it.
+func nodeArtifacts(held []*nodev1.CachedArtifact) []store.NodeArtifact {
+	out := make([]store.NodeArtifact, 0, len(held))
+	for _, a := range held {
+		out = append(out, store.NodeArtifact{Digest: a.GetDigest(), Complete: a.GetComplete(), DeliveredBytes: a.GetDeliveredBytes(), TotalBytes: a.GetTotalBytes()})
+	}
+	return out
 }
 
 // probeClock sends a clock probe now and then every ClockProbeInterval.
@@ -424,7 +454,10 @@ func (f *Fleet) clockReply(ctx context.Context, s *session, r *nodev1.ClockReply
 	if !urgent {
 		return nil // written with the next observation
 	}
-	return f.touch(ctx, s, func(n *operatorv1.NodeRegistration, _ time.Time) { s.writeClock(n) })
+	return f.touch(ctx, s, func(_ *store.Tx, n *operatorv1.NodeRegistration, _ time.Time) error {
+		s.writeClock(n)
+		return nil
+	})
 }
 
 // writeClock puts the session's latest clock measurement into n. A

@@ -23,7 +23,7 @@ const maxWriteBatch = 256
 // registration: an observation, a clock measurement.
 type registrationWrite struct {
 	s    *session
-	fn   func(n *operatorv1.NodeRegistration, now time.Time)
+	fn   touchFn
 	err  error
 	done chan struct{}
 	// lead hands this write's caller the writing of the next batch.
@@ -48,9 +48,15 @@ type registrationWrites struct {
 	active  bool
 }
 
+// A touchFn changes a node's registration n. It gets the batch's
+// transaction for what the node reports beside its registration (the
+// artifacts it holds); an error it returns is the database's and fails the
+// whole batch.
+type touchFn func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error
+
 // touch updates a registration on behalf of the live session s, in a
 // transaction it may share with other sessions' writes.
-func (f *Fleet) touch(ctx context.Context, s *session, fn func(n *operatorv1.NodeRegistration, now time.Time)) error {
+func (f *Fleet) touch(ctx context.Context, s *session, fn touchFn) error {
 	w := &registrationWrite{s: s, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	f.writes.mu.Lock()
 	f.writes.pending = append(f.writes.pending, w)
@@ -153,7 +159,9 @@ func (f *Fleet) applyWrites(tx *store.Tx, writes []*registrationWrite, lost map[
 		default:
 			now := f.now()
 			n.Session.LastSeenAt = timestamppb.New(now)
-			w.fn(n, now)
+			if err := w.fn(tx, n, now); err != nil {
+				return err
+			}
 			applied = true
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,8 +77,9 @@ type call struct {
 	done chan struct{}
 	path string
 	err  error
-	// fetched is how many bytes of the artifact are on disk so far.
-	fetched atomic.Uint64
+	// fetched is how many bytes of the artifact are on disk so far; total
+	// its size, zero until known (declared, or announced by ctrl).
+	fetched, total atomic.Uint64
 }
 
 // New opens the cache. Fetches run in ctx (the agent's run): a caller
@@ -142,9 +144,10 @@ func (c *Cache) Get(ctx context.Context, a *nodev1.Artifact) (string, error) {
 	cl := c.inflight[h]
 	if cl == nil {
 		cl = &call{done: make(chan struct{})}
+		cl.total.Store(a.GetSizeBytes())
 		c.inflight[h] = cl
 		go func() {
-			cl.path, cl.err = c.fetch(c.base, h, a, &cl.fetched)
+			cl.path, cl.err = c.fetch(c.base, h, a, cl)
 			c.mu.Lock()
 			delete(c.inflight, h)
 			c.mu.Unlock()
@@ -184,6 +187,56 @@ func (c *Cache) Delivered(a *nodev1.Artifact) uint64 {
 	return 0
 }
 
+// Holding is one artifact the cache holds complete or is fetching.
+type Holding struct {
+	Digest string
+	// Complete: the whole artifact is cached and matched its digest.
+	Complete bool
+	// Delivered is how many bytes are on disk; Total the artifact's size,
+	// zero while a fetch does not know it yet.
+	Delivered, Total uint64
+}
+
+// Holdings lists, by digest, the artifacts cached complete and those being
+// fetched now. A partial file no fetch is working on is left out: nothing
+// moves it until a start needs its artifact again.
+func (c *Cache) Holdings() ([]Holding, error) {
+	entries, err := os.ReadDir(c.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	byDigest := map[string]Holding{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		digest := "sha256:" + e.Name()
+		if _, err := ParseDigest(digest); err != nil {
+			continue // a .partial file, or not the cache's
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		size := uint64(fi.Size())
+		byDigest[digest] = Holding{Digest: digest, Complete: true, Delivered: size, Total: size}
+	}
+	c.mu.Lock()
+	for h, cl := range c.inflight {
+		digest := "sha256:" + h
+		if _, done := byDigest[digest]; !done {
+			byDigest[digest] = Holding{Digest: digest, Delivered: cl.fetched.Load(), Total: cl.total.Load()}
+		}
+	}
+	c.mu.Unlock()
+	out := make([]Holding, 0, len(byDigest))
+	for _, h := range byDigest {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b Holding) int { return strings.Compare(a.Digest, b.Digest) })
+	return out, nil
+}
+
 // complete reports whether the cached file is there. A file of the wrong
 // size (the artifact's declaration changed, or it was tampered with) is
 // removed and fetched again.
@@ -207,7 +260,7 @@ func (c *Cache) complete(final string, size uint64) (bool, error) {
 
 // fetch fetches one artifact into <hex>.partial, resuming at its size, and
 // renames it into place once its digest checks.
-func (c *Cache) fetch(ctx context.Context, h string, a *nodev1.Artifact, fetched *atomic.Uint64) (string, error) {
+func (c *Cache) fetch(ctx context.Context, h string, a *nodev1.Artifact, cl *call) (string, error) {
 	final := filepath.Join(c.cfg.Dir, h)
 	// Another fetch may have completed between Get's check and this one.
 	if ok, err := c.complete(final, a.GetSizeBytes()); err != nil {
@@ -215,7 +268,7 @@ func (c *Cache) fetch(ctx context.Context, h string, a *nodev1.Artifact, fetched
 	} else if ok {
 		return final, nil
 	}
-	f := &fetcher{c: c, a: a, hex: h, partial: final + ".partial", fetched: fetched, log: c.log.With("artifact", a.GetName(), "digest", a.GetDigest())}
+	f := &fetcher{c: c, a: a, hex: h, partial: final + ".partial", fetched: &cl.fetched, announced: &cl.total, log: c.log.With("artifact", a.GetName(), "digest", a.GetDigest())}
 	defer f.close()
 	resumed, err := f.open()
 	if err != nil {
@@ -259,8 +312,8 @@ type fetcher struct {
 	hash  hash.Hash
 	size  uint64 // bytes in the partial file, all hashed
 	total uint64 // total_bytes ctrl announced; 0 until known
-	// fetched mirrors size for Delivered.
-	fetched *atomic.Uint64
+	// fetched mirrors size for Delivered and Holdings, announced total.
+	fetched, announced *atomic.Uint64
 }
 
 // open opens the partial file and hashes what it holds already.
@@ -397,6 +450,7 @@ func (f *fetcher) attempt(ctx context.Context) error {
 				return connect.NewError(connect.CodeDataLoss, fmt.Errorf("ctrl serves artifact %s with %d bytes, declared %d", f.a.GetDigest(), t, want))
 			}
 			f.total = t
+			f.announced.CompareAndSwap(0, t)
 		}
 		if len(msg.GetData()) == 0 {
 			continue

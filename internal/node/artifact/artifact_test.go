@@ -317,3 +317,46 @@ func TestConcurrentGetsFetchOnce(t *testing.T) {
 		t.Errorf("%d fetches for 8 concurrent Gets, want 1", n)
 	}
 }
+
+// Holdings lists what the cache holds complete and what it is fetching,
+// by digest; a partial file no fetch works on is not arriving.
+func TestHoldingsListCompleteAndArrivingArtifacts(t *testing.T) {
+	f, c, dir := setup(t)
+	cached, arriving := content(3000, 7), content(5000, 8)
+	f.content[digestOf(cached)], f.content[digestOf(arriving)] = cached, arriving
+	if _, err := get(t, c, &nodev1.Artifact{Digest: digestOf(cached)}); err != nil {
+		t.Fatal(err)
+	}
+	stale := content(100, 9)
+	if err := os.WriteFile(filepath.Join(dir, digestOf(stale)[len("sha256:"):]+".partial"), stale[:10], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.gate = make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := get(t, c, &nodev1.Artifact{Digest: digestOf(arriving), SizeBytes: uint64(len(arriving))})
+		done <- err
+	}()
+	want := []artifact.Holding{
+		{Digest: digestOf(cached), Complete: true, Delivered: 3000, Total: 3000},
+		{Digest: digestOf(arriving), Delivered: 0, Total: 5000},
+	}
+	slices.SortFunc(want, func(a, b artifact.Holding) int { return bytes.Compare([]byte(a.Digest), []byte(b.Digest)) })
+	deadline := time.Now().Add(10 * time.Second)
+	for len(f.offsets()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got, err := c.Holdings(); err != nil || !slices.Equal(got, want) {
+		t.Errorf("Holdings while fetching: %v %v, want %v", got, err, want)
+	}
+	close(f.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		want[i].Complete, want[i].Delivered = true, want[i].Total
+	}
+	if got, err := c.Holdings(); err != nil || !slices.Equal(got, want) {
+		t.Errorf("Holdings once fetched: %v %v, want %v", got, err, want)
+	}
+}

@@ -12,12 +12,14 @@ import (
 )
 
 // RunNodeLifecycle runs the store tests of the node lifecycle (drain,
-// executions by node) against databases from b.
+// executions by node, what nodes' artifact caches hold) against databases
+// from b.
 func RunNodeLifecycle(t *testing.T, b Backend) {
 	for name, fn := range map[string]func(*testing.T, string){
 		"NodeDraining":           testNodeDraining,
 		"ExecutionsByNode":       testExecutionsByNode,
 		"RuntimeNodesBackfilled": testRuntimeNodesBackfilled,
+		"NodeArtifacts":          testNodeArtifacts,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

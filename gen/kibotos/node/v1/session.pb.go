@@ -860,7 +860,12 @@ type NodeObservation struct {
 	InstanceIds               []string                  `protobuf:"bytes,10,rep,name=instance_ids,json=instanceIds,proto3" json:"instance_ids,omitempty"`
 	// executions are the executions the node runs or that ended since it
 	// last reported them.
-	Executions    []*ExecutionReport `protobuf:"bytes,11,rep,name=executions,proto3" json:"executions,omitempty"`
+	Executions []*ExecutionReport `protobuf:"bytes,11,rep,name=executions,proto3" json:"executions,omitempty"`
+	// artifacts are what the node's artifact cache holds: every artifact it
+	// holds complete and every one arriving now, ordered by digest. ctrl
+	// records them per node (GetTemplateDelivery reads them) and writes
+	// only when they change.
+	Artifacts     []*CachedArtifact `protobuf:"bytes,12,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -972,6 +977,88 @@ func (x *NodeObservation) GetExecutions() []*ExecutionReport {
 	return nil
 }
 
+func (x *NodeObservation) GetArtifacts() []*CachedArtifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
+// CachedArtifact is one artifact in the node's cache, complete or arriving.
+type CachedArtifact struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// digest is the artifact's sha256, as "sha256:" and 64 lowercase hex
+	// digits.
+	Digest string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	// complete is true once the whole artifact is on the node and matched
+	// its digest; delivered_bytes is then total_bytes.
+	Complete bool `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
+	// delivered_bytes is how many bytes are on the node; total_bytes is the
+	// artifact's size, zero while an arriving one's size is not known yet.
+	DeliveredBytes uint64 `protobuf:"varint,3,opt,name=delivered_bytes,json=deliveredBytes,proto3" json:"delivered_bytes,omitempty"`
+	TotalBytes     uint64 `protobuf:"varint,4,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CachedArtifact) Reset() {
+	*x = CachedArtifact{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CachedArtifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CachedArtifact) ProtoMessage() {}
+
+func (x *CachedArtifact) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CachedArtifact.ProtoReflect.Descriptor instead.
+func (*CachedArtifact) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CachedArtifact) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *CachedArtifact) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *CachedArtifact) GetDeliveredBytes() uint64 {
+	if x != nil {
+		return x.DeliveredBytes
+	}
+	return 0
+}
+
+func (x *CachedArtifact) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
 // ClockProbe asks the node for its clock; ctrl times the round trip.
 type ClockProbe struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -982,7 +1069,7 @@ type ClockProbe struct {
 
 func (x *ClockProbe) Reset() {
 	*x = ClockProbe{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1081,7 @@ func (x *ClockProbe) String() string {
 func (*ClockProbe) ProtoMessage() {}
 
 func (x *ClockProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1094,7 @@ func (x *ClockProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockProbe.ProtoReflect.Descriptor instead.
 func (*ClockProbe) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClockProbe) GetProbeId() uint64 {
@@ -1029,7 +1116,7 @@ type ClockReply struct {
 
 func (x *ClockReply) Reset() {
 	*x = ClockReply{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1128,7 @@ func (x *ClockReply) String() string {
 func (*ClockReply) ProtoMessage() {}
 
 func (x *ClockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1141,7 @@ func (x *ClockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReply.ProtoReflect.Descriptor instead.
 func (*ClockReply) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClockReply) GetProbeId() uint64 {
@@ -1094,7 +1181,7 @@ type NodeCommand struct {
 
 func (x *NodeCommand) Reset() {
 	*x = NodeCommand{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1193,7 @@ func (x *NodeCommand) String() string {
 func (*NodeCommand) ProtoMessage() {}
 
 func (x *NodeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1206,7 @@ func (x *NodeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCommand.ProtoReflect.Descriptor instead.
 func (*NodeCommand) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeCommand) GetOperationId() string {
@@ -1157,7 +1244,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1256,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1269,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommandResult) GetOperationId() string {
@@ -1277,7 +1364,7 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\x15filesystem_size_bytes\x18\x04 \x01(\x04H\x00R\x13filesystemSizeBytes\x88\x01\x01\x127\n" +
 	"\x15filesystem_free_bytes\x18\x05 \x01(\x04H\x01R\x13filesystemFreeBytes\x88\x01\x01B\x18\n" +
 	"\x16_filesystem_size_bytesB\x18\n" +
-	"\x16_filesystem_free_bytes\"\xf7\x06\n" +
+	"\x16_filesystem_free_bytes\"\xb6\a\n" +
 	"\x0fNodeObservation\x12'\n" +
 	"\rvm_cpu_millis\x18\x01 \x01(\rH\x00R\vvmCpuMillis\x88\x01\x01\x12+\n" +
 	"\x0fvm_memory_bytes\x18\x02 \x01(\x04H\x01R\rvmMemoryBytes\x88\x01\x01\x129\n" +
@@ -1292,13 +1379,20 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	" \x03(\tR\vinstanceIds\x12@\n" +
 	"\n" +
 	"executions\x18\v \x03(\v2 .kibotos.node.v1.ExecutionReportR\n" +
-	"executionsB\x10\n" +
+	"executions\x12=\n" +
+	"\tartifacts\x18\f \x03(\v2\x1f.kibotos.node.v1.CachedArtifactR\tartifactsB\x10\n" +
 	"\x0e_vm_cpu_millisB\x12\n" +
 	"\x10_vm_memory_bytesB\x19\n" +
 	"\x17_memory_available_bytesB!\n" +
 	"\x1f_cpu_pressure_some_basis_pointsB$\n" +
 	"\"_memory_pressure_some_basis_pointsB$\n" +
-	"\"_memory_pressure_full_basis_points\"'\n" +
+	"\"_memory_pressure_full_basis_points\"\x8e\x01\n" +
+	"\x0eCachedArtifact\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1a\n" +
+	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12'\n" +
+	"\x0fdelivered_bytes\x18\x03 \x01(\x04R\x0edeliveredBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x04 \x01(\x04R\n" +
+	"totalBytes\"'\n" +
 	"\n" +
 	"ClockProbe\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\x04R\aprobeId\"\xb1\x01\n" +
@@ -1339,7 +1433,7 @@ func file_kibotos_node_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(ClockSynchronization)(0),      // 0: kibotos.node.v1.ClockSynchronization
 	(*EnrollRequest)(nil),          // 1: kibotos.node.v1.EnrollRequest
@@ -1352,51 +1446,53 @@ var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(*HostResources)(nil),          // 8: kibotos.node.v1.HostResources
 	(*StoragePoolDeclaration)(nil), // 9: kibotos.node.v1.StoragePoolDeclaration
 	(*NodeObservation)(nil),        // 10: kibotos.node.v1.NodeObservation
-	(*ClockProbe)(nil),             // 11: kibotos.node.v1.ClockProbe
-	(*ClockReply)(nil),             // 12: kibotos.node.v1.ClockReply
-	(*NodeCommand)(nil),            // 13: kibotos.node.v1.NodeCommand
-	(*CommandResult)(nil),          // 14: kibotos.node.v1.CommandResult
-	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
-	(*CopyProgress)(nil),           // 16: kibotos.node.v1.CopyProgress
-	(*durationpb.Duration)(nil),    // 17: google.protobuf.Duration
-	(*ExecutionReport)(nil),        // 18: kibotos.node.v1.ExecutionReport
-	(*anypb.Any)(nil),              // 19: google.protobuf.Any
-	(*FetchArtifactRequest)(nil),   // 20: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),  // 21: kibotos.node.v1.FetchArtifactResponse
+	(*CachedArtifact)(nil),         // 11: kibotos.node.v1.CachedArtifact
+	(*ClockProbe)(nil),             // 12: kibotos.node.v1.ClockProbe
+	(*ClockReply)(nil),             // 13: kibotos.node.v1.ClockReply
+	(*NodeCommand)(nil),            // 14: kibotos.node.v1.NodeCommand
+	(*CommandResult)(nil),          // 15: kibotos.node.v1.CommandResult
+	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
+	(*CopyProgress)(nil),           // 17: kibotos.node.v1.CopyProgress
+	(*durationpb.Duration)(nil),    // 18: google.protobuf.Duration
+	(*ExecutionReport)(nil),        // 19: kibotos.node.v1.ExecutionReport
+	(*anypb.Any)(nil),              // 20: google.protobuf.Any
+	(*FetchArtifactRequest)(nil),   // 21: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),  // 22: kibotos.node.v1.FetchArtifactResponse
 }
 var file_kibotos_node_v1_session_proto_depIdxs = []int32{
-	15, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
+	16, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
 	6,  // 1: kibotos.node.v1.SessionRequest.hello:type_name -> kibotos.node.v1.NodeHello
 	10, // 2: kibotos.node.v1.SessionRequest.observation:type_name -> kibotos.node.v1.NodeObservation
-	12, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
-	14, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
+	13, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
+	15, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
 	4,  // 5: kibotos.node.v1.SessionRequest.execution_progress:type_name -> kibotos.node.v1.ExecutionProgress
-	16, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
+	17, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
 	7,  // 7: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
-	11, // 8: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
-	13, // 9: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
+	12, // 8: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
+	14, // 9: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
 	8,  // 10: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
 	9,  // 11: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	17, // 12: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
-	15, // 13: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
-	15, // 14: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
+	18, // 12: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
+	16, // 13: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
+	16, // 14: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
 	9,  // 15: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	18, // 16: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
-	15, // 17: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
-	0,  // 18: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
-	19, // 19: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
-	19, // 20: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
-	1,  // 21: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
-	3,  // 22: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
-	20, // 23: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
-	2,  // 24: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
-	5,  // 25: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
-	21, // 26: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
-	24, // [24:27] is the sub-list for method output_type
-	21, // [21:24] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	19, // 16: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
+	11, // 17: kibotos.node.v1.NodeObservation.artifacts:type_name -> kibotos.node.v1.CachedArtifact
+	16, // 18: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
+	0,  // 19: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
+	20, // 20: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
+	20, // 21: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
+	1,  // 22: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
+	3,  // 23: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
+	21, // 24: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
+	2,  // 25: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
+	5,  // 26: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
+	22, // 27: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
+	25, // [25:28] is the sub-list for method output_type
+	22, // [22:25] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_session_proto_init() }
@@ -1427,7 +1523,7 @@ func file_kibotos_node_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_session_proto_rawDesc), len(file_kibotos_node_v1_session_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
