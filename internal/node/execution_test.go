@@ -97,6 +97,19 @@ func (h *harness) startOp(art *testenv.VMArtifacts, instanceID, bootID string) *
 	}
 }
 
+// startFailure is the StartFailure a failed start's answer carries.
+func startFailure(t *testing.T, res *nodev1.CommandResult) *nodev1.StartFailure {
+	t.Helper()
+	f := &nodev1.StartFailure{}
+	if res.GetCode() == 0 || res.GetResult() == nil {
+		t.Fatalf("a failed start's answer: %v, want a failure carrying a StartFailure", res)
+	}
+	if err := res.GetResult().UnmarshalTo(f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func executionStatus(t *testing.T, res *nodev1.CommandResult) *nodev1.ExecutionStatus {
 	t.Helper()
 	if res.GetCode() != 0 {
@@ -533,14 +546,21 @@ func TestStartsFromABrokenTemplate(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.poolDir, "layers", "ws-inst-bad.img")); !os.IsNotExist(err) {
 		t.Errorf("a failed start left its new layer: %v", err)
 	}
+	if !startFailure(t, res).GetLayerRemoved() {
+		t.Error("the failed start does not say it removed the layer it made")
+	}
 
 	// A Workspace that ran keeps its layer when a later start fails.
 	executionStatus(t, s.commandWithin(t, bootWait, "start-kept", h.startOp(art, "inst-kept", "boot-kept")))
 	stopResult(t, s.command(t, "stop-kept", &nodev1.StopExecution{InstanceId: "inst-kept"}))
 	bad := h.startOp(art, "inst-kept", "boot-kept-2")
 	bad.TemplateRoot = broken
-	if res := s.commandWithin(t, bootWait, "start-kept-bad", bad); res.GetCode() == 0 {
+	res = s.commandWithin(t, bootWait, "start-kept-bad", bad)
+	if res.GetCode() == 0 {
 		t.Fatal("a start from a broken template succeeded")
+	}
+	if startFailure(t, res).GetLayerRemoved() {
+		t.Error("a failed start says it removed a layer that existed before it")
 	}
 	st := executionStatus(t, s.commandWithin(t, bootWait, "start-kept-again", h.startOp(art, "inst-kept", "boot-kept-3")))
 	if st.GetLayerCreated() {

@@ -605,12 +605,19 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 		created = true
 		log.Info("writable layer created", "path", layerPath, "capacity_bytes", st.CapacityBytes)
 	}
-	removeLayer := func() {
+	// failRemovingLayer answers a start that failed from here on: it
+	// removes the layer this start made, and says whether it did, so ctrl
+	// no longer counts a layer that is gone.
+	failRemovingLayer := func(code connect.Code, msg string) *nodev1.CommandResult {
+		removed := false
 		if created {
 			if _, err := e.a.blocks.Remove(layerRef); err != nil {
 				log.Warn("cannot remove the layer this failed start made", "err", err)
+			} else {
+				removed = true
 			}
 		}
+		return startFailed(code, msg, removed)
 	}
 
 	runDir := filepath.Join(e.dir, id)
@@ -622,12 +629,10 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 	}
 	e.mu.Unlock()
 	if err := os.RemoveAll(runDir); err != nil {
-		removeLayer()
-		return failure("", connect.CodeInternal, err.Error())
+		return failRemovingLayer(connect.CodeInternal, err.Error())
 	}
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
-		removeLayer()
-		return failure("", errorCode(err), err.Error())
+		return failRemovingLayer(errorCode(err), err.Error())
 	}
 	rec := execRecord{
 		InstanceID: id, BootID: op.GetBootId(), Accel: accel, LayerCreated: created,
@@ -647,8 +652,7 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 		cmdline += " kibotos.hostname=" + h
 	}
 	if err := writeRecord(runDir, rec); err != nil {
-		removeLayer()
-		return failure("", errorCode(err), "write the execution record: "+err.Error())
+		return failRemovingLayer(errorCode(err), "write the execution record: "+err.Error())
 	}
 	fail := func(code connect.Code, msg string) *nodev1.CommandResult {
 		e.mu.Lock()
@@ -657,9 +661,8 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 		}
 		e.mu.Unlock()
 		e.cleanRunDir(runDir)
-		removeLayer()
 		log.Warn("execution did not start", "code", code, "message", msg)
-		return failure("", code, msg)
+		return failRemovingLayer(code, msg)
 	}
 	x = &execution{id: id, runDir: runDir, rec: rec, state: booting}
 	e.mu.Lock()
@@ -720,6 +723,16 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 	log.Info("execution running", "boot_time", time.Since(start).Round(time.Millisecond))
 	e.notify()
 	return resultOf(e.status(x))
+}
+
+// startFailed is the answer of a start that failed after it came to the
+// writable layer: the code and message, and what it left of the layer.
+func startFailed(code connect.Code, msg string, layerRemoved bool) *nodev1.CommandResult {
+	res := failure("", code, msg)
+	if a, err := anypb.New(&nodev1.StartFailure{LayerRemoved: layerRemoved}); err == nil {
+		res.Result = a
+	}
+	return res
 }
 
 // reportDelivery sends the start's artifact progress about once a second

@@ -8,6 +8,12 @@ import (
 	"path/filepath"
 	"testing"
 
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
+	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/platform"
 	"github.com/kibotos/kibotos/internal/template"
 )
@@ -29,8 +35,10 @@ func (c *Cluster) BootableCatalog(t testing.TB) {
 // UnbootableCatalog registers a default platform and template no VM can
 // boot: a create or start then goes through placement (the layer placed
 // and reserved, the execution charged to a node) and fails when the node
-// boots it, releasing the execution. For tests of what placement and a
-// Workspace without an execution do, without booting a VM.
+// boots it, releasing the execution; a layer that start made is removed
+// again and no longer placed (KeepLayer gives a Workspace one that stays).
+// For tests of what placement and a Workspace without an execution do,
+// without booting a VM.
 func (c *Cluster) UnbootableCatalog(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
@@ -51,5 +59,56 @@ func (c *Cluster) UnbootableCatalog(t testing.TB) {
 	sum := sha256.Sum256(body)
 	if _, err := c.Ctrl.Catalog().RegisterTemplate(ctx, "busybox", &template.Image{Path: root, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(body))}, true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// KeepLayer gives Workspace id, which has no execution, a writable layer
+// that outlives the starts UnbootableCatalog fails: it makes the layer's
+// block file in poolDir, as a start that booted would have left it, then
+// starts the Workspace (on nodeID only, when set) and waits until the
+// start failed. That start finds the layer already there, so the node
+// keeps it and ctrl keeps it placed. poolDir is the directory of the pool
+// the start places the layer in: its Volume's, else the node's default.
+// (A start that makes the layer itself removes it when it fails.)
+func (c *Cluster) KeepLayer(t testing.TB, id, poolDir, nodeID string) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := c.Workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := got.Msg.GetWorkspace().GetSpec().GetResources().GetWritableLayerCapacityBytes()
+	if capacity == 0 {
+		capacity = workspace.DefaultLayerCapacity
+	}
+	blocks, err := blockfile.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocks.Ensure(ctx, blockfile.Ref{PoolDir: poolDir, Kind: blockfile.WritableLayer, ObjectID: id}, capacity); err != nil {
+		t.Fatal(err)
+	}
+	commandID := "keep-layer-" + id
+	start := &ctrlv1.StartWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: commandID}, WorkspaceId: id}
+	if nodeID == "" {
+		_, err = c.Workspaces.StartWorkspace(ctx, connect.NewRequest(start))
+	} else {
+		_, err = c.Nodes.StartWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.StartWorkspaceOnNodeRequest{NodeId: nodeID, Request: start}))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd *ctrlv1.WorkspaceCommand
+	WaitFor(t, "the start keeping "+id+"'s layer to end", func() bool {
+		res, err := c.Workspaces.GetWorkspaceCommand(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{CommandId: commandID}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd = res.Msg.GetCommand()
+		return cmd.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED ||
+			cmd.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED
+	})
+	if f := cmd.GetFailure(); f == nil || f.GetStage() == ctrlv1.FailureStage_FAILURE_STAGE_PLACING {
+		t.Fatalf("the start keeping %s's layer: %v, want it placed and failed at boot", id, cmd)
 	}
 }

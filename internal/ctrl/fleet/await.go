@@ -17,7 +17,9 @@ import (
 	"github.com/kibotos/kibotos/internal/store"
 )
 
-// Answer is a node's answer to an operation: a result, or a failure.
+// Answer is a node's answer to an operation: a result, or a failure. A
+// failure may carry a result too, saying what the failed operation left
+// (StartExecution's StartFailure).
 type Answer struct {
 	Result  *anypb.Any
 	Failure *ctrlv1.WorkspaceFailure
@@ -70,7 +72,7 @@ func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string,
 		return &Answer{Result: op.GetResult()}, nil
 	case storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED:
 		code := connect.Code(op.GetCode())
-		return &Answer{Failure: &ctrlv1.WorkspaceFailure{
+		return &Answer{Result: op.GetResult(), Failure: &ctrlv1.WorkspaceFailure{
 			Stage: stage, Reason: reasonOf(code), Retryable: code == connect.CodeUnavailable,
 			Message: fmt.Sprintf("node %s: %s", op.GetNodeId(), op.GetMessage()),
 		}}, nil

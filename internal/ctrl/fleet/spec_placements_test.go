@@ -52,15 +52,17 @@ func bootedOn(w *ctrlv1.Workspace, node string) bool {
 }
 
 // clusterWithFastOnNodeB starts ctrl with node-a on pool "default" and
-// node-b on pool "fast", its default, which node-a does not reach.
-func clusterWithFastOnNodeB(t *testing.T) *testenv.Cluster {
+// node-b on pool "fast" (in fastDir), its default, which node-a does not
+// reach.
+func clusterWithFastOnNodeB(t *testing.T) (c *testenv.Cluster, fastDir string) {
 	t.Helper()
-	c := testenv.New(t, placementTimeout(2*time.Second))
+	c = testenv.New(t, placementTimeout(2*time.Second))
 	c.StartNode(t, "node-a", "", "")
-	c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "fast", Dir: t.TempDir(), Default: true})
+	fastDir = t.TempDir()
+	c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "fast", Dir: fastDir, Default: true})
 	c.EnsureCapacity(t, "fast", 1<<40)
 	c.UnbootableCatalog(t)
-	return c
+	return c, fastDir
 }
 
 // createOnNodeB creates a Workspace of 100 mCPU and 128 MiB with volume,
@@ -147,10 +149,13 @@ func TestSpecAPinnedCreateStaysPinnedAcrossACtrlRestart(t *testing.T) {
 // Workspace's writable layer, or of its Volume, fails to start as
 // unavailable, naming the pool.
 func TestSpecStartOnANodeNotReachingItsPoolsFailsAsUnavailable(t *testing.T) {
-	c := clusterWithFastOnNodeB(t)
+	c, fast := clusterWithFastOnNodeB(t)
 
-	// No Volume: its layer goes to node-b's default pool, fast.
+	// No Volume: its layer goes to node-b's default pool, fast (where a
+	// start that finds it keeps it; the create's own start removed it).
 	withLayer := createOnNodeB(t, c, "create-layer", &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}).GetWorkspaceId()
+	failedWorkspace(t, c, withLayer)
+	c.KeepLayer(t, withLayer, fast, "node-b")
 	vol, err := c.Volumes.CreateVolume(ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{
 		Command: cmd("volume-1"), Spec: &ctrlv1.VolumeSpec{StoragePool: "fast", CapacityBytes: 32 << 20},
 	}))
@@ -249,7 +254,7 @@ func TestSpecAPinnedCreateOnADrainedNodeFails(t *testing.T) {
 // (the first node's) default, which node-b does not reach: node-b creates
 // the Volume and boots the Workspace.
 func TestSpecAPinnedCreatesNewVolumeGoesToThePinnedNodesDefaultPool(t *testing.T) {
-	c := clusterWithFastOnNodeB(t)
+	c, _ := clusterWithFastOnNodeB(t)
 
 	ws := createOnNodeB(t, c, "create-1", &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 32 << 20}})
 	if w := failedWorkspace(t, c, ws.GetWorkspaceId()); !bootedOn(w, "node-b") {

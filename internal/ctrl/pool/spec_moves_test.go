@@ -79,8 +79,9 @@ func TestSpecMovesKeepAWorkspacesVolumeAndLayerOnOneNode(t *testing.T) {
 		vol := e.availableVolume("v1", "pool-a")
 		ws := e.createBound("create-1", vol)
 		e.failedWithoutExecution(ws)
+		e.c.KeepLayer(t, ws, dirA, "")
 		if layer, err := e.layerOf(ws); err != nil || layer.GetStoragePool() != "pool-a" {
-			t.Fatalf("the layer of the failed create: %v %v, want it placed in pool-a beside its Volume", layer, err)
+			t.Fatalf("the layer kept by a failed start: %v %v, want it placed in pool-a beside its Volume", layer, err)
 		}
 
 		o, err := e.moveVolume("move-1", vol, "pool-c")
@@ -205,13 +206,15 @@ func TestSpecAMoveCopiesTheBlocksInUse(t *testing.T) {
 // Workspace does not start either.
 func TestSpecWhileObjectsMoveTheyStayInTheirSourcePool(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		n, _, _ := e.nodeReachingTwoPools()
+		n, dirA, _ := e.nodeReachingTwoPools()
 		e.c.UnbootableCatalog(t)
 		bound, free := e.availableVolume("v1", "pool-a"), e.availableVolume("v2", "pool-a")
 		ws := e.createBound("create-1", bound)
 		e.failedWithoutExecution(ws)
+		e.c.KeepLayer(t, ws, dirA, "")
 		lone := e.createWorkspace("create-lone", 64*mib) // no Volume: its layer goes to pool-a, the default
 		e.failedWithoutExecution(lone)
+		e.c.KeepLayer(t, lone, dirA, "")
 		n.Stop(t)
 		e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
 

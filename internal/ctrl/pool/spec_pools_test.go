@@ -4,6 +4,8 @@ package pool_test
 // the other pool tests do not assert (docs/spec-coverage/pools.md).
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -178,6 +180,10 @@ func TestSpecACapacityTakesEffectForLayersOnEveryNodeReachingThePool(t *testing.
 		if !placedOn(onA, "node-a") || !placedOn(onB, "node-b") {
 			t.Errorf("layers once the capacity is set: %v on node-a, %v on node-b; want each placed", onA.GetFailure(), onB.GetFailure())
 		}
+		// Each create's first start removed the layer it made; a start that
+		// finds the layer there keeps it, reserving its capacity.
+		e.c.KeepLayer(t, onA.GetWorkspaceId(), shared, "node-a")
+		e.c.KeepLayer(t, onB.GetWorkspaceId(), shared, "node-b")
 		if p := e.pool("shared"); p.GetRetainedLayerCount() != 2 || p.GetReservedBytes() != 128*mib {
 			t.Errorf("shared = %v, want 2 layers reserving 128 MiB", p)
 		}
@@ -259,10 +265,12 @@ func (e *env) command(id string) *store.CommandRow {
 // places a new one.
 func TestSpecALostPoolsLayersAreCountedAndForgotten(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		n := e.startNode("node-a", node.Pool{Name: "doomed", Dir: t.TempDir()})
+		doomed := t.TempDir()
+		n := e.startNode("node-a", node.Pool{Name: "doomed", Dir: doomed})
 		e.capacities("doomed")
 		e.c.UnbootableCatalog(t)
 		kept := e.createOn("create-kept", "node-a", 64*mib)
+		e.c.KeepLayer(t, kept.GetWorkspaceId(), doomed, "")
 		gone := e.createOn("create-gone", "node-a", 64*mib)
 		if _, err := e.c.Workspaces.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd("delete-gone"), WorkspaceId: gone.GetWorkspaceId()})); err != nil {
 			t.Fatal(err)
@@ -299,6 +307,47 @@ func TestSpecAGrowthBeyondThePoolsCapacityIsResourceExhausted(t *testing.T) {
 		}
 		if v := e.volume(id); v.GetSpec().GetCapacityBytes() != 32*mib || e.pool("pool-a").GetReservedBytes() != 32*mib {
 			t.Errorf("after a refused growth: %v, pool reserves %d; want 32 MiB both", v, e.pool("pool-a").GetReservedBytes())
+		}
+	})
+}
+
+// A first start that fails at boot leaves no writable layer: the node
+// removes the one it made, so ctrl does not keep it placed (not listed in
+// the pool, nothing reserved, no retained layer, nothing to move) and the
+// next start places one anew. A layer that existed before a start that
+// fails is kept by the node and stays placed: it is listed, reserves its
+// capacity, and moves.
+func TestSpecAFailedStartKeepsOnlyTheLayersThatRemain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		_, dirA, dirB := e.nodeReachingTwoPools()
+		e.c.UnbootableCatalog(t)
+		ws := e.createWorkspace("create-1", 64*mib)
+		e.failedWithoutExecution(ws)
+		if o, err := e.layerOf(ws); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("the layer of a first start that failed at boot: %v %v, want not_found", o, err)
+		}
+		if p := e.pool("pool-a"); p.GetReservedBytes() != 0 || p.GetRetainedLayerCount() != 0 || len(e.objects("pool-a")) != 0 {
+			t.Errorf("pool-a after the failed first start: %v, objects %v; want nothing reserved or listed", p, e.objects("pool-a"))
+		}
+		if _, err := e.moveLayer("move-1", ws, "pool-b"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Errorf("moving the layer a failed first start removed: %v, want failed_precondition (no layer placed)", err)
+		}
+
+		// The next start places the layer anew, in the node's default
+		// pool; finding its block file there already, it keeps it.
+		e.c.KeepLayer(t, ws, dirA, "")
+		layer, err := e.layerOf(ws)
+		if err != nil || layer.GetStoragePool() != "pool-a" || layer.GetCapacityBytes() != 64*mib {
+			t.Fatalf("a layer that existed before the failed start: %v %v, want it placed in pool-a with 64 MiB", layer, err)
+		}
+		if p := e.pool("pool-a"); p.GetReservedBytes() != 64*mib || p.GetRetainedLayerCount() != 1 {
+			t.Errorf("pool-a with the kept layer: %v, want it reserving 64 MiB for one layer", p)
+		}
+		if o, err := e.moveLayer("move-2", ws, "pool-b"); err != nil || o.GetStoragePool() != "pool-b" {
+			t.Errorf("moving the kept layer: %v %v, want it in pool-b", o, err)
+		}
+		if _, err := os.Stat(filepath.Join(dirB, "layers", ws+".img")); err != nil {
+			t.Errorf("the moved layer's block file in pool-b: %v", err)
 		}
 	})
 }

@@ -109,7 +109,7 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	if answer.Failure != nil {
-		return s.failStart(ctx, wk, answer.Failure)
+		return s.failStart(ctx, wk, answer.Failure, func(tx *store.Tx) error { return forgetRemovedLayer(tx, start, answer) })
 	}
 	status := &nodev1.ExecutionStatus{}
 	if err := answer.Result.UnmarshalTo(status); err != nil {
@@ -358,12 +358,18 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 }
 
 // failStart records a create or start that failed: the Workspace is FAILED
-// and holds no execution, so it can be started again.
-func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrlv1.WorkspaceFailure) error {
+// and holds no execution, so it can be started again. also runs in the
+// same transaction.
+func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrlv1.WorkspaceFailure, also ...func(tx *store.Tx) error) error {
 	return wk.Fail(ctx, failure, func(tx *store.Tx) error {
 		id := wk.Command().GetTargetId()
 		if err := tx.ReleaseAllocation(id, instanceID(id, wk.Command().GetCommandId())); err != nil {
 			return err
+		}
+		for _, f := range also {
+			if err := f(tx); err != nil {
+				return err
+			}
 		}
 		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) {
 			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
@@ -376,6 +382,28 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 			}
 		})
 	})
+}
+
+// forgetRemovedLayer follows a failed start's node: when the start made
+// the writable layer and removed it again (StartFailure.layer_removed),
+// the layer no longer exists, so it is no longer placed: it leaves its
+// pool's objects and reservation, and the next start places a new one as a
+// first start does. A layer that existed before the start is kept by the
+// node, and stays placed.
+func forgetRemovedLayer(tx *store.Tx, start *nodev1.StartExecution, answer *fleet.Answer) error {
+	gone := &nodev1.StartFailure{}
+	if answer.Result == nil || !answer.Result.MessageIs(gone) {
+		return nil // the node says nothing of the layer: it is as it was
+	}
+	if err := answer.Result.UnmarshalTo(gone); err != nil || !gone.GetLayerRemoved() {
+		return err
+	}
+	rt, err := tx.GetRuntime(WorkspaceOf(start.GetInstanceId()), true)
+	if err != nil || rt.GetLayerPool() != start.GetLayer().GetStoragePool() {
+		return err
+	}
+	rt.LayerPool, rt.LayerCapacityBytes, rt.LayerTemplate = "", 0, ""
+	return tx.PutRuntime(rt)
 }
 
 // runStop stops the current execution.

@@ -154,7 +154,9 @@ func (x *Artifact) GetName() string {
 // file if it does not exist (an ext4 file of layer_capacity_bytes), checks
 // the Volume's block file, boots the VM and answers once the guest agent
 // answers. Result: ExecutionStatus. Applying it for an instance that runs
-// already answers its status.
+// already answers its status. A start that fails after making the layer
+// removes it again (a layer that existed before is kept); its failure then
+// carries a StartFailure result saying so.
 type StartExecution struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	InstanceId string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
@@ -379,6 +381,57 @@ func (x *ExecutionStatus) GetLayerCapacityBytes() uint64 {
 	return 0
 }
 
+// StartFailure is the result a failed StartExecution carries beside its
+// code and message: what the start left of the writable layer. A failure
+// without it left the layer as it was before the start (or is from a node
+// that does not say).
+type StartFailure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// layer_removed is true when this start made the writable layer (it did
+	// not exist) and removed it again when it failed: the node keeps no
+	// block file for it.
+	LayerRemoved  bool `protobuf:"varint,1,opt,name=layer_removed,json=layerRemoved,proto3" json:"layer_removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartFailure) Reset() {
+	*x = StartFailure{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartFailure) ProtoMessage() {}
+
+func (x *StartFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartFailure.ProtoReflect.Descriptor instead.
+func (*StartFailure) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StartFailure) GetLayerRemoved() bool {
+	if x != nil {
+		return x.LayerRemoved
+	}
+	return false
+}
+
 // StopExecution stops one execution (NodeCommand body). A normal stop asks
 // the guest agent to sync, unmount and power off, waiting up to
 // timeout_seconds (default 60) before killing it; force kills it at once.
@@ -395,7 +448,7 @@ type StopExecution struct {
 
 func (x *StopExecution) Reset() {
 	*x = StopExecution{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[3]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +460,7 @@ func (x *StopExecution) String() string {
 func (*StopExecution) ProtoMessage() {}
 
 func (x *StopExecution) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[3]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +473,7 @@ func (x *StopExecution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExecution.ProtoReflect.Descriptor instead.
 func (*StopExecution) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{3}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StopExecution) GetInstanceId() string {
@@ -455,7 +508,7 @@ type StopResult struct {
 
 func (x *StopResult) Reset() {
 	*x = StopResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[4]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +520,7 @@ func (x *StopResult) String() string {
 func (*StopResult) ProtoMessage() {}
 
 func (x *StopResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[4]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +533,7 @@ func (x *StopResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResult.ProtoReflect.Descriptor instead.
 func (*StopResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{4}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StopResult) GetDurable() bool {
@@ -516,7 +569,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[5]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +581,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[5]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +594,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExecutionReport) GetInstanceId() string {
@@ -597,7 +650,7 @@ type FetchArtifactRequest struct {
 
 func (x *FetchArtifactRequest) Reset() {
 	*x = FetchArtifactRequest{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +662,7 @@ func (x *FetchArtifactRequest) String() string {
 func (*FetchArtifactRequest) ProtoMessage() {}
 
 func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +675,7 @@ func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactRequest.ProtoReflect.Descriptor instead.
 func (*FetchArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FetchArtifactRequest) GetDigest() string {
@@ -650,7 +703,7 @@ type FetchArtifactResponse struct {
 
 func (x *FetchArtifactResponse) Reset() {
 	*x = FetchArtifactResponse{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +715,7 @@ func (x *FetchArtifactResponse) String() string {
 func (*FetchArtifactResponse) ProtoMessage() {}
 
 func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +728,7 @@ func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactResponse.ProtoReflect.Descriptor instead.
 func (*FetchArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FetchArtifactResponse) GetOffset() uint64 {
@@ -731,7 +784,9 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\rlayer_created\x18\x03 \x01(\bR\flayerCreated\x12\x14\n" +
 	"\x05accel\x18\x04 \x01(\tR\x05accel\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
-	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"o\n" +
+	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"3\n" +
+	"\fStartFailure\x12#\n" +
+	"\rlayer_removed\x18\x01 \x01(\bR\flayerRemoved\"o\n" +
 	"\rStopExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
@@ -780,28 +835,29 @@ func file_kibotos_node_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(ExecutionEnd)(0),             // 0: kibotos.node.v1.ExecutionEnd
 	(*Artifact)(nil),              // 1: kibotos.node.v1.Artifact
 	(*StartExecution)(nil),        // 2: kibotos.node.v1.StartExecution
 	(*ExecutionStatus)(nil),       // 3: kibotos.node.v1.ExecutionStatus
-	(*StopExecution)(nil),         // 4: kibotos.node.v1.StopExecution
-	(*StopResult)(nil),            // 5: kibotos.node.v1.StopResult
-	(*ExecutionReport)(nil),       // 6: kibotos.node.v1.ExecutionReport
-	(*FetchArtifactRequest)(nil),  // 7: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil), // 8: kibotos.node.v1.FetchArtifactResponse
-	(*BlockFileRef)(nil),          // 9: kibotos.node.v1.BlockFileRef
-	(*v1.MemoryReport)(nil),       // 10: kibotos.guest.v1.MemoryReport
+	(*StartFailure)(nil),          // 4: kibotos.node.v1.StartFailure
+	(*StopExecution)(nil),         // 5: kibotos.node.v1.StopExecution
+	(*StopResult)(nil),            // 6: kibotos.node.v1.StopResult
+	(*ExecutionReport)(nil),       // 7: kibotos.node.v1.ExecutionReport
+	(*FetchArtifactRequest)(nil),  // 8: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil), // 9: kibotos.node.v1.FetchArtifactResponse
+	(*BlockFileRef)(nil),          // 10: kibotos.node.v1.BlockFileRef
+	(*v1.MemoryReport)(nil),       // 11: kibotos.guest.v1.MemoryReport
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
 	1,  // 1: kibotos.node.v1.StartExecution.initrd:type_name -> kibotos.node.v1.Artifact
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
-	9,  // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
-	9,  // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
+	10, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
+	10, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
 	0,  // 5: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	10, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	11, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
 	7,  // [7:7] is the sub-list for method output_type
 	7,  // [7:7] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -821,7 +877,7 @@ func file_kibotos_node_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_execution_proto_rawDesc), len(file_kibotos_node_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
