@@ -45,20 +45,8 @@ func needQEMU(t *testing.T) {
 // run in sessions of their own).
 func (h *harness) killVMsAfter() {
 	h.t.Cleanup(func() {
-		dirs, _ := filepath.Glob(filepath.Join(h.stateDir, "executions", "*"))
-		for _, dir := range dirs {
-			b, err := os.ReadFile(filepath.Join(dir, "qemu.pid"))
-			if err != nil {
-				continue
-			}
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				continue
-			}
-			if cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.Contains(string(cmdline), dir) {
-				h.t.Logf("killing the VM left in %s", dir)
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
+		if n := testenv.PowerOffVMs(h.stateDir); n > 0 {
+			h.t.Logf("killed %d VMs left running", n)
 		}
 	})
 }

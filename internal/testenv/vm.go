@@ -127,22 +127,30 @@ func (n *Node) PowerOff() { _ = PowerOffVMs(n.StateDir) }
 // killing the agent leaves it running. It returns how many it killed.
 func PowerOffVMs(stateDir string) int {
 	killed := 0
-	pids, _ := filepath.Glob(filepath.Join(stateDir, "executions", "*", "qemu.pid"))
-	for _, path := range pids {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			continue
-		}
-		// Only a QEMU of this execution directory: the pid may be reused.
-		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), filepath.Dir(path)) {
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed++
-			}
+	runDirs, _ := filepath.Glob(filepath.Join(stateDir, "executions", "*"))
+	for _, runDir := range runDirs {
+		if pid := VMProcess(runDir); pid != 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
 		}
 	}
 	return killed
+}
+
+// VMProcess is the QEMU process of the execution in runDir (a node
+// agent's executions/<instance> directory), 0 when none runs. The pid
+// QEMU wrote may have been reused since: it is that VM's only while its
+// command line names runDir.
+func VMProcess(runDir string) int {
+	b, err := os.ReadFile(filepath.Join(runDir, "qemu.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !strings.Contains(string(cmdline), runDir) {
+		return 0
+	}
+	return pid
 }

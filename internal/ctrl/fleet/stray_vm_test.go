@@ -1,12 +1,8 @@
 package fleet_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -16,24 +12,8 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
-
-// vmProcess is the QEMU process of the execution in runDir, 0 when none
-// runs (a pid is only that VM's while its command line names runDir).
-func vmProcess(runDir string) int {
-	b, err := os.ReadFile(filepath.Join(runDir, "qemu.pid"))
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || syscall.Kill(pid, 0) != nil {
-		return 0
-	}
-	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !strings.Contains(string(cmdline), runDir) {
-		return 0
-	}
-	return pid
-}
 
 // A node agent that stops leaves its VM running; once the operator
 // isolated the node, its Workspace failed and ctrl let go of that VM's
@@ -64,7 +44,7 @@ func TestANodeBackFromIsolationStopsTheVMItsOldIncarnationLeft(t *testing.T) {
 	// The agent stops; its VM lives on.
 	incarnation := c.Registration(t, "node-a").GetIncarnation()
 	n.Stop(t)
-	if vmProcess(runDir) == 0 {
+	if testenv.VMProcess(runDir) == 0 {
 		t.Fatal("the VM ended with its node agent")
 	}
 	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
@@ -78,7 +58,7 @@ func TestANodeBackFromIsolationStopsTheVMItsOldIncarnationLeft(t *testing.T) {
 
 	// The node comes back, re-attaches the VM and is told to stop it.
 	c.StartNode(t, "node-a", n.StateDir, n.PoolDir)
-	waitLong(t, "the VM of the old incarnation to be stopped", func() bool { return vmProcess(runDir) == 0 })
+	waitLong(t, "the VM of the old incarnation to be stopped", func() bool { return testenv.VMProcess(runDir) == 0 })
 	opID := fleet.StrayStopOperationID("node-a", incarnation+1, instance)
 	var op *storev1.NodeOperation
 	waitLong(t, "node-a to answer the stop", func() bool {
