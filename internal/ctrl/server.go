@@ -240,6 +240,7 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	ws := workspace.New(st, f, vols, runner)
 	f.Serve(cat, ws)
+	cat.ServeDelivery(f)
 	pools := pool.New(st, runner, cfg.Logger.With("component", "pool"))
 	pools.ServeMoves(f, runner)
 	return backend{

@@ -70,11 +70,12 @@ func (t *Tx) nodeArtifactDigests(nodeID string) ([]string, error) {
 	return out, rows.Err()
 }
 
-// ArtifactOnNodes reads the rows of digest of the nodes whose node_id is
-// after after and at most last (one page of nodes), by node_id.
-func (t *Tx) ArtifactOnNodes(digest, after, last string) (map[string]NodeArtifact, error) {
+// ArtifactOnNodes reads the rows of digest of the nodes from first to last
+// (one page of nodes). complete IN (0, 1) lets the range use the index
+// on (digest, complete, node_id) once for each value.
+func (t *Tx) ArtifactOnNodes(digest, first, last string) (map[string]NodeArtifact, error) {
 	rows, err := t.query(`SELECT node_id, digest, complete, delivered_bytes, total_bytes, started_at FROM node_artifacts
-		WHERE digest = ? AND node_id > ? AND node_id <= ?`, digest, after, last)
+		WHERE digest = ? AND complete IN (0, 1) AND node_id >= ? AND node_id <= ?`, digest, first, last)
 	if err != nil {
 		return nil, err
 	}

@@ -94,8 +94,7 @@ func (h platformCatalogHandler) SetDefaultLaunch(ctx context.Context, req *conne
 	return respond(h.c.SetDefaultLaunch(ctx, req.Msg))
 }
 
-// templateCatalogHandler serves TemplateCatalogService. GetTemplateDelivery
-// is not built: nodes do not report per-revision deliveries yet.
+// templateCatalogHandler serves TemplateCatalogService.
 type templateCatalogHandler struct {
 	operatorv1connect.UnimplementedTemplateCatalogServiceHandler
 	c *catalog.Catalog
@@ -147,4 +146,8 @@ func (h templateCatalogHandler) DeleteTemplateRevision(ctx context.Context, req 
 
 func (h templateCatalogHandler) DeleteTemplate(ctx context.Context, req *connect.Request[operatorv1.DeleteTemplateRequest]) (*connect.Response[operatorv1.DeleteTemplateResponse], error) {
 	return respond(h.c.DeleteTemplate(ctx, req.Msg))
+}
+
+func (h templateCatalogHandler) GetTemplateDelivery(ctx context.Context, req *connect.Request[operatorv1.GetTemplateDeliveryRequest]) (*connect.Response[operatorv1.GetTemplateDeliveryResponse], error) {
+	return respond(h.c.GetTemplateDelivery(ctx, req.Msg))
 }

@@ -32,6 +32,8 @@ type Catalog struct {
 	runner               *command.Runner
 	log                  *slog.Logger
 	now                  func() time.Time
+	// liveness judges the nodes' records GetTemplateDelivery reads.
+	liveness Liveness
 }
 
 // New keeps files under dir, and registers the Template build command with

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,6 +123,10 @@ func (f *Fleet) PlacementTimeout() time.Duration { return f.cfg.PlacementTimeout
 
 // liveWindow is how long after its last message a session counts as live.
 func (f *Fleet) liveWindow() time.Duration { return 3 * f.cfg.ObservationInterval }
+
+// LiveSince is the oldest last_seen_at of a session that is live at now:
+// a node ctrl heard from since then still reports what it holds.
+func (f *Fleet) LiveSince(now time.Time) time.Time { return now.Add(-f.liveWindow()) }
 
 // Live reports whether n's control session is live at now: it says so and
 // ctrl heard from it recently (a ctrl that crashed cannot mark it lost).
@@ -290,6 +295,13 @@ func reachesAll(row *store.NodePlacement, pools []string) bool {
 	}
 	return true
 }
+
+// VMCapabilities are the capabilities of nodes that run executions: a node
+// runs Workspaces only with one of them.
+var VMCapabilities = []string{CapabilityQEMU, CapabilitySim}
+
+// RunsVMs reports whether a node advertises one of VMCapabilities.
+func RunsVMs(row *store.NodePlacement) bool { return slices.ContainsFunc(VMCapabilities, row.Has) }
 
 // CapabilitySim is the capability of the simulated nodes of internal/sim
 // (`kibotos sim`), a simulation for control-plane scale tests only: it

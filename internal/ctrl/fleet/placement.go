@@ -162,7 +162,7 @@ func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now tim
 		return r, nil
 	}
 	counts, err := tx.CountUnfit(store.UnfitQuery{
-		LiveSince: liveSince, VMCapabilities: []string{CapabilityQEMU, CapabilitySim}, BlockFileCapability: CapabilityBlockFile,
+		LiveSince: liveSince, VMCapabilities: VMCapabilities, BlockFileCapability: CapabilityBlockFile,
 		Pools: p.Pools, Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Defaults: defaults,
 	})
 	if err != nil {
@@ -252,7 +252,7 @@ func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveSin
 		return store.UnfitSyncing, "syncing"
 	case row.ClockSkewed:
 		return store.UnfitClockSkewed, "its clock is beyond the allowed skew"
-	case !row.Has(CapabilityQEMU) && !row.Has(CapabilitySim):
+	case !RunsVMs(row):
 		return store.UnfitNoVMs, "runs no VMs (capability " + CapabilityQEMU + ")"
 	case !row.Has(CapabilityBlockFile):
 		return store.UnfitNoBlockFiles, "handles no block files (capability " + CapabilityBlockFile + ")"

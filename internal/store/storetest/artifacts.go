@@ -37,7 +37,7 @@ func testNodeArtifacts(t *testing.T, dsn string) {
 	set("node-c", t1, store.NodeArtifact{Digest: img, DeliveredBytes: 40, TotalBytes: 100})
 
 	mustTx(t, s, func(tx *store.Tx) error {
-		got, err := tx.ArtifactOnNodes(img, "node-a", "node-c")
+		got, err := tx.ArtifactOnNodes(img, "node-b", "node-c")
 		if err != nil {
 			return err
 		}
@@ -46,16 +46,16 @@ func testNodeArtifacts(t *testing.T, dsn string) {
 			"node-c": {NodeID: "node-c", Digest: img, DeliveredBytes: 40, TotalBytes: 100, StartedAt: t1},
 		}
 		if !maps.EqualFunc(got, want, func(a, b store.NodeArtifact) bool { return a == b }) {
-			t.Errorf("rows of nodes after node-a up to node-c: %v, want %v", got, want)
+			t.Errorf("rows of nodes node-b to node-c: %v, want %v", got, want)
 		}
-		a, err := tx.ArtifactOnNodes(img, "", "node-a")
+		a, err := tx.ArtifactOnNodes(img, "node-a", "node-a")
 		if err != nil {
 			return err
 		}
 		if want := (store.NodeArtifact{NodeID: "node-a", Digest: img, Complete: true, DeliveredBytes: 100, TotalBytes: 100, StartedAt: t0}); a["node-a"] != want {
 			t.Errorf("node-a once complete: %v, want %v (started_at kept)", a["node-a"], want)
 		}
-		if gone, err := tx.ArtifactOnNodes(other, "", "node-z"); err != nil || len(gone) != 0 {
+		if gone, err := tx.ArtifactOnNodes(other, "node-a", "node-z"); err != nil || len(gone) != 0 {
 			t.Errorf("an artifact node-a no longer reports: %v %v, want no row", gone, err)
 		}
 		ready, admitted, err := tx.ArtifactReadiness(img, seen.Add(-time.Second), []string{"provider.qemu", "provider.sim"})

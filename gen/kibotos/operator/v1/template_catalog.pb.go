@@ -1421,8 +1421,10 @@ type GetTemplateDeliveryRequest struct {
 	// selector names the Template and the revision; an empty revision selects
 	// the current default.
 	Selector *v1.TemplateSelector `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
-	// node_id, when set, reads that node only; a node that never enrolled is
-	// not_found.
+	// node_id, when set, reads that node only, admitted or not (a retired or
+	// revoked node has no live session and reads UNKNOWN); a node that never
+	// enrolled is not_found, a malformed node_id invalid_argument. The page
+	// fields are then ignored and the counts still cover every admitted node.
 	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	PageSize      uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1707,8 +1709,9 @@ type TemplateRevision struct {
 	// each node that holds it. Zero until READY.
 	ImageSizeBytes uint64 `protobuf:"varint,6,opt,name=image_size_bytes,json=imageSizeBytes,proto3" json:"image_size_bytes,omitempty"`
 	// architecture is the CPU architecture the content is built for, in OCI
-	// terms ("amd64", "arm64"). A node of another architecture reports the
-	// delivery as TEMPLATE_DELIVERY_REASON_CAPABILITY_MISMATCH.
+	// terms ("amd64", "arm64"). A node of another architecture should report
+	// the delivery as TEMPLATE_DELIVERY_REASON_CAPABILITY_MISMATCH; nodes do
+	// not report their architecture yet, so this is not judged.
 	Architecture string `protobuf:"bytes,7,opt,name=architecture,proto3" json:"architecture,omitempty"`
 	// config is what the OCI image configuration said; empty for a tar source.
 	Config *TemplateImageConfig `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"`
@@ -2322,7 +2325,29 @@ func (x *TemplateBuildProgress) GetUpdatedAt() *timestamppb.Timestamp {
 type TemplateNodeDelivery struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// observation is the delivery as the node last reported it.
+	// observation is the delivery as the node last reported it, judged in
+	// this order:
+	//   - UNKNOWN with OBSERVATION_STALE when the node's control session is
+	//     not live (lost, or not heard from for three observation intervals):
+	//     ctrl cannot tell what it holds now. The bytes are those it last
+	//     reported. UNKNOWN rather than NOT_READY, since the image may well
+	//     be there.
+	//   - NOT_READY with CAPABILITY_MISMATCH when the node runs no VMs (it
+	//     advertises no VM provider capability, provider.qemu, as placement
+	//     requires): it can never use the image. Nodes do not report their CPU
+	//     architecture, so a revision built for another one is not told apart
+	//     yet.
+	//   - READY when the node holds the image complete (delivered_bytes =
+	//     total_bytes = the image's size).
+	//   - NOT_READY with DISTRIBUTING while the image arrives, with the bytes
+	//     so far and the total (zero while the node does not know it yet), and
+	//     started_at when ctrl first saw it arriving.
+	//   - NOT_READY with no reason when the node does not hold the image and
+	//     nothing is moving it: no start on the node needed it yet.
+	//
+	// observed_at is when ctrl last heard from the node. NO_SUPPORTED_PATH
+	// and PREPARATION_FAILED are not reported here: a fetch that fails fails
+	// the start that made it, and the node then reports the image absent.
 	Observation   *v1.TemplateDeliveryObservation `protobuf:"bytes,2,opt,name=observation,proto3" json:"observation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

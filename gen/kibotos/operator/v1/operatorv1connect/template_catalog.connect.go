@@ -130,8 +130,9 @@ type TemplateCatalogServiceClient interface {
 	// It takes effect for the next selection: a Workspace created afterwards
 	// with an empty revision gets it, while every existing Workspace keeps the
 	// exact TemplateRef it holds. A revision that is not READY is
-	// failed_precondition. ctrl starts delivering the new default to every
-	// admitted node ahead of need.
+	// failed_precondition. Nodes fetch the new default on the first start
+	// that needs it: delivering it to every admitted node ahead of need is
+	// not built yet.
 	SetDefaultTemplateRevision(context.Context, *connect.Request[v1.SetDefaultTemplateRevisionRequest]) (*connect.Response[v1.SetDefaultTemplateRevisionResponse], error)
 	// DeleteTemplateRevision deletes one revision that is not the default and
 	// that no Workspace that is not deleted holds in its TemplateRef; otherwise
@@ -149,6 +150,19 @@ type TemplateCatalogServiceClient interface {
 	// arrived and whether it is locally usable. It pages the admitted nodes,
 	// ordered by node_id, or reads one node. It reads ctrl's records of what
 	// nodes reported and never calls a node.
+	//
+	// Those records are what each node's artifact cache holds, which the node
+	// reports in every periodic observation (the images it holds complete and
+	// those arriving, with their bytes so far); ctrl rewrites a node's record
+	// only when the report changes. Nodes fetch an image on the first start
+	// that needs it: delivering an image ahead of need is not built, so a
+	// node that never started a Workspace of the revision reads NOT_READY.
+	//
+	// The selector must name a READY revision: one still BUILDING, FAILED or
+	// deleted has no image to deliver and is failed_precondition. A selector
+	// that names nothing is not_found; a template or revision name nothing
+	// can have is invalid_argument naming selector.template or
+	// selector.revision.
 	GetTemplateDelivery(context.Context, *connect.Request[v1.GetTemplateDeliveryRequest]) (*connect.Response[v1.GetTemplateDeliveryResponse], error)
 }
 
@@ -375,8 +389,9 @@ type TemplateCatalogServiceHandler interface {
 	// It takes effect for the next selection: a Workspace created afterwards
 	// with an empty revision gets it, while every existing Workspace keeps the
 	// exact TemplateRef it holds. A revision that is not READY is
-	// failed_precondition. ctrl starts delivering the new default to every
-	// admitted node ahead of need.
+	// failed_precondition. Nodes fetch the new default on the first start
+	// that needs it: delivering it to every admitted node ahead of need is
+	// not built yet.
 	SetDefaultTemplateRevision(context.Context, *connect.Request[v1.SetDefaultTemplateRevisionRequest]) (*connect.Response[v1.SetDefaultTemplateRevisionResponse], error)
 	// DeleteTemplateRevision deletes one revision that is not the default and
 	// that no Workspace that is not deleted holds in its TemplateRef; otherwise
@@ -394,6 +409,19 @@ type TemplateCatalogServiceHandler interface {
 	// arrived and whether it is locally usable. It pages the admitted nodes,
 	// ordered by node_id, or reads one node. It reads ctrl's records of what
 	// nodes reported and never calls a node.
+	//
+	// Those records are what each node's artifact cache holds, which the node
+	// reports in every periodic observation (the images it holds complete and
+	// those arriving, with their bytes so far); ctrl rewrites a node's record
+	// only when the report changes. Nodes fetch an image on the first start
+	// that needs it: delivering an image ahead of need is not built, so a
+	// node that never started a Workspace of the revision reads NOT_READY.
+	//
+	// The selector must name a READY revision: one still BUILDING, FAILED or
+	// deleted has no image to deliver and is failed_precondition. A selector
+	// that names nothing is not_found; a template or revision name nothing
+	// can have is invalid_argument naming selector.template or
+	// selector.revision.
 	GetTemplateDelivery(context.Context, *connect.Request[v1.GetTemplateDeliveryRequest]) (*connect.Response[v1.GetTemplateDeliveryResponse], error)
 }
 
