@@ -162,3 +162,29 @@ func TestPlatformBuildUploadsAndAddsALaunch(t *testing.T) {
 		t.Errorf("platform get: exit %d\n%s", code, out)
 	}
 }
+
+// template delivery prints one row per admitted node and the count of
+// READY ones; -o json is the API's answer; --node reads one node; the
+// API's refusals are errors.
+func TestTemplateDeliveryCommand(t *testing.T) {
+	c := testenv.New(t, testenv.FastFleet())
+	c.StartNode(t, "node-a", "", "")
+	c.StartNode(t, "node-b", "", "")
+	c.UnbootableCatalog(t)
+
+	code, out, errOut := kibotos(t, c, "template", "delivery", "busybox")
+	if code != 0 || !strings.Contains(out, "DELIVERED/TOTAL") || strings.Count(out, "NOT_READY  -") != 2 || !strings.Contains(out, "0 of 2 admitted nodes READY") {
+		t.Errorf("template delivery: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = kibotos(t, c, "template", "delivery", "busybox", "--node", "node-b", "-o", "json")
+	res := &operatorv1.GetTemplateDeliveryResponse{}
+	if code != 0 || protojson.Unmarshal([]byte(out), res) != nil || len(res.GetDeliveries()) != 1 || res.GetDeliveries()[0].GetNodeId() != "node-b" ||
+		res.GetRef().GetTemplate() != "busybox" || res.GetRef().GetRevision() == "" || res.GetNotReadyNodeCount() != 2 {
+		t.Errorf("template delivery --node node-b -o json: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, args := range [][]string{{"busybox@nope"}, {"busybox", "--node", "node-never"}} {
+		if code, _, errOut := kibotos(t, c, append([]string{"template", "delivery"}, args...)...); code == 0 || !strings.Contains(errOut, "not_found") {
+			t.Errorf("template delivery %v: exit %d, %s", args, code, errOut)
+		}
+	}
+}

@@ -252,6 +252,79 @@ missing. Progress goes to stderr; the revision is printed once READY.`,
 			return out.print(cmd.OutOrStdout(), res.Msg, revisionHeader, rows)
 		},
 	}
-	c.AddCommand(build, list, get)
+	c.AddCommand(build, list, get, newTemplateDeliveryCommand(out))
 	return c
+}
+
+var deliveryHeader = []string{"NODE", "STATE", "REASON", "DELIVERED/TOTAL"}
+
+func deliveryRow(d *operatorv1.TemplateNodeDelivery) []string {
+	o := d.GetObservation()
+	reason := "-"
+	if o.GetReason() != ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_UNSPECIFIED {
+		reason = trimEnum(o.GetReason().String(), "TEMPLATE_DELIVERY_REASON_")
+	}
+	return []string{d.GetNodeId(), trimEnum(o.GetState().String(), "TEMPLATE_DELIVERY_STATE_"), reason,
+		fmt.Sprintf("%d/%d", o.GetDeliveredBytes(), o.GetTotalBytes())}
+}
+
+// newTemplateDeliveryCommand is `kibotos template delivery`: every page of
+// GetTemplateDelivery, printed as one answer.
+func newTemplateDeliveryCommand(out *outputFlag) *cobra.Command {
+	var node string
+	c := &cobra.Command{
+		Use:   "delivery TEMPLATE[@REVISION]",
+		Short: "Show, per node, how far a Template revision's image has arrived",
+		Long: `delivery shows, for every admitted node (or the one --node names), whether
+it holds the revision's image (READY), is receiving it (NOT_READY,
+DISTRIBUTING, with the bytes so far), cannot run it (CAPABILITY_MISMATCH),
+or has no live session to say (UNKNOWN, OBSERVATION_STALE). Without
+@REVISION it reads the Template's default revision. Nodes fetch an image on
+the first start that needs it. ctrl answers from what the nodes last
+reported; no node is asked.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := templateClient()
+			if err != nil {
+				return err
+			}
+			template, revision, _ := strings.Cut(args[0], "@")
+			res, err := templateDelivery(cmd.Context(), client, &operatorv1.GetTemplateDeliveryRequest{
+				Selector: &ctrlv1.TemplateSelector{Template: template, Revision: revision}, NodeId: node,
+			})
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, d := range res.GetDeliveries() {
+				rows = append(rows, deliveryRow(d))
+			}
+			if err := out.print(cmd.OutOrStdout(), res, deliveryHeader, rows); err != nil || *out == "json" {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s@%s: %d of %d admitted nodes READY\n", res.GetRef().GetTemplate(), res.GetRef().GetRevision(),
+				res.GetReadyNodeCount(), res.GetReadyNodeCount()+res.GetNotReadyNodeCount())
+			return err
+		},
+	}
+	c.Flags().StringVar(&node, "node", "", "read this node only")
+	return c
+}
+
+// templateDelivery reads every page of a delivery into one answer.
+func templateDelivery(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, req *operatorv1.GetTemplateDeliveryRequest) (*operatorv1.GetTemplateDeliveryResponse, error) {
+	var all *operatorv1.GetTemplateDeliveryResponse
+	for {
+		res, err := client.GetTemplateDelivery(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		deliveries := append(all.GetDeliveries(), res.Msg.GetDeliveries()...)
+		all = res.Msg
+		all.Deliveries = deliveries
+		if all.GetNextPageToken() == "" {
+			return all, nil
+		}
+		req.PageToken = all.GetNextPageToken()
+	}
 }
