@@ -2,16 +2,22 @@ package catalog_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/storetest"
+	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -151,5 +157,92 @@ func TestTemplateDeliveryRefusesBadSelectorsAndUnknownNodes(t *testing.T) {
 		if connect.CodeOf(err) != tc.code || (tc.field != "" && apierr.FieldOf(err) != tc.field) {
 			t.Errorf("%s: %v, want %v naming %q", tc.what, err, tc.code, tc.field)
 		}
+	}
+}
+
+// liveSince is a fleet whose live sessions are those seen since a time.
+type liveSince time.Time
+
+func (l liveSince) LiveSince(time.Time) time.Time { return time.Time(l) }
+
+// reportingNode is an admitted node with a live session seen at seen,
+// advertising capabilities.
+func reportingNode(id string, seen time.Time, capabilities ...string) *operatorv1.NodeRegistration {
+	return &operatorv1.NodeRegistration{
+		NodeId: id, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
+		Status:      operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
+		Session:     &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: timestamppb.New(seen)},
+		Observation: &operatorv1.NodeObservationSummary{Capabilities: capabilities},
+	}
+}
+
+// The states no test with real nodes reaches quickly: an image arriving
+// (its bytes and when it started), a node that runs no VMs (whatever it
+// holds), a simulated VM provider. A revision that is not READY has no
+// image to deliver.
+func TestTemplateDeliveryJudgesEachNodesRecord(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			st := storetest.Open(t, b.DSN(t))
+			c := newCatalog(t, st, t.TempDir())
+			seen := time.Now().UTC().Truncate(time.Microsecond)
+			c.ServeDelivery(liveSince(seen.Add(-time.Second)))
+			body := []byte("an image")
+			path := filepath.Join(t.TempDir(), "root.img")
+			if err := os.WriteFile(path, body, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			image, err := c.RegisterTemplate(ctx, "base", &template.Image{Path: path, Digest: digestOf(body), Size: int64(len(body))}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := seen.Add(-time.Minute)
+			err = st.Tx(ctx, func(tx *store.Tx) error {
+				for _, n := range []*operatorv1.NodeRegistration{
+					reportingNode("node-arriving", seen, "provider.qemu"), reportingNode("node-novm", seen, "storage.block_file"),
+					reportingNode("node-sim", seen, "provider.sim"),
+				} {
+					if err := tx.PutNode(n); err != nil {
+						return err
+					}
+				}
+				complete := store.NodeArtifact{Digest: digestOf(body), Complete: true, DeliveredBytes: 8, TotalBytes: 8}
+				if err := tx.SetNodeArtifacts("node-arriving", []store.NodeArtifact{{Digest: digestOf(body), DeliveredBytes: 3, TotalBytes: 8}}, started); err != nil {
+					return err
+				}
+				if err := tx.SetNodeArtifacts("node-novm", []store.NodeArtifact{complete}, seen); err != nil {
+					return err
+				}
+				return tx.SetNodeArtifacts("node-sim", []store.NodeArtifact{complete}, seen)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.GetTemplateDelivery(ctx, &operatorv1.GetTemplateDeliveryRequest{Selector: &ctrlv1.TemplateSelector{Template: "base"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.GetRef().GetRevision() != image.GetRef().GetRevision() || len(res.GetDeliveries()) != 3 || res.GetReadyNodeCount() != 1 || res.GetNotReadyNodeCount() != 2 {
+				t.Fatalf("delivery of base: %v, want 3 nodes, node-sim ready", res)
+			}
+			arriving, novm, sim := res.GetDeliveries()[0].GetObservation(), res.GetDeliveries()[1].GetObservation(), res.GetDeliveries()[2].GetObservation()
+			wantDelivery(t, "node-arriving", arriving, notReady, ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_DISTRIBUTING, 3, 8)
+			if !arriving.GetStartedAt().AsTime().Equal(started) || !arriving.GetObservedAt().AsTime().Equal(seen) {
+				t.Errorf("node-arriving: started_at %v observed_at %v, want %v and %v", arriving.GetStartedAt().AsTime(), arriving.GetObservedAt().AsTime(), started, seen)
+			}
+			wantDelivery(t, "node-novm", novm, notReady, ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_CAPABILITY_MISMATCH, 8, 8)
+			wantDelivery(t, "node-sim", sim, ready, noReason, 8, 8)
+
+			upload := uploadSource(t, c, "u1", tarOf(t, map[string]string{"a": "1"}))
+			if _, err := c.CreateTemplateRevision(ctx, &operatorv1.CreateTemplateRevisionRequest{Command: cmd("r"), Template: "base", Revision: "building",
+				Source: &operatorv1.TemplateSource{Source: &operatorv1.TemplateSource_Tar{Tar: &operatorv1.TemplateTarSource{UploadDigest: upload}}}}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.GetTemplateDelivery(ctx, &operatorv1.GetTemplateDeliveryRequest{Selector: &ctrlv1.TemplateSelector{Template: "base", Revision: "building"}})
+			if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+				t.Errorf("the delivery of a BUILDING revision: %v, want failed_precondition", err)
+			}
+		})
 	}
 }
