@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +12,13 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/platform"
 	"github.com/kibotos/kibotos/internal/template"
 )
@@ -153,4 +160,32 @@ func VMProcess(runDir string) int {
 		return 0
 	}
 	return pid
+}
+
+// Exec runs argv in Workspace id through ctrl's ProcessService and returns
+// its output and exit code (-1 when the stream ended without one).
+func (c *Cluster) Exec(t testing.TB, id string, argv ...string) (string, int32) {
+	t.Helper()
+	processes := ctrlv1connect.NewProcessServiceClient(http.DefaultClient, c.Ctrl.Client.WorkspaceEndpoint,
+		connect.WithInterceptors(auth.Bearer(c.Ctrl.Client.Token)))
+	stream, err := processes.ExecProcess(context.Background(), connect.NewRequest(&ctrlv1.ExecProcessRequest{
+		Command:     &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("exec-%d", time.Now().UnixNano())},
+		WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: argv},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	code := int32(-1)
+	for stream.Receive() {
+		out.Write(stream.Msg().GetOutput().GetData())
+		if e := stream.Msg().GetExit(); e != nil {
+			code = e.GetExitCode()
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("exec %v: %v", argv, err)
+	}
+	return out.String(), code
 }

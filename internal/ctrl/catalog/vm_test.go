@@ -4,12 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,9 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
@@ -89,12 +84,10 @@ func TestAWorkspaceBootsFromAnOCIBuiltTemplate(t *testing.T) {
 	t.Cleanup(func() { deleteWorkspace(t, cluster, id) }) // before the node stops
 	waitAvailable(t, cluster, id)
 
-	processes := ctrlv1connect.NewProcessServiceClient(http.DefaultClient, cluster.Ctrl.Client.WorkspaceEndpoint,
-		connect.WithInterceptors(auth.Bearer(cluster.Ctrl.Client.Token)))
-	if out, code := exec(t, processes, id, "cat", "/etc/greeting"); code != 0 || out != "from the second layer\n" {
+	if out, code := cluster.Exec(t, id, "cat", "/etc/greeting"); code != 0 || out != "from the second layer\n" {
 		t.Errorf("/etc/greeting: %q, exit %d", out, code)
 	}
-	if _, code := exec(t, processes, id, "test", "-e", "/etc/hostname"); code == 0 {
+	if _, code := cluster.Exec(t, id, "test", "-e", "/etc/hostname"); code == 0 {
 		t.Error("/etc/hostname, whited out by the second layer, exists in the Workspace")
 	}
 }
@@ -243,28 +236,4 @@ func deleteWorkspace(t *testing.T, c *testenv.Cluster, id string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// exec runs argv in the Workspace and returns its output and exit code.
-func exec(t *testing.T, c ctrlv1connect.ProcessServiceClient, id string, argv ...string) (string, int32) {
-	t.Helper()
-	stream, err := c.ExecProcess(context.Background(), connect.NewRequest(&ctrlv1.ExecProcessRequest{Command: cmd(fmt.Sprintf("exec-%d", time.Now().UnixNano())), WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: argv}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Close()
-	var out strings.Builder
-	code := int32(-1)
-	for stream.Receive() {
-		if o := stream.Msg().GetOutput(); o != nil {
-			out.Write(o.GetData())
-		}
-		if e := stream.Msg().GetExit(); e != nil {
-			code = e.GetExitCode()
-		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatalf("exec %v: %v", argv, err)
-	}
-	return out.String(), code
 }

@@ -1,46 +1,12 @@
 package fleet_test
 
 import (
-	"fmt"
-	"net/http"
-	"strings"
 	"testing"
-	"time"
-
-	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
-
-// execIn runs argv in Workspace id and returns its output and exit code.
-func execIn(t *testing.T, c *testenv.Cluster, id string, argv ...string) (string, int32) {
-	t.Helper()
-	processes := ctrlv1connect.NewProcessServiceClient(http.DefaultClient, c.Ctrl.Client.WorkspaceEndpoint,
-		connect.WithInterceptors(auth.Bearer(c.Ctrl.Client.Token)))
-	stream, err := processes.ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{
-		Command: cmd(fmt.Sprintf("exec-%d", time.Now().UnixNano())), WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: argv},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Close()
-	var out strings.Builder
-	code := int32(-1)
-	for stream.Receive() {
-		out.Write(stream.Msg().GetOutput().GetData())
-		if e := stream.Msg().GetExit(); e != nil {
-			code = e.GetExitCode()
-		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatalf("exec %v: %v", argv, err)
-	}
-	return out.String(), code
-}
 
 // A node whose host memory turns tight under a running Workspace (here:
 // its agent restarts with a threshold above any host's memory) reads
@@ -67,7 +33,7 @@ func TestMemoryTightLeavesWhatRunsAlone(t *testing.T) {
 	if got := e.workspace(w.GetWorkspaceId()); got.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 		t.Errorf("the Workspace on the tight node: %v (failure %v), want AVAILABLE", got.GetState(), got.GetFailure())
 	}
-	if out, code := execIn(t, c, w.GetWorkspaceId(), "echo", "still here"); code != 0 || out != "still here\n" {
+	if out, code := c.Exec(t, w.GetWorkspaceId(), "echo", "still here"); code != 0 || out != "still here\n" {
 		t.Errorf("a process in the Workspace on the tight node: %q, exit %d", out, code)
 	}
 	if row := placementOf(t, c, w.GetWorkspaceId()); row.GetNodeId() != "node-a" {
