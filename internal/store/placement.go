@@ -119,19 +119,31 @@ func overrideOf(r *operatorv1.OvercommitRatio) uint32 {
 // putPlacement writes the placement row of a registration, keeping its
 // drain and its Allocations' sums.
 func (t *Tx) putPlacement(n *operatorv1.NodeRegistration) error {
-	p := placementOf(n)
-	_, err := t.exec(`INSERT INTO node_placement (node_id, admitted, isolated, live, ready, clock_skewed, memory_tight,
+	_, err := t.exec(placementUpsert(1), placementArgs(n)...)
+	return err
+}
+
+// placementUpsert is the statement writing rows placement rows, keeping
+// their drains and their Allocations' sums.
+func placementUpsert(rows int) string {
+	values := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", rows), ", ")
+	return `INSERT INTO node_placement (node_id, admitted, isolated, live, ready, clock_skewed, memory_tight,
 		last_seen_at, cpu_millis, memory_bytes, cpu_ratio, memory_ratio, capabilities, pools, default_pool)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES ` + values + `
 		ON CONFLICT (node_id) DO UPDATE SET admitted = excluded.admitted, isolated = excluded.isolated, live = excluded.live,
 		ready = excluded.ready, clock_skewed = excluded.clock_skewed, memory_tight = excluded.memory_tight,
 		last_seen_at = excluded.last_seen_at, cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes,
 		cpu_ratio = excluded.cpu_ratio, memory_ratio = excluded.memory_ratio, capabilities = excluded.capabilities,
-		pools = excluded.pools, default_pool = excluded.default_pool`,
-		p.NodeID, boolInt(p.Admitted), boolInt(p.Isolated), boolInt(p.Live), boolInt(p.Ready), boolInt(p.ClockSkewed),
+		pools = excluded.pools, default_pool = excluded.default_pool`
+}
+
+// placementArgs are the values of n's placement row, as placementUpsert
+// takes them.
+func placementArgs(n *operatorv1.NodeRegistration) []any {
+	p := placementOf(n)
+	return []any{p.NodeID, boolInt(p.Admitted), boolInt(p.Isolated), boolInt(p.Live), boolInt(p.Ready), boolInt(p.ClockSkewed),
 		boolInt(p.MemoryTight), nanos(p.LastSeenAt), int64(p.CPUMillis), int64(p.MemoryBytes), int64(p.CPURatio),
-		int64(p.MemoryRatio), strings.Join(p.Capabilities, ","), strings.Join(p.Pools, ","), p.DefaultPool)
-	return err
+		int64(p.MemoryRatio), strings.Join(p.Capabilities, ","), strings.Join(p.Pools, ","), p.DefaultPool}
 }
 
 const placementColumns = `SELECT node_id, admitted, isolated, live, ready, clock_skewed, memory_tight, draining, last_seen_at,

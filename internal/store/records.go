@@ -31,13 +31,12 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 
 // upsert writes one row whose first column is the key.
 func (t *Tx) upsert(table string, cols []string, vals ...any) error {
-	marks := strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ")
 	var sets []string
 	for _, c := range cols[1:] {
 		sets = append(sets, c+" = excluded."+c)
 	}
 	q := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s",
-		table, strings.Join(cols, ", "), marks, cols[0], strings.Join(sets, ", "))
+		table, strings.Join(cols, ", "), marks(len(cols)), cols[0], strings.Join(sets, ", "))
 	_, err := t.exec(q, vals...)
 	return err
 }
@@ -147,19 +146,6 @@ func (t *Tx) PutNode(n *operatorv1.NodeRegistration) error {
 		return err
 	}
 	return t.declarePools(n)
-}
-
-// UpdateNode writes a registration whose declared pools are already known
-// (PutNode wrote them before): the record and its placement row.
-func (t *Tx) UpdateNode(n *operatorv1.NodeRegistration) error {
-	res, err := t.exec("UPDATE nodes SET body = ? WHERE node_id = ?", marshal(n), n.GetNodeId())
-	if err != nil {
-		return err
-	}
-	if rows, _ := res.RowsAffected(); rows == 0 {
-		return ErrNotFound
-	}
-	return t.putPlacement(n)
 }
 
 // SetNodeCredential replaces the hash of a node's credential.

@@ -310,6 +310,12 @@ func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
 	return t.tx.ExecContext(t.ctx, t.d.rebind(query), args...)
 }
 
+// execUnprepared runs a statement whose text varies from call to call,
+// which is not worth keeping prepared.
+func (t *Tx) execUnprepared(query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(t.ctx, t.d.rebind(query), args...)
+}
+
 func (t *Tx) query(query string, args ...any) (*sql.Rows, error) {
 	return t.tx.QueryContext(t.ctx, t.d.rebind(query), args...)
 }

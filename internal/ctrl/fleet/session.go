@@ -58,6 +58,11 @@ type session struct {
 	artifacts        []*nodev1.CachedArtifact
 	artifactsWritten bool
 
+	// latest is the newest observation not written yet; observed wakes
+	// the session's observation writer.
+	latest   *nodev1.NodeObservation
+	observed chan struct{}
+
 	// dataToken authorises ctrl's calls to the node's data endpoint while
 	// this session lasts.
 	dataToken string
@@ -89,7 +94,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}
 	s := &session{
 		nodeID: nodeID, incarnation: hello.GetIncarnation(), connectedAt: f.now(), stream: stream,
-		notify: make(chan struct{}, 1), probes: map[uint64]time.Time{}, sent: map[string]bool{},
+		notify: make(chan struct{}, 1), observed: make(chan struct{}, 1), probes: map[uint64]time.Time{}, sent: map[string]bool{},
 		dataToken: "kbd_" + hex.EncodeToString(randomBytes(24)),
 	}
 	if err := f.register(ctx, s, hello); err != nil {
@@ -118,6 +123,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}()
 	senders.Go(func() { f.probeClock(ctx, s) })
 	senders.Go(func() { f.sendOperations(ctx, s) })
+	senders.Go(func() { f.writeObservations(ctx, s) })
 	msgs, received := receive(ctx, stream)
 	for {
 		select {
@@ -333,7 +339,8 @@ func (f *Fleet) Notify(nodeID string) {
 func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionRequest) error {
 	switch m := msg.GetMessage().(type) {
 	case *nodev1.SessionRequest_Observation:
-		return f.observe(ctx, s, m.Observation)
+		f.observe(ctx, s, m.Observation)
+		return nil
 	case *nodev1.SessionRequest_ClockReply:
 		return f.clockReply(ctx, s, m.ClockReply)
 	case *nodev1.SessionRequest_CommandResult:
@@ -354,7 +361,13 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 	return fmt.Errorf("unknown session message %T", msg.GetMessage())
 }
 
-func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) error {
+// observe hears one observation. What it says of executions is applied
+// at once. The registration is written by the session's observation
+// writer, newest first: an observation that arrives before the previous
+// one was written replaces it. The session's other messages (a node's
+// answers above all) never wait behind the fleet's observation writes, and
+// the writes waiting at any time are at most one per session.
+func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) {
 	if f.executions != nil {
 		for _, r := range o.GetExecutions() {
 			if r.GetRunning() {
@@ -364,6 +377,44 @@ func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservati
 			}
 		}
 	}
+	s.mu.Lock()
+	s.latest = o
+	s.mu.Unlock()
+	select {
+	case s.observed <- struct{}{}:
+	default:
+	}
+}
+
+// writeObservations writes the session's newest observation whenever one
+// arrived, until the session ends. A node no longer admitted ends it.
+func (f *Fleet) writeObservations(ctx context.Context, s *session) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.observed:
+		}
+		s.mu.Lock()
+		o := s.latest
+		s.latest = nil
+		s.mu.Unlock()
+		if o == nil {
+			continue
+		}
+		err := f.writeObservation(ctx, s, o)
+		if connect.CodeOf(err) == connect.CodePermissionDenied {
+			s.end(err)
+			return
+		}
+		if err != nil {
+			f.log.Warn("node observation", "node_id", s.nodeID, "err", err)
+		}
+	}
+}
+
+// writeObservation writes one observation into the node's registration.
+func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.NodeObservation) error {
 	// What the cache holds is written only when it changed: at 10,000
 	// nodes observing every few seconds, rewriting it each time would
 	// multiply the rows every batch writes.

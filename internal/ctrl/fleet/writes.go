@@ -1,9 +1,9 @@
 package fleet
 
 import (
-	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -100,54 +100,61 @@ func (f *Fleet) writeBatch(ctx context.Context) {
 	f.writes.pending[0].lead <- struct{}{}
 }
 
-// commitWrites applies batch in one transaction, node by node in node_id
-// order (the order every batch locks rows in, so batches of several
-// replicas do not deadlock). A write that no longer applies (the session
-// was replaced, the node is no longer admitted) fails alone.
+// commitWrites applies batch in one transaction: one read of every node
+// it names (locked in node_id order, the order every batch takes, so that
+// the batches of several replicas do not deadlock) and one write of them
+// all. A write that no longer applies (the session was replaced, the node
+// is no longer admitted) fails alone.
 func (f *Fleet) commitWrites(ctx context.Context, batch []*registrationWrite) {
 	byNode := map[string][]*registrationWrite{}
 	for _, w := range batch {
 		byNode[w.s.nodeID] = append(byNode[w.s.nodeID], w)
 	}
-	ids := make([]string, 0, len(byNode))
-	for id := range byNode {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, cmp.Compare)
+	ids := slices.Sorted(maps.Keys(byNode))
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
 		lost, err := tx.LostPools()
 		if err != nil {
 			return err
 		}
+		nodes, err := tx.LockNodes(ids)
+		if err != nil {
+			return err
+		}
+		var unchangedPools []*operatorv1.NodeRegistration
 		for _, id := range ids {
-			if err := f.applyWrites(tx, byNode[id], lost); err != nil {
+			n := nodes[id]
+			if n == nil {
+				failAll(byNode[id], store.ErrNotFound)
+				continue
+			}
+			pools := poolNames(n)
+			applied, err := f.applyWrites(tx, n, byNode[id], lost)
+			if err != nil {
 				return err
 			}
+			if !applied {
+				continue
+			}
+			if !slices.Equal(pools, poolNames(n)) {
+				// Rare: a pool declared or dropped; PutNode records it.
+				if err := tx.PutNode(n); err != nil {
+					return err
+				}
+				continue
+			}
+			unchangedPools = append(unchangedPools, n)
 		}
-		return nil
+		return tx.UpdateNodes(unchangedPools)
 	})
 	if err != nil {
-		for _, w := range batch {
-			w.err = err
-		}
+		failAll(batch, err)
 	}
 }
 
-// applyWrites applies the writes of one node to its registration and
-// writes it once. Only a database error is returned; the others are each
-// write's own.
-func (f *Fleet) applyWrites(tx *store.Tx, writes []*registrationWrite, lost map[string]bool) error {
-	n, err := tx.GetNode(writes[0].s.nodeID, true)
-	if errors.Is(err, store.ErrNotFound) {
-		for _, w := range writes {
-			w.err = err
-		}
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	pools := poolNames(n)
+// applyWrites applies the writes of one node to its registration n, and
+// reports whether any applied. Only a database error is returned; the
+// others are each write's own.
+func (f *Fleet) applyWrites(tx *store.Tx, n *operatorv1.NodeRegistration, writes []*registrationWrite, lost map[string]bool) (bool, error) {
 	applied := false
 	for _, w := range writes {
 		w.err = nil // the transaction may be a retry
@@ -160,19 +167,21 @@ func (f *Fleet) applyWrites(tx *store.Tx, writes []*registrationWrite, lost map[
 			now := f.now()
 			n.Session.LastSeenAt = timestamppb.New(now)
 			if err := w.fn(tx, n, now); err != nil {
-				return err
+				return false, err
 			}
 			applied = true
 		}
 	}
-	if !applied {
-		return nil
+	if applied {
+		markLostPools(n, lost)
 	}
-	markLostPools(n, lost)
-	if slices.Equal(pools, poolNames(n)) {
-		return tx.UpdateNode(n)
+	return applied, nil
+}
+
+func failAll(writes []*registrationWrite, err error) {
+	for _, w := range writes {
+		w.err = err
 	}
-	return tx.PutNode(n)
 }
 
 func poolNames(n *operatorv1.NodeRegistration) []string {
