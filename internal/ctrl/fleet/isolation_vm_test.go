@@ -50,6 +50,15 @@ func (e *vmEnv) command(id string) *ctrlv1.WorkspaceCommand {
 	return res.Msg.GetCommand()
 }
 
+// waitForANode waits until command commandID waits for a node to take it.
+func (e *vmEnv) waitForANode(commandID, what string) {
+	e.t.Helper()
+	testenv.WaitFor(e.t, what, func() bool {
+		k := e.command(commandID)
+		return k.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(k.GetWaitingFor(), "a node to take it")
+	})
+}
+
 func (e *vmEnv) waitState(id string, want ctrlv1.WorkspaceState) *ctrlv1.Workspace {
 	var w *ctrlv1.Workspace
 	waitLong(e.t, fmt.Sprintf("workspace %s %s", id, want), func() bool {
@@ -89,10 +98,7 @@ func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T)
 		t.Fatal(err)
 	}
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
-	testenv.WaitFor(t, "the create to wait for a node", func() bool {
-		c := e.command("create-1")
-		return c.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(c.GetWaitingFor(), "a node to take it")
-	})
+	e.waitForANode("create-1", "the create to wait for a node")
 	if got := e.workspace(id).GetState(); got != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
 		t.Errorf("a Workspace whose only node is DRAINED is %v, want CREATING", got)
 	}
@@ -169,13 +175,8 @@ func TestIsolatingANodeFailsItsWorkspacesAsUnavailableAndRetryable(t *testing.T)
 
 	// Its objects are in pool "default", which only node-a reached: a
 	// start waits for a host reaching that pool.
-	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: id})); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, "the start to wait for a node reaching the pool", func() bool {
-		c := e.command("start-1")
-		return c.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(c.GetWaitingFor(), "a node to take it")
-	})
+	e.start("start-1", id)
+	e.waitForANode("start-1", "the start to wait for a node reaching the pool")
 	// Another host reaching the same pool (node-b, on node-a's pool
 	// directory) starts it, from the Volume and layer node-a left.
 	b := e.startNode("node-b", n.PoolDir)

@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -105,10 +104,7 @@ func TestIsolationReleasesObjectsInSharedAndUnsharedPools(t *testing.T) {
 	}
 	// Only node-a reaches local-a: the other waits for it to be back.
 	e.start("start-local", onlyA.GetWorkspaceId())
-	testenv.WaitFor(t, "the start to wait for a node reaching local-a", func() bool {
-		k := e.command("start-local")
-		return k.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING && strings.Contains(k.GetWaitingFor(), "a node to take it")
-	})
+	e.waitForANode("start-local", "the start to wait for a node reaching local-a")
 	c.StartNodeWithPools(t, "node-a", a.StateDir, pools...)
 	e.waitState(onlyA.GetWorkspaceId(), ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	if row := placementOf(t, c, onlyA.GetWorkspaceId()); row.GetNodeId() != "node-a" {

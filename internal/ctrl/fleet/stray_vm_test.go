@@ -91,9 +91,7 @@ func TestANodeBackFromIsolationStopsTheVMItsOldIncarnationLeft(t *testing.T) {
 	}
 
 	// It starts again on the node, from the layer the stray left.
-	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: id})); err != nil {
-		t.Fatal(err)
-	}
+	e.start("start-1", id)
 	restarted := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	for _, tier := range restarted.GetRetentionTiers() {
 		if tier.GetKind() == ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT && tier.GetContinuity() != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED {
