@@ -40,15 +40,22 @@ func needQEMU(t *testing.T) {
 	}
 }
 
-// killVMsAfter kills, when the test ends, every VM the node left running
-// in the state directory: a failed test must not leave VMs behind (they
-// run in sessions of their own).
-func (h *harness) killVMsAfter() {
-	h.t.Cleanup(func() {
+// newVMHarness is a harness whose node boots real microVMs, and the
+// artifacts they boot from. When the test ends it kills every VM the node
+// left running in its state directory: a failed test must not leave VMs
+// behind (they run in sessions of their own).
+func newVMHarness(t *testing.T) (*harness, *testenv.VMArtifacts) {
+	t.Helper()
+	needE2fsprogs(t)
+	needQEMU(t)
+	art := testenv.BuildVMArtifacts(t)
+	h := newHarness(t)
+	t.Cleanup(func() {
 		if n := testenv.PowerOffVMs(h.stateDir); n > 0 {
-			h.t.Logf("killed %d VMs left running", n)
+			t.Logf("killed %d VMs left running", n)
 		}
 	})
+	return h, art
 }
 
 // serve registers a file with the fake ctrl and returns it as an artifact.
@@ -250,12 +257,8 @@ func waitGone(t *testing.T, pid int) {
 // from it, a real microVM booted, a process run through the data endpoint,
 // the agent restarted under the running VM, a clean stop.
 func TestExecutionLifecycle(t *testing.T) {
-	needE2fsprogs(t)
-	needQEMU(t)
 	t.Parallel()
-	art := testenv.BuildVMArtifacts(t)
-	h := newHarness(t)
-	h.killVMsAfter()
+	h, art := newVMHarness(t)
 	stop := h.start(h.config())
 	s := recv(t, h.ctrl.sessions, "session")
 	if !slices.Contains(s.hello.GetCapabilities(), node.CapabilityQEMU) {
@@ -401,12 +404,8 @@ func TestExecutionLifecycle(t *testing.T) {
 // An execution whose guest powers off by itself is reported as ended at
 // once, with how it ended.
 func TestExecutionEndsWithoutStop(t *testing.T) {
-	needE2fsprogs(t)
-	needQEMU(t)
 	t.Parallel()
-	art := testenv.BuildVMArtifacts(t)
-	h := newHarness(t)
-	h.killVMsAfter()
+	h, art := newVMHarness(t)
 	stop := h.start(h.config())
 	s := recv(t, h.ctrl.sessions, "session")
 	op := h.startOp(art, "inst-p", "boot-p")
@@ -511,12 +510,8 @@ func TestCommandsOnOtherObjectsDoNotWait(t *testing.T) {
 // leaves no new layer, and an existing layer is kept. (A kernel QEMU
 // refuses is in TestExecutionLifecycle.)
 func TestStartsFromABrokenTemplate(t *testing.T) {
-	needE2fsprogs(t)
-	needQEMU(t)
 	t.Parallel()
-	art := testenv.BuildVMArtifacts(t)
-	h := newHarness(t)
-	h.killVMsAfter()
+	h, art := newVMHarness(t)
 	h.start(h.config())
 	s := recv(t, h.ctrl.sessions, "session")
 	garbage := filepath.Join(t.TempDir(), "garbage")
