@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
@@ -39,17 +38,7 @@ func newEnv(t *testing.T, b storetest.Backend) *env {
 	st := storetest.Open(t, b.DSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
 	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
-	if err := st.Tx(ctx, func(tx *store.Tx) error {
-		if err := tx.PutNode(&operatorv1.NodeRegistration{
-			NodeId: "node-a", Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
-			StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: "node-a", StoragePool: "pool-a", DefaultPool: true, Available: true}},
-		}); err != nil {
-			return err
-		}
-		return tx.SetStoragePoolCapacity("pool-a", 1<<40) // room for every test's objects
-	}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.PutNodeWithPool(t, st, "node-a", "pool-a")
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	return &env{store: st, ws: workspace.New(st, f, vols, runner), vols: vols}
 }

@@ -14,6 +14,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -92,4 +93,22 @@ func Open(t testing.TB, dsn string) *store.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// PutNodeWithPool records node nodeID, admitted but never connected,
+// declaring pool as its default, and gives pool a capacity room for every
+// test's objects: admission resolves pools, though no node can act.
+func PutNodeWithPool(t testing.TB, s *store.Store, nodeID, pool string) {
+	t.Helper()
+	if err := s.Tx(context.Background(), func(tx *store.Tx) error {
+		if err := tx.PutNode(&operatorv1.NodeRegistration{
+			NodeId: nodeID, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
+			StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: nodeID, StoragePool: pool, DefaultPool: true, Available: true}},
+		}); err != nil {
+			return err
+		}
+		return tx.SetStoragePoolCapacity(pool, 1<<40)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
