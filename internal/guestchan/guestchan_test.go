@@ -24,16 +24,24 @@ func (agent) Ping(context.Context, *connect.Request[guestv1.PingRequest]) (*conn
 	return connect.NewResponse(&guestv1.PingResponse{BootId: "boot-1"}), nil
 }
 
-// The host end is a unix socket whose connections reach the guest's port one
-// at a time, as QEMU's chardev does; a second host connection after the
-// first one broke is served too.
-func TestCallsCrossTheChannelAndSurviveAHostReconnect(t *testing.T) {
+// listen is a unix socket for the host end of the channel, closed when
+// the test ends.
+func listen(t *testing.T) (string, net.Listener) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
+	return sock, ln
+}
+
+// The host end is a unix socket whose connections reach the guest's port one
+// at a time, as QEMU's chardev does; a second host connection after the
+// first one broke is served too.
+func TestCallsCrossTheChannelAndSurviveAHostReconnect(t *testing.T) {
+	sock, ln := listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, h := guestv1connect.NewGuestAgentServiceHandler(agent{})
@@ -54,12 +62,7 @@ func TestCallsCrossTheChannelAndSurviveAHostReconnect(t *testing.T) {
 // gave up, stray frame bytes) and SYNCs queued while the guest was not
 // reading do not keep a new host from connecting.
 func TestHandshakeSkipsLeftoversAndQueuedSyncs(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	sock, ln := listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, h := guestv1connect.NewGuestAgentServiceHandler(agent{})
