@@ -41,6 +41,7 @@ func newBackend(t *testing.T) *api.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cat.ServeDelivery(f) // as ctrl's server wires it
 	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat,
 		Pools: pool.New(st, runner, slog.Default())}
 }

@@ -34,7 +34,7 @@ func (c *Catalog) ServeDelivery(l Liveness) { c.liveness = l }
 // calls a node.
 func (c *Catalog) GetTemplateDelivery(ctx context.Context, req *operatorv1.GetTemplateDeliveryRequest) (*operatorv1.GetTemplateDeliveryResponse, error) {
 	if c.liveness == nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this ctrl reads no node records"))
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.operator.v1.TemplateCatalogService.GetTemplateDelivery is not implemented: this ctrl reads no node records"))
 	}
 	sel := req.GetSelector()
 	if err := checkSelector(sel); err != nil {
