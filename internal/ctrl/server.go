@@ -45,8 +45,12 @@ type Config struct {
 	// empty is SQLite at <StateDir>/ctrl.db.
 	Database string
 	// Fleet tunes node sessions; zero values take fleet.DefaultConfig.
-	Fleet  fleet.Config
-	Logger *slog.Logger
+	Fleet fleet.Config
+	// MoveWait is the longest a MoveVolume or MoveWritableLayer call waits
+	// for its move to settle; zero is pool.MoveWait (one minute, as the
+	// API reference says). Tests shorten it.
+	MoveWait time.Duration
+	Logger   *slog.Logger
 }
 
 // Server is a running ctrl.
@@ -243,6 +247,9 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 	cat.ServeDelivery(f)
 	pools := pool.New(st, runner, cfg.Logger.With("component", "pool"))
 	pools.ServeMoves(f, runner)
+	if cfg.MoveWait > 0 {
+		pools.SetMoveWait(cfg.MoveWait)
+	}
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat,
 			Pools: pools},

@@ -42,6 +42,9 @@ type Option func(*ctrl.Config)
 // WithFleet sets the node session timings.
 func WithFleet(fc fleet.Config) Option { return func(c *ctrl.Config) { c.Fleet = fc } }
 
+// WithMoveWait shortens how long a move call waits for its move.
+func WithMoveWait(d time.Duration) Option { return func(c *ctrl.Config) { c.MoveWait = d } }
+
 // FastFleet reports often enough for tests to see changes quickly, with
 // room for a loaded machine (CI runs packages in parallel under -race): a
 // session is live for three observation intervals, and the clock

@@ -30,10 +30,10 @@ type env struct {
 	c *testenv.Cluster
 }
 
-func newEnv(t *testing.T, b storetest.Backend) *env {
+func newEnv(t *testing.T, b storetest.Backend, opts ...testenv.Option) *env {
 	dsn := b.DSN(t)
-	fast := testenv.FastFleet()
-	return &env{t: t, c: testenv.New(t, fast, func(c *ctrl.Config) { c.Database = dsn })}
+	opts = append([]testenv.Option{testenv.FastFleet(), func(c *ctrl.Config) { c.Database = dsn }}, opts...)
+	return &env{t: t, c: testenv.New(t, opts...)}
 }
 
 // forEachBackend runs fn on SQLite and on PostgreSQL.

@@ -379,10 +379,10 @@ func unavailable(o *operatorv1.StoragePoolObject, commandID, format string, args
 
 // awaitMove waits until the move of commandID settled: the object lives
 // in target (its move row gone), or the command failed. It waits at most
-// MoveWait and never past ctx's deadline, then answers unavailable with
+// s.moveWait and never past ctx's deadline, then answers unavailable with
 // the object as it stands.
 func (s *Service) awaitMove(ctx context.Context, commandID, target string, load func(tx *store.Tx) (*moved, error)) (*operatorv1.StoragePoolObject, error) {
-	deadline := s.now().Add(MoveWait)
+	deadline := s.now().Add(s.moveWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		// Leave room to answer before the caller gives up.
 		deadline = d.Add(-time.Second)

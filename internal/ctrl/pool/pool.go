@@ -42,6 +42,8 @@ type Service struct {
 	waker Waker
 	log   *slog.Logger
 	now   func() time.Time
+	// moveWait is the longest a move call waits (MoveWait unless set).
+	moveWait time.Duration
 
 	// fleet and kick serve moves (ServeMoves); nil until then.
 	fleet *fleet.Fleet
@@ -50,8 +52,12 @@ type Service struct {
 
 // New makes the pool domain.
 func New(s *store.Store, waker Waker, log *slog.Logger) *Service {
-	return &Service{store: s, waker: waker, log: log, now: time.Now}
+	return &Service{store: s, waker: waker, log: log, now: time.Now, moveWait: MoveWait}
 }
+
+// SetMoveWait changes the longest a move call waits for its move to
+// settle (MoveWait, one minute, unless set). d must be positive.
+func (s *Service) SetMoveWait(d time.Duration) { s.moveWait = d }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$`)
 
