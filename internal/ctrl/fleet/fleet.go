@@ -81,8 +81,11 @@ type Executions interface {
 	// ExecutionEnded is called for an execution that ended without a stop
 	// command (the guest powered off, the host killed it).
 	ExecutionEnded(ctx context.Context, nodeID string, report *nodev1.ExecutionReport)
-	// ExecutionObserved is called for each running execution's report.
-	ExecutionObserved(ctx context.Context, nodeID string, report *nodev1.ExecutionReport)
+	// ExecutionObserved is called for each running execution's report, in
+	// the transaction that writes the node's observation (which many nodes'
+	// observations share). It reports whether it recorded an operation for
+	// the node. Only a database error is returned.
+	ExecutionObserved(tx *store.Tx, nodeID string, report *nodev1.ExecutionReport) (notify bool, err error)
 	// ExecutionProgress is called as a starting execution's artifacts
 	// arrive on the node.
 	ExecutionProgress(ctx context.Context, nodeID string, progress *nodev1.ExecutionProgress)

@@ -361,8 +361,9 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 	return fmt.Errorf("unknown session message %T", msg.GetMessage())
 }
 
-// observe hears one observation. What it says of executions is applied
-// at once. The registration is written by the session's observation
+// observe hears one observation. Executions that ended are applied at
+// once (an ended execution changes its Workspace's state). The registration,
+// with the guest observations of the running executions, is written by the session's observation
 // writer, newest first: an observation that arrives before the previous
 // one was written replaces it. The session's other messages (a node's
 // answers above all) never wait behind the fleet's observation writes, and
@@ -370,9 +371,7 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) {
 	if f.executions != nil {
 		for _, r := range o.GetExecutions() {
-			if r.GetRunning() {
-				f.executions.ExecutionObserved(ctx, s.nodeID, r)
-			} else {
+			if !r.GetRunning() {
 				f.executions.ExecutionEnded(ctx, s.nodeID, r)
 			}
 		}
@@ -420,6 +419,7 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	// multiply the rows every batch writes.
 	held := o.GetArtifacts()
 	changed := !s.artifactsWritten || !slices.EqualFunc(s.artifacts, held, func(a, b *nodev1.CachedArtifact) bool { return proto.Equal(a, b) })
+	notify := false
 	err := f.touch(ctx, s, func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error {
 		// The first observation after the hello ends SYNCING: there is no
 		// execution to reconcile yet (the VM provider comes later).
@@ -443,15 +443,40 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 		n.Observation.ObservedAt = timestamppb.New(now)
 		n.Observation.ExecutionCount = uint32(len(o.GetInstanceIds()))
 		s.writeClock(n)
-		if !changed {
-			return nil
+		var err error
+		if notify, err = f.observeExecutions(tx, s.nodeID, o); err != nil || !changed {
+			return err
 		}
 		return tx.SetNodeArtifacts(s.nodeID, nodeArtifacts(held), now)
 	})
 	if err == nil && changed {
 		s.artifacts, s.artifactsWritten = held, true
 	}
+	if notify {
+		f.Notify(s.nodeID) // an operation was recorded for the node
+	}
 	return err
+}
+
+// observeExecutions hands the running executions' reports to their domain,
+// in the observation's transaction, and reports whether it recorded an
+// operation for the node.
+func (f *Fleet) observeExecutions(tx *store.Tx, nodeID string, o *nodev1.NodeObservation) (bool, error) {
+	notify := false
+	if f.executions == nil {
+		return false, nil
+	}
+	for _, r := range o.GetExecutions() {
+		if !r.GetRunning() {
+			continue // ended: heard at once, in observe
+		}
+		recorded, err := f.executions.ExecutionObserved(tx, nodeID, r)
+		if err != nil {
+			return false, err
+		}
+		notify = notify || recorded
+	}
+	return notify, nil
 }
 
 // nodeArtifacts is a node's report of its cache as the store keeps it.

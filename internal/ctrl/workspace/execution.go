@@ -505,44 +505,48 @@ func (s *Service) ExecutionEnded(ctx context.Context, nodeID string, r *nodev1.E
 	})
 }
 
-// ExecutionObserved records the node's latest probe of a running guest. It
-// is an observation: it never changes the Workspace's state. An execution
-// that is not current on the node is a stray, which the node is told to
-// stop (stopStray).
-func (s *Service) ExecutionObserved(ctx context.Context, nodeID string, r *nodev1.ExecutionReport) {
-	stopping := false
-	_ = s.store.Tx(ctx, func(tx *store.Tx) error {
-		stopping = false
-		id := WorkspaceOf(r.GetInstanceId())
-		rt, err := tx.GetRuntime(id, false)
-		if err != nil {
-			return err
-		}
-		if rt.GetInstanceId() != r.GetInstanceId() || rt.GetNodeId() != nodeID {
-			stopping, err = s.stopStray(tx, nodeID, r.GetInstanceId())
-			return err
-		}
-		w, err := tx.GetWorkspace(id, true)
-		if err != nil {
-			return err
-		}
-		prev := w.GetGuestObservation()
-		obs := &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(s.now()), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
-		if !r.GetResponding() {
-			obs.Condition = ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
-			obs.Error = r.GetProbeError()
-			obs.UnresponsiveSince = obs.GetObservedAt()
-			if prev.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE {
-				obs.UnresponsiveSince = prev.GetUnresponsiveSince()
-			}
-		}
-		observeMemory(obs, prev, r.GetMemory())
-		w.GuestObservation = obs
-		return tx.PutWorkspace(w)
-	})
-	if stopping {
-		s.fleet.Notify(nodeID)
+// ExecutionObserved records the node's latest probe of a running guest, in
+// tx (the node's observation's). It is an observation: it never changes
+// the Workspace's state. An execution that is not current on the node is a
+// stray, which the node is told to stop (stopStray); it reports whether it
+// recorded that. An execution of no Workspace ctrl knows is left alone.
+func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.ExecutionReport) (bool, error) {
+	id := WorkspaceOf(r.GetInstanceId())
+	rt, err := tx.GetRuntime(id, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
 	}
+	if err != nil {
+		return false, err
+	}
+	if rt.GetInstanceId() != r.GetInstanceId() || rt.GetNodeId() != nodeID {
+		return s.stopStray(tx, nodeID, r.GetInstanceId())
+	}
+	w, err := tx.GetWorkspace(id, true)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
+}
+
+// withGuestObservation is w with the guest observation r makes at now.
+func withGuestObservation(w *ctrlv1.Workspace, r *nodev1.ExecutionReport, now time.Time) *ctrlv1.Workspace {
+	prev := w.GetGuestObservation()
+	obs := &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(now), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
+	if !r.GetResponding() {
+		obs.Condition = ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
+		obs.Error = r.GetProbeError()
+		obs.UnresponsiveSince = obs.GetObservedAt()
+		if prev.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE {
+			obs.UnresponsiveSince = prev.GetUnresponsiveSince()
+		}
+	}
+	observeMemory(obs, prev, r.GetMemory())
+	w.GuestObservation = obs
+	return w
 }
 
 // stopStray has nodeID stop an execution it runs that is not its
