@@ -54,20 +54,7 @@ func (t *Tx) SetNodeArtifacts(nodeID string, held []NodeArtifact, now time.Time)
 }
 
 func (t *Tx) nodeArtifactDigests(nodeID string) ([]string, error) {
-	rows, err := t.query("SELECT digest FROM node_artifacts WHERE node_id = ?", nodeID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return t.queryStrings("SELECT digest FROM node_artifacts WHERE node_id = ?", nodeID)
 }
 
 // ArtifactOnNodes reads the rows of digest of the nodes from first to last

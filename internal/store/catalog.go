@@ -224,21 +224,8 @@ func (t *Tx) UnreferencedUploads(kind string, cutoff time.Time) ([]string, error
 	if kind == UploadTemplateSource {
 		ref = "NOT EXISTS (SELECT 1 FROM catalog_template_revisions r WHERE r.source_digest = u.digest AND r.state <> 'TEMPLATE_REVISION_STATE_DELETED')"
 	}
-	rows, err := t.query("SELECT digest FROM catalog_uploads u WHERE kind = ? AND completed_at < ? AND "+ref+" ORDER BY digest",
+	return t.queryStrings("SELECT digest FROM catalog_uploads u WHERE kind = ? AND completed_at < ? AND "+ref+" ORDER BY digest",
 		kind, cutoff.UnixNano())
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
 }
 
 // DeleteUpload forgets an upload.

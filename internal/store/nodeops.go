@@ -46,20 +46,7 @@ func (t *Tx) PutNodeOperation(op *storev1.NodeOperation) error {
 // answered yet, for the one poll that finds operations another ctrl
 // replica recorded.
 func (t *Tx) NodesWithPendingOperations() ([]string, error) {
-	rows, err := t.query(`SELECT DISTINCT node_id FROM node_operations WHERE state = 'NODE_OPERATION_STATE_PENDING'`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return t.queryStrings(`SELECT DISTINCT node_id FROM node_operations WHERE state = 'NODE_OPERATION_STATE_PENDING'`)
 }
 
 // PendingNodeOperations lists a node's unanswered operations, oldest first.

@@ -320,6 +320,24 @@ func (t *Tx) query(query string, args ...any) (*sql.Rows, error) {
 	return t.tx.QueryContext(t.ctx, t.d.rebind(query), args...)
 }
 
+// queryStrings runs a query of one text column and returns its values.
+func (t *Tx) queryStrings(query string, args ...any) ([]string, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 func (t *Tx) queryRow(query string, args ...any) *sql.Row {
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)
