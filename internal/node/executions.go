@@ -508,8 +508,22 @@ func resultOf(msg proto.Message) *nodev1.CommandResult {
 	return &nodev1.CommandResult{Result: a}
 }
 
-// startExecution applies StartExecution. See execution.proto.
+// startExecution applies StartExecution. See execution.proto. Every
+// failure says what it left of the writable layer (StartFailure): those
+// from the layer step on say it themselves (startFailed); any other came
+// before the layer, which the start then never touched.
 func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecution) *nodev1.CommandResult {
+	res := e.startSteps(ctx, op)
+	if res.GetCode() != 0 && res.GetResult() == nil {
+		if a, err := anypb.New(&nodev1.StartFailure{LayerUntouched: true}); err == nil {
+			res.Result = a
+		}
+	}
+	return res
+}
+
+// startSteps runs a start: checks, artifacts, the writable layer, the boot.
+func (e *executions) startSteps(ctx context.Context, op *nodev1.StartExecution) *nodev1.CommandResult {
 	if err := validateStart(op); err != nil {
 		return failure("", connect.CodeInvalidArgument, "StartExecution: "+err.Error())
 	}
@@ -600,7 +614,8 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 	created := false
 	if !st.Exists {
 		if st, err = e.a.blocks.Ensure(ctx, layerRef, op.GetLayerCapacityBytes()); err != nil {
-			return failure("", errorCode(err), "make the writable layer: "+err.Error())
+			// It came to the layer: what a failed make left is not known.
+			return startFailed(errorCode(err), "make the writable layer: "+err.Error(), false)
 		}
 		created = true
 		log.Info("writable layer created", "path", layerPath, "capacity_bytes", st.CapacityBytes)

@@ -38,8 +38,8 @@ func (c *Cluster) BootableCatalog(t testing.TB) {
 // boots it, releasing the execution; a layer that start made is removed
 // again and no longer placed (KeepLayer gives a Workspace one that stays).
 // For tests of what placement and a Workspace without an execution do,
-// without booting a VM.
-func (c *Cluster) UnbootableCatalog(t testing.TB) {
+// without booting a VM. It returns the template image's digest.
+func (c *Cluster) UnbootableCatalog(t testing.TB) (templateDigest string) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -57,9 +57,11 @@ func (c *Cluster) UnbootableCatalog(t testing.TB) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(body)
-	if _, err := c.Ctrl.Catalog().RegisterTemplate(ctx, "busybox", &template.Image{Path: root, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(body))}, true); err != nil {
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	if _, err := c.Ctrl.Catalog().RegisterTemplate(ctx, "busybox", &template.Image{Path: root, Digest: digest, Size: int64(len(body))}, true); err != nil {
 		t.Fatal(err)
 	}
+	return digest
 }
 
 // KeepLayer gives Workspace id, which has no execution, a writable layer

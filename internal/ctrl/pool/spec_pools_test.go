@@ -311,6 +311,35 @@ func TestSpecAGrowthBeyondThePoolsCapacityIsResourceExhausted(t *testing.T) {
 	})
 }
 
+// A first start that fails before it comes to the writable layer (here
+// the template image cannot be fetched) leaves no layer either: the node
+// says it never touched it, and no start made it before, so ctrl does not
+// keep it placed.
+func TestSpecAFirstStartFailingBeforeTheLayerLeavesNone(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		e.nodeReachingTwoPools()
+		image := e.c.UnbootableCatalog(t)
+		path, err := e.c.Ctrl.Catalog().ArtifactPath(image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(path); err != nil { // the node's fetch now fails
+			t.Fatal(err)
+		}
+		ws := e.createWorkspace("create-1", 64*mib)
+		e.failedWithoutExecution(ws)
+		if msg := e.workspace(ws).GetFailure().GetMessage(); !strings.Contains(msg, image) {
+			t.Fatalf("the start failed with %q, want the fetch of %s", msg, image)
+		}
+		if o, err := e.layerOf(ws); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("the layer of a first start that failed before it: %v %v, want not_found", o, err)
+		}
+		if p := e.pool("pool-a"); p.GetReservedBytes() != 0 || p.GetRetainedLayerCount() != 0 {
+			t.Errorf("pool-a after the failed first start: %v; want nothing reserved", p)
+		}
+	})
+}
+
 // A first start that fails at boot leaves no writable layer: the node
 // removes the one it made, so ctrl does not keep it placed (not listed in
 // the pool, nothing reserved, no retained layer, nothing to move) and the

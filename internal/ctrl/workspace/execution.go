@@ -244,6 +244,7 @@ func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan)
 				rt.LayerPool = plan.volume.GetSpec().GetStoragePool()
 			}
 			rt.LayerCapacityBytes = layerCapacity(plan.w)
+			rt.LayerUnconfirmed = true
 			if poolRefusal, err = pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
 				return cmp.Or(err, errPoolRefused)
 			}
@@ -338,6 +339,7 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 		rt.LayerCapacityBytes = c // what the layer has, and reserves in its pool
 	}
 	rt.LayerTemplate = plan.template.GetRoot().GetDigest()
+	rt.LayerUnconfirmed = false
 	rt.LayerContinuity, rt.LayerResetReason = continuity, reason
 	if err := tx.PutRuntime(rt); err != nil {
 		return err
@@ -384,25 +386,34 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 	})
 }
 
-// forgetRemovedLayer follows a failed start's node: when the start made
-// the writable layer and removed it again (StartFailure.layer_removed),
-// the layer no longer exists, so it is no longer placed: it leaves its
-// pool's objects and reservation, and the next start places a new one as a
-// first start does. A layer that existed before the start is kept by the
-// node, and stays placed.
+// forgetRemovedLayer follows a failed start's node (StartFailure). The
+// layer no longer exists when the start made it and removed it again, or
+// when the start never came to a layer no start has made yet
+// (layer_unconfirmed): it is then no longer placed, leaving its pool's
+// objects and reservation, and the next start places a new one as a first
+// start does. A start that came to the layer and kept it confirms it.
+// Without a StartFailure (ctrl failed the operation itself: the node never
+// answered) the layer may or may not exist, and stays as it was.
 func forgetRemovedLayer(tx *store.Tx, start *nodev1.StartExecution, answer *fleet.Answer) error {
-	gone := &nodev1.StartFailure{}
-	if answer.Result == nil || !answer.Result.MessageIs(gone) {
-		return nil // the node says nothing of the layer: it is as it was
+	said := &nodev1.StartFailure{}
+	if answer.Result == nil || !answer.Result.MessageIs(said) {
+		return nil
 	}
-	if err := answer.Result.UnmarshalTo(gone); err != nil || !gone.GetLayerRemoved() {
+	if err := answer.Result.UnmarshalTo(said); err != nil {
 		return err
 	}
 	rt, err := tx.GetRuntime(WorkspaceOf(start.GetInstanceId()), true)
 	if err != nil || rt.GetLayerPool() != start.GetLayer().GetStoragePool() {
 		return err
 	}
-	rt.LayerPool, rt.LayerCapacityBytes, rt.LayerTemplate = "", 0, ""
+	switch {
+	case said.GetLayerRemoved(), said.GetLayerUntouched() && rt.GetLayerUnconfirmed():
+		rt.LayerPool, rt.LayerCapacityBytes, rt.LayerTemplate, rt.LayerUnconfirmed = "", 0, "", false
+	case !said.GetLayerUntouched():
+		rt.LayerUnconfirmed = false // the node came to it and kept it
+	default:
+		return nil
+	}
 	return tx.PutRuntime(rt)
 }
 

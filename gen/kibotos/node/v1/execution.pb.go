@@ -382,17 +382,22 @@ func (x *ExecutionStatus) GetLayerCapacityBytes() uint64 {
 }
 
 // StartFailure is the result a failed StartExecution carries beside its
-// code and message: what the start left of the writable layer. A failure
-// without it left the layer as it was before the start (or is from a node
-// that does not say).
+// code and message: what the start left of the writable layer. A node
+// answers every failed start with one. A failure without it is from a
+// node that does not say, or ctrl's own (the node never answered): the
+// layer may or may not exist.
 type StartFailure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// layer_removed is true when this start made the writable layer (it did
 	// not exist) and removed it again when it failed: the node keeps no
 	// block file for it.
-	LayerRemoved  bool `protobuf:"varint,1,opt,name=layer_removed,json=layerRemoved,proto3" json:"layer_removed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LayerRemoved bool `protobuf:"varint,1,opt,name=layer_removed,json=layerRemoved,proto3" json:"layer_removed,omitempty"`
+	// layer_untouched is true when the start failed before it came to the
+	// writable layer: it neither made nor removed it, so the layer is as it
+	// was before the start (absent, if no start ever made it).
+	LayerUntouched bool `protobuf:"varint,2,opt,name=layer_untouched,json=layerUntouched,proto3" json:"layer_untouched,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StartFailure) Reset() {
@@ -428,6 +433,13 @@ func (*StartFailure) Descriptor() ([]byte, []int) {
 func (x *StartFailure) GetLayerRemoved() bool {
 	if x != nil {
 		return x.LayerRemoved
+	}
+	return false
+}
+
+func (x *StartFailure) GetLayerUntouched() bool {
+	if x != nil {
+		return x.LayerUntouched
 	}
 	return false
 }
@@ -784,9 +796,10 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\rlayer_created\x18\x03 \x01(\bR\flayerCreated\x12\x14\n" +
 	"\x05accel\x18\x04 \x01(\tR\x05accel\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
-	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"3\n" +
+	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"\\\n" +
 	"\fStartFailure\x12#\n" +
-	"\rlayer_removed\x18\x01 \x01(\bR\flayerRemoved\"o\n" +
+	"\rlayer_removed\x18\x01 \x01(\bR\flayerRemoved\x12'\n" +
+	"\x0flayer_untouched\x18\x02 \x01(\bR\x0elayerUntouched\"o\n" +
 	"\rStopExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +

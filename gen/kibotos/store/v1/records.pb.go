@@ -595,6 +595,12 @@ type WorkspaceRuntime struct {
 	// continuity at the latest start.
 	LayerContinuity  v1.RetentionContinuity  `protobuf:"varint,9,opt,name=layer_continuity,json=layerContinuity,proto3,enum=kibotos.ctrl.v1.RetentionContinuity" json:"layer_continuity,omitempty"`
 	LayerResetReason v1.RetentionResetReason `protobuf:"varint,10,opt,name=layer_reset_reason,json=layerResetReason,proto3,enum=kibotos.ctrl.v1.RetentionResetReason" json:"layer_reset_reason,omitempty"`
+	// layer_unconfirmed is true from the placement of a new layer until a
+	// node said what became of it: a start that made it (or found it), or a
+	// failed start that came to it. A failed start that never came to the
+	// layer (StartFailure.layer_untouched) while it is unconfirmed leaves no
+	// layer behind, so ctrl no longer counts one.
+	LayerUnconfirmed bool `protobuf:"varint,11,opt,name=layer_unconfirmed,json=layerUnconfirmed,proto3" json:"layer_unconfirmed,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -699,6 +705,13 @@ func (x *WorkspaceRuntime) GetLayerResetReason() v1.RetentionResetReason {
 	return v1.RetentionResetReason(0)
 }
 
+func (x *WorkspaceRuntime) GetLayerUnconfirmed() bool {
+	if x != nil {
+		return x.LayerUnconfirmed
+	}
+	return false
+}
+
 var File_kibotos_store_v1_records_proto protoreflect.FileDescriptor
 
 const file_kibotos_store_v1_records_proto_rawDesc = "" +
@@ -753,7 +766,7 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\tR\brevision\x12-\n" +
 	"\x04root\x18\x03 \x01(\v2\x19.kibotos.node.v1.ArtifactR\x04root\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xbe\x03\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xeb\x03\n" +
 	"\x10WorkspaceRuntime\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x1d\n" +
 	"\n" +
@@ -767,7 +780,8 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\x14layer_capacity_bytes\x18\b \x01(\x04R\x12layerCapacityBytes\x12O\n" +
 	"\x10layer_continuity\x18\t \x01(\x0e2$.kibotos.ctrl.v1.RetentionContinuityR\x0flayerContinuity\x12S\n" +
 	"\x12layer_reset_reason\x18\n" +
-	" \x01(\x0e2%.kibotos.ctrl.v1.RetentionResetReasonR\x10layerResetReason*\xb6\x01\n" +
+	" \x01(\x0e2%.kibotos.ctrl.v1.RetentionResetReasonR\x10layerResetReason\x12+\n" +
+	"\x11layer_unconfirmed\x18\v \x01(\bR\x10layerUnconfirmed*\xb6\x01\n" +
 	"\fCommandState\x12\x1d\n" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16COMMAND_STATE_ADMITTED\x10\x01\x12\x19\n" +
