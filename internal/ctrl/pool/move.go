@@ -149,14 +149,9 @@ func volumeToMove(tx *store.Tx, id string) (*moved, error) {
 // layerToMove reads a Workspace's placed writable layer, with its bound
 // Volume's pool.
 func layerToMove(tx *store.Tx, id string) (*moved, error) {
-	w, err := tx.GetWorkspace(id, false)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return nil, apierr.NotFound("workspace", id)
-	case err != nil:
+	w, err := liveWorkspace(tx, id)
+	if err != nil {
 		return nil, err
-	case w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED, w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING:
-		return nil, apierr.NotFound("workspace", id)
 	}
 	rt, err := tx.GetRuntime(id, true)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {

@@ -192,10 +192,9 @@ func volumeIn(tx *store.Tx, id string) (*operatorv1.StoragePoolObject, error) {
 	return o, withMove(tx, o)
 }
 
-// layerIn reads a Workspace's writable layer: a Workspace that does not
-// exist, whose deletion was admitted, or whose layer is not placed (never,
-// or not again since its pool was lost) is not_found.
-func layerIn(tx *store.Tx, id string) (*operatorv1.StoragePoolObject, error) {
+// liveWorkspace reads a Workspace whose deletion was not admitted; any
+// other is not_found.
+func liveWorkspace(tx *store.Tx, id string) (*ctrlv1.Workspace, error) {
 	w, err := tx.GetWorkspace(id, false)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -204,6 +203,16 @@ func layerIn(tx *store.Tx, id string) (*operatorv1.StoragePoolObject, error) {
 		return nil, err
 	case w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED, w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING:
 		return nil, apierr.NotFound("workspace", id)
+	}
+	return w, nil
+}
+
+// layerIn reads a Workspace's writable layer: a Workspace that does not
+// exist, whose deletion was admitted, or whose layer is not placed (never,
+// or not again since its pool was lost) is not_found.
+func layerIn(tx *store.Tx, id string) (*operatorv1.StoragePoolObject, error) {
+	if _, err := liveWorkspace(tx, id); err != nil {
+		return nil, err
 	}
 	rt, err := tx.GetRuntime(id, false)
 	if err != nil {
