@@ -218,10 +218,16 @@ func TestSpecWhileObjectsMoveTheyStayInTheirSourcePool(t *testing.T) {
 		n.Stop(t)
 		e.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
 
-		short, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
+		// Each move gets a deadline of its own: it waits for the move to
+		// settle until a second short of it, so calls sharing one deadline
+		// would leave the later ones none on a loaded machine.
+		short := func() context.Context {
+			c, cancel := context.WithTimeout(ctx, 3*time.Second)
+			t.Cleanup(cancel)
+			return c
+		}
 		for _, id := range []string{bound, free} {
-			_, err := e.c.Nodes.MoveVolume(short, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-" + id), VolumeId: id, StoragePool: "pool-b"}))
+			_, err := e.c.Nodes.MoveVolume(short(), connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-" + id), VolumeId: id, StoragePool: "pool-b"}))
 			if connect.CodeOf(err) != connect.CodeUnavailable || objectIn(err).GetMovingTo() != "pool-b" {
 				t.Fatalf("moving %s with its node down: %v, want unavailable while it moves", id, err)
 			}
@@ -278,7 +284,7 @@ func TestSpecWhileObjectsMoveTheyStayInTheirSourcePool(t *testing.T) {
 			t.Fatal(err)
 		}
 		reservedB := e.pool("pool-b").GetReservedBytes()
-		_, err = e.c.Nodes.MoveWritableLayer(short, connect.NewRequest(&operatorv1.MoveWritableLayerRequest{Command: cmd("move-layer"), WorkspaceId: lone, StoragePool: "pool-b"}))
+		_, err = e.c.Nodes.MoveWritableLayer(short(), connect.NewRequest(&operatorv1.MoveWritableLayerRequest{Command: cmd("move-layer"), WorkspaceId: lone, StoragePool: "pool-b"}))
 		if o := objectIn(err); connect.CodeOf(err) != connect.CodeUnavailable || o.GetKind() != operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_WRITABLE_LAYER ||
 			o.GetStoragePool() != "pool-a" || o.GetMovingTo() != "pool-b" || o.GetMoveCommandId() != "move-layer" {
 			t.Errorf("moving the layer with its node down: %v (object %v), want unavailable with the layer moving to pool-b", err, o)
