@@ -159,10 +159,11 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 	return plan, wait, err
 }
 
-// resolve fills the plan's template and Launch. A create binds the
-// template its selector names and the default Launch of the deployment's
-// default PlatformKey; an explicit start rebinds launch_ref to the current
-// default of the PlatformKey it is on.
+// resolve fills the plan's template and Launch. A create's template was
+// resolved at its admission (a create an older ctrl admitted, without one,
+// binds the template its selector names here); a create binds the default
+// Launch of the deployment's default PlatformKey; an explicit start
+// rebinds launch_ref to the current default of the PlatformKey it is on.
 func (s *Service) resolve(tx *store.Tx, plan *launchPlan, req any) (string, error) {
 	spec := plan.w.GetSpec()
 	if spec.GetTemplate() == nil {

@@ -154,12 +154,16 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 			if err := checkPolicyReferences(tx, policy); err != nil {
 				return command.Effect{}, err
 			}
+			ref, err := resolveTemplate(tx, "spec.template", spec.GetTemplate())
+			if err != nil {
+				return command.Effect{}, err
+			}
 			w := &ctrlv1.Workspace{
 				WorkspaceId: newID(), State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING,
 				CreatedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now),
 				Labels: spec.GetLabels(), Annotations: spec.GetAnnotations(), LabelsRevision: 1, AnnotationsRevision: 1,
 				Spec: &ctrlv1.WorkspaceSpec{
-					Resources: spec.GetResources(), Capabilities: spec.GetCapabilities(),
+					Template: ref, Resources: spec.GetResources(), Capabilities: spec.GetCapabilities(),
 					ResourcesRevision: 1, BindingRevision: 1, LaunchBindingVersion: 1,
 				},
 			}

@@ -32,8 +32,17 @@ type env struct {
 }
 
 // newEnv is the domain on a real database with one registered (not
-// connected) node declaring a default pool.
+// connected) node declaring a default pool, and a READY deployment default
+// Template "busybox" (revision "1") a create resolves to.
 func newEnv(t *testing.T, b storetest.Backend) *env {
+	t.Helper()
+	e := newBareEnv(t, b)
+	storetest.PutReadyTemplate(t, e.store, "busybox", "1", true)
+	return e
+}
+
+// newBareEnv is newEnv without any Template.
+func newBareEnv(t *testing.T, b storetest.Backend) *env {
 	t.Helper()
 	st := storetest.Open(t, b.DSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
