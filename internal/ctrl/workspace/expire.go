@@ -38,7 +38,9 @@ func (s *Service) RunExpiration(ctx context.Context, interval time.Duration, log
 // returns how many it expired. Each expiration is a command whose id names
 // the Workspace and the policy revision, so replicas doing this at once
 // admit it once. A policy that fired is cleared: it no longer applies. A
-// STOP of a Workspace with no execution to stop just clears the policy.
+// STOP stops a running (AVAILABLE) or STARTING Workspace as StopWorkspace
+// does, with STOP_CAUSE_EXPIRED; of a Workspace with no execution to stop
+// it just clears the policy.
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	var due []*ctrlv1.Workspace
 	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
@@ -83,7 +85,7 @@ func (s *Service) expire(ctx context.Context, due *ctrlv1.Workspace) error {
 			w.Expiration = nil
 			if kind == kindDelete {
 				long, err = s.applyDelete(tx, w, now)
-			} else if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING {
+			} else if hasExecutionToStop(w) {
 				long, err = s.applyStop(tx, w, now, commandID, ctrlv1.StopCause_STOP_CAUSE_EXPIRED, false)
 			}
 			if err != nil {
@@ -98,4 +100,14 @@ func (s *Service) expire(ctx context.Context, due *ctrlv1.Workspace) error {
 		s.runner.Kick()
 	}
 	return err
+}
+
+// hasExecutionToStop: w runs, or is starting one, which a STOP policy
+// stops.
+func hasExecutionToStop(w *ctrlv1.Workspace) bool {
+	switch w.GetState() {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
+		return true
+	}
+	return false
 }
