@@ -619,6 +619,8 @@ func (e *executions) startSteps(ctx context.Context, op *nodev1.StartExecution) 
 		}
 		created = true
 		log.Info("writable layer created", "path", layerPath, "capacity_bytes", st.CapacityBytes)
+	} else if st, err = growLayer(ctx, e.a.blocks, layerRef, st, op.GetLayerCapacityBytes(), log); err != nil {
+		return startFailed(errorCode(err), "grow the writable layer: "+err.Error(), false)
 	}
 	// failRemovingLayer answers a start that failed from here on: it
 	// removes the layer this start made, and says whether it did, so ctrl

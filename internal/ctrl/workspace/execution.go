@@ -252,6 +252,13 @@ func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan)
 			if err := tx.PutRuntime(rt); err != nil {
 				return err
 			}
+		} else if grow := layerCapacity(plan.w); grow > rt.GetLayerCapacityBytes() {
+			// A resized layer grows at this start: its pool must have room
+			// for the difference, which the layer reserves once the node
+			// grew it (started records the capacity it has).
+			if poolRefusal, err = pool.Reserve(tx, rt.GetLayerPool(), grow-rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
+				return cmp.Or(err, errPoolRefused)
+			}
 		}
 		nodeID = placed.NodeID
 		plan.runtime = rt
@@ -464,8 +471,9 @@ func (s *Service) runStop(ctx context.Context, wk *command.Work) error {
 	})
 }
 
-// stopped records that instance no longer runs: STOPPED with stop, the
-// Volume detached. A report about an older instance changes nothing.
+// stopped records that instance no longer runs: STOPPED with stop (a
+// Workspace being deleted stays DELETING), the Volume detached. A report
+// about an older instance changes nothing.
 func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrlv1.WorkspaceStop) error {
 	rt, err := tx.GetRuntime(workspaceID, true)
 	if err != nil || rt.GetInstanceId() != instance {

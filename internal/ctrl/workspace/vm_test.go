@@ -78,10 +78,17 @@ func (e *vmEnv) waitState(id string, want ctrlv1.WorkspaceState) *ctrlv1.Workspa
 // writable layer with binding b, and waits until it is AVAILABLE.
 func (e *vmEnv) create(commandID string, b *ctrlv1.WorkspaceVolumeBinding) *ctrlv1.Workspace {
 	e.t.Helper()
+	return e.createWithLayer(commandID, b, 256*mib)
+}
+
+// createWithLayer is create with a writable layer of layer bytes (0: the
+// storage profile's).
+func (e *vmEnv) createWithLayer(commandID string, b *ctrlv1.WorkspaceVolumeBinding, layer uint64) *ctrlv1.Workspace {
+	e.t.Helper()
 	res, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 		Command: cmd(commandID),
 		Spec: &ctrlv1.WorkspaceCreateSpec{
-			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 * mib, WritableLayerCapacityBytes: 256 * mib},
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 * mib, WritableLayerCapacityBytes: layer},
 			Volume:    b,
 		},
 	}))

@@ -295,7 +295,7 @@ func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
 		}
 	}
 	bestEffort := &ctrlv1.RetentionTier{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT, Paths: []string{"/"}, Availability: unavailable}
-	if rt.GetStarts() > 0 && rt.GetLayerPool() != "" {
+	if layerExists(rt) {
 		bestEffort.Availability = available
 		c := rt.GetLayerCapacityBytes()
 		bestEffort.CapacityBytes = &c
@@ -309,6 +309,12 @@ func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
 	}
 	out.RetentionTiers = []*ctrlv1.RetentionTier{promised, bestEffort, none}
 	return out
+}
+
+// layerExists: a start made the writable layer rt places (a layer placed
+// for a start that has not run yet does not exist).
+func layerExists(rt *storev1.WorkspaceRuntime) bool {
+	return rt.GetStarts() > 0 && rt.GetLayerPool() != ""
 }
 
 // Get reads one Workspace.
