@@ -525,9 +525,10 @@ func (s *Service) ExecutionEnded(ctx context.Context, nodeID string, r *nodev1.E
 	})
 }
 
-// ExecutionObserved records the node's latest probe of a running guest, in
-// tx (the node's observation's). It is an observation: it never changes
-// the Workspace's state. An execution that is not current on the node is a
+// ExecutionObserved records the node's latest probe of a running guest, and
+// its judgment of the Volume the execution has attached, in tx (the node's
+// observation's). It is an observation: it never changes the Workspace's
+// or the Volume's state. An execution that is not current on the node is a
 // stray, which the node is told to stop (stopStray); it reports whether it
 // recorded that. An execution of no Workspace ctrl knows is left alone.
 func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.ExecutionReport) (bool, error) {
@@ -548,6 +549,13 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 	}
 	if err != nil {
 		return false, err
+	}
+	if b := w.GetSpec().GetVolume(); r.GetVolume() != nil && b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND &&
+		b.GetVolumeId() == r.GetVolume().GetRef().GetObjectId() {
+		// The node holds the Volume: its report is the Volume's observation.
+		if err := s.volumes.Observed(tx, b.GetVolumeId(), r.GetVolume()); err != nil {
+			return false, err
+		}
 	}
 	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
 }
