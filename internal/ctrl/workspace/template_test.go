@@ -81,6 +81,7 @@ func TestCreateWithoutADefaultTemplateAdmitsNothing(t *testing.T) {
 	checkNothingAdmitted(t, e)
 }
 
+// checkNothingAdmitted: refused creates left no Workspace and no Volume.
 func checkNothingAdmitted(t *testing.T, e *env) {
 	t.Helper()
 	list, err := e.ws.List(ctx, &ctrlv1.ListWorkspacesRequest{IncludeDeleted: true})

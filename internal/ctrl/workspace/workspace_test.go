@@ -141,14 +141,7 @@ func TestCreateValidation(t *testing.T) {
 			}
 		})
 	}
-	list, err := e.ws.List(ctx, &ctrlv1.ListWorkspacesRequest{IncludeDeleted: true})
-	if err != nil || len(list.GetWorkspaces()) != 0 {
-		t.Errorf("bad input admitted something: %v %v", list, err)
-	}
-	vols, err := e.vols.List(ctx, &ctrlv1.ListVolumesRequest{IncludeDeleted: true})
-	if err != nil || len(vols.GetVolumes()) != 0 {
-		t.Errorf("bad input created a Volume: %v %v", vols, err)
-	}
+	checkNothingAdmitted(t, e)
 }
 
 func TestCreateStoresDefaultsRevisionsAndANewVolume(t *testing.T) {
