@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 )
@@ -65,6 +66,13 @@ func TestCreateWithATemplateThatDoesNotExistAdmitsNothing(t *testing.T) {
 			if _, err := e.ws.GetCommand(ctx, &ctrlv1.GetWorkspaceCommandRequest{CommandId: "c-" + tc.field + tc.sel.GetTemplate()}); connect.CodeOf(err) != connect.CodeNotFound {
 				t.Errorf("%s: the refused create left a command: %v", tc.name, err)
 			}
+		}
+		// CreateWorkspaceOnNode takes the same selector.
+		s := spec(256 * mib)
+		s.Template = &ctrlv1.TemplateSelector{Template: "nope"}
+		_, err := e.ws.CreateOnNode(ctx, &operatorv1.CreateWorkspaceOnNodeRequest{NodeId: "node-a", Request: &ctrlv1.CreateWorkspaceRequest{Command: cmd("c-on-node"), Spec: s}})
+		if connect.CodeOf(err) != connect.CodeNotFound || apierr.FieldOf(err) != "spec.template.template" {
+			t.Errorf("CreateWorkspaceOnNode naming no template: %v (field %q), want not_found naming spec.template.template", err, apierr.FieldOf(err))
 		}
 		checkNothingAdmitted(t, e)
 	})
