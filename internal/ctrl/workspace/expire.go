@@ -39,8 +39,9 @@ func (s *Service) RunExpiration(ctx context.Context, interval time.Duration, log
 // the Workspace and the policy revision, so replicas doing this at once
 // admit it once. A policy that fired is cleared: it no longer applies. A
 // STOP stops a running (AVAILABLE) or STARTING Workspace as StopWorkspace
-// does, with STOP_CAUSE_EXPIRED; of a Workspace with no execution to stop
-// it just clears the policy.
+// does, with STOP_CAUSE_EXPIRED; it waits for a CREATING Workspace to be
+// AVAILABLE (the create runs on), and of a Workspace with no execution to
+// stop it just clears the policy.
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	var due []*ctrlv1.Workspace
 	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
@@ -55,7 +56,9 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	var errs []error
 	n := 0
 	for _, w := range due {
-		if err := s.expire(ctx, w); err != nil {
+		if err := s.expire(ctx, w); errors.Is(err, errNotYet) {
+			continue
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", w.GetWorkspaceId(), err))
 			continue
 		}
@@ -63,6 +66,9 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	}
 	return n, errors.Join(errs...)
 }
+
+// errNotYet: the policy applies once the Workspace is out of CREATING.
+var errNotYet = errors.New("the Workspace is still being created")
 
 func (s *Service) expire(ctx context.Context, due *ctrlv1.Workspace) error {
 	exp := due.GetExpiration()
@@ -81,6 +87,9 @@ func (s *Service) expire(ctx context.Context, due *ctrlv1.Workspace) error {
 			}
 			if w.GetExpiration().GetRevision() != exp.GetRevision() {
 				return command.Effect{Target: w.GetWorkspaceId(), Result: w}, nil // changed meanwhile
+			}
+			if kind == kindStop && w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
+				return command.Effect{}, errNotYet
 			}
 			w.Expiration = nil
 			if kind == kindDelete {

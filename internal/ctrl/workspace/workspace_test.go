@@ -372,3 +372,37 @@ func TestExpirationDeletesAtItsDeadline(t *testing.T) {
 		}
 	})
 }
+
+// A STOP policy whose deadline passes while the Workspace is CREATING
+// waits for the create: it is not cleared (it stops the Workspace once it
+// is AVAILABLE), and nothing is admitted meanwhile.
+func TestAStopExpirationWaitsForTheCreate(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		s := spec(256 * mib)
+		s.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, Deadline: timestamppb.New(time.Now().Add(time.Hour))}
+		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.GetWorkspace().GetWorkspaceId()
+		deadline := time.Now().Add(50 * time.Millisecond)
+		if _, err := e.ws.UpdateExpiration(ctx, &ctrlv1.UpdateWorkspaceExpirationRequest{Command: cmd("x1"), WorkspaceId: id, ExpectedExpirationRevision: 1,
+			Change: &ctrlv1.WorkspaceExpirationChange{Change: &ctrlv1.WorkspaceExpirationChange_Set{Set: &ctrlv1.WorkspaceExpirationPolicy{
+				Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, Deadline: timestamppb.New(deadline)}}}}); err != nil {
+			t.Fatal(err)
+		}
+		for time.Now().Before(deadline.Add(20 * time.Millisecond)) {
+			time.Sleep(10 * time.Millisecond) // the deadline is the input here, not a readiness
+		}
+		if n, err := e.ws.ExpireDue(ctx); err != nil || n != 0 {
+			t.Errorf("ExpireDue with a CREATING Workspace due: %d %v, want 0 expired, no error", n, err)
+		}
+		w := get(t, e, id)
+		if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || w.GetExpiration().GetRevision() != 2 {
+			t.Errorf("the CREATING Workspace after its STOP deadline: %v %v, want CREATING with the policy kept", w.GetState(), w.GetExpiration())
+		}
+		if _, err := e.ws.GetCommand(ctx, &ctrlv1.GetWorkspaceCommandRequest{CommandId: fmt.Sprintf("expire:%s:2", id)}); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("an expiration was admitted for a CREATING Workspace: %v", err)
+		}
+	})
+}
