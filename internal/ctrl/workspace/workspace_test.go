@@ -339,22 +339,7 @@ func TestRevisionsAreCASTokensAndStaleOnesWriteNothing(t *testing.T) {
 
 func TestExpirationDeletesAtItsDeadline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		s := spec(256 * mib)
-		s.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE, Deadline: timestamppb.New(time.Now().Add(time.Hour))}
-		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.GetWorkspace().GetWorkspaceId()
-		if n, err := e.ws.ExpireDue(ctx); err != nil || n != 0 {
-			t.Fatalf("nothing is due yet: %d %v", n, err)
-		}
-		// Bring the deadline to now through the API's own CAS path.
-		if _, err := e.ws.UpdateExpiration(ctx, &ctrlv1.UpdateWorkspaceExpirationRequest{Command: cmd("x1"), WorkspaceId: id, ExpectedExpirationRevision: 1,
-			Change: &ctrlv1.WorkspaceExpirationChange{Change: &ctrlv1.WorkspaceExpirationChange_Set{Set: &ctrlv1.WorkspaceExpirationPolicy{
-				Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE, Deadline: timestamppb.New(time.Now().Add(50 * time.Millisecond))}}}}); err != nil {
-			t.Fatal(err)
-		}
+		id, _ := expiringSoon(t, e, ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			n, err := e.ws.ExpireDue(ctx)
@@ -378,19 +363,7 @@ func TestExpirationDeletesAtItsDeadline(t *testing.T) {
 // is AVAILABLE), and nothing is admitted meanwhile.
 func TestAStopExpirationWaitsForTheCreate(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		s := spec(256 * mib)
-		s.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, Deadline: timestamppb.New(time.Now().Add(time.Hour))}
-		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.GetWorkspace().GetWorkspaceId()
-		deadline := time.Now().Add(50 * time.Millisecond)
-		if _, err := e.ws.UpdateExpiration(ctx, &ctrlv1.UpdateWorkspaceExpirationRequest{Command: cmd("x1"), WorkspaceId: id, ExpectedExpirationRevision: 1,
-			Change: &ctrlv1.WorkspaceExpirationChange{Change: &ctrlv1.WorkspaceExpirationChange_Set{Set: &ctrlv1.WorkspaceExpirationPolicy{
-				Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, Deadline: timestamppb.New(deadline)}}}}); err != nil {
-			t.Fatal(err)
-		}
+		id, deadline := expiringSoon(t, e, ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP)
 		for time.Now().Before(deadline.Add(20 * time.Millisecond)) {
 			time.Sleep(10 * time.Millisecond) // the deadline is the input here, not a readiness
 		}
@@ -405,4 +378,29 @@ func TestAStopExpirationWaitsForTheCreate(t *testing.T) {
 			t.Errorf("an expiration was admitted for a CREATING Workspace: %v", err)
 		}
 	})
+}
+
+// expiringSoon creates a Workspace (it stays CREATING: no node takes it)
+// whose policy of action is not due, then brings its deadline to about
+// now through the API's own CAS path; it returns the Workspace and the
+// deadline.
+func expiringSoon(t *testing.T, e *env, action ctrlv1.WorkspaceExpirationAction) (string, time.Time) {
+	t.Helper()
+	s := spec(256 * mib)
+	s.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Action: action, Deadline: timestamppb.New(time.Now().Add(time.Hour))}
+	res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.GetWorkspace().GetWorkspaceId()
+	if n, err := e.ws.ExpireDue(ctx); err != nil || n != 0 {
+		t.Fatalf("nothing is due yet: %d %v", n, err)
+	}
+	deadline := time.Now().Add(50 * time.Millisecond)
+	if _, err := e.ws.UpdateExpiration(ctx, &ctrlv1.UpdateWorkspaceExpirationRequest{Command: cmd("x1"), WorkspaceId: id, ExpectedExpirationRevision: 1,
+		Change: &ctrlv1.WorkspaceExpirationChange{Change: &ctrlv1.WorkspaceExpirationChange_Set{Set: &ctrlv1.WorkspaceExpirationPolicy{
+			Action: action, Deadline: timestamppb.New(deadline)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	return id, deadline
 }
