@@ -385,7 +385,12 @@ func (e *executions) reports() (reports []*nodev1.ExecutionReport, endedIDs []st
 	for id, x := range e.byID {
 		switch x.state {
 		case running:
-			reports = append(reports, &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory})
+			r := &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory}
+			if v := x.rec.Volume; v != nil {
+				// Judged by judgeVolumes, outside the lock.
+				r.Volume = &nodev1.VolumeReport{Ref: &nodev1.BlockFileRef{StoragePool: v.StoragePool, Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: v.ObjectID}}
+			}
+			reports = append(reports, r)
 		case ended:
 			reports = append(reports, &nodev1.ExecutionReport{InstanceId: id, End: x.end})
 			endedIDs = append(endedIDs, id)
@@ -619,6 +624,8 @@ func (e *executions) startSteps(ctx context.Context, op *nodev1.StartExecution) 
 		}
 		created = true
 		log.Info("writable layer created", "path", layerPath, "capacity_bytes", st.CapacityBytes)
+	} else if st, err = growLayer(ctx, e.a.blocks, layerRef, st, op.GetLayerCapacityBytes(), log); err != nil {
+		return startFailed(errorCode(err), "grow the writable layer: "+err.Error(), false)
 	}
 	// failRemovingLayer answers a start that failed from here on: it
 	// removes the layer this start made, and says whether it did, so ctrl

@@ -258,6 +258,7 @@ func (a *agent) observation() (obs *nodev1.NodeObservation, ended []string) {
 	obs = &nodev1.NodeObservation{StoragePools: a.poolDeclarations()}
 	obs.InstanceIds = a.execs.instanceIDs()
 	obs.Executions, ended = a.execs.reports()
+	a.judgeVolumes(obs.Executions)
 	a.host.fill(obs, a.execs.vmPIDs())
 	obs.Artifacts = a.cachedArtifacts()
 	return obs, ended

@@ -51,14 +51,36 @@ func (c *Cluster) UnbootableCatalog(t testing.TB) (templateDigest string) {
 	if _, err := c.Ctrl.Catalog().RegisterPlatform(ctx, "default", &platform.Manifest{Vmlinux: "vmlinux", Initramfs: "initramfs", Digest: "sha256:fake"}, dir, true); err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Join(dir, "root.img")
+	return c.unbootableTemplate(t)
+}
+
+// EnsureTemplate registers UnbootableCatalog's template (and no platform)
+// unless a deployment default Template exists: a create is then admitted
+// (its selector resolves) and waits for a platform before placement, so
+// that a test can place it itself.
+func (c *Cluster) EnsureTemplate(t testing.TB) {
+	t.Helper()
+	_, err := c.Ctrl.Catalog().GetTemplateRevision(context.Background(), &operatorv1.GetTemplateRevisionRequest{Selector: &ctrlv1.TemplateSelector{}})
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		c.unbootableTemplate(t)
+	case err != nil:
+		t.Fatal(err)
+	}
+}
+
+// unbootableTemplate registers "busybox", the deployment default, from an
+// image no VM boots, and returns its digest.
+func (c *Cluster) unbootableTemplate(t testing.TB) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "root.img")
 	body := []byte("not an ext4 image")
 	if err := os.WriteFile(root, body, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(body)
 	digest := "sha256:" + hex.EncodeToString(sum[:])
-	if _, err := c.Ctrl.Catalog().RegisterTemplate(ctx, "busybox", &template.Image{Path: root, Digest: digest, Size: int64(len(body))}, true); err != nil {
+	if _, err := c.Ctrl.Catalog().RegisterTemplate(context.Background(), "busybox", &template.Image{Path: root, Digest: digest, Size: int64(len(body))}, true); err != nil {
 		t.Fatal(err)
 	}
 	return digest

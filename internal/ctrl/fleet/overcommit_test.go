@@ -159,9 +159,11 @@ func isolate(t *testing.T, c *testenv.Cluster, id string) {
 }
 
 // workspaceWaiting creates a Workspace whose create waits before
-// placement (no platform is registered), so that a test can place it.
+// placement (a template but no platform is registered), so that a test can
+// place it.
 func workspaceWaiting(t *testing.T, c *testenv.Cluster, id string) string {
 	t.Helper()
+	c.EnsureTemplate(t)
 	res, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 		Command: cmd(id), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: 128 << 20}},
 	}))

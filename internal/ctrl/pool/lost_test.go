@@ -74,6 +74,7 @@ func TestDeclaringAPoolLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A Workspace bound to the Volume waits for a node to start on.
+		e.c.UnbootableCatalog(t)
 		created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 			Command: cmd("create-ws"),
 			Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 * mib}, Volume: &ctrlv1.WorkspaceVolumeBinding{

@@ -164,3 +164,24 @@ func (v *Service) runDelete(ctx context.Context, w *command.Work) error {
 		},
 	})
 }
+
+// Observed records what the Volume's holder (the node running the
+// execution that has it attached) reported, as its observation at now on
+// ctrl's clock. It is diagnostic: it changes neither state, nor
+// updated_at, nor any revision. Nothing else writes it, so it is kept as
+// it was while nothing holds the Volume.
+func (v *Service) Observed(tx *store.Tx, volumeID string, r *nodev1.VolumeReport) error {
+	vol, err := tx.GetVolume(volumeID, true)
+	if err != nil {
+		return err
+	}
+	obs := &ctrlv1.VolumeObservation{
+		Condition: ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY, CapacityBytes: r.GetCapacityBytes(),
+		ObservedAt: timestamppb.New(v.now()),
+	}
+	if r.GetDamaged() {
+		obs.Condition, obs.Message = ctrlv1.VolumeCondition_VOLUME_CONDITION_DAMAGED, r.GetMessage()
+	}
+	vol.Observation = obs
+	return tx.PutVolume(vol)
+}

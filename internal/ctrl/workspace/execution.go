@@ -159,10 +159,11 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 	return plan, wait, err
 }
 
-// resolve fills the plan's template and Launch. A create binds the
-// template its selector names and the default Launch of the deployment's
-// default PlatformKey; an explicit start rebinds launch_ref to the current
-// default of the PlatformKey it is on.
+// resolve fills the plan's template and Launch. A create's template was
+// resolved at its admission (a create an older ctrl admitted, without one,
+// binds the template its selector names here); a create binds the default
+// Launch of the deployment's default PlatformKey; an explicit start
+// rebinds launch_ref to the current default of the PlatformKey it is on.
 func (s *Service) resolve(tx *store.Tx, plan *launchPlan, req any) (string, error) {
 	spec := plan.w.GetSpec()
 	if spec.GetTemplate() == nil {
@@ -250,6 +251,13 @@ func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan)
 			}
 			if err := tx.PutRuntime(rt); err != nil {
 				return err
+			}
+		} else if grow := layerCapacity(plan.w); grow > rt.GetLayerCapacityBytes() {
+			// A resized layer grows at this start: its pool must have room
+			// for the difference, which the layer reserves once the node
+			// grew it (started records the capacity it has).
+			if poolRefusal, err = pool.Reserve(tx, rt.GetLayerPool(), grow-rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
+				return cmp.Or(err, errPoolRefused)
 			}
 		}
 		nodeID = placed.NodeID
@@ -463,8 +471,9 @@ func (s *Service) runStop(ctx context.Context, wk *command.Work) error {
 	})
 }
 
-// stopped records that instance no longer runs: STOPPED with stop, the
-// Volume detached. A report about an older instance changes nothing.
+// stopped records that instance no longer runs: STOPPED with stop (a
+// Workspace being deleted stays DELETING), the Volume detached. A report
+// about an older instance changes nothing.
 func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrlv1.WorkspaceStop) error {
 	rt, err := tx.GetRuntime(workspaceID, true)
 	if err != nil || rt.GetInstanceId() != instance {
@@ -516,9 +525,10 @@ func (s *Service) ExecutionEnded(ctx context.Context, nodeID string, r *nodev1.E
 	})
 }
 
-// ExecutionObserved records the node's latest probe of a running guest, in
-// tx (the node's observation's). It is an observation: it never changes
-// the Workspace's state. An execution that is not current on the node is a
+// ExecutionObserved records the node's latest probe of a running guest, and
+// its judgment of the Volume the execution has attached, in tx (the node's
+// observation's). It is an observation: it never changes the Workspace's
+// or the Volume's state. An execution that is not current on the node is a
 // stray, which the node is told to stop (stopStray); it reports whether it
 // recorded that. An execution of no Workspace ctrl knows is left alone.
 func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.ExecutionReport) (bool, error) {
@@ -539,6 +549,13 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 	}
 	if err != nil {
 		return false, err
+	}
+	if b := w.GetSpec().GetVolume(); r.GetVolume() != nil && b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND &&
+		b.GetVolumeId() == r.GetVolume().GetRef().GetObjectId() {
+		// The node holds the Volume: its report is the Volume's observation.
+		if err := s.volumes.Observed(tx, b.GetVolumeId(), r.GetVolume()); err != nil {
+			return false, err
+		}
 	}
 	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
 }

@@ -38,7 +38,10 @@ func (s *Service) RunExpiration(ctx context.Context, interval time.Duration, log
 // returns how many it expired. Each expiration is a command whose id names
 // the Workspace and the policy revision, so replicas doing this at once
 // admit it once. A policy that fired is cleared: it no longer applies. A
-// STOP of a Workspace with no execution to stop just clears the policy.
+// STOP stops a running (AVAILABLE) or STARTING Workspace as StopWorkspace
+// does, with STOP_CAUSE_EXPIRED; it waits for a CREATING Workspace to be
+// AVAILABLE (the create runs on), and of a Workspace with no execution to
+// stop it just clears the policy.
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	var due []*ctrlv1.Workspace
 	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
@@ -53,7 +56,9 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	var errs []error
 	n := 0
 	for _, w := range due {
-		if err := s.expire(ctx, w); err != nil {
+		if err := s.expire(ctx, w); errors.Is(err, errNotYet) {
+			continue
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", w.GetWorkspaceId(), err))
 			continue
 		}
@@ -61,6 +66,9 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	}
 	return n, errors.Join(errs...)
 }
+
+// errNotYet: the policy applies once the Workspace is out of CREATING.
+var errNotYet = errors.New("the Workspace is still being created")
 
 func (s *Service) expire(ctx context.Context, due *ctrlv1.Workspace) error {
 	exp := due.GetExpiration()
@@ -80,10 +88,13 @@ func (s *Service) expire(ctx context.Context, due *ctrlv1.Workspace) error {
 			if w.GetExpiration().GetRevision() != exp.GetRevision() {
 				return command.Effect{Target: w.GetWorkspaceId(), Result: w}, nil // changed meanwhile
 			}
+			if kind == kindStop && w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
+				return command.Effect{}, errNotYet
+			}
 			w.Expiration = nil
 			if kind == kindDelete {
 				long, err = s.applyDelete(tx, w, now)
-			} else if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING {
+			} else if hasExecutionToStop(w) {
 				long, err = s.applyStop(tx, w, now, commandID, ctrlv1.StopCause_STOP_CAUSE_EXPIRED, false)
 			}
 			if err != nil {
@@ -98,4 +109,14 @@ func (s *Service) expire(ctx context.Context, due *ctrlv1.Workspace) error {
 		s.runner.Kick()
 	}
 	return err
+}
+
+// hasExecutionToStop: w runs, or is starting one, which a STOP policy
+// stops.
+func hasExecutionToStop(w *ctrlv1.Workspace) bool {
+	switch w.GetState() {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
+		return true
+	}
+	return false
 }

@@ -302,6 +302,12 @@ func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
 		if answer.Failure != nil {
 			return wk.Fail(ctx, answer.Failure, func(*store.Tx) error { return nil })
 		}
+		// Released as a stop releases it: its Allocation, and the Volume
+		// it had attached, which a binding released at admission leaves
+		// AVAILABLE to bind again.
+		if err := s.store.Tx(ctx, func(tx *store.Tx) error { return s.stopped(tx, id, rt.GetInstanceId(), nil) }); err != nil {
+			return err
+		}
 	}
 	if rt.GetLayerPool() != "" {
 		done, err := s.removeLayer(ctx, wk, rt)

@@ -61,8 +61,10 @@ func (s *Service) UpdateMemory(ctx context.Context, req *ctrlv1.UpdateWorkspaceM
 }
 
 // ResizeWritableLayer grows the writable layer's requested capacity; CAS on
-// resources_revision. No layer exists before a first execution, so the new
-// capacity is what the first start creates.
+// resources_revision. It is judged against the capacity the layer has once
+// it exists (the BEST_EFFORT tier's), else against the one asked for: no
+// layer exists before a first start, so the new capacity is what the first
+// start creates. An existing layer is grown at the next start.
 func (s *Service) ResizeWritableLayer(ctx context.Context, req *ctrlv1.ResizeWorkspaceWritableLayerRequest) (*ctrlv1.ResizeWorkspaceWritableLayerResponse, error) {
 	if req.GetCapacityBytes() == 0 {
 		return nil, apierr.Invalid("capacity_bytes", "is required")
@@ -71,7 +73,7 @@ func (s *Service) ResizeWritableLayer(ctx context.Context, req *ctrlv1.ResizeWor
 		return nil, err
 	}
 	out, err := s.lifecycle(ctx, req.GetCommand(), kindLayer, req.GetWorkspaceId(), req,
-		func(_ *store.Tx, w *ctrlv1.Workspace, _ time.Time) (bool, error) {
+		func(tx *store.Tx, w *ctrlv1.Workspace, _ time.Time) (bool, error) {
 			if err := notDeleted(w); err != nil {
 				return false, err
 			}
@@ -79,7 +81,11 @@ func (s *Service) ResizeWritableLayer(ctx context.Context, req *ctrlv1.ResizeWor
 			if req.GetExpectedResourcesRevision() != spec.GetResourcesRevision() {
 				return false, stale(w, "expected_resources_revision", req.GetExpectedResourcesRevision(), spec.GetResourcesRevision())
 			}
-			if cur := spec.GetResources().GetWritableLayerCapacityBytes(); req.GetCapacityBytes() <= cur {
+			cur, err := s.layerCapacityNow(tx, w)
+			if err != nil {
+				return false, err
+			}
+			if req.GetCapacityBytes() <= cur {
 				return false, apierr.Invalid("capacity_bytes", "the writable layer only grows: %d is not above %d", req.GetCapacityBytes(), cur)
 			}
 			spec.Resources.WritableLayerCapacityBytes = req.GetCapacityBytes()
@@ -268,4 +274,19 @@ func (s *Service) viewOf(ctx context.Context, w *ctrlv1.Workspace) *ctrlv1.Works
 		return nil
 	})
 	return out
+}
+
+// layerCapacityNow is what a resize of w's writable layer must exceed: the
+// capacity asked for, or the one the layer has when that is more (a layer
+// made with the storage profile's default for a request of zero).
+func (s *Service) layerCapacityNow(tx *store.Tx, w *ctrlv1.Workspace) (uint64, error) {
+	asked := w.GetSpec().GetResources().GetWritableLayerCapacityBytes()
+	rt, err := tx.GetRuntime(w.GetWorkspaceId(), false)
+	if err != nil {
+		return 0, err
+	}
+	if layerExists(rt) {
+		return max(asked, rt.GetLayerCapacityBytes()), nil
+	}
+	return asked, nil
 }

@@ -154,12 +154,16 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 			if err := checkPolicyReferences(tx, policy); err != nil {
 				return command.Effect{}, err
 			}
+			ref, err := resolveTemplate(tx, "spec.template", spec.GetTemplate())
+			if err != nil {
+				return command.Effect{}, err
+			}
 			w := &ctrlv1.Workspace{
 				WorkspaceId: newID(), State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING,
 				CreatedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now),
 				Labels: spec.GetLabels(), Annotations: spec.GetAnnotations(), LabelsRevision: 1, AnnotationsRevision: 1,
 				Spec: &ctrlv1.WorkspaceSpec{
-					Resources: spec.GetResources(), Capabilities: spec.GetCapabilities(),
+					Template: ref, Resources: spec.GetResources(), Capabilities: spec.GetCapabilities(),
 					ResourcesRevision: 1, BindingRevision: 1, LaunchBindingVersion: 1,
 				},
 			}
@@ -291,7 +295,7 @@ func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
 		}
 	}
 	bestEffort := &ctrlv1.RetentionTier{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT, Paths: []string{"/"}, Availability: unavailable}
-	if rt.GetStarts() > 0 && rt.GetLayerPool() != "" {
+	if layerExists(rt) {
 		bestEffort.Availability = available
 		c := rt.GetLayerCapacityBytes()
 		bestEffort.CapacityBytes = &c
@@ -305,6 +309,12 @@ func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
 	}
 	out.RetentionTiers = []*ctrlv1.RetentionTier{promised, bestEffort, none}
 	return out
+}
+
+// layerExists: a start made the writable layer rt places (a layer placed
+// for a start that has not run yet does not exist).
+func layerExists(rt *storev1.WorkspaceRuntime) bool {
+	return rt.GetStarts() > 0 && rt.GetLayerPool() != ""
 }
 
 // Get reads one Workspace.

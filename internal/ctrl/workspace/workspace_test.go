@@ -32,8 +32,17 @@ type env struct {
 }
 
 // newEnv is the domain on a real database with one registered (not
-// connected) node declaring a default pool.
+// connected) node declaring a default pool, and a READY deployment default
+// Template "busybox" (revision "1") a create resolves to.
 func newEnv(t *testing.T, b storetest.Backend) *env {
+	t.Helper()
+	e := newBareEnv(t, b)
+	storetest.PutReadyTemplate(t, e.store, "busybox", "1", true)
+	return e
+}
+
+// newBareEnv is newEnv without any Template.
+func newBareEnv(t *testing.T, b storetest.Backend) *env {
 	t.Helper()
 	st := storetest.Open(t, b.DSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
@@ -132,14 +141,7 @@ func TestCreateValidation(t *testing.T) {
 			}
 		})
 	}
-	list, err := e.ws.List(ctx, &ctrlv1.ListWorkspacesRequest{IncludeDeleted: true})
-	if err != nil || len(list.GetWorkspaces()) != 0 {
-		t.Errorf("bad input admitted something: %v %v", list, err)
-	}
-	vols, err := e.vols.List(ctx, &ctrlv1.ListVolumesRequest{IncludeDeleted: true})
-	if err != nil || len(vols.GetVolumes()) != 0 {
-		t.Errorf("bad input created a Volume: %v %v", vols, err)
-	}
+	checkNothingAdmitted(t, e)
 }
 
 func TestCreateStoresDefaultsRevisionsAndANewVolume(t *testing.T) {
@@ -337,22 +339,7 @@ func TestRevisionsAreCASTokensAndStaleOnesWriteNothing(t *testing.T) {
 
 func TestExpirationDeletesAtItsDeadline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		s := spec(256 * mib)
-		s.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE, Deadline: timestamppb.New(time.Now().Add(time.Hour))}
-		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.GetWorkspace().GetWorkspaceId()
-		if n, err := e.ws.ExpireDue(ctx); err != nil || n != 0 {
-			t.Fatalf("nothing is due yet: %d %v", n, err)
-		}
-		// Bring the deadline to now through the API's own CAS path.
-		if _, err := e.ws.UpdateExpiration(ctx, &ctrlv1.UpdateWorkspaceExpirationRequest{Command: cmd("x1"), WorkspaceId: id, ExpectedExpirationRevision: 1,
-			Change: &ctrlv1.WorkspaceExpirationChange{Change: &ctrlv1.WorkspaceExpirationChange_Set{Set: &ctrlv1.WorkspaceExpirationPolicy{
-				Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE, Deadline: timestamppb.New(time.Now().Add(50 * time.Millisecond))}}}}); err != nil {
-			t.Fatal(err)
-		}
+		id, _ := expiringSoon(t, e, ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			n, err := e.ws.ExpireDue(ctx)
@@ -369,4 +356,51 @@ func TestExpirationDeletesAtItsDeadline(t *testing.T) {
 			t.Errorf("after its deadline: %v", got.GetWorkspace())
 		}
 	})
+}
+
+// A STOP policy whose deadline passes while the Workspace is CREATING
+// waits for the create: it is not cleared (it stops the Workspace once it
+// is AVAILABLE), and nothing is admitted meanwhile.
+func TestAStopExpirationWaitsForTheCreate(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		id, deadline := expiringSoon(t, e, ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP)
+		for time.Now().Before(deadline.Add(20 * time.Millisecond)) {
+			time.Sleep(10 * time.Millisecond) // the deadline is the input here, not a readiness
+		}
+		if n, err := e.ws.ExpireDue(ctx); err != nil || n != 0 {
+			t.Errorf("ExpireDue with a CREATING Workspace due: %d %v, want 0 expired, no error", n, err)
+		}
+		w := get(t, e, id)
+		if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || w.GetExpiration().GetRevision() != 2 {
+			t.Errorf("the CREATING Workspace after its STOP deadline: %v %v, want CREATING with the policy kept", w.GetState(), w.GetExpiration())
+		}
+		if _, err := e.ws.GetCommand(ctx, &ctrlv1.GetWorkspaceCommandRequest{CommandId: fmt.Sprintf("expire:%s:2", id)}); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("an expiration was admitted for a CREATING Workspace: %v", err)
+		}
+	})
+}
+
+// expiringSoon creates a Workspace (it stays CREATING: no node takes it)
+// whose policy of action is not due, then brings its deadline to about
+// now through the API's own CAS path; it returns the Workspace and the
+// deadline.
+func expiringSoon(t *testing.T, e *env, action ctrlv1.WorkspaceExpirationAction) (string, time.Time) {
+	t.Helper()
+	s := spec(256 * mib)
+	s.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Action: action, Deadline: timestamppb.New(time.Now().Add(time.Hour))}
+	res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.GetWorkspace().GetWorkspaceId()
+	if n, err := e.ws.ExpireDue(ctx); err != nil || n != 0 {
+		t.Fatalf("nothing is due yet: %d %v", n, err)
+	}
+	deadline := time.Now().Add(50 * time.Millisecond)
+	if _, err := e.ws.UpdateExpiration(ctx, &ctrlv1.UpdateWorkspaceExpirationRequest{Command: cmd("x1"), WorkspaceId: id, ExpectedExpirationRevision: 1,
+		Change: &ctrlv1.WorkspaceExpirationChange{Change: &ctrlv1.WorkspaceExpirationChange_Set{Set: &ctrlv1.WorkspaceExpirationPolicy{
+			Action: action, Deadline: timestamppb.New(deadline)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	return id, deadline
 }

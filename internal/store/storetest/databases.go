@@ -112,3 +112,24 @@ func PutNodeWithPool(t testing.TB, s *store.Store, nodeID, pool string) {
 		t.Fatal(err)
 	}
 }
+
+// PutReadyTemplate records Template template with one READY revision rev,
+// its default, and makes it the deployment default when deploymentDefault
+// is set: what a create resolves its TemplateSelector against.
+func PutReadyTemplate(t testing.TB, s *store.Store, template, rev string, deploymentDefault bool) {
+	t.Helper()
+	if err := s.Tx(context.Background(), func(tx *store.Tx) error {
+		if err := tx.PutTemplate(&operatorv1.Template{Template: template, DefaultRevision: rev}); err != nil {
+			return err
+		}
+		if err := tx.InsertTemplateRevision(revision(template, rev, operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_READY)); err != nil {
+			return err
+		}
+		if deploymentDefault {
+			return tx.SetDeploymentDefaultTemplate(template)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

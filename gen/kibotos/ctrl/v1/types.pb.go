@@ -4174,9 +4174,12 @@ func (x *Volume) GetObservation() *VolumeObservation {
 type VolumeObservation struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Condition VolumeCondition        `protobuf:"varint,1,opt,name=condition,proto3,enum=kibotos.ctrl.v1.VolumeCondition" json:"condition,omitempty"`
-	// used_bytes is the space the Volume's filesystem uses.
+	// used_bytes is the space the Volume's filesystem uses. Not measured yet:
+	// always 0 (the holder judges the Volume from the host, where the usage
+	// of a filesystem the guest has mounted is not current).
 	UsedBytes uint64 `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
-	// capacity_bytes is the size the holder sees.
+	// capacity_bytes is the size the holder sees: its filesystem's, as the
+	// superblock says; 0 when DAMAGED.
 	CapacityBytes uint64 `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	// observed_at is when ctrl recorded this report, on ctrl's own clock.
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`

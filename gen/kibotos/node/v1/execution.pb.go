@@ -574,7 +574,12 @@ type ExecutionReport struct {
 	ProbeError string `protobuf:"bytes,5,opt,name=probe_error,json=probeError,proto3" json:"probe_error,omitempty"`
 	// memory is the guest's latest memory report; it stands (kill count
 	// included) while the guest does not answer.
-	Memory        *v1.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
+	Memory *v1.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
+	// volume is the node's judgment of the Volume the running execution has
+	// attached, which makes the node the Volume's holder; absent without a
+	// Volume. (Numbered from 20: fields after memory are left to the
+	// guest's own reports.)
+	Volume        *VolumeReport `protobuf:"bytes,20,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -651,6 +656,90 @@ func (x *ExecutionReport) GetMemory() *v1.MemoryReport {
 	return nil
 }
 
+func (x *ExecutionReport) GetVolume() *VolumeReport {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+// VolumeReport is what the holder of a Volume judges of it at each
+// observation: whether its block file still opens as the Volume that was
+// created (an ext2/3/4 filesystem whose superblock reads), from the host,
+// without disturbing the guest that has it mounted. ctrl records it as the
+// Volume's observation, on ctrl's clock.
+type VolumeReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *BlockFileRef          `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// damaged: the block file is missing, unreadable, or holds no
+	// filesystem; message says which.
+	Damaged bool   `protobuf:"varint,2,opt,name=damaged,proto3" json:"damaged,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// capacity_bytes is the size of the Volume's filesystem (its
+	// superblock's block count by its block size); zero when damaged.
+	CapacityBytes uint64 `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeReport) Reset() {
+	*x = VolumeReport{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeReport) ProtoMessage() {}
+
+func (x *VolumeReport) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
+func (*VolumeReport) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *VolumeReport) GetRef() *BlockFileRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *VolumeReport) GetDamaged() bool {
+	if x != nil {
+		return x.Damaged
+	}
+	return false
+}
+
+func (x *VolumeReport) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *VolumeReport) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
 type FetchArtifactRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Digest string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
@@ -662,7 +751,7 @@ type FetchArtifactRequest struct {
 
 func (x *FetchArtifactRequest) Reset() {
 	*x = FetchArtifactRequest{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +763,7 @@ func (x *FetchArtifactRequest) String() string {
 func (*FetchArtifactRequest) ProtoMessage() {}
 
 func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +776,7 @@ func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactRequest.ProtoReflect.Descriptor instead.
 func (*FetchArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FetchArtifactRequest) GetDigest() string {
@@ -715,7 +804,7 @@ type FetchArtifactResponse struct {
 
 func (x *FetchArtifactResponse) Reset() {
 	*x = FetchArtifactResponse{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +816,7 @@ func (x *FetchArtifactResponse) String() string {
 func (*FetchArtifactResponse) ProtoMessage() {}
 
 func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +829,7 @@ func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactResponse.ProtoReflect.Descriptor instead.
 func (*FetchArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FetchArtifactResponse) GetOffset() uint64 {
@@ -808,7 +897,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xf6\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xad\x02\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -819,7 +908,13 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"responding\x12\x1f\n" +
 	"\vprobe_error\x18\x05 \x01(\tR\n" +
 	"probeError\x126\n" +
-	"\x06memory\x18\x06 \x01(\v2\x1e.kibotos.guest.v1.MemoryReportR\x06memory\"F\n" +
+	"\x06memory\x18\x06 \x01(\v2\x1e.kibotos.guest.v1.MemoryReportR\x06memory\x125\n" +
+	"\x06volume\x18\x14 \x01(\v2\x1d.kibotos.node.v1.VolumeReportR\x06volume\"\x9a\x01\n" +
+	"\fVolumeReport\x12/\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x18\n" +
+	"\adamaged\x18\x02 \x01(\bR\adamaged\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12%\n" +
+	"\x0ecapacity_bytes\x18\x04 \x01(\x04R\rcapacityBytes\"F\n" +
 	"\x14FetchArtifactRequest\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\"d\n" +
@@ -848,7 +943,7 @@ func file_kibotos_node_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(ExecutionEnd)(0),             // 0: kibotos.node.v1.ExecutionEnd
 	(*Artifact)(nil),              // 1: kibotos.node.v1.Artifact
@@ -858,24 +953,27 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*StopExecution)(nil),         // 5: kibotos.node.v1.StopExecution
 	(*StopResult)(nil),            // 6: kibotos.node.v1.StopResult
 	(*ExecutionReport)(nil),       // 7: kibotos.node.v1.ExecutionReport
-	(*FetchArtifactRequest)(nil),  // 8: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil), // 9: kibotos.node.v1.FetchArtifactResponse
-	(*BlockFileRef)(nil),          // 10: kibotos.node.v1.BlockFileRef
-	(*v1.MemoryReport)(nil),       // 11: kibotos.guest.v1.MemoryReport
+	(*VolumeReport)(nil),          // 8: kibotos.node.v1.VolumeReport
+	(*FetchArtifactRequest)(nil),  // 9: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil), // 10: kibotos.node.v1.FetchArtifactResponse
+	(*BlockFileRef)(nil),          // 11: kibotos.node.v1.BlockFileRef
+	(*v1.MemoryReport)(nil),       // 12: kibotos.guest.v1.MemoryReport
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
 	1,  // 1: kibotos.node.v1.StartExecution.initrd:type_name -> kibotos.node.v1.Artifact
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
-	10, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
-	10, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
+	11, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
+	11, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
 	0,  // 5: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	11, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	12, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	8,  // 7: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	11, // 8: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
@@ -890,7 +988,7 @@ func file_kibotos_node_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_execution_proto_rawDesc), len(file_kibotos_node_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
