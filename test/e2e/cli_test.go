@@ -1,0 +1,204 @@
+package e2e_test
+
+import (
+	"bufio"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+)
+
+// startExec runs `kibotos workspace exec` and waits until the guest
+// process printed line, so that a signal sent after finds it running.
+func (d *dev) startExec(t *testing.T, line string, args ...string) (*exec.Cmd, *strings.Builder, <-chan string) {
+	t.Helper()
+	cmd := d.command(append([]string{"workspace", "exec"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	seen, rest := make(chan bool, 1), make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == line {
+				seen <- true
+				b, _ := io.ReadAll(stdout)
+				rest <- string(b)
+				return
+			}
+		}
+		seen <- false
+		rest <- ""
+	}()
+	select {
+	case ok := <-seen:
+		if !ok {
+			_ = cmd.Wait()
+			t.Fatalf("exec %v ended before printing %q: %s", args, line, stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("exec %v did not print %q: %s", args, line, stderr.String())
+	}
+	return cmd, &stderr, rest
+}
+
+// exitOf waits for cmd and returns its exit code.
+func exitOf(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// The CLI over the whole Workspace API on one real VM: create with every
+// flag a person sets, Ctrl-C on exec reaching the guest process (or leaving
+// it with --detach), background processes, update, volume resize, and the
+// API's ErrorDetail in its errors. Every command is read back with -o json.
+func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
+	d := startDev(t)
+	var revisions operatorv1.ListTemplateRevisionsResponse
+	d.kibotosJSON(t, &revisions, "template", "get", "busybox")
+	ref := revisions.GetRevisions()[0].GetRef()
+
+	var vol ctrlv1.CreateVolumeResponse
+	d.kibotosJSON(t, &vol, "volume", "create", "--capacity", "64Mi")
+	volID := vol.GetVolume().GetVolumeId()
+	if got := vol.GetVolume().GetSpec().GetCapacityBytes(); got != 64<<20 {
+		t.Errorf("volume create --capacity 64Mi: %d bytes", got)
+	}
+	waitUntil(t, "the Volume AVAILABLE", time.Minute, func() bool {
+		var got ctrlv1.GetVolumeResponse
+		d.kibotosJSON(t, &got, "volume", "get", volID)
+		return got.GetVolume().GetState() == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+	})
+
+	var created ctrlv1.GetWorkspaceResponse
+	d.kibotosJSON(t, &created, "workspace", "create", "--template", ref.GetTemplate()+"@"+ref.GetRevision(),
+		"--memory", "256Mi", "--disk", "1G", "--volume", volID, "--mount-path", "/work",
+		"--label", "team=a", "--annotation", "note=x", "--expire-in", "2h", "--expire-action", "delete")
+	w := created.GetWorkspace()
+	id := w.GetWorkspaceId()
+	spec := w.GetSpec()
+	if spec.GetTemplate().GetRevision() != ref.GetRevision() || spec.GetResources().GetMemoryBytes() != 256<<20 ||
+		spec.GetResources().GetWritableLayerCapacityBytes() != 1<<30 || spec.GetVolume().GetVolumeId() != volID ||
+		spec.GetVolume().GetMountPath() != "/work" || w.GetLabels()["team"] != "a" || w.GetAnnotations()["note"] != "x" ||
+		w.GetExpiration().GetPolicy().GetAction() != ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE {
+		t.Errorf("workspace create with every flag: %v", w)
+	}
+	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+		t.Fatalf("workspace create followed to %v", w.GetState())
+	}
+
+	// Ctrl-C: the guest process gets SIGINT (its trap runs and sets the
+	// status), and exec ends with the stream, exiting with that status.
+	cmd, stderr, rest := d.startExec(t, "ready", id, "--", "sh", "-c", `trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 1; done`)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, cmd); code != 7 || !strings.Contains(<-rest, "got-int") {
+		t.Errorf("exec after Ctrl-C: exit %d, stderr %s (want 7 from the guest's trap)", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "SIGINT sent") {
+		t.Errorf("exec after Ctrl-C says %q", stderr.String())
+	}
+
+	// --detach: Ctrl-C leaves the process running; process kill ends it.
+	cmd, stderr, _ = d.startExec(t, "ready", "--detach", id, "--", "sh", "-c", "echo ready; exec sleep 1000")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, cmd); code != 0 || !strings.Contains(stderr.String(), "detached") {
+		t.Errorf("exec --detach after Ctrl-C: exit %d: %s", code, stderr.String())
+	}
+	var running ctrlv1.ListProcessesResponse
+	d.kibotosJSON(t, &running, "workspace", "process", "list", id)
+	var sleeper string
+	for _, p := range running.GetProcesses() {
+		if len(p.GetArgv()) == 3 && strings.Contains(p.GetArgv()[2], "sleep 1000") && p.GetState() == ctrlv1.ProcessState_PROCESS_STATE_RUNNING {
+			sleeper = p.GetProcessId()
+		}
+	}
+	if sleeper == "" {
+		t.Fatalf("process list after a detached Ctrl-C: %v", running.GetProcesses())
+	}
+	var killed ctrlv1.SignalProcessResponse
+	d.kibotosJSON(t, &killed, "workspace", "process", "kill", id, sleeper, "--signal", "KILL")
+	if !killed.GetDelivered() {
+		t.Errorf("process kill: %v", &killed)
+	}
+	if out, code := d.kibotos(t, "workspace", "process", "wait", id, sleeper); code != 128+9 {
+		t.Errorf("process wait of a killed process: exit %d: %s", code, out)
+	}
+
+	// A background process: start returns its id, wait its status.
+	var started ctrlv1.StartProcessResponse
+	out, err := d.command("workspace", "process", "start", "-o", "json", id, "--", "sh", "-c", "echo out > /work/bg; exit 3").Output()
+	if err != nil || protojson.Unmarshal(out, &started) != nil || started.GetProcessId() == "" {
+		t.Fatalf("process start -o json: %v: %s", err, out)
+	}
+	cmdWait := d.command("workspace", "process", "wait", id, started.GetProcessId(), "-o", "json")
+	out, _ = cmdWait.Output()
+	if cmdWait.ProcessState.ExitCode() != 3 || !strings.Contains(string(out), `"exitCode": 3`) {
+		t.Errorf("process wait -o json: exit %d: %s", cmdWait.ProcessState.ExitCode(), out)
+	}
+	var got ctrlv1.GetProcessResponse
+	d.kibotosJSON(t, &got, "workspace", "process", "get", id, started.GetProcessId())
+	if got.GetProcess().GetState() != ctrlv1.ProcessState_PROCESS_STATE_EXITED || got.GetProcess().GetExit().GetExitCode() != 3 {
+		t.Errorf("process get: %v", got.GetProcess())
+	}
+	var all ctrlv1.ListProcessesResponse
+	d.kibotosJSON(t, &all, "workspace", "process", "list", id, "--all")
+	if len(all.GetProcesses()) < 3 {
+		t.Errorf("process list --all: %d processes, want the trapped, the killed and the background one", len(all.GetProcesses()))
+	}
+
+	// update: each change with the revision it reads; memory and the
+	// binding once no execution is held.
+	d.mustKibotos(t, "workspace", "stop", id)
+	var updated ctrlv1.Workspace
+	d.kibotosJSON(t, &updated, "workspace", "update", id, "--memory", "384Mi", "--disk", "2G",
+		"--label", "team-", "--label", "env=dev", "--annotation", "note=y", "--expire-in", "3h", "--release-volume")
+	if updated.GetSpec().GetResources().GetMemoryBytes() != 384<<20 || updated.GetSpec().GetResources().GetWritableLayerCapacityBytes() != 2<<30 ||
+		len(updated.GetLabels()) != 1 || updated.GetLabels()["env"] != "dev" || updated.GetAnnotations()["note"] != "y" ||
+		updated.GetExpiration().GetPolicy().GetAction() != ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP ||
+		updated.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE {
+		t.Errorf("workspace update: %v", &updated)
+	}
+	d.kibotosJSON(t, &updated, "workspace", "update", id, "--no-expire", "--volume", volID)
+	if updated.GetExpiration().GetPolicy() != nil || updated.GetSpec().GetVolume().GetVolumeId() != volID {
+		t.Errorf("workspace update --no-expire --volume: %v", &updated)
+	}
+	// The API's refusal shows its ErrorDetail: the field, the stage.
+	if out, code := d.kibotos(t, "workspace", "update", id, "--memory", "100Mi"); code != 1 ||
+		!strings.Contains(out, "invalid_argument") || !strings.Contains(out, "field: memory_bytes") {
+		t.Errorf("workspace update --memory 100Mi: exit %d: %s", code, out)
+	}
+
+	// volume resize takes units; the Volume grows once no execution holds it.
+	d.mustKibotos(t, "workspace", "update", id, "--release-volume")
+	var resized ctrlv1.ResizeVolumeResponse
+	d.kibotosJSON(t, &resized, "volume", "resize", volID, "128Mi")
+	if resized.GetVolume().GetSpec().GetCapacityBytes() != 128<<20 {
+		t.Errorf("volume resize 128Mi: %v", resized.GetVolume())
+	}
+
+	d.mustKibotos(t, "workspace", "delete", id)
+}
