@@ -169,8 +169,11 @@ func (e *execution) started(ctx context.Context, processID string) {
 	if e.input {
 		go forwardInput(ctx, e.client, e.workspaceID, processID, e.cmd.InOrStdin(), e.cmd.ErrOrStderr())
 	}
-	if e.term != nil {
-		go e.term.forwardResizes(ctx, func(size *ctrlv1.ProcessPty) error {
+	if e.term != nil && e.term.fd >= 0 {
+		// Notify before the process can print: a resize from then on is sent.
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		go e.term.forwardResizes(ctx, winch, func(size *ctrlv1.ProcessPty) error {
 			_, err := e.client.ResizeProcessPty(ctx, connect.NewRequest(&ctrlv1.ResizeProcessPtyRequest{WorkspaceId: e.workspaceID, ProcessId: processID, Size: size}))
 			return err
 		})
@@ -295,14 +298,9 @@ func (t *terminal) size() *ctrlv1.ProcessPty {
 	return &ctrlv1.ProcessPty{Rows: 24, Cols: 80}
 }
 
-// forwardResizes sends the terminal's size each time it changes (SIGWINCH)
-// until ctx ends.
-func (t *terminal) forwardResizes(ctx context.Context, resize func(*ctrlv1.ProcessPty) error) {
-	if t.fd < 0 {
-		return
-	}
-	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
+// forwardResizes sends the terminal's size each time it changes (a
+// SIGWINCH on winch) until ctx ends.
+func (t *terminal) forwardResizes(ctx context.Context, winch chan os.Signal, resize func(*ctrlv1.ProcessPty) error) {
 	defer signal.Stop(winch)
 	for {
 		select {

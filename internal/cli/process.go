@@ -206,10 +206,10 @@ func printDevStopped(cmd *cobra.Command, stateDir string) {
 		again += " --state-dir " + stateDir
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), `kibotos dev stopped: ctrl and the dev node are down, but the Workspaces' VMs keep running
-(a node agent never kills the VMs it runs; the next start finds them again). To stop them:
-  %s                                   # start it again, then in another shell:
-  kibotos workspace list                   # the Workspaces, AVAILABLE ones have a running VM
-  kibotos workspace stop WORKSPACE_ID      # or delete; then Ctrl-C dev again
+(a node agent never kills the VMs it runs; the next start finds them again). To stop them,
+start it again (%s), then in another shell:
+  kibotos workspace list                 # AVAILABLE ones have a running VM
+  kibotos workspace stop WORKSPACE_ID    # or delete; then Ctrl-C dev again
 `, again)
 }
 

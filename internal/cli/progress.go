@@ -29,6 +29,7 @@ type progress struct {
 	bar   *progressbar.ProgressBar
 	total int64
 	last  time.Time // plain mode: when bytes were last written
+	done  int64     // plain mode: the bytes last written
 }
 
 // newProgress shows progress on w (the command's stderr).
@@ -65,7 +66,7 @@ func (p *progress) stage(what string) {
 func (p *progress) bytes(what string, done, total int64) {
 	if what != p.what || total != p.total || p.bar == nil && p.tty {
 		p.end()
-		p.what, p.total = what, total
+		p.what, p.total, p.last = what, total, time.Time{}
 		if p.tty {
 			max := total
 			if max <= 0 {
@@ -78,10 +79,10 @@ func (p *progress) bytes(what string, done, total int64) {
 		_ = p.bar.Set64(done)
 		return
 	}
-	if time.Since(p.last) < 300*time.Millisecond && done != total {
-		return
+	if done == p.done && !p.last.IsZero() || time.Since(p.last) < 300*time.Millisecond && done != total {
+		return // nothing new, or too soon
 	}
-	p.last = time.Now()
+	p.last, p.done = time.Now(), done
 	if total > 0 {
 		fmt.Fprintf(p.w, "%s %d%% (%s of %s, %s)\n", what, done*100/total, showSize(uint64(done)), showSize(uint64(total)), p.elapsed())
 	} else {

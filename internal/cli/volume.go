@@ -82,7 +82,7 @@ func newVolumeCommand(out *outputFlag) *cobra.Command {
 	var capacity sizeFlag
 	var pool string
 	create := &cobra.Command{
-		Use: "create", Short: "Create a Volume", Args: cobra.NoArgs,
+		Use: "create", Short: "Create a Volume and wait until a node has made it (AVAILABLE)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, err := volumeClient()
 			if err != nil {
@@ -92,9 +92,14 @@ func newVolumeCommand(out *outputFlag) *cobra.Command {
 				Command: newCommandMetadata(commandID),
 				Spec:    &ctrlv1.VolumeSpec{CapacityBytes: uint64(capacity), StoragePool: pool},
 			}))
-			return showVolume(cmd, out, res, err)
+			if err != nil || noWait {
+				return showVolume(cmd, out, res, err)
+			}
+			got, err := waitVolume(cmd.Context(), client, res.Msg.GetVolume().GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_CREATING)
+			return showVolume(cmd, out, got, err)
 		},
 	}
+	create.Flags().BoolVar(&noWait, "no-wait", false, "return once admitted (CREATING) instead of once a node made the Volume")
 	create.Flags().Var(&capacity, "capacity", "capacity (1G, 512Mi; a bare number is MiB; default: the storage profile's)")
 	create.Flags().StringVar(&pool, "pool", "", "storage pool (default: the deployment's default pool)")
 	create.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")

@@ -193,6 +193,7 @@ func followWorkspace[T any, PT interface {
 	var msg PT = res.Msg
 	id := msg.GetWorkspace().GetWorkspaceId()
 	p := newProgress(cmd.ErrOrStderr())
+	var delivery deliveryWatch
 	for {
 		c, err := client.GetWorkspaceCommand(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: id, CommandId: msg.GetCommand().GetCommandId()}))
 		if err != nil {
@@ -212,7 +213,7 @@ func followWorkspace[T any, PT interface {
 			f := wc.GetFailure()
 			return fmt.Errorf("%s failed at %s (%s): %s", id, trimEnum(f.GetStage().String(), "FAILURE_STAGE_"), trimEnum(f.GetReason().String(), "FAILURE_REASON_"), f.GetMessage())
 		}
-		showStage(p, wc, got.Msg.GetWorkspace())
+		showStage(p, wc, got.Msg.GetWorkspace(), &delivery)
 		select {
 		case <-cmd.Context().Done():
 			p.end()
@@ -228,11 +229,11 @@ func followWorkspace[T any, PT interface {
 // boundary between the boot and the agent's handshake (the node answers
 // the start once its agent does), so they are one stage here. Other
 // commands show what ctrl says of them.
-func showStage(p *progress, c *ctrlv1.WorkspaceCommand, w *ctrlv1.Workspace) {
+func showStage(p *progress, c *ctrlv1.WorkspaceCommand, w *ctrlv1.Workspace, delivery *deliveryWatch) {
 	d := w.GetDelivery()
 	launching := c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE || c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_START
 	switch {
-	case d.GetTotalBytes() > 0 && d.GetDeliveredBytes() < d.GetTotalBytes():
+	case delivery.going(d):
 		p.bytes("delivering the template ("+strings.ToLower(trimEnum(d.GetReason().String(), "TEMPLATE_DELIVERY_REASON_"))+")", int64(d.GetDeliveredBytes()), int64(d.GetTotalBytes()))
 	case c.GetWaitingFor() != "":
 		p.stage("placing: waiting for " + c.GetWaitingFor())
@@ -243,4 +244,27 @@ func showStage(p *progress, c *ctrlv1.WorkspaceCommand, w *ctrlv1.Workspace) {
 	case c.GetProgress() != "":
 		p.stage(c.GetProgress())
 	}
+}
+
+// deliveryQuiet is how long a delivery's observation may stay unchanged
+// before the delivery counts as over: a node reports it about once a
+// second while bytes are missing and sends no last report once they are
+// all there.
+const deliveryQuiet = 2 * time.Second
+
+// deliveryWatch tells a delivery still going from one whose reports
+// stopped, by when (on this machine's clock) its observation last changed.
+type deliveryWatch struct {
+	observed time.Time // the observation's observed_at, ctrl's clock
+	changed  time.Time // when it was first seen, this clock
+}
+
+func (dw *deliveryWatch) going(d *ctrlv1.TemplateDeliveryObservation) bool {
+	if d.GetTotalBytes() == 0 || d.GetDeliveredBytes() >= d.GetTotalBytes() {
+		return false
+	}
+	if at := d.GetObservedAt().AsTime(); !at.Equal(dw.observed) {
+		dw.observed, dw.changed = at, time.Now()
+	}
+	return time.Since(dw.changed) < deliveryQuiet
 }

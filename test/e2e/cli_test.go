@@ -2,13 +2,17 @@ package e2e_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -91,9 +95,22 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	})
 
 	var created ctrlv1.GetWorkspaceResponse
-	d.kibotosJSON(t, &created, "workspace", "create", "--template", ref.GetTemplate()+"@"+ref.GetRevision(),
+	createCmd := d.command("workspace", "create", "--template", ref.GetTemplate()+"@"+ref.GetRevision(),
 		"--memory", "256Mi", "--disk", "1G", "--volume", volID, "--mount-path", "/work",
-		"--label", "team=a", "--annotation", "note=x", "--expire-in", "2h", "--expire-action", "delete")
+		"--label", "team=a", "--annotation", "note=x", "--expire-in", "2h", "--expire-action", "delete", "-o", "json")
+	var createErr strings.Builder
+	createCmd.Stderr = &createErr
+	out, err := createCmd.Output()
+	if err != nil || protojson.Unmarshal(out, &created) != nil {
+		t.Fatalf("workspace create: %v: %s%s", err, out, createErr.String())
+	}
+	// Its stages, each with the time so far, on stderr. (Booting shows only
+	// when it outlasts the delivery's last report by two seconds.)
+	for _, want := range []string{"placing (", "delivering the template (distributing) ", "create " + created.GetWorkspace().GetWorkspaceId() + ": done in "} {
+		if !strings.Contains(createErr.String(), want) {
+			t.Errorf("create's progress lacks %q:\n%s", want, createErr.String())
+		}
+	}
 	w := created.GetWorkspace()
 	id := w.GetWorkspaceId()
 	spec := w.GetSpec()
@@ -148,9 +165,11 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 		t.Errorf("process wait of a killed process: exit %d: %s", code, out)
 	}
 
+	checkTerminalResize(t, d, id)
+
 	// A background process: start returns its id, wait its status.
 	var started ctrlv1.StartProcessResponse
-	out, err := d.command("workspace", "process", "start", "-o", "json", id, "--", "sh", "-c", "echo out > /work/bg; exit 3").Output()
+	out, err = d.command("workspace", "process", "start", "-o", "json", id, "--", "sh", "-c", "echo out > /work/bg; exit 3").Output()
 	if err != nil || protojson.Unmarshal(out, &started) != nil || started.GetProcessId() == "" {
 		t.Fatalf("process start -o json: %v: %s", err, out)
 	}
@@ -169,6 +188,8 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	if len(all.GetProcesses()) < 3 {
 		t.Errorf("process list --all: %d processes, want the trapped, the killed and the background one", len(all.GetProcesses()))
 	}
+
+	checkCopies(t, d, id)
 
 	// update: each change with the revision it reads; memory and the
 	// binding once no execution is held.
@@ -201,4 +222,186 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	}
 
 	d.mustKibotos(t, "workspace", "delete", id)
+}
+
+// checkCopies: cp as cp, scp and docker cp behave: a trailing slash means
+// into that directory, -r copies trees, errors name the paths as given.
+func checkCopies(t *testing.T, d *dev, id string) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "src")
+	for name, content := range map[string]string{"a.txt": "a\n", "sub/b.txt": "b\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.mustKibotos(t, "workspace", "cp", filepath.Join(src, "a.txt"), id+":/work/")
+	if out, code := d.kibotos(t, "workspace", "cp", filepath.Join(src, "a.txt"), id+":/work/none/"); code != 1 || !strings.Contains(out, id+":/work/none/: no such directory in the guest") {
+		t.Errorf("cp into a missing directory/: exit %d: %s", code, out)
+	}
+	if out, code := d.kibotos(t, "workspace", "cp", src, id+":/work"); code != 1 || !strings.Contains(out, "is a directory: copy it with -r") {
+		t.Errorf("cp of a directory without -r: exit %d: %s", code, out)
+	}
+	d.mustKibotos(t, "workspace", "cp", "-r", src, id+":/work")      // into /work: /work/src
+	d.mustKibotos(t, "workspace", "cp", "-r", src, id+":/work/copy") // missing: becomes the copy
+	if out := d.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/work/a.txt", "/work/src/a.txt", "/work/src/sub/b.txt", "/work/copy/sub/b.txt"); out != "a\na\nb\nb\n" {
+		t.Errorf("the guest after the copies: %q", out)
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	d.mustKibotos(t, "workspace", "cp", "-r", id+":/work/src", back)
+	if b, err := os.ReadFile(filepath.Join(back, "sub", "b.txt")); err != nil || string(b) != "b\n" {
+		t.Errorf("cp -r out of the guest: %q %v", b, err)
+	}
+	missing := filepath.Join(t.TempDir(), "no", "such", "a.txt")
+	if out, code := d.kibotos(t, "workspace", "cp", id+":/work/a.txt", missing); code != 1 ||
+		!strings.Contains(out, missing+": no such directory "+filepath.Dir(missing)) || strings.Contains(out, ".kibotos-") {
+		t.Errorf("cp to a missing local directory: exit %d: %s", code, out)
+	}
+}
+
+// kibotos dev with a state directory of its own says where its endpoints
+// file is and what to run next, and on Ctrl-C that the VMs keep running
+// and how to stop them, with that state directory.
+func TestDevSaysWhereItsEndpointsAreAndWhatCtrlCLeaves(t *testing.T) {
+	home, state := t.TempDir(), filepath.Join(t.TempDir(), "elsewhere")
+	cmd := exec.Command(kibotosBin, "dev", "--state-dir", state,
+		"--workspace-listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+home)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var said strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && sc.Text() != "ready; Ctrl-C stops" {
+		said.WriteString(sc.Text() + "\n")
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	for _, want := range []string{
+		"endpoints file: " + filepath.Join(state, "endpoints.env") + "\n",
+		"in a shell, for curl or grpcurl: . " + filepath.Join(state, "endpoints.env") + "\n",
+		"client configuration: " + filepath.Join(home, "config.env"),
+		" workspace create\n",
+	} {
+		if !strings.Contains(said.String(), want) {
+			t.Errorf("dev's start lacks %q:\n%s", want, said.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, cmd); code != 0 {
+		t.Errorf("dev after Ctrl-C: exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"VMs keep running", "kibotos dev --state-dir " + state, "kibotos workspace stop WORKSPACE_ID"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("dev's Ctrl-C message lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// README's "The CLI" block, run as written (bin/kibotos being the binary
+// under test) against a fresh kibotos dev, in a directory holding a copy of
+// README.md, with no terminal.
+func TestREADMEUsageWorksAsWritten(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n### The CLI\n")
+	_, block, ok2 := strings.Cut(section, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal(`README has no "### The CLI" section with a sh block`)
+	}
+	d := startDev(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), readme, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(block, "bin/kibotos ", kibotosBin+" ")
+	cmd := exec.Command("bash", "-euo", "pipefail", "-xc", script)
+	cmd.Env = d.command().Env
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("README's CLI block: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "data-copy", "README.md")); err != nil || string(b) != string(readme) {
+		t.Errorf("cp -r $ID:/data ./data-copy: %v", err)
+	}
+}
+
+// checkTerminalResize: exec -t on a terminal starts the guest's pty at
+// this terminal's size, and a resize here (SIGWINCH) reaches the guest.
+func checkTerminalResize(t *testing.T, d *dev, id string) {
+	t.Helper()
+	ptmx, pts := openPty(t)
+	setSize := func(rows, cols uint16) {
+		if err := unix.IoctlSetWinsize(int(pts.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setSize(30, 100)
+	cmd := d.command("workspace", "exec", "-t", id, "--", "sh", "-c", `stty size; trap 'stty size; exit 0' WINCH; while :; do sleep 1; done`)
+	cmd.Stdin = pts
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = ptmx.Close() })
+	lines := bufio.NewScanner(stdout)
+	next := func() string {
+		if !lines.Scan() {
+			return ""
+		}
+		return strings.TrimSpace(lines.Text())
+	}
+	if got := next(); got != "30 100" {
+		t.Fatalf("stty size in exec -t on a 30x100 terminal: %q (%s)", got, stderr.String())
+	}
+	setSize(40, 120)
+	if err := cmd.Process.Signal(syscall.SIGWINCH); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "40 120" {
+		t.Errorf("stty size after the terminal became 40x120: %q (%s)", got, stderr.String())
+	}
+	if code := exitOf(t, cmd); code != 0 {
+		t.Errorf("exec -t: exit %d: %s", code, stderr.String())
+	}
+}
+
+// openPty opens a pseudo-terminal pair: the master and the terminal.
+func openPty(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pts.Close() })
+	return ptmx, pts
 }
