@@ -83,6 +83,15 @@ func TestOutputFormatsAndVolumeResize(t *testing.T) {
 		t.Errorf("volume list: %q", out)
 	}
 
+	code, out, errOut = kibotosAll(t, c, "volume", "update", id, "--label", "team=a", "--annotation", "note=x", "-o", "json")
+	updated := &ctrlv1.Volume{}
+	if code != 0 || protojson.Unmarshal([]byte(out), updated) != nil || updated.GetLabels()["team"] != "a" || updated.GetAnnotations()["note"] != "x" {
+		t.Errorf("volume update -o json: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, out, _ := kibotosAll(t, c, "volume", "update", id, "--label", "team-", "-o", "json"); protojson.Unmarshal([]byte(out), updated) != nil || len(updated.GetLabels()) != 0 {
+		t.Errorf("volume update --label team-: %s", out)
+	}
+
 	code, out, errOut = kibotosAll(t, c, "volume", "resize", id, "1GiB", "-o", "json")
 	resized := &ctrlv1.ResizeVolumeResponse{}
 	if code != 0 || protojson.Unmarshal([]byte(out), resized) != nil || resized.GetVolume().GetSpec().GetCapacityBytes() != 1<<30 {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"connectrpc.com/connect"
@@ -139,7 +140,7 @@ func newVolumeCommand(out *outputFlag) *cobra.Command {
 	resize.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")
 	resize.Flags().BoolVar(&noWait, "no-wait", false, "return once admitted (RESIZING) instead of once the Volume has grown")
 
-	c.AddCommand(list, get, create, resize, del)
+	c.AddCommand(list, get, create, resize, newVolumeUpdateCommand(out), del)
 	return c
 }
 
@@ -157,4 +158,61 @@ func waitVolume(ctx context.Context, client ctrlv1connect.VolumeServiceClient, i
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// newVolumeUpdateCommand is `kibotos volume update`: labels and
+// annotations, KEY=VALUE or KEY-, each with the revision read just before.
+func newVolumeUpdateCommand(out *outputFlag) *cobra.Command {
+	var labels, annotations []string
+	var commandID string
+	c := &cobra.Command{
+		Use:   "update VOLUME_ID",
+		Short: "Change a Volume's labels or annotations (KEY=VALUE sets one, KEY- removes it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			setLabels, err := mapEdits("--label", labels)
+			if err != nil {
+				return err
+			}
+			setAnnotations, err := mapEdits("--annotation", annotations)
+			if err != nil {
+				return err
+			}
+			if setLabels == nil && setAnnotations == nil {
+				return errors.New("nothing to change: give --label or --annotation")
+			}
+			client, err := volumeClient()
+			if err != nil {
+				return err
+			}
+			got, err := client.GetVolume(cmd.Context(), connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: args[0]}))
+			if err != nil {
+				return err
+			}
+			v := got.Msg.GetVolume()
+			if setLabels != nil {
+				res, err := client.UpdateVolumeLabels(cmd.Context(), connect.NewRequest(&ctrlv1.UpdateVolumeLabelsRequest{
+					Command: newCommandMetadata(commandID), VolumeId: v.GetVolumeId(), ExpectedLabelsRevision: v.GetLabelsRevision(), Labels: setLabels(v.GetLabels()),
+				}))
+				if err != nil {
+					return err
+				}
+				v = res.Msg.GetVolume()
+			}
+			if setAnnotations != nil {
+				res, err := client.UpdateVolumeAnnotations(cmd.Context(), connect.NewRequest(&ctrlv1.UpdateVolumeAnnotationsRequest{
+					Command: newCommandMetadata(commandIDFor(commandID, 1)), VolumeId: v.GetVolumeId(), ExpectedAnnotationsRevision: v.GetAnnotationsRevision(), Annotations: setAnnotations(v.GetAnnotations()),
+				}))
+				if err != nil {
+					return err
+				}
+				v = res.Msg.GetVolume()
+			}
+			return out.print(cmd.OutOrStdout(), v, volumeHeader, [][]string{volumeRow(v)})
+		},
+	}
+	c.Flags().StringArrayVar(&labels, "label", nil, "KEY=VALUE sets a label, KEY- removes it (repeatable)")
+	c.Flags().StringArrayVar(&annotations, "annotation", nil, "KEY=VALUE sets an annotation, KEY- removes it (repeatable)")
+	c.Flags().StringVar(&commandID, "command-id", "", "command_id of the first change (the second gets it with -2)")
+	return c
 }

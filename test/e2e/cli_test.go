@@ -19,21 +19,29 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 )
 
+// startPiped starts cmd with its stdout on a pipe and its stderr kept; the
+// test's end kills it.
+func startPiped(t *testing.T, cmd *exec.Cmd) (io.ReadCloser, *strings.Builder) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return stdout, stderr
+}
+
 // startExec runs `kibotos workspace exec` and waits until the guest
 // process printed line, so that a signal sent after finds it running.
 func (d *dev) startExec(t *testing.T, line string, args ...string) (*exec.Cmd, *strings.Builder, <-chan string) {
 	t.Helper()
 	cmd := d.command(append([]string{"workspace", "exec"}, args...)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	stdout, stderr := startPiped(t, cmd)
 	seen, rest := make(chan bool, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -57,7 +65,7 @@ func (d *dev) startExec(t *testing.T, line string, args ...string) (*exec.Cmd, *
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("exec %v did not print %q: %s", args, line, stderr.String())
 	}
-	return cmd, &stderr, rest
+	return cmd, stderr, rest
 }
 
 // exitOf waits for cmd and returns its exit code.
@@ -124,6 +132,23 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 		t.Fatalf("workspace create followed to %v", w.GetState())
 	}
 
+	// exec -o json: the stream's events, one message a line, then its status.
+	out, err = d.command("workspace", "exec", "-o", "json", id, "--", "sh", "-c", "echo hi; exit 4").Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 4 {
+		t.Errorf("exec -o json of exit 4: %v", err)
+	}
+	var events []*ctrlv1.ExecProcessResponse
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		ev := &ctrlv1.ExecProcessResponse{}
+		if err := protojson.Unmarshal([]byte(line), ev); err != nil {
+			t.Fatalf("exec -o json line %q: %v", line, err)
+		}
+		events = append(events, ev)
+	}
+	if len(events) < 3 || events[0].GetStarted() == nil || string(events[1].GetOutput().GetData()) != "hi\n" || events[len(events)-1].GetExit().GetExitCode() != 4 {
+		t.Errorf("exec -o json events: %v", events)
+	}
+
 	// Ctrl-C: the guest process gets SIGINT (its trap runs and sets the
 	// status), and exec ends with the stream, exiting with that status.
 	cmd, stderr, rest := d.startExec(t, "ready", id, "--", "sh", "-c", `trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 1; done`)
@@ -175,7 +200,8 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	}
 	cmdWait := d.command("workspace", "process", "wait", id, started.GetProcessId(), "-o", "json")
 	out, _ = cmdWait.Output()
-	if cmdWait.ProcessState.ExitCode() != 3 || !strings.Contains(string(out), `"exitCode": 3`) {
+	var waited ctrlv1.WaitProcessResponse
+	if cmdWait.ProcessState.ExitCode() != 3 || protojson.Unmarshal(out, &waited) != nil || waited.GetExit().GetExitCode() != 3 {
 		t.Errorf("process wait -o json: exit %d: %s", cmdWait.ProcessState.ExitCode(), out)
 	}
 	var got ctrlv1.GetProcessResponse
@@ -269,16 +295,7 @@ func TestDevSaysWhereItsEndpointsAreAndWhatCtrlCLeaves(t *testing.T) {
 	cmd := exec.Command(kibotosBin, "dev", "--state-dir", state,
 		"--workspace-listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+home)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	stdout, stderr := startPiped(t, cmd)
 	var said strings.Builder
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() && sc.Text() != "ready; Ctrl-C stops" {
@@ -352,16 +369,8 @@ func checkTerminalResize(t *testing.T, d *dev, id string) {
 	setSize(30, 100)
 	cmd := d.command("workspace", "exec", "-t", id, "--", "sh", "-c", `stty size; trap 'stty size; exit 0' WINCH; while :; do sleep 1; done`)
 	cmd.Stdin = pts
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = ptmx.Close() })
+	stdout, stderr := startPiped(t, cmd)
+	t.Cleanup(func() { _ = ptmx.Close() })
 	lines := bufio.NewScanner(stdout)
 	next := func() string {
 		if !lines.Scan() {
