@@ -23,6 +23,7 @@ type createFlags struct {
 	expireIn                 time.Duration
 	expireAction             string
 	capabilities             []string
+	network                  networkFlags
 }
 
 func (f *createFlags) register(c *cobra.Command) {
@@ -42,6 +43,7 @@ func (f *createFlags) register(c *cobra.Command) {
 	fl.DurationVar(&f.expireIn, "expire-in", 0, "stop or delete the Workspace this long from now (2h, 30m), on ctrl's clock")
 	fl.StringVar(&f.expireAction, "expire-action", "", "what --expire-in does: stop (default) or delete")
 	fl.StringSliceVar(&f.capabilities, "require", nil, "node capabilities the Workspace needs (provider.qemu, ...)")
+	f.network.register(c, "egress policy: deny-all (the default) or public-internet")
 }
 
 // spec is the WorkspaceCreateSpec the flags ask for; flags that contradict
@@ -55,8 +57,13 @@ func (f *createFlags) spec() (*ctrlv1.WorkspaceCreateSpec, error) {
 	if err != nil {
 		return nil, err
 	}
+	network, err := f.network.policy()
+	if err != nil {
+		return nil, err
+	}
 	spec := &ctrlv1.WorkspaceCreateSpec{
-		Template: templateSelector(f.template),
+		NetworkPolicy: network,
+		Template:      templateSelector(f.template),
 		Resources: &ctrlv1.ResourceRequest{
 			CpuMillis: f.cpuMillis, MemoryBytes: uint64(f.memory), WritableLayerCapacityBytes: uint64(f.disk),
 		},

@@ -26,13 +26,15 @@ type updateFlags struct {
 	volumeID, mountPath string
 	releaseVolume       bool
 	commandID           string
+	network             networkFlags
+	drainSeconds        uint32
 }
 
 func newWorkspaceUpdateCommand(out *outputFlag) *cobra.Command {
 	var f updateFlags
 	c := &cobra.Command{
 		Use:   "update WORKSPACE_ID",
-		Short: "Change a Workspace's memory, writable layer size, labels, annotations, expiration or Volume binding",
+		Short: "Change a Workspace's memory, writable layer size, labels, annotations, expiration, Volume binding or network policy",
 		Long: `update makes each change asked for with the revision it reads just before,
 and prints the Workspace after the last one. Memory and the Volume binding
 change while the Workspace holds no execution (stopped); a larger writable
@@ -72,6 +74,8 @@ KEY=VALUE sets one, KEY- removes it; the others are kept.`,
 	fl.StringVar(&f.volumeID, "volume", "", "bind this Volume (the Workspace holds no execution)")
 	fl.StringVar(&f.mountPath, "mount-path", "", "with --volume: where it is mounted (default /data)")
 	fl.BoolVar(&f.releaseVolume, "release-volume", false, "release the bound Volume, which is kept")
+	f.network.register(c, "replace the egress policy: deny-all or public-internet (with its --allow and --deny)")
+	fl.Uint32Var(&f.drainSeconds, "drain-seconds", 0, "with --network: how long a connection the change moves keeps its old path (at most 3600)")
 	fl.StringVar(&f.commandID, "command-id", "", "command_id of the first change (the others get it with -2, -3, ...)")
 	return c
 }
@@ -159,8 +163,21 @@ func (f *updateFlags) steps() ([]updateStep, error) {
 			return workspaceOf(res, err)
 		})
 	}
+	network, err := f.network.policy()
+	if err != nil {
+		return nil, err
+	}
+	if network != nil {
+		steps = append(steps, func(ctx context.Context, c ctrlv1connect.WorkspaceServiceClient, w *ctrlv1.Workspace, id string) (*ctrlv1.Workspace, error) {
+			res, err := c.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
+				Command: newCommandMetadata(id), WorkspaceId: w.GetWorkspaceId(),
+				ExpectedRevision: w.GetSpec().GetNetworkPolicy().GetRevision(), NetworkPolicy: network, DrainSeconds: f.drainSeconds,
+			}))
+			return workspaceOf(res, err)
+		})
+	}
 	if len(steps) == 0 {
-		return nil, errors.New("nothing to change: give at least one of --memory, --disk, --label, --annotation, --expire-in, --no-expire, --volume, --release-volume")
+		return nil, errors.New("nothing to change: give at least one of --memory, --disk, --label, --annotation, --expire-in, --no-expire, --volume, --release-volume, --network")
 	}
 	return steps, nil
 }

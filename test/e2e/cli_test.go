@@ -105,7 +105,7 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	var created ctrlv1.GetWorkspaceResponse
 	createCmd := d.command("workspace", "create", "--template", ref.GetTemplate()+"@"+ref.GetRevision(),
 		"--memory", "256Mi", "--disk", "1G", "--volume", volID, "--mount-path", "/work",
-		"--label", "team=a", "--annotation", "note=x", "--expire-in", "2h", "--expire-action", "delete", "-o", "json")
+		"--label", "team=a", "--annotation", "note=x", "--expire-in", "2h", "--expire-action", "delete", "--network", "deny-all", "-o", "json")
 	var createErr strings.Builder
 	createCmd.Stderr = &createErr
 	out, err := createCmd.Output()
@@ -125,7 +125,8 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	if spec.GetTemplate().GetRevision() != ref.GetRevision() || spec.GetResources().GetMemoryBytes() != 256<<20 ||
 		spec.GetResources().GetWritableLayerCapacityBytes() != 1<<30 || spec.GetVolume().GetVolumeId() != volID ||
 		spec.GetVolume().GetMountPath() != "/work" || w.GetLabels()["team"] != "a" || w.GetAnnotations()["note"] != "x" ||
-		w.GetExpiration().GetPolicy().GetAction() != ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE {
+		w.GetExpiration().GetPolicy().GetAction() != ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE ||
+		spec.GetNetworkPolicy().GetMode() != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL {
 		t.Errorf("workspace create with every flag: %v", w)
 	}
 	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
@@ -222,11 +223,14 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	d.mustKibotos(t, "workspace", "stop", id)
 	var updated ctrlv1.Workspace
 	d.kibotosJSON(t, &updated, "workspace", "update", id, "--memory", "384Mi", "--disk", "2G",
-		"--label", "team-", "--label", "env=dev", "--annotation", "note=y", "--expire-in", "3h", "--release-volume")
+		"--label", "team-", "--label", "env=dev", "--annotation", "note=y", "--expire-in", "3h", "--release-volume",
+		"--network", "public-internet", "--deny", "10.0.0.0/8")
 	if updated.GetSpec().GetResources().GetMemoryBytes() != 384<<20 || updated.GetSpec().GetResources().GetWritableLayerCapacityBytes() != 2<<30 ||
 		len(updated.GetLabels()) != 1 || updated.GetLabels()["env"] != "dev" || updated.GetAnnotations()["note"] != "y" ||
 		updated.GetExpiration().GetPolicy().GetAction() != ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP ||
-		updated.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE {
+		updated.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE ||
+		updated.GetSpec().GetNetworkPolicy().GetMode() != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET ||
+		strings.Join(updated.GetSpec().GetNetworkPolicy().GetDeny(), ",") != "10.0.0.0/8" {
 		t.Errorf("workspace update: %v", &updated)
 	}
 	d.kibotosJSON(t, &updated, "workspace", "update", id, "--no-expire", "--volume", volID)
