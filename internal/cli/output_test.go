@@ -2,11 +2,17 @@ package cli_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -139,5 +145,39 @@ func TestTemplateDeleteAndAMissingFrom(t *testing.T) {
 	}
 	if code, _, errOut = kibotos(t, c, "template", "build", "other", "--from", "rootfs.tar"); code != 1 || !strings.Contains(errOut, "no such file or directory") {
 		t.Errorf("template build --from rootfs.tar (missing): exit %d\n%s", code, errOut)
+	}
+}
+
+// An --from that is no file here and looks like an image reference (a
+// registry host and a tag) is pulled by ctrl: here from a registry on
+// loopback.
+func TestTemplateBuildFromAnImageReferencePulls(t *testing.T) {
+	c := testenv.New(t)
+	reg := httptest.NewServer(registry.New())
+	t.Cleanup(reg.Close)
+	img, err := random.Image(512, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/app:1"
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := kibotos(t, c, "template", "build", "app", "--from", ref, "-o", "json")
+	if r := revisionOf(t, out); code != 0 || r.GetState() != operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_READY || r.GetSource().GetOciImage().GetReference() != ref {
+		t.Errorf("template build --from %s: exit %d, %v\n%s", ref, code, r, errOut)
+	}
+	if !strings.Contains(errOut, ref+" is no file here: ctrl pulls it from its registry") {
+		t.Errorf("build from a reference says:\n%s", errOut)
 	}
 }
