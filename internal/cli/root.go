@@ -121,6 +121,7 @@ func nounsRefuseUnknownCommands(c *cobra.Command) {
 	}
 	c.Args = cobra.ArbitraryArgs
 	c.SuggestionsMinimumDistance = 2
+	c.DisableFlagsInUseLine = true
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return cmd.Help()

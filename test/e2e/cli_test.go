@@ -243,6 +243,12 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 		t.Errorf("workspace update --memory 100Mi: exit %d: %s", code, out)
 	}
 
+	// A refusal that carries the observed record shows it.
+	if out, code := d.kibotos(t, "volume", "delete", volID); code != 1 || !strings.Contains(out, "failed_precondition") ||
+		!strings.Contains(out, "\n  observed volume: "+volID+" ") {
+		t.Errorf("volume delete of a bound Volume: exit %d: %s", code, out)
+	}
+
 	// volume resize takes units; the Volume grows once no execution holds it.
 	d.mustKibotos(t, "workspace", "update", id, "--release-volume")
 	var resized ctrlv1.ResizeVolumeResponse
