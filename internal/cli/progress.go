@@ -72,7 +72,7 @@ func (p *progress) bytes(what string, done, total int64) {
 			if max <= 0 {
 				max = -1
 			}
-			p.bar = progressbar.NewOptions64(max, append(p.options(what), progressbar.OptionShowBytes(true), progressbar.OptionUseIECUnits(true))...)
+			p.bar = progressbar.NewOptions64(max, append(p.options(what), progressbar.OptionShowBytes(true), progressbar.OptionShowCount(), progressbar.OptionUseIECUnits(true))...)
 		}
 	}
 	if p.tty {

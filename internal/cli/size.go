@@ -33,6 +33,14 @@ func parseSize(s string) (uint64, error) {
 // showSize is a size for people: 512MiB, 1GiB, 1.5GiB.
 func showSize(n uint64) string { return units.BytesSize(float64(n)) }
 
+// sizeCell is a size in a table, "-" for none (a size left to defaults).
+func sizeCell(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	return showSize(n)
+}
+
 // sizeFlag is a flag holding a size in bytes (see parseSize).
 type sizeFlag uint64
 

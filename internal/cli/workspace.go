@@ -30,7 +30,7 @@ func workspaceRow(w *ctrlv1.Workspace) []string {
 		strconv.FormatUint(w.GetGeneration(), 10),
 		spec.GetTemplate().GetTemplate() + "@" + spec.GetTemplate().GetRevision(),
 		showSize(spec.GetResources().GetMemoryBytes()),
-		showSize(spec.GetResources().GetWritableLayerCapacityBytes()),
+		sizeCell(spec.GetResources().GetWritableLayerCapacityBytes()),
 		or(spec.GetVolume().GetVolumeId(), "-"),
 		expires(w.GetExpiration().GetPolicy()),
 	}
@@ -239,7 +239,7 @@ func showStage(p *progress, c *ctrlv1.WorkspaceCommand, w *ctrlv1.Workspace, del
 		p.stage("placing: waiting for " + c.GetWaitingFor())
 	case launching && c.GetProgress() == "":
 		p.stage("placing")
-	case launching:
+	case launching && strings.HasPrefix(c.GetProgress(), "start"):
 		p.stage("booting and waiting for the guest agent (" + c.GetProgress() + ")")
 	case c.GetProgress() != "":
 		p.stage(c.GetProgress())
