@@ -17,7 +17,7 @@ type agentFlags struct {
 	endpoint, nodeID, stateDir, grant string
 	dataListen, dataEndpoint          string
 	pools                             []string
-	memoryTightMiB                    uint64
+	memoryTight                       sizeFlag
 }
 
 func (f *agentFlags) register(c *cobra.Command) {
@@ -28,14 +28,17 @@ func (f *agentFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.dataListen, "data-listen", "127.0.0.1:0", "address of the node's data endpoint, which ctrl calls to reach guests (exec)")
 	c.Flags().StringVar(&f.dataEndpoint, "data-endpoint", "", "URL ctrl reaches the data endpoint at, when not the listener's own address (NAT, another interface)")
 	c.Flags().StringArrayVar(&f.pools, "pool", nil, "a storage pool this node reaches: NAME=DIR, or NAME=DIR,default (repeatable)")
-	c.Flags().Uint64Var(&f.memoryTightMiB, "memory-tight-mib", node.DefaultMemoryTightThreshold>>20,
-		"available host memory (MiB) below which the node takes no new Workspace and ctrl places none here")
+	f.memoryTight = sizeFlag(node.DefaultMemoryTightThreshold)
+	c.Flags().Var(&f.memoryTight, "memory-tight", "available host memory (256Mi, 1G) below which the node takes no new Workspace and ctrl places none here")
+	// The flag's name before sizes took units; its value is read the same way.
+	c.Flags().Var(&f.memoryTight, "memory-tight-mib", "")
+	_ = c.Flags().MarkDeprecated("memory-tight-mib", "use --memory-tight (a bare number is still MiB)")
 }
 
 func (f *agentFlags) config() (node.Config, error) {
 	cfg := node.Config{
 		Endpoint: f.endpoint, NodeID: f.nodeID, StateDir: f.stateDir, EnrollmentGrant: f.grant,
-		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, MemoryTightThreshold: f.memoryTightMiB << 20, Logger: newLogger(os.Stderr),
+		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, MemoryTightThreshold: uint64(f.memoryTight), Logger: newLogger(os.Stderr),
 	}
 	if cfg.NodeID == "" {
 		host, err := os.Hostname()

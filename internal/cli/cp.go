@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -23,43 +22,53 @@ import (
 const cpChunk = 512 << 10
 
 func newCopyCommand() *cobra.Command {
-	var user string
-	var parents bool
-	c := &cobra.Command{
-		Use:   "cp SOURCE DESTINATION",
-		Short: "Copy a file into or out of a Workspace (WORKSPACE_ID:/path on one side, a local path or - on the other)",
-		Long: `cp copies one file between this machine and a Workspace's guest:
+	var c copier
+	cmd := &cobra.Command{
+		Use:   "cp [-r] SOURCE DESTINATION",
+		Short: "Copy files into or out of a Workspace (WORKSPACE_ID:/path on one side, a local path or - on the other)",
+		Long: `cp copies between this machine and a Workspace's guest as cp, scp and
+docker cp do:
 
   kibotos workspace cp ./local.txt ws-123:/root/remote.txt
-  kibotos workspace cp ws-123:/var/log/app.log ./app.log
+  kibotos workspace cp ./local.txt ws-123:/root/          # into /root, as local.txt
+  kibotos workspace cp -r ./src ws-123:/work              # /work/src, or /work itself when missing
+  kibotos workspace cp ws-123:/var/log/app.log .
   tar c dir | kibotos workspace cp - ws-123:/tmp/dir.tar
   kibotos workspace cp ws-123:/etc/os-release -
 
-A destination that is a directory receives the file under the source's
-name. A write is atomic in the guest: readers never see a partial file.
-Progress goes to stderr when it is a terminal.`,
+A DESTINATION that is an existing directory receives SOURCE under its own
+name; one that ends in a slash must be an existing directory (-p creates
+it). A directory is copied only with -r; symbolic links in it are skipped
+(said on stderr). Each file's write is atomic: readers never see a partial
+file, and a failed copy leaves none. Progress goes to stderr when it is a
+terminal.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			files, err := onWorkspace(ctrlv1connect.NewFileServiceClient)
 			if err != nil {
 				return err
 			}
-			cp := copier{files: files, user: user, parents: parents, progress: progressOn(cmd.ErrOrStderr())}
+			c.files, c.errOut = files, cmd.ErrOrStderr()
+			if isTerminal(cmd.ErrOrStderr()) {
+				c.progress = newProgress(cmd.ErrOrStderr())
+				defer c.progress.end()
+			}
 			srcID, srcPath, srcRemote := remotePath(args[0])
 			dstID, dstPath, dstRemote := remotePath(args[1])
 			switch {
 			case srcRemote && !dstRemote:
-				return cp.download(cmd.Context(), srcID, srcPath, args[1], cmd.OutOrStdout())
+				return c.download(cmd.Context(), srcID, srcPath, args[1], cmd.OutOrStdout())
 			case dstRemote && !srcRemote:
-				return cp.upload(cmd.Context(), args[0], cmd.InOrStdin(), dstID, dstPath)
+				return c.upload(cmd.Context(), args[0], cmd.InOrStdin(), dstID, dstPath)
 			default:
 				return errors.New("exactly one of SOURCE and DESTINATION is WORKSPACE_ID:/path")
 			}
 		},
 	}
-	c.Flags().StringVar(&user, "user", "", "guest user the file is read or written as (default: the Template's)")
-	c.Flags().BoolVarP(&parents, "parents", "p", false, "create the destination's missing parent directories in the guest")
-	return c
+	cmd.Flags().StringVar(&c.user, "user", "", "guest user the files are read or written as (default: the Template's)")
+	cmd.Flags().BoolVarP(&c.parents, "parents", "p", false, "create the destination's missing parent directories")
+	cmd.Flags().BoolVarP(&c.recursive, "recursive", "r", false, "copy directories and what they hold")
+	return cmd
 }
 
 // remotePath splits "WORKSPACE_ID:/path". A local path never has a colon
@@ -73,38 +82,125 @@ func remotePath(arg string) (id, p string, ok bool) {
 }
 
 type copier struct {
-	files    ctrlv1connect.FileServiceClient
-	user     string
-	parents  bool
-	progress io.Writer // nil: no progress
+	files              ctrlv1connect.FileServiceClient
+	user               string
+	parents, recursive bool
+	progress           *progress // nil: no progress
+	errOut             io.Writer
 }
 
-// upload copies a local file (or stdin for "-") to the guest.
-func (c copier) upload(ctx context.Context, local string, stdin io.Reader, id, remote string) error {
-	src, name, mode, size := stdin, "stdin", uint32(0), int64(-1)
-	if local != "-" {
-		f, err := os.Open(local)
-		if err != nil {
-			return err
+// upload copies a local file or tree (or stdin for "-") to the guest.
+func (c *copier) upload(ctx context.Context, local string, stdin io.Reader, id, remote string) error {
+	if local == "-" {
+		if strings.HasSuffix(remote, "/") {
+			return fmt.Errorf("%s: standard input has no name: give the destination file's", remote)
 		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		if fi.IsDir() {
-			return fmt.Errorf("%s is a directory: cp copies one file", local)
-		}
-		src, name, mode = f, filepath.Base(local), uint32(fi.Mode().Perm())
-		if fi.Mode().IsRegular() {
-			size = fi.Size()
-		}
+		return c.uploadFile(ctx, stdin, -1, 0, id, path.Clean(remote))
 	}
-	remote, err := c.intoDirectory(ctx, id, remote, name)
+	fi, err := os.Stat(local)
 	if err != nil {
 		return err
 	}
-	header := &ctrlv1.WriteFileHeader{Path: remote, Mode: mode, CreateParents: c.parents, User: c.user}
+	if fi.IsDir() && !c.recursive {
+		return fmt.Errorf("%s is a directory: copy it with -r", local)
+	}
+	target, err := c.remoteTarget(ctx, id, remote, filepath.Base(local))
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return c.uploadTree(ctx, local, id, target)
+	}
+	return c.uploadPath(ctx, local, id, target)
+}
+
+// remoteTarget is where SOURCE (named name) goes in the guest: into remote
+// when it is a directory, else remote itself. A remote ending in a slash
+// must be a directory.
+func (c *copier) remoteTarget(ctx context.Context, id, remote, name string) (string, error) {
+	into := strings.HasSuffix(remote, "/") && remote != "/"
+	clean := path.Clean(remote)
+	res, err := c.files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: clean, FollowSymlinks: true, User: c.user}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound && into && c.parents:
+		if err := c.mkdir(ctx, id, clean, 0, true); err != nil {
+			return "", err
+		}
+		return path.Join(clean, name), nil
+	case connect.CodeOf(err) == connect.CodeNotFound && into:
+		return "", fmt.Errorf("%s:%s: no such directory in the guest (-p creates it)", id, remote)
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		return clean, nil
+	case err != nil:
+		return "", err
+	case res.Msg.GetInfo().GetType() == ctrlv1.FileType_FILE_TYPE_DIRECTORY:
+		return path.Join(clean, name), nil
+	case into:
+		return "", fmt.Errorf("%s:%s: not a directory", id, remote)
+	}
+	return clean, nil
+}
+
+// uploadTree copies a local directory to target, merging into a directory
+// already there as cp -r does.
+func (c *copier) uploadTree(ctx context.Context, local, id, target string) error {
+	return filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(local, p)
+		if err != nil {
+			return err
+		}
+		dst := path.Join(target, filepath.ToSlash(rel))
+		switch {
+		case d.IsDir():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			return c.mkdir(ctx, id, dst, uint32(info.Mode().Perm()), c.parents && p == local)
+		case d.Type().IsRegular():
+			return c.uploadPath(ctx, p, id, dst)
+		}
+		fmt.Fprintf(c.errOut, "kibotos: skipped %s: not a regular file or directory\n", p)
+		return nil
+	})
+}
+
+// mkdir makes a guest directory; one already there is fine.
+func (c *copier) mkdir(ctx context.Context, id, dir string, mode uint32, parents bool) error {
+	_, err := c.files.MakeDirectory(ctx, connect.NewRequest(&ctrlv1.MakeDirectoryRequest{WorkspaceId: id, Path: dir, Mode: mode, CreateParents: parents, User: c.user}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeAlreadyExists:
+		return nil
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		return fmt.Errorf("%s:%s: no such directory in the guest (-p creates it)", id, path.Dir(dir))
+	}
+	return err
+}
+
+// uploadPath copies one local file to target.
+func (c *copier) uploadPath(ctx context.Context, local, id, target string) error {
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := int64(-1)
+	if fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	return c.uploadFile(ctx, f, size, uint32(fi.Mode().Perm()), id, target)
+}
+
+// uploadFile streams src (size bytes, or -1 when unknown) to target.
+func (c *copier) uploadFile(ctx context.Context, src io.Reader, size int64, mode uint32, id, target string) error {
+	header := &ctrlv1.WriteFileHeader{Path: target, Mode: mode, CreateParents: c.parents, User: c.user}
 	if size >= 0 {
 		n := uint64(size)
 		header.SizeBytes = &n
@@ -113,14 +209,15 @@ func (c copier) upload(ctx context.Context, local string, stdin io.Reader, id, r
 	defer cancel()
 	stream := c.files.WriteFile(ctx)
 	send := func(m *ctrlv1.WriteFileRequest) bool { return stream.Send(m) == nil }
-	meter := c.meter("upload "+remote, size)
 	ok := send(&ctrlv1.WriteFileRequest{WorkspaceId: id, Frame: &ctrlv1.WriteFileRequest_Header{Header: header}})
 	buf := make([]byte, cpChunk)
+	var done int64
 	for ok {
 		n, rerr := io.ReadFull(src, buf)
 		if n > 0 {
 			ok = send(&ctrlv1.WriteFileRequest{Frame: &ctrlv1.WriteFileRequest_Data{Data: buf[:n]}})
-			meter.add(n)
+			done += int64(n)
+			c.show("upload "+target, done, size)
 		}
 		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
 			break
@@ -133,13 +230,113 @@ func (c copier) upload(ctx context.Context, local string, stdin io.Reader, id, r
 		}
 	}
 	// A failed Send means the server answered: CloseAndReceive says why.
-	_, err = stream.CloseAndReceive()
-	meter.done()
+	_, err := stream.CloseAndReceive()
+	if connect.CodeOf(err) == connect.CodeNotFound && !c.parents {
+		return fmt.Errorf("%s:%s: no such directory in the guest (-p creates it)", id, path.Dir(target))
+	}
 	return err
 }
 
-// download copies a guest file to a local path (or stdout for "-").
-func (c copier) download(ctx context.Context, id, remote, local string, stdout io.Writer) error {
+func (c *copier) show(what string, done, total int64) {
+	if c.progress != nil {
+		c.progress.bytes(what, done, total)
+	}
+}
+
+// download copies a guest file or tree to a local path (a file to stdout
+// for "-").
+func (c *copier) download(ctx context.Context, id, remote, local string, stdout io.Writer) error {
+	clean := path.Clean(remote)
+	st, err := c.files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: clean, FollowSymlinks: true, User: c.user}))
+	if err != nil {
+		return err
+	}
+	isDir := st.Msg.GetInfo().GetType() == ctrlv1.FileType_FILE_TYPE_DIRECTORY
+	switch {
+	case isDir && !c.recursive:
+		return fmt.Errorf("%s:%s is a directory: copy it with -r", id, remote)
+	case isDir && local == "-":
+		return fmt.Errorf("%s:%s is a directory: it cannot go to standard output", id, remote)
+	case local == "-":
+		return c.downloadFile(ctx, id, clean, "", stdout)
+	}
+	target, err := c.localTarget(local, path.Base(clean))
+	if err != nil {
+		return err
+	}
+	if isDir {
+		return c.downloadTree(ctx, id, clean, target)
+	}
+	return c.downloadFile(ctx, id, clean, target, nil)
+}
+
+// localTarget is where SOURCE (named name) goes here: into local when it
+// is a directory, else local itself, whose directory must exist (-p makes
+// it). A local ending in a slash must be a directory. Errors name the path
+// as the user gave it.
+func (c *copier) localTarget(local, name string) (string, error) {
+	into := strings.HasSuffix(local, "/")
+	fi, err := os.Stat(local)
+	switch {
+	case err == nil && fi.IsDir():
+		return filepath.Join(local, name), nil
+	case err == nil && into:
+		return "", fmt.Errorf("%s: not a directory", local)
+	case err == nil:
+		return local, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", err
+	case into && c.parents:
+		return filepath.Join(local, name), os.MkdirAll(local, 0o755)
+	case into:
+		return "", fmt.Errorf("%s: no such directory (-p creates it)", local)
+	}
+	parent := filepath.Dir(local)
+	if _, err := os.Stat(parent); errors.Is(err, fs.ErrNotExist) {
+		if !c.parents {
+			return "", fmt.Errorf("%s: no such directory %s (-p creates it)", local, parent)
+		}
+		return local, os.MkdirAll(parent, 0o755)
+	}
+	return local, nil
+}
+
+// downloadTree copies a guest directory to target, one level at a time.
+func (c *copier) downloadTree(ctx context.Context, id, remote, target string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	req := &ctrlv1.ListDirectoryRequest{WorkspaceId: id, Path: remote, User: c.user}
+	for {
+		res, err := c.files.ListDirectory(ctx, connect.NewRequest(req))
+		if err != nil {
+			return err
+		}
+		for _, e := range res.Msg.GetEntries() {
+			dst := filepath.Join(target, e.GetName())
+			switch e.GetType() {
+			case ctrlv1.FileType_FILE_TYPE_DIRECTORY:
+				err = c.downloadTree(ctx, id, e.GetPath(), dst)
+			case ctrlv1.FileType_FILE_TYPE_REGULAR:
+				err = c.downloadFile(ctx, id, e.GetPath(), dst, nil)
+			default:
+				fmt.Fprintf(c.errOut, "kibotos: skipped %s:%s: not a regular file or directory\n", id, e.GetPath())
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if res.Msg.GetNextPageToken() == "" {
+			return nil
+		}
+		req.PageToken = res.Msg.GetNextPageToken()
+	}
+}
+
+// downloadFile copies one guest file to target, or to w when target is
+// empty. A file goes to a temporary file beside target that is renamed
+// into place, so a failed copy leaves no partial file.
+func (c *copier) downloadFile(ctx context.Context, id, remote, target string, w io.Writer) error {
 	stream, err := c.files.ReadFile(ctx, connect.NewRequest(&ctrlv1.ReadFileRequest{WorkspaceId: id, Path: remote, User: c.user}))
 	if err != nil {
 		return err
@@ -152,17 +349,35 @@ func (c copier) download(ctx context.Context, id, remote, local string, stdout i
 		return errors.New("the guest sent nothing")
 	}
 	info := stream.Msg().GetInfo()
-	out, commit, abort, err := c.localTarget(local, path.Base(remote), os.FileMode(info.GetMode()&0o777), stdout)
-	if err != nil {
-		return err
+	commit, abort := func() error { return nil }, func() {}
+	if target != "" {
+		f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".kibotos-*")
+		if err != nil {
+			return fmt.Errorf("%s: %w", target, errors.Unwrap(err))
+		}
+		w = f
+		commit = func() error {
+			if err := f.Chmod(os.FileMode(info.GetMode() & 0o777)); err != nil {
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			return os.Rename(f.Name(), target)
+		}
+		abort = func() {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
 	}
 	defer abort()
-	meter := c.meter("download "+remote, int64(info.GetSizeBytes()))
+	var done int64
 	for msg := stream.Msg(); ; msg = stream.Msg() {
-		if _, err := out.Write(msg.GetData()); err != nil {
+		if _, err := w.Write(msg.GetData()); err != nil {
 			return err
 		}
-		meter.add(len(msg.GetData()))
+		done += int64(len(msg.GetData()))
+		c.show("download "+remote, done, int64(info.GetSizeBytes()))
 		if !stream.Receive() {
 			break
 		}
@@ -170,110 +385,5 @@ func (c copier) download(ctx context.Context, id, remote, local string, stdout i
 	if err := stream.Err(); err != nil {
 		return err
 	}
-	meter.done()
 	return commit()
 }
-
-// localTarget opens where a download goes: stdout, or a temporary file
-// beside the destination that commit renames into place, so a failed copy
-// leaves no partial file.
-func (c copier) localTarget(local, name string, mode os.FileMode, stdout io.Writer) (io.Writer, func() error, func(), error) {
-	if local == "-" {
-		return stdout, func() error { return nil }, func() {}, nil
-	}
-	if fi, err := os.Stat(local); err == nil && fi.IsDir() {
-		local = filepath.Join(local, name)
-	}
-	f, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".kibotos-*")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	commit := func() error {
-		if err := f.Chmod(mode); err != nil {
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		return os.Rename(f.Name(), local)
-	}
-	abort := func() {
-		_ = f.Close()
-		_ = os.Remove(f.Name())
-	}
-	return f, commit, abort, nil
-}
-
-// intoDirectory is remote/name when remote is an existing directory in the
-// guest, else remote.
-func (c copier) intoDirectory(ctx context.Context, id, remote, name string) (string, error) {
-	res, err := c.files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: remote, FollowSymlinks: true, User: c.user}))
-	switch {
-	case connect.CodeOf(err) == connect.CodeNotFound:
-		return remote, nil
-	case err != nil:
-		return "", err
-	case res.Msg.GetInfo().GetType() == ctrlv1.FileType_FILE_TYPE_DIRECTORY:
-		return path.Join(remote, name), nil
-	}
-	return remote, nil
-}
-
-// progressOn is w when it is a terminal, else nil: progress is for people.
-func progressOn(w io.Writer) io.Writer {
-	f, ok := w.(*os.File)
-	if !ok {
-		return nil
-	}
-	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
-		return nil
-	}
-	return w
-}
-
-// meter shows a copy's progress on one terminal line, a few times a
-// second, once the copy has taken longer than quiet: a quick one shows
-// nothing.
-type meter struct {
-	w             io.Writer
-	what          string
-	total, copied int64
-	start, last   time.Time
-}
-
-// Progress timing.
-const (
-	quiet     = time.Second
-	showEvery = 200 * time.Millisecond
-)
-
-func (c copier) meter(what string, total int64) *meter {
-	return &meter{w: c.progress, what: what, total: total, start: time.Now()}
-}
-
-func (m *meter) add(n int) {
-	m.copied += int64(n)
-	if m.w == nil || time.Since(m.start) < quiet || time.Since(m.last) < showEvery {
-		return
-	}
-	m.last = time.Now()
-	m.show()
-}
-
-func (m *meter) show() {
-	if m.total > 0 {
-		fmt.Fprintf(m.w, "\r%s: %s of %s (%d%%)", m.what, inMiB(m.copied), inMiB(m.total), m.copied*100/m.total)
-	} else {
-		fmt.Fprintf(m.w, "\r%s: %s", m.what, inMiB(m.copied))
-	}
-}
-
-func (m *meter) done() {
-	if m.w == nil || m.last.IsZero() {
-		return // a quick copy shows nothing
-	}
-	m.show()
-	fmt.Fprintln(m.w)
-}
-
-func inMiB(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -43,19 +42,13 @@ func guestBinary() (string, error) {
 	return p, nil
 }
 
-// progressPrinter shows a long step's progress, at most a few lines a
-// second.
+// progressPrinter shows a long step's progress on the shared display.
 func progressPrinter(w io.Writer, what string) platform.Progress {
-	var last time.Time
+	p := newProgress(w)
 	return func(step string, done, total int64) {
-		if time.Since(last) < 300*time.Millisecond && done != total {
-			return
-		}
-		last = time.Now()
-		if total > 0 {
-			fmt.Fprintf(w, "%s: %s %d%% (%d/%d)\n", what, step, done*100/total, done, total)
-		} else {
-			fmt.Fprintf(w, "%s: %s %d\n", what, step, done)
+		p.bytes(what+": "+step, done, total)
+		if total > 0 && done == total {
+			p.end()
 		}
 	}
 }

@@ -45,7 +45,7 @@ func newEnrollmentCommand(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if *out == "json" {
+			if out.structured() {
 				return out.print(cmd.OutOrStdout(), res.Msg, nil, nil)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "grant %s; start the node with:\n  KIBOTOS_ENROLLMENT_GRANT=%s kibotos node --node-id %s ...\n",

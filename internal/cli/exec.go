@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/encoding/protojson"
+	"golang.org/x/term"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -21,75 +22,212 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("the process exited with %d", e.code) }
 
+// processFlags are what exec and process start share: the ProcessSpec.
+type processFlags struct {
+	env        map[string]string
+	cwd, user  string
+	stdin, tty bool
+	commandID  string
+}
+
+func (f *processFlags) register(c *cobra.Command) {
+	c.Flags().StringToStringVarP(&f.env, "env", "e", nil, "environment variables (NAME=VALUE, repeatable)")
+	c.Flags().StringVar(&f.cwd, "cwd", "", "working directory in the guest")
+	c.Flags().StringVar(&f.commandID, "command-id", "", "command_id to send (a replay attaches to the same process)")
+	c.Flags().StringVarP(&f.user, "user", "u", "", "guest user (name or uid) to run as (default: the Template's)")
+	c.Flags().BoolVarP(&f.stdin, "stdin", "i", false, "connect the process's standard input (exec: this command's)")
+}
+
+func (f *processFlags) spec(argv []string) *ctrlv1.ProcessSpec {
+	return &ctrlv1.ProcessSpec{Argv: argv, Env: f.env, Cwd: f.cwd, User: f.user, Stdin: f.stdin}
+}
+
 func newExecCommand(out *outputFlag) *cobra.Command {
-	var env map[string]string
-	var cwd, commandID, user string
-	var stdin, tty bool
+	var f processFlags
+	var detach bool
 	c := &cobra.Command{
 		Use:   "exec WORKSPACE_ID -- ARGV...",
 		Short: "Run a process in a Workspace and stream its output; exits with its status",
-		Args:  cobra.MinimumNArgs(2),
+		Long: `exec runs ARGV in the Workspace's guest and streams its output here; kibotos
+exits with the process's status (128+N when signal N ended it).
+
+Ctrl-C (or SIGTERM) sends SIGINT to the guest process and its group, and
+exec goes on streaming until the process ends; a second Ctrl-C sends
+SIGKILL. With --detach, Ctrl-C leaves the process running instead: exec
+prints its id and returns (see "kibotos workspace process"). With --tty the
+terminal is raw, so Ctrl-C reaches the guest's terminal as a key, and
+resizing this terminal resizes the guest's.`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := onWorkspace(ctrlv1connect.NewProcessServiceClient)
 			if err != nil {
 				return err
 			}
-			spec := &ctrlv1.ProcessSpec{Argv: args[1:], Env: env, Cwd: cwd, User: user, Stdin: stdin}
-			if tty {
-				restore, size := rawTerminal(cmd.InOrStdin())
-				defer restore()
-				spec.Pty = size
+			spec := f.spec(args[1:])
+			e := execution{client: client, workspaceID: args[0], out: out, cmd: cmd, detach: detach, input: f.stdin || f.tty}
+			if f.tty {
+				e.term = openTerminal(cmd.InOrStdin())
+				defer e.term.restore()
+				spec.Pty = e.term.size()
 			}
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			stream, err := client.ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{
-				Command: newCommandMetadata(commandID), WorkspaceId: args[0], Spec: spec,
-			}))
-			if err != nil {
-				return err
-			}
-			defer stream.Close()
-			code := -1
-			for stream.Receive() {
-				msg := stream.Msg()
-				if *out == "json" {
-					b, _ := protojson.Marshal(msg)
-					fmt.Fprintln(cmd.OutOrStdout(), string(b))
-				}
-				switch ev := msg.GetEvent().(type) {
-				case *ctrlv1.ExecProcessResponse_Started:
-					if stdin || tty {
-						go forwardInput(ctx, client, args[0], ev.Started.GetProcessId(), cmd.InOrStdin(), cmd.ErrOrStderr())
-					}
-				case *ctrlv1.ExecProcessResponse_Output:
-					if *out == "json" {
-						continue
-					}
-					w := cmd.OutOrStdout()
-					if ev.Output.GetStream() == ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDERR {
-						w = cmd.ErrOrStderr()
-					}
-					_, _ = w.Write(ev.Output.GetData())
-				case *ctrlv1.ExecProcessResponse_Exit:
-					code = int(ev.Exit.GetExitCode())
-				}
-			}
-			if err := stream.Err(); err != nil {
-				return err
-			}
-			if code != 0 {
-				return exitError{code}
-			}
-			return nil
+			return e.run(cmd.Context(), &ctrlv1.ExecProcessRequest{Command: newCommandMetadata(f.commandID), WorkspaceId: args[0], Spec: spec})
 		},
 	}
-	c.Flags().StringToStringVarP(&env, "env", "e", nil, "environment variables (NAME=VALUE, repeatable)")
-	c.Flags().StringVar(&cwd, "cwd", "", "working directory in the guest")
-	c.Flags().StringVar(&commandID, "command-id", "", "command_id to send")
-	c.Flags().StringVarP(&user, "user", "u", "", "guest user (name or uid) to run as (default: the Template's)")
-	c.Flags().BoolVarP(&stdin, "stdin", "i", false, "send this command's standard input to the process")
-	c.Flags().BoolVarP(&tty, "tty", "t", false, "run the process on a pseudo-terminal the size of this one (input is sent too)")
+	f.register(c)
+	c.Flags().BoolVarP(&f.tty, "tty", "t", false, "run the process on a pseudo-terminal the size of this one (input is sent too)")
+	c.Flags().BoolVarP(&detach, "detach", "d", false, "on Ctrl-C, leave the process running and return instead of signalling it")
 	return c
+}
+
+// execution is one `kibotos workspace exec`: its stream, and what the
+// interrupts of this command do to the guest process.
+type execution struct {
+	client      ctrlv1connect.ProcessServiceClient
+	workspaceID string
+	out         *outputFlag
+	cmd         *cobra.Command
+	detach      bool
+	input       bool
+	term        *terminal // nil without --tty
+}
+
+// run streams the process to its end. The stream does not end with
+// interrupted (the command's context, cancelled by Ctrl-C): it carries the
+// process's exit after the signal.
+func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequest) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(interrupted))
+	defer cancel()
+	stream, err := e.client.ExecProcess(ctx, connect.NewRequest(req))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	events := make(chan *ctrlv1.ExecProcessResponse)
+	go func() {
+		defer close(events)
+		for stream.Receive() {
+			select {
+			case events <- stream.Msg():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	processID, code := "", -1
+	interrupts := 0
+	var again chan os.Signal // the interrupts after the first
+	for {
+		select {
+		case msg, ok := <-events:
+			if !ok {
+				return e.end(stream.Err(), code)
+			}
+			if started := msg.GetStarted(); started != nil {
+				processID = started.GetProcessId()
+				e.started(ctx, processID)
+				if interrupts > 0 && e.interrupt(processID, interrupts) {
+					return nil
+				}
+			}
+			code = e.show(msg, code)
+		case <-interrupted.Done():
+			interrupted = context.Background() // fires once
+			again = make(chan os.Signal, 1)
+			signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(again)
+			interrupts++
+			if processID != "" && e.interrupt(processID, interrupts) {
+				return nil
+			}
+		case <-again:
+			interrupts++
+			if processID != "" && e.interrupt(processID, interrupts) {
+				return nil
+			}
+		}
+	}
+}
+
+// interrupt does what the n-th Ctrl-C asks: detach (true: exec returns),
+// else SIGINT, then SIGKILL.
+func (e *execution) interrupt(processID string, n int) (detached bool) {
+	switch {
+	case e.detach:
+		fmt.Fprintf(e.cmd.ErrOrStderr(), "kibotos: detached; process %s keeps running in %s (`kibotos workspace process kill %s %s` ends it)\n",
+			processID, e.workspaceID, e.workspaceID, processID)
+		return true
+	case n == 1:
+		e.signal(processID, ctrlv1.ProcessSignal_PROCESS_SIGNAL_SIGINT, "SIGINT sent; waiting for the process to end (Ctrl-C again sends SIGKILL)")
+	default:
+		e.signal(processID, ctrlv1.ProcessSignal_PROCESS_SIGNAL_SIGKILL, "SIGKILL sent")
+	}
+	return false
+}
+
+// started begins what runs beside the stream: input, and terminal resizes.
+func (e *execution) started(ctx context.Context, processID string) {
+	if e.input {
+		go forwardInput(ctx, e.client, e.workspaceID, processID, e.cmd.InOrStdin(), e.cmd.ErrOrStderr())
+	}
+	if e.term != nil && e.term.fd >= 0 {
+		// Notify before the process can print: a resize from then on is sent.
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		go e.term.forwardResizes(ctx, winch, func(size *ctrlv1.ProcessPty) error {
+			_, err := e.client.ResizeProcessPty(ctx, connect.NewRequest(&ctrlv1.ResizeProcessPtyRequest{WorkspaceId: e.workspaceID, ProcessId: processID, Size: size}))
+			return err
+		})
+	}
+}
+
+// show prints one event and returns the exit code known so far.
+func (e *execution) show(msg *ctrlv1.ExecProcessResponse, code int) int {
+	if e.out.structured() {
+		_ = e.out.line(e.cmd.OutOrStdout(), msg)
+	}
+	switch ev := msg.GetEvent().(type) {
+	case *ctrlv1.ExecProcessResponse_Output:
+		if e.out.structured() {
+			break
+		}
+		w := e.cmd.OutOrStdout()
+		if ev.Output.GetStream() == ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDERR {
+			w = e.cmd.ErrOrStderr()
+		}
+		_, _ = w.Write(ev.Output.GetData())
+	case *ctrlv1.ExecProcessResponse_Exit:
+		return exitCodeOfProcess(ev.Exit)
+	}
+	return code
+}
+
+// signal sends sig to the process and its group.
+func (e *execution) signal(processID string, sig ctrlv1.ProcessSignal, said string) {
+	ctx := context.WithoutCancel(e.cmd.Context())
+	if _, err := e.client.SignalProcess(ctx, connect.NewRequest(&ctrlv1.SignalProcessRequest{WorkspaceId: e.workspaceID, ProcessId: processID, Signal: sig})); err != nil {
+		fmt.Fprintln(e.cmd.ErrOrStderr(), "kibotos: signal:", describe(err))
+		return
+	}
+	fmt.Fprintln(e.cmd.ErrOrStderr(), "kibotos:", said)
+}
+
+func (e *execution) end(err error, code int) error {
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
+// exitCodeOfProcess is a shell's $? for the process: its exit code, or
+// 128 plus the signal that ended it.
+func exitCodeOfProcess(s *ctrlv1.ProcessExitStatus) int {
+	if s.GetSignal() != 0 {
+		return 128 + int(s.GetSignal())
+	}
+	return int(s.GetExitCode())
 }
 
 // exitCodeOf is the process exit code for err: the guest process's status,
@@ -126,32 +264,52 @@ func forwardInput(ctx context.Context, client ctrlv1connect.ProcessServiceClient
 	}
 }
 
-// rawTerminal puts in, when it is a terminal, in raw mode (keys go to the
-// guest's terminal as typed, ^C included) and returns how to restore it
-// and its size; otherwise a 24x80 terminal.
-func rawTerminal(in io.Reader) (func(), *ctrlv1.ProcessPty) {
-	size := &ctrlv1.ProcessPty{Rows: 24, Cols: 80}
+// terminal is this command's input terminal in raw mode (keys go to the
+// guest's terminal as typed, ^C included), or a stand-in of 24x80 when
+// the input is no terminal.
+type terminal struct {
+	fd    int
+	state *term.State // nil: no terminal, or raw mode refused
+}
+
+func openTerminal(in io.Reader) *terminal {
 	f, ok := in.(*os.File)
-	if !ok {
-		return func() {}, size
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return &terminal{fd: -1}
 	}
-	fd := int(f.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return func() {}, size
+	t := &terminal{fd: int(f.Fd())}
+	t.state, _ = term.MakeRaw(t.fd)
+	return t
+}
+
+func (t *terminal) restore() {
+	if t.state != nil {
+		_ = term.Restore(t.fd, t.state)
 	}
-	if ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
-		size = &ctrlv1.ProcessPty{Rows: uint32(ws.Row), Cols: uint32(ws.Col)}
+}
+
+// size is the terminal's size in cells, 24x80 when unknown.
+func (t *terminal) size() *ctrlv1.ProcessPty {
+	if t.fd >= 0 {
+		if cols, rows, err := term.GetSize(t.fd); err == nil && cols > 0 && rows > 0 {
+			return &ctrlv1.ProcessPty{Rows: uint32(rows), Cols: uint32(cols)}
+		}
 	}
-	raw := *old
-	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
-	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	raw.Cflag &^= unix.CSIZE | unix.PARENB
-	raw.Cflag |= unix.CS8
-	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
-		return func() {}, size
+	return &ctrlv1.ProcessPty{Rows: 24, Cols: 80}
+}
+
+// forwardResizes sends the terminal's size each time it changes (a
+// SIGWINCH on winch) until ctx ends.
+func (t *terminal) forwardResizes(ctx context.Context, winch chan os.Signal, resize func(*ctrlv1.ProcessPty) error) {
+	defer signal.Stop(winch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-winch:
+			if err := resize(t.size()); err != nil && ctx.Err() == nil && connect.CodeOf(err) != connect.CodeFailedPrecondition {
+				return
+			}
+		}
 	}
-	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, size
 }

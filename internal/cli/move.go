@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
@@ -30,9 +32,12 @@ stay the same. ` + moveLong,
 			if err != nil {
 				return err
 			}
+			p := newProgress(cmd.ErrOrStderr())
+			p.stage(fmt.Sprintf("moving volume %s to storage pool %s", args[0], to))
 			res, err := client.MoveVolume(cmd.Context(), connect.NewRequest(&operatorv1.MoveVolumeRequest{
 				Command: newCommandMetadata(commandID), VolumeId: args[0], StoragePool: to,
 			}))
+			p.end()
 			if err != nil {
 				return err
 			}
@@ -56,9 +61,12 @@ pools; the Workspace continues from it on its next start. ` + moveLong,
 			if err != nil {
 				return err
 			}
+			p := newProgress(cmd.ErrOrStderr())
+			p.stage(fmt.Sprintf("moving the writable layer of %s to storage pool %s", args[0], to))
 			res, err := client.MoveWritableLayer(cmd.Context(), connect.NewRequest(&operatorv1.MoveWritableLayerRequest{
 				Command: newCommandMetadata(commandID), WorkspaceId: args[0], StoragePool: to,
 			}))
+			p.end()
 			if err != nil {
 				return err
 			}

@@ -1,51 +1,147 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
-// outputFlag is -o: table (default) or json.
-type outputFlag string
+// outputFlag is how a command prints what it got: -o table (default),
+// json or yaml (the API's response message), or name (KIND/ID lines, as
+// kubectl does); -q prints the ids alone and --no-headers drops a table's
+// header.
+type outputFlag struct {
+	format    string
+	quiet     bool
+	noHeaders bool
+}
 
-func (o *outputFlag) String() string {
-	if *o == "" {
+// register adds -o, -q and --no-headers to every command under c.
+func (o *outputFlag) register(c *cobra.Command) {
+	c.PersistentFlags().VarP((*formatValue)(o), "output", "o", "output format: table, json or yaml (the API's response message), or name (KIND/ID)")
+	c.PersistentFlags().BoolVarP(&o.quiet, "quiet", "q", false, "print only the ids of what the command shows, one a line")
+	c.PersistentFlags().BoolVar(&o.noHeaders, "no-headers", false, "print a table without its header line")
+}
+
+// is reports whether the format is f.
+func (o *outputFlag) is(f string) bool { return o.format == f }
+
+// structured is true for -o json and -o yaml: the response message itself.
+func (o *outputFlag) structured() bool { return o.is("json") || o.is("yaml") }
+
+// formatValue is the pflag.Value of -o.
+type formatValue outputFlag
+
+func (v *formatValue) String() string {
+	if v.format == "" {
 		return "table"
 	}
-	return string(*o)
+	return v.format
 }
 
-func (o *outputFlag) Set(v string) error {
-	switch v {
-	case "table", "json":
-		*o = outputFlag(v)
+func (v *formatValue) Set(s string) error {
+	switch s {
+	case "table", "json", "yaml", "name":
+		v.format = s
 		return nil
 	}
-	return fmt.Errorf("unknown output format %q: want table or json", v)
+	return fmt.Errorf("unknown output format %q: want table, json, yaml or name", s)
 }
 
-func (o *outputFlag) Type() string { return "format" }
+func (v *formatValue) Type() string { return "format" }
 
-// print writes msg as protojson with -o json, else the rows of table.
+// print writes msg with -o json or yaml; the first cell of each row with
+// -q; KIND/ID (the header's first cell, lower case) with -o name; else
+// the table.
 func (o *outputFlag) print(w io.Writer, msg proto.Message, header []string, rows [][]string) error {
-	if *o == "json" {
-		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(msg)
-		if err != nil {
-			return err
+	switch {
+	case o.structured():
+		return o.message(w, msg)
+	case o.quiet || o.is("name"):
+		prefix := ""
+		if o.is("name") && len(header) > 0 {
+			prefix = strings.ToLower(header[0]) + "/"
 		}
-		_, err = fmt.Fprintln(w, string(b))
-		return err
+		for _, r := range rows {
+			if len(r) > 0 {
+				fmt.Fprintln(w, prefix+r[0])
+			}
+		}
+		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	writeRow(tw, header)
+	if !o.noHeaders {
+		writeRow(tw, header)
+	}
 	for _, r := range rows {
 		writeRow(tw, r)
 	}
 	return tw.Flush()
+}
+
+// message writes msg as protojson, or as the same document in YAML.
+func (o *outputFlag) message(w io.Writer, msg proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	if o.is("yaml") {
+		if b, err = jsonToYAML(b); err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// line writes one message per line (-o json of a stream), or a YAML
+// document each.
+func (o *outputFlag) line(w io.Writer, msg proto.Message) error {
+	if o.is("yaml") {
+		fmt.Fprintln(w, "---")
+		return o.message(w, msg)
+	}
+	b, err := protojson.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// jsonToYAML re-encodes a JSON document as block-style YAML (JSON is
+// YAML, so the YAML library reads it; only its styles are reset).
+func jsonToYAML(b []byte) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, err
+	}
+	plain(&doc)
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), enc.Close()
+}
+
+// plain drops JSON's flow and quoting styles; the encoder quotes a string
+// again where YAML would read it as something else.
+func plain(n *yaml.Node) {
+	n.Style = 0
+	for _, c := range n.Content {
+		plain(c)
+	}
 }
 
 func writeRow(w io.Writer, cells []string) {

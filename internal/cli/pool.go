@@ -88,16 +88,19 @@ func newPoolSetCapacityCommand(out *outputFlag) *cobra.Command {
 	var commandID string
 	var expected uint64
 	c := &cobra.Command{
-		Use:   "set-capacity POOL MIB",
-		Short: "Set the capacity (MiB) new Volumes and writable layers are admitted against in a pool",
+		Use:   "set-capacity POOL SIZE",
+		Short: "Set the capacity (2T, 500GiB; a bare number is MiB) new Volumes and writable layers are admitted against in a pool",
 		Long: `set-capacity replaces a pool's capacity. Lowering it below what is reserved
 stops new objects there and evicts nothing. It sends the pool version it read
 (GetStoragePool) unless --expected-version names one.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			capacityMiB, err := strconv.ParseUint(args[1], 10, 64)
-			if err != nil || capacityMiB == 0 || capacityMiB > (1<<63-1)/mib {
-				return fmt.Errorf("capacity %q: want a whole number of MiB greater than zero", args[1])
+			capacity, err := parseSize(args[1])
+			if err != nil {
+				return err
+			}
+			if capacity == 0 {
+				return fmt.Errorf("capacity %q: want a size greater than zero", args[1])
 			}
 			client, err := nodeRegistrationClient()
 			if err != nil {
@@ -111,7 +114,7 @@ stops new objects there and evicts nothing. It sends the pool version it read
 				expected = got.Msg.GetPool().GetVersion()
 			}
 			res, err := client.SetStoragePoolCapacity(cmd.Context(), connect.NewRequest(&operatorv1.SetStoragePoolCapacityRequest{
-				Command: newCommandMetadata(commandID), StoragePool: args[0], ExpectedVersion: expected, CapacityBytes: capacityMiB * mib,
+				Command: newCommandMetadata(commandID), StoragePool: args[0], ExpectedVersion: expected, CapacityBytes: capacity,
 			}))
 			if err != nil {
 				return err

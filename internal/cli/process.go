@@ -169,18 +169,54 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 		return err
 	}
 	printEndpoints(cmd, srv, cfg.StateDir)
-	fmt.Fprintf(cmd.OutOrStdout(), "client configuration: %s\n", clientPath)
+	printDevUsage(cmd, cfg.StateDir, clientPath)
 	// Everything dev runs needs no root; say which feature would.
 	fmt.Fprintln(cmd.ErrOrStderr(), "note: Workspaces get an isolated network (QEMU user-mode, no root); egress to the internet (NETWORK_POLICY_MODE_PUBLIC_INTERNET) needs root for tap devices and nftables and is not built yet")
 	fmt.Fprintln(cmd.OutOrStdout(), "ready; Ctrl-C stops")
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- srv.Wait() }()
 	select {
-	case err := <-nodeErr:
-		return err
-	case err := <-waitErr:
-		return err
+	case err = <-nodeErr:
+	case err = <-waitErr:
 	}
+	if ctx.Err() != nil {
+		printDevStopped(cmd, cfg.StateDir)
+	}
+	return err
+}
+
+// printDevUsage says where the endpoints are and the commands a new user
+// runs next, with this state directory's paths (README "Using it").
+func printDevUsage(cmd *cobra.Command, stateDir, clientPath string) {
+	w := cmd.OutOrStdout()
+	self := "kibotos"
+	if exe, err := os.Executable(); err == nil {
+		self = exe
+	}
+	fmt.Fprintf(w, "client configuration: %s (every kibotos command reads it)\n", clientPath)
+	fmt.Fprintf(w, "in a shell, for curl or grpcurl: . %s\n", ctrl.EndpointsFile(stateDir))
+	fmt.Fprintf(w, "next, in another shell:\n  %s workspace create\n  %s workspace exec WORKSPACE_ID -- uname -a\n", self, self)
+}
+
+// printDevStopped says what an interrupted dev leaves behind: VMs are not
+// its children to end, so they run on until dev comes back to stop them.
+func printDevStopped(cmd *cobra.Command, stateDir string) {
+	again := "kibotos dev"
+	if !isDefaultDevState(stateDir) {
+		again += " --state-dir " + stateDir
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), `kibotos dev stopped: ctrl and the dev node are down, but the Workspaces' VMs keep running
+(a node agent never kills the VMs it runs; the next start finds them again). To stop them,
+start it again (%s), then in another shell:
+  kibotos workspace list                 # AVAILABLE ones have a running VM
+  kibotos workspace stop WORKSPACE_ID    # or delete; then Ctrl-C dev again
+`, again)
+}
+
+// isDefaultDevState reports whether dir is dev's default state directory.
+func isDefaultDevState(dir string) bool {
+	home, err := clientconfig.Home()
+	return err == nil && filepath.Clean(dir) == filepath.Join(home, "dev")
 }
 
 func devGrant(ctx context.Context, c clientconfig.Config) (string, error) {

@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
 // Main runs the kibotos command line and returns the process exit code.
@@ -29,13 +32,54 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// describe renders an error; Connect errors show their canonical code.
+// describe renders an error; Connect errors show their canonical code and,
+// on the lines below, what their ErrorDetail says.
 func describe(err error) string {
 	var cerr *connect.Error
-	if errors.As(err, &cerr) {
-		return fmt.Sprintf("%s: %s", cerr.Code(), cerr.Message())
+	if !errors.As(err, &cerr) {
+		return err.Error()
 	}
-	return err.Error()
+	s := fmt.Sprintf("%s: %s", cerr.Code(), cerr.Message())
+	for _, d := range cerr.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
+				s += detailLines(ed)
+			}
+		}
+	}
+	return s
+}
+
+// detailLines are an ErrorDetail's facts, one indented line each.
+func detailLines(d *ctrlv1.ErrorDetail) string {
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, "\n  "+format, args...) }
+	var facts []string
+	if d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED {
+		facts = append(facts, "stage "+trimEnum(d.GetStage().String(), "FAILURE_STAGE_"))
+	}
+	if d.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
+		facts = append(facts, "reason "+trimEnum(d.GetReason().String(), "FAILURE_REASON_"))
+	}
+	if d.GetRetryable() {
+		facts = append(facts, "retryable")
+	}
+	if len(facts) > 0 {
+		line("%s", strings.Join(facts, ", "))
+	}
+	if d.GetField() != "" {
+		line("field: %s", d.GetField())
+	}
+	if d.GetCommandId() != "" {
+		line("command: %s", d.GetCommandId())
+	}
+	if w := d.GetObservedWorkspace(); w != nil {
+		line("observed workspace: %s", strings.Join(workspaceRow(w), " "))
+	}
+	if v := d.GetObservedVolume(); v != nil {
+		line("observed volume: %s", strings.Join(volumeRow(v), " "))
+	}
+	return b.String()
 }
 
 // NewRootCommand builds the whole command tree.
@@ -51,7 +95,7 @@ func NewRootCommand() *cobra.Command {
 		&cobra.Group{ID: "client", Title: "Client commands (read $KIBOTOS_HOME/config.env, overridden by KIBOTOS_* variables):"},
 	)
 	var out outputFlag
-	root.PersistentFlags().VarP(&out, "output", "o", "output format: table or json (the API's messages as protojson)")
+	out.register(root)
 	for _, c := range []*cobra.Command{newCtrlCommand(), newNodeCommand(&out), newDevCommand(), newSimCommand(), newVersionCommand()} {
 		c.GroupID = "process"
 		root.AddCommand(c)
@@ -60,5 +104,32 @@ func NewRootCommand() *cobra.Command {
 		c.GroupID = "client"
 		root.AddCommand(c)
 	}
+	nounsRefuseUnknownCommands(root)
 	return root
+}
+
+// nounsRefuseUnknownCommands gives every command group that runs nothing
+// itself (workspace, volume, ...) a RunE: without arguments it shows its
+// help; with one it does not know, it fails naming it and what was likely
+// meant (cobra checks this only for the root).
+func nounsRefuseUnknownCommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		nounsRefuseUnknownCommands(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() || c == c.Root() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.SuggestionsMinimumDistance = 2
+	c.DisableFlagsInUseLine = true
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+		}
+		return fmt.Errorf("%s\n\nRun '%s --help' for usage", msg, cmd.CommandPath())
+	}
 }

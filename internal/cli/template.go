@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -32,18 +33,18 @@ func templateRow(t *operatorv1.Template) []string {
 		strconv.FormatUint(t.GetVersion(), 10), strconv.FormatBool(t.GetDeploymentDefault())}
 }
 
-var revisionHeader = []string{"TEMPLATE", "REVISION", "STATE", "DEFAULT", "IMAGE_MIB", "DIGEST"}
+var revisionHeader = []string{"TEMPLATE", "REVISION", "STATE", "DEFAULT", "IMAGE", "DIGEST"}
 
 func revisionRow(r *operatorv1.TemplateRevision) []string {
 	return []string{r.GetRef().GetTemplate(), r.GetRef().GetRevision(), trimEnum(r.GetState().String(), "TEMPLATE_REVISION_STATE_"),
-		strconv.FormatBool(r.GetIsDefault()), strconv.FormatUint(r.GetImageSizeBytes()/mib, 10), r.GetImageDigest()}
+		strconv.FormatBool(r.GetIsDefault()), showSize(r.GetImageSizeBytes()), r.GetImageDigest()}
 }
 
 // templateBuild is what `kibotos template build` does; `kibotos dev` uses
 // it for its default template.
 type templateBuild struct {
 	template, from, revision, platform, imageName, arch, description, commandID string
-	sizeMiB                                                                     uint64
+	size                                                                        sizeFlag
 	setDefault                                                                  bool
 }
 
@@ -61,7 +62,7 @@ func (b *templateBuild) run(ctx context.Context, client operatorv1connect.Templa
 	}
 	res, err := client.CreateTemplateRevision(ctx, connect.NewRequest(&operatorv1.CreateTemplateRevisionRequest{
 		Command: newCommandMetadata(b.commandID), Template: b.template, Revision: b.revision, Source: source,
-		ImageSizeBytes: b.sizeMiB * mib, SetDefault: b.setDefault, Description: b.description,
+		ImageSizeBytes: uint64(b.size), SetDefault: b.setDefault, Description: b.description,
 	}))
 	if err != nil {
 		return nil, err
@@ -82,8 +83,11 @@ func ensureTemplate(ctx context.Context, client operatorv1connect.TemplateCatalo
 func (b *templateBuild) source(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, progress io.Writer) (*operatorv1.TemplateSource, func(), error) {
 	none := func() {}
 	st, err := os.Stat(b.from)
-	if os.IsNotExist(err) && !strings.HasPrefix(b.from, ".") && !strings.HasPrefix(b.from, "/") {
-		fmt.Fprintf(progress, "%s is no file here: building from the registry image\n", b.from)
+	if os.IsNotExist(err) {
+		if !looksLikeImageReference(b.from) {
+			return nil, none, fmt.Errorf("--from %s: no such file or directory here (an image reference names its registry or a tag, e.g. docker.io/library/debian:12)", b.from)
+		}
+		fmt.Fprintf(progress, "%s is no file here: ctrl pulls it from its registry\n", b.from)
 		return &operatorv1.TemplateSource{Source: &operatorv1.TemplateSource_OciImage{OciImage: &operatorv1.TemplateOciImageSource{Reference: b.from, Platform: b.platform}}}, none, nil
 	}
 	if err != nil {
@@ -120,6 +124,23 @@ func (b *templateBuild) source(ctx context.Context, client operatorv1connect.Tem
 	}}}, none, nil
 }
 
+// looksLikeImageReference is true for what can only be an image reference:
+// a valid reference with a tag or digest (debian:12, app@sha256:…) or a
+// registry host (ghcr.io/org/app, localhost:5000/app). A bare word or a
+// relative path is taken as a local path that is missing, not pulled.
+func looksLikeImageReference(s string) bool {
+	if strings.HasPrefix(s, ".") || strings.HasPrefix(s, "/") || strings.HasPrefix(s, "~") {
+		return false
+	}
+	if _, err := name.ParseReference(s); err != nil {
+		return false
+	}
+	first, _, hasSlash := strings.Cut(s, "/")
+	last := s[strings.LastIndex(s, "/")+1:]
+	return strings.Contains(s, "@") || strings.Contains(last, ":") ||
+		(hasSlash && (strings.ContainsAny(first, ".:") || first == "localhost"))
+}
+
 func uploadTemplateSource(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, path string, progress io.Writer) (string, error) {
 	digest, size, err := fileDigest(path)
 	if err != nil {
@@ -145,15 +166,14 @@ func uploadTemplateSource(ctx context.Context, client operatorv1connect.Template
 
 // followBuild polls a revision until its build ends, showing each phase.
 func followBuild(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, r *operatorv1.TemplateRevision, progress io.Writer) (*operatorv1.TemplateRevision, error) {
-	last := ""
+	p := newProgress(progress)
+	defer p.end()
 	for {
-		line := fmt.Sprintf("build %s/%s: %s", r.GetRef().GetTemplate(), r.GetRef().GetRevision(), trimEnum(r.GetBuild().GetPhase().String(), "TEMPLATE_BUILD_PHASE_"))
+		what := fmt.Sprintf("build %s/%s: %s", r.GetRef().GetTemplate(), r.GetRef().GetRevision(), trimEnum(r.GetBuild().GetPhase().String(), "TEMPLATE_BUILD_PHASE_"))
 		if d := r.GetBuild().GetDoneBytes(); d > 0 {
-			line += fmt.Sprintf(" %d MiB", d/mib)
-		}
-		if line != last {
-			fmt.Fprintln(progress, line)
-			last = line
+			p.bytes(what, int64(d), 0)
+		} else {
+			p.stage(what)
 		}
 		switch r.GetState() {
 		case operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_READY:
@@ -187,8 +207,10 @@ func newTemplateCommand(out *outputFlag) *cobra.Command {
 		Long: `build sends the source to ctrl, which builds a read-only ext4 root image from
 it: a directory (sent as a tar of it) or a tar is the root filesystem; a
 docker save / crane tarball, an OCI layout (directory or tar) is an OCI image
-whose layers are flattened with their whiteouts applied; anything else is an
-image reference ctrl pulls from its registry. The Template is created when
+whose layers are flattened with their whiteouts applied. A --from that is no
+file here is an image reference ctrl pulls from its registry when it looks
+like one (it names a registry host, a tag or a digest: debian:12,
+ghcr.io/org/app); anything else is a missing path, and an error. The Template is created when
 missing. Progress goes to stderr; the revision is printed once READY.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -211,7 +233,7 @@ missing. Progress goes to stderr; the revision is printed once READY.`,
 	f.StringVar(&b.platform, "platform", "", "os/arch[/variant] of the image to take from a multi-platform source (default: linux and ctrl's architecture)")
 	f.StringVar(&b.imageName, "image-name", "", "the image of an archive that holds several (ref name or repo tag)")
 	f.StringVar(&b.arch, "arch", "", "the architecture of a directory or tar's content (default: ctrl's)")
-	f.Uint64Var(&b.sizeMiB, "size", 0, "image size in MiB (default: the content with headroom)")
+	f.Var(&b.size, "size", "image size (512Mi, 2G; a bare number is MiB; default: the content with headroom)")
 	f.StringVar(&b.description, "description", "", "free text for operators")
 	f.StringVar(&b.commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")
 	_ = build.MarkFlagRequired("from")
@@ -252,7 +274,7 @@ missing. Progress goes to stderr; the revision is printed once READY.`,
 			return out.print(cmd.OutOrStdout(), res.Msg, revisionHeader, rows)
 		},
 	}
-	c.AddCommand(build, list, get, newTemplateDeliveryCommand(out))
+	c.AddCommand(build, list, get, newTemplateDeleteCommand(out), newTemplateDeliveryCommand(out))
 	return c
 }
 
@@ -299,7 +321,7 @@ reported; no node is asked.`,
 			for _, d := range res.GetDeliveries() {
 				rows = append(rows, deliveryRow(d))
 			}
-			if err := out.print(cmd.OutOrStdout(), res, deliveryHeader, rows); err != nil || *out == "json" {
+			if err := out.print(cmd.OutOrStdout(), res, deliveryHeader, rows); err != nil || out.structured() {
 				return err
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s@%s: %d of %d admitted nodes READY\n", res.GetRef().GetTemplate(), res.GetRef().GetRevision(),
@@ -327,4 +349,54 @@ func templateDelivery(ctx context.Context, client operatorv1connect.TemplateCata
 		}
 		req.PageToken = all.GetNextPageToken()
 	}
+}
+
+// newTemplateDeleteCommand is `kibotos template delete NAME[@REVISION]`.
+func newTemplateDeleteCommand(out *outputFlag) *cobra.Command {
+	var commandID string
+	var expected uint64
+	c := &cobra.Command{
+		Use:   "delete TEMPLATE[@REVISION]",
+		Short: "Delete a Template revision, or a Template with all its revisions",
+		Long: `delete TEMPLATE@REVISION deletes that revision; ctrl refuses the Template's
+default revision and one a Workspace that is not deleted uses. delete
+TEMPLATE deletes the Template and all its revisions (at the version read
+now, or --expected-version); ctrl refuses while a Workspace uses any of
+them, and for the deployment's default Template.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := templateClient()
+			if err != nil {
+				return err
+			}
+			name, revision, isRevision := strings.Cut(args[0], "@")
+			if isRevision {
+				res, err := client.DeleteTemplateRevision(cmd.Context(), connect.NewRequest(&operatorv1.DeleteTemplateRevisionRequest{
+					Command: newCommandMetadata(commandID), Ref: &ctrlv1.TemplateRef{Template: name, Revision: revision},
+				}))
+				if err != nil {
+					return err
+				}
+				return out.print(cmd.OutOrStdout(), res.Msg, revisionHeader, [][]string{revisionRow(res.Msg.GetRevision())})
+			}
+			version := expected
+			if version == 0 {
+				got, err := client.GetTemplate(cmd.Context(), connect.NewRequest(&operatorv1.GetTemplateRequest{Template: name}))
+				if err != nil {
+					return err
+				}
+				version = got.Msg.GetTemplate().GetVersion()
+			}
+			res, err := client.DeleteTemplate(cmd.Context(), connect.NewRequest(&operatorv1.DeleteTemplateRequest{
+				Command: newCommandMetadata(commandID), Template: name, ExpectedVersion: version,
+			}))
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), res.Msg, templateHeader, [][]string{templateRow(res.Msg.GetTemplate())})
+		},
+	}
+	c.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")
+	c.Flags().Uint64Var(&expected, "expected-version", 0, "refuse unless the Template's version is still this one (default: the one read now)")
+	return c
 }

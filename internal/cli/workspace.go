@@ -20,7 +20,7 @@ func workspaceClient() (ctrlv1connect.WorkspaceServiceClient, error) {
 	return onWorkspace(ctrlv1connect.NewWorkspaceServiceClient)
 }
 
-var workspaceHeader = []string{"WORKSPACE", "STATE", "GENERATION", "TEMPLATE", "MEMORY_MIB"}
+var workspaceHeader = []string{"WORKSPACE", "STATE", "GENERATION", "TEMPLATE", "MEMORY", "DISK", "VOLUME", "EXPIRES"}
 
 func workspaceRow(w *ctrlv1.Workspace) []string {
 	spec := w.GetSpec()
@@ -29,8 +29,19 @@ func workspaceRow(w *ctrlv1.Workspace) []string {
 		trimEnum(w.GetState().String(), "WORKSPACE_STATE_"),
 		strconv.FormatUint(w.GetGeneration(), 10),
 		spec.GetTemplate().GetTemplate() + "@" + spec.GetTemplate().GetRevision(),
-		strconv.FormatUint(spec.GetResources().GetMemoryBytes()/mib, 10),
+		showSize(spec.GetResources().GetMemoryBytes()),
+		sizeCell(spec.GetResources().GetWritableLayerCapacityBytes()),
+		or(spec.GetVolume().GetVolumeId(), "-"),
+		expires(w.GetExpiration().GetPolicy()),
 	}
+}
+
+// expires is an expiration policy in a table cell: ACTION at TIME.
+func expires(p *ctrlv1.WorkspaceExpirationPolicy) string {
+	if p == nil {
+		return "-"
+	}
+	return strings.ToLower(trimEnum(p.GetAction().String(), "WORKSPACE_EXPIRATION_ACTION_")) + " at " + p.GetDeadline().AsTime().Local().Format(time.DateTime)
 }
 
 func newWorkspaceCommand(out *outputFlag) *cobra.Command {
@@ -80,22 +91,21 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 		},
 	}
 
-	var template string
-	var memoryMiB, cpuMillis uint64
-	var noVolume bool
+	var cf createFlags
 	create := &cobra.Command{
 		Use: "create", Short: "Create a Workspace", Args: cobra.NoArgs,
+		Long: `create admits a Workspace and follows its creation to AVAILABLE, showing each
+stage on stderr (placing, delivering the template with its bytes, booting,
+waiting for the guest agent) with the time so far; --no-wait returns once
+admitted. Sizes take units (512Mi, 1G, 4GiB); a bare number is MiB.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := workspaceClient()
+			spec, err := cf.spec()
 			if err != nil {
 				return err
 			}
-			spec := &ctrlv1.WorkspaceCreateSpec{
-				Template:  &ctrlv1.TemplateSelector{Template: template},
-				Resources: &ctrlv1.ResourceRequest{CpuMillis: uint32(cpuMillis), MemoryBytes: memoryMiB * mib},
-			}
-			if noVolume {
-				spec.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+			client, err := workspaceClient()
+			if err != nil {
+				return err
 			}
 			res, err := client.CreateWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 				Command: newCommandMetadata(commandID), Spec: spec,
@@ -103,10 +113,7 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 			return followWorkspace(cmd, out, client, res, err, noWait)
 		},
 	}
-	create.Flags().StringVar(&template, "template", "", "template name (default: the deployment's default template)")
-	create.Flags().Uint64Var(&memoryMiB, "memory", 512, "guest memory in MiB (at least 128)")
-	create.Flags().Uint64Var(&cpuMillis, "cpu", 1000, "CPU in thousandths of a vCPU")
-	create.Flags().BoolVar(&noVolume, "no-volume", false, "create no Volume (nothing is promised to persist)")
+	cf.register(create)
 	long(create)
 
 	var force bool
@@ -152,7 +159,7 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 	}
 	long(del)
 
-	c.AddCommand(list, get, create, start, stop, del, newExecCommand(out), newCopyCommand())
+	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newExecCommand(out), newCopyCommand(), newProcessCommand(out))
 	return c
 }
 
@@ -171,8 +178,8 @@ func showWorkspace[T any, PT interface {
 
 func trimEnum(s, prefix string) string { return strings.TrimPrefix(s, prefix) }
 
-// followWorkspace follows a lifecycle command to its end, printing its
-// progress to stderr as it changes, then prints the Workspace as it is
+// followWorkspace follows a lifecycle command to its end, showing its
+// stages on stderr as they change, then prints the Workspace as it is
 // then. A command that fails is an error.
 func followWorkspace[T any, PT interface {
 	*T
@@ -185,57 +192,79 @@ func followWorkspace[T any, PT interface {
 	}
 	var msg PT = res.Msg
 	id := msg.GetWorkspace().GetWorkspaceId()
-	last := ""
+	p := newProgress(cmd.ErrOrStderr())
+	var delivery deliveryWatch
 	for {
 		c, err := client.GetWorkspaceCommand(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: id, CommandId: msg.GetCommand().GetCommandId()}))
 		if err != nil {
 			return err
 		}
 		wc := c.Msg.GetCommand()
-		line := progressLine(wc)
-		if wc.GetState() != ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED {
-			if w, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id})); err == nil {
-				if d := deliveryLine(w.Msg.GetWorkspace().GetDelivery()); d != "" {
-					line = d
-				}
-			}
-		}
-		if line != last && line != "" {
-			fmt.Fprintln(cmd.ErrOrStderr(), line)
-			last = line
+		got, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			return err
 		}
 		switch wc.GetState() {
 		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED:
-			got, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
-			return showWorkspace(cmd, out, got, err)
+			p.line("%s %s: done in %s", strings.ToLower(trimEnum(wc.GetKind().String(), "WORKSPACE_COMMAND_KIND_")), id, p.elapsed())
+			return showWorkspace(cmd, out, got, nil)
 		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED:
+			p.end()
 			f := wc.GetFailure()
 			return fmt.Errorf("%s failed at %s (%s): %s", id, trimEnum(f.GetStage().String(), "FAILURE_STAGE_"), trimEnum(f.GetReason().String(), "FAILURE_REASON_"), f.GetMessage())
 		}
+		showStage(p, wc, got.Msg.GetWorkspace(), &delivery)
 		select {
 		case <-cmd.Context().Done():
+			p.end()
 			return cmd.Context().Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-// deliveryLine shows the template artifacts arriving on the node.
-func deliveryLine(d *ctrlv1.TemplateDeliveryObservation) string {
-	if d == nil || d.GetTotalBytes() == 0 {
-		return ""
+// showStage shows where a running command is. For a create or start:
+// placing (waiting for a node to take it), delivering the template (its
+// bytes), then booting until the guest agent answers; ctrl reports no
+// boundary between the boot and the agent's handshake (the node answers
+// the start once its agent does), so they are one stage here. Other
+// commands show what ctrl says of them.
+func showStage(p *progress, c *ctrlv1.WorkspaceCommand, w *ctrlv1.Workspace, delivery *deliveryWatch) {
+	d := w.GetDelivery()
+	launching := c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE || c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_START
+	switch {
+	case delivery.going(d):
+		p.bytes("delivering the template ("+strings.ToLower(trimEnum(d.GetReason().String(), "TEMPLATE_DELIVERY_REASON_"))+")", int64(d.GetDeliveredBytes()), int64(d.GetTotalBytes()))
+	case c.GetWaitingFor() != "":
+		p.stage("placing: waiting for " + c.GetWaitingFor())
+	case launching && c.GetProgress() == "":
+		p.stage("placing")
+	case launching && strings.HasPrefix(c.GetProgress(), "start"):
+		p.stage("booting and waiting for the guest agent (" + c.GetProgress() + ")")
+	case c.GetProgress() != "":
+		p.stage(c.GetProgress())
 	}
-	const mib = 1 << 20
-	return fmt.Sprintf("delivering the template to the node: %.1f of %.1f MiB (%s)",
-		float64(d.GetDeliveredBytes())/mib, float64(d.GetTotalBytes())/mib, trimEnum(d.GetReason().String(), "TEMPLATE_DELIVERY_REASON_"))
 }
 
-func progressLine(c *ctrlv1.WorkspaceCommand) string {
-	switch {
-	case c.GetWaitingFor() != "":
-		return "waiting: " + c.GetWaitingFor()
-	case c.GetProgress() != "":
-		return c.GetProgress()
+// deliveryQuiet is how long a delivery's observation may stay unchanged
+// before the delivery counts as over: a node reports it about once a
+// second while bytes are missing and sends no last report once they are
+// all there.
+const deliveryQuiet = 2 * time.Second
+
+// deliveryWatch tells a delivery still going from one whose reports
+// stopped, by when (on this machine's clock) its observation last changed.
+type deliveryWatch struct {
+	observed time.Time // the observation's observed_at, ctrl's clock
+	changed  time.Time // when it was first seen, this clock
+}
+
+func (dw *deliveryWatch) going(d *ctrlv1.TemplateDeliveryObservation) bool {
+	if d.GetTotalBytes() == 0 || d.GetDeliveredBytes() >= d.GetTotalBytes() {
+		return false
 	}
-	return ""
+	if at := d.GetObservedAt().AsTime(); !at.Equal(dw.observed) {
+		dw.observed, dw.changed = at, time.Now()
+	}
+	return time.Since(dw.changed) < deliveryQuiet
 }
