@@ -155,6 +155,7 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 		return err
 	}
 	nodeErr := make(chan error, 1)
+	nodeStarted := time.Now()
 	go func() {
 		nodeErr <- node.Run(ctx, node.Config{
 			Endpoint: srv.NodeEndpoint, NodeID: devNodeID, StateDir: filepath.Join(cfg.StateDir, "node"), EnrollmentGrant: secret,
@@ -162,7 +163,7 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 			Logger: cfg.Logger.With("component", "node"),
 		})
 	}()
-	if err := waitNodeReady(ctx, srv.Client, devNodeID, nodeErr); err != nil {
+	if err := waitNodeReady(ctx, srv.Client, devNodeID, nodeStarted, nodeErr); err != nil {
 		return err
 	}
 	if err := ensureDevPoolCapacity(ctx, srv.Client, "default"); err != nil {
@@ -230,15 +231,19 @@ func devGrant(ctx context.Context, c clientconfig.Config) (string, error) {
 	return res.Msg.GetSecret(), nil
 }
 
-// waitNodeReady polls the node's registration until it is READY, the node
-// agent fails, or ctx ends.
-func waitNodeReady(ctx context.Context, c clientconfig.Config, nodeID string, nodeErr <-chan error) error {
+// waitNodeReady polls the node's registration until it is READY on a
+// session connected since started, the node agent fails, or ctx ends. The
+// session must be this agent's: after a dev that was killed, the record
+// still shows the old agent's session as live for a few observation
+// intervals (a ctrl that crashed cannot end it), with the old agent's data
+// endpoint, which nothing listens on any more.
+func waitNodeReady(ctx context.Context, c clientconfig.Config, nodeID string, started time.Time, nodeErr <-chan error) error {
 	client := operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, c.OperatorEndpoint, connect.WithInterceptors(bearer(c.OperatorToken)))
 	ticker := time.NewTicker(50 * time.Millisecond)
 	defer ticker.Stop()
 	for {
 		res, err := client.GetNodeRegistration(ctx, connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: nodeID}))
-		if err == nil && res.Msg.GetRegistration().GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY {
+		if err == nil && readyOnSessionSince(res.Msg.GetRegistration(), started) {
 			return nil
 		}
 		select {
@@ -249,6 +254,11 @@ func waitNodeReady(ctx context.Context, c clientconfig.Config, nodeID string, no
 		case <-ticker.C:
 		}
 	}
+}
+
+func readyOnSessionSince(r *operatorv1.NodeRegistration, started time.Time) bool {
+	return r.GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY &&
+		!r.GetSession().GetConnectedAt().AsTime().Before(started)
 }
 
 func printEndpoints(cmd *cobra.Command, srv *ctrl.Server, stateDir string) {

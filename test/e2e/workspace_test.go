@@ -13,6 +13,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/clientconfig"
 )
 
@@ -124,7 +125,17 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = d.cmd.Wait()
+	restarted := time.Now()
 	d2 := restartDev(t, d)
+	// dev is ready only on its own agent's session: the killed agent's
+	// still looks live for a while, with a data endpoint nothing serves.
+	var reg operatorv1.GetNodeRegistrationResponse
+	d2.kibotosJSON(t, &reg, "node", "get", "dev")
+	if r := reg.GetRegistration(); r.GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY ||
+		r.GetSession().GetConnectedAt().AsTime().Before(restarted) {
+		t.Errorf("dev said ready with its node %v on a session connected at %v (restarted at %v), want READY on a session since",
+			r.GetStatus(), r.GetSession().GetConnectedAt().AsTime(), restarted)
+	}
 	if got := d2.workspace(t, id); got.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || got.GetGeneration() != 2 {
 		t.Errorf("after the node agent was killed: %v generation %d", got.GetState(), got.GetGeneration())
 	}
