@@ -69,7 +69,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
-	"github.com/kibotos/kibotos/internal/node/provider/qemu"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/platform"
 	"github.com/kibotos/kibotos/internal/template"
 )

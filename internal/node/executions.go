@@ -29,7 +29,7 @@ import (
 	"github.com/kibotos/kibotos/internal/guest"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/node/fsutil"
-	"github.com/kibotos/kibotos/internal/node/provider/qemu"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
 // Capability names for executions.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kibotos/kibotos/internal/node/provider/qemu"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
 func TestArgsDescribeTheMicroVM(t *testing.T) {
