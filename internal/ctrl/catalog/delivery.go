@@ -12,6 +12,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/page"
@@ -75,7 +76,7 @@ func (c *Catalog) GetTemplateDelivery(ctx context.Context, req *operatorv1.GetTe
 			}
 		}
 		liveSince := c.liveness.LiveSince(c.now())
-		ready, admitted, err := tx.ArtifactReadiness(r.GetImageDigest(), liveSince, fleet.VMCapabilities)
+		ready, admitted, err := tx.ArtifactReadiness(r.GetImageDigest(), liveSince, capability.Providers)
 		if err != nil {
 			return err
 		}
@@ -149,7 +150,7 @@ func delivery(n *store.NodePlacement, a store.NodeArtifact, held bool, liveSince
 		o.Message = "the node has no live control session: what it last reported may be out of date"
 	case !fleet.RunsVMs(n):
 		o.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_CAPABILITY_MISMATCH
-		o.Message = "the node runs no VMs (capability " + strings.Join(fleet.VMCapabilities, " or ") + ")"
+		o.Message = "the node runs no VMs (capability " + strings.Join(capability.Providers, " or ") + ")"
 	case held && a.Complete:
 		o.State = ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_READY
 	case held:

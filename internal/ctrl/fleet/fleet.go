@@ -15,6 +15,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -243,10 +244,6 @@ func status(n *operatorv1.NodeRegistration, live, draining bool, executions int)
 	return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING
 }
 
-// CapabilityBlockFile is the capability of nodes that create and remove
-// block files in their pools.
-const CapabilityBlockFile = "storage.block_file"
-
 // NodeForPool picks a node that can act on pool now: admitted, not
 // isolated, with a live session, declaring the pool available, and able to
 // handle block files. It returns "" when there is none. A draining node
@@ -266,9 +263,6 @@ func (f *Fleet) NodeForPools(tx *store.Tx, pools ...string) (string, error) {
 	return id, err
 }
 
-// CapabilityQEMU is the capability of nodes that run executions as QEMU VMs.
-const CapabilityQEMU = "provider.qemu"
-
 // pickForPool is the first node by node_id that can do pool work on all
 // of pools now; only draining ones when draining is set.
 func (f *Fleet) pickForPool(tx *store.Tx, pools []string, draining bool) (string, error) {
@@ -279,7 +273,7 @@ func (f *Fleet) pickForPool(tx *store.Tx, pools []string, draining bool) (string
 			return "", err
 		}
 		for _, row := range batch {
-			if row.Has(CapabilityBlockFile) && reachesAll(row, pools) {
+			if row.Has(capability.BlockFile) && reachesAll(row, pools) {
 				return row.NodeID, nil
 			}
 		}
@@ -299,17 +293,11 @@ func reachesAll(row *store.NodePlacement, pools []string) bool {
 	return true
 }
 
-// VMCapabilities are the capabilities of nodes that run executions: a node
-// runs Workspaces only with one of them.
-var VMCapabilities = []string{CapabilityQEMU, CapabilitySim}
-
-// RunsVMs reports whether a node advertises one of VMCapabilities.
-func RunsVMs(row *store.NodePlacement) bool { return slices.ContainsFunc(VMCapabilities, row.Has) }
-
-// CapabilitySim is the capability of the simulated nodes of internal/sim
-// (`kibotos sim`), a simulation for control-plane scale tests only: it
-// stands in for a VM provider in placement, and runs nothing.
-const CapabilitySim = "provider.sim"
+// RunsVMs reports whether a node advertises one of the VM providers'
+// capabilities (capability.Providers): a node runs Workspaces only then.
+func RunsVMs(row *store.NodePlacement) bool {
+	return slices.ContainsFunc(capability.Providers, row.Has)
+}
 
 // DefaultPool is the deployment's default storage pool: the one an admitted
 // node names as its default (the first such node by node_id), or "".
