@@ -426,26 +426,12 @@ func (s *Service) settled(ctx context.Context, commandID, target string, load fu
 		}
 		if c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED {
 			f := c.GetFailure()
-			return apierr.New(codeOf(f), &ctrlv1.ErrorDetail{Stage: f.GetStage(), Reason: f.GetReason(), Retryable: f.GetRetryable(), CommandId: commandID},
+			return apierr.New(apierr.CodeOf(f.GetReason()), &ctrlv1.ErrorDetail{Stage: f.GetStage(), Reason: f.GetReason(), Retryable: f.GetRetryable(), CommandId: commandID},
 				"the move (command %s) failed and left the object in storage pool %q: %s", commandID, m.pool, f.GetMessage())
 		}
 		return nil
 	})
 	return o, done, err
-}
-
-func codeOf(f *ctrlv1.WorkspaceFailure) connect.Code {
-	switch f.GetReason() {
-	case ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED:
-		return connect.CodeResourceExhausted
-	case ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE:
-		return connect.CodeUnavailable
-	case ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND:
-		return connect.CodeNotFound
-	case ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST:
-		return connect.CodeFailedPrecondition
-	}
-	return connect.CodeAborted
 }
 
 // runMove drives a move: copy, then record, then remove the source.
