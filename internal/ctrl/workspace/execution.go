@@ -305,7 +305,8 @@ func (s *Service) startExecution(plan *launchPlan, nodeID, commandID string) *no
 		Kernel: plan.launch.GetKernel(), Initrd: plan.launch.GetInitrd(), TemplateRoot: plan.template.GetRoot(),
 		Layer: layerRef(plan.runtime), LayerCapacityBytes: layer,
 		Vcpus: max(vcpus, 1), MemoryBytes: res.GetMemoryBytes(),
-		Hostname: plan.w.GetWorkspaceId(),
+		Hostname:      plan.w.GetWorkspaceId(),
+		NetworkPolicy: plan.w.GetSpec().GetNetworkPolicy(),
 	}
 	if plan.volume != nil {
 		start.Volume = volumeRef(plan.volume)

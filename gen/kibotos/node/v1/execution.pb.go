@@ -10,7 +10,8 @@
 package nodev1
 
 import (
-	v1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	v1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	v11 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -172,6 +173,11 @@ type StartExecution struct {
 	VolumeMountPath string        `protobuf:"bytes,9,opt,name=volume_mount_path,json=volumeMountPath,proto3" json:"volume_mount_path,omitempty"`
 	Vcpus           uint32        `protobuf:"varint,10,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
 	MemoryBytes     uint64        `protobuf:"varint,11,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// network_policy is the Workspace's network policy (its spec's, as ctrl
+	// holds it when it sends the start); absent is DENY_ALL. The node's
+	// network attachment (internal/node/netslot) applies it, and a policy it
+	// cannot enforce fails the start instead of running with less.
+	NetworkPolicy *v1.NetworkPolicy `protobuf:"bytes,12,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	// hostname is the guest's host name (the Workspace id).
 	Hostname      string `protobuf:"bytes,13,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -283,6 +289,13 @@ func (x *StartExecution) GetMemoryBytes() uint64 {
 		return x.MemoryBytes
 	}
 	return 0
+}
+
+func (x *StartExecution) GetNetworkPolicy() *v1.NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicy
+	}
+	return nil
 }
 
 func (x *StartExecution) GetHostname() string {
@@ -574,7 +587,7 @@ type ExecutionReport struct {
 	ProbeError string `protobuf:"bytes,5,opt,name=probe_error,json=probeError,proto3" json:"probe_error,omitempty"`
 	// memory is the guest's latest memory report; it stands (kill count
 	// included) while the guest does not answer.
-	Memory        *v1.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
+	Memory        *v11.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -644,7 +657,7 @@ func (x *ExecutionReport) GetProbeError() string {
 	return ""
 }
 
-func (x *ExecutionReport) GetMemory() *v1.MemoryReport {
+func (x *ExecutionReport) GetMemory() *v11.MemoryReport {
 	if x != nil {
 		return x.Memory
 	}
@@ -768,12 +781,12 @@ var File_kibotos_node_v1_execution_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
-	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
+	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
 	"\bArtifact\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\x95\x04\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xd6\x04\n" +
 	"\x0eStartExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
@@ -787,8 +800,9 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x11volume_mount_path\x18\t \x01(\tR\x0fvolumeMountPath\x12\x14\n" +
 	"\x05vcpus\x18\n" +
 	" \x01(\rR\x05vcpus\x12!\n" +
-	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12\x1a\n" +
-	"\bhostname\x18\r \x01(\tR\bhostnameJ\x04\b\f\x10\r\"\xd2\x01\n" +
+	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12E\n" +
+	"\x0enetwork_policy\x18\f \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12\x1a\n" +
+	"\bhostname\x18\r \x01(\tR\bhostname\"\xd2\x01\n" +
 	"\x0fExecutionStatus\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -861,7 +875,8 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*FetchArtifactRequest)(nil),  // 8: kibotos.node.v1.FetchArtifactRequest
 	(*FetchArtifactResponse)(nil), // 9: kibotos.node.v1.FetchArtifactResponse
 	(*BlockFileRef)(nil),          // 10: kibotos.node.v1.BlockFileRef
-	(*v1.MemoryReport)(nil),       // 11: kibotos.guest.v1.MemoryReport
+	(*v1.NetworkPolicy)(nil),      // 11: kibotos.ctrl.v1.NetworkPolicy
+	(*v11.MemoryReport)(nil),      // 12: kibotos.guest.v1.MemoryReport
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
@@ -869,13 +884,14 @@ var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
 	10, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
 	10, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
-	0,  // 5: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	11, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	11, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	0,  // 6: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
+	12, // 7: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
