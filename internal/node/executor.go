@@ -266,15 +266,24 @@ func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Comm
 }
 
 func (a *agent) blockFileRef(ref *nodev1.BlockFileRef) (blockfile.Ref, *nodev1.CommandResult) {
+	r, err := a.resolveRef(ref)
+	if err != nil {
+		return r, failure("", connect.CodeOf(err), errorMessage(err))
+	}
+	return r, nil
+}
+
+// resolveRef is the block file ref names in this node's pools.
+func (a *agent) resolveRef(ref *nodev1.BlockFileRef) (blockfile.Ref, error) {
 	if a.blocks == nil {
-		return blockfile.Ref{}, failure("", connect.CodeUnimplemented, "this node cannot make block files (e2fsprogs missing)")
+		return blockfile.Ref{}, codedf(connect.CodeUnimplemented, "this node cannot make block files (e2fsprogs missing)")
 	}
 	if ref == nil {
-		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, "no block file ref")
+		return blockfile.Ref{}, codedf(connect.CodeInvalidArgument, "no block file ref")
 	}
 	pool, ok := a.pools[ref.GetStoragePool()]
 	if !ok {
-		return blockfile.Ref{}, failure("", connect.CodeNotFound, fmt.Sprintf("storage pool %q is not declared by this node", ref.GetStoragePool()))
+		return blockfile.Ref{}, codedf(connect.CodeNotFound, "storage pool %q is not declared by this node", ref.GetStoragePool())
 	}
 	r := blockfile.Ref{PoolDir: pool.Dir, ObjectID: ref.GetObjectId()}
 	switch ref.GetKind() {
@@ -283,10 +292,10 @@ func (a *agent) blockFileRef(ref *nodev1.BlockFileRef) (blockfile.Ref, *nodev1.C
 	case nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER:
 		r.Kind = blockfile.WritableLayer
 	default:
-		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, fmt.Sprintf("block file kind %v", ref.GetKind()))
+		return blockfile.Ref{}, codedf(connect.CodeInvalidArgument, "block file kind %v", ref.GetKind())
 	}
 	if err := blockfile.ValidObjectID(r.ObjectID); err != nil {
-		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, err.Error())
+		return blockfile.Ref{}, coded(connect.CodeInvalidArgument, err)
 	}
 	return r, nil
 }

@@ -1,7 +1,8 @@
 // Package node is the node agent (`kibotos node`): it enrolls with ctrl,
 // holds its control session, reports the host and its storage pools, and
 // applies the operations ctrl hands it, each at most once: block files,
-// and executions (QEMU microVMs, see executions.go) booted from artifacts
+// and executions (VMs of the configured provider, see executions.go and
+// package vm) booted from artifacts
 // it fetches from ctrl (package artifact). It serves ctrl's calls into the
 // executions on its data endpoint (dataplane.go).
 //
@@ -31,10 +32,13 @@ import (
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/node/artifact"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
+	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/state"
+	"github.com/kibotos/kibotos/internal/node/vm"
 )
 
 // Pool is a storage pool the node declares: a directory on local disk or
@@ -74,14 +78,19 @@ type Config struct {
 	// it refuses to start them, and ctrl places none here. Zero is
 	// DefaultMemoryTightThreshold.
 	MemoryTightThreshold uint64
+	// Provider runs the executions' VMs (internal/node/vm); nil runs none,
+	// and the node does not advertise running VMs. The node core names no
+	// provider: the wiring chooses one (internal/node/vm/qemu).
+	Provider vm.Provider
+	// Network makes the executions' network attachments
+	// (internal/node/netslot), chosen by the wiring as Provider is
+	// (internal/node/netslot/usernet).
+	Network netslot.Network
 	// Now is the node's wall clock, which it answers ctrl's clock probes
 	// with; nil is time.Now. (Tests skew it.)
 	Now    func() time.Time
 	Logger *slog.Logger
 }
-
-// Capability names the node advertises in its hello.
-const CapabilityBlockFile = "storage.block_file"
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
@@ -259,7 +268,7 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 		log.Warn("cannot read the boot id", "err", err)
 	}
 	if a.blocks, err = blockfile.New(); err != nil {
-		log.Warn("block files unavailable: not advertising "+CapabilityBlockFile, "err", err)
+		log.Warn("block files unavailable: not advertising "+capability.BlockFile, "err", err)
 		a.blocks = nil
 	}
 	for _, p := range cfg.Pools {

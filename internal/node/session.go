@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
 	"github.com/kibotos/kibotos/internal/version"
 )
@@ -203,7 +204,7 @@ func clockSynchronization(c hostinfo.ClockSync) nodev1.ClockSynchronization {
 func (a *agent) capabilities() []string {
 	var caps []string
 	if a.blocks != nil && len(a.pools) > 0 {
-		caps = append(caps, CapabilityBlockFile)
+		caps = append(caps, capability.BlockFile)
 	}
 	return append(caps, a.execs.capabilities()...)
 }
@@ -258,7 +259,7 @@ func (a *agent) observation() (obs *nodev1.NodeObservation, ended []string) {
 	obs = &nodev1.NodeObservation{StoragePools: a.poolDeclarations()}
 	obs.InstanceIds = a.execs.instanceIDs()
 	obs.Executions, ended = a.execs.reports()
-	a.host.fill(obs, a.execs.vmPIDs())
+	a.host.fill(obs, a.execs.samplers())
 	obs.Artifacts = a.cachedArtifacts()
 	return obs, ended
 }

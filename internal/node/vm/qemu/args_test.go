@@ -1,10 +1,12 @@
 package qemu_test
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
@@ -13,6 +15,7 @@ func TestArgsDescribeTheMicroVM(t *testing.T) {
 		RunDir: "/run/x", Kernel: "/p/vmlinux", Initrd: "/p/initrd", Cmdline: "kibotos.root=/dev/vda",
 		VCPUs: 2, MemoryMiB: 512, Accel: qemu.TCG,
 		Drives: []qemu.Drive{{Path: "/t/root.img", ReadOnly: true}, {Path: "/l/layer.img"}},
+		Net:    &netslot.UserMode{Network: netip.MustParsePrefix("10.0.2.0/24"), Isolated: true},
 	})
 	line := strings.Join(args, " ")
 	for _, want := range []string{

@@ -1,11 +1,11 @@
-package node
+package qemu
 
 import (
 	"os"
 	"os/exec"
 	"testing"
 
-	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/node/vm"
 )
 
 // exitOf runs sh -c script and returns how it ended.
@@ -20,9 +20,10 @@ func TestClassifyEnd(t *testing.T) {
 	killed := exitOf(t, "kill -KILL $$")
 	exited := exitOf(t, "exit 0")
 	const (
-		shutdown = nodev1.ExecutionEnd_EXECUTION_END_GUEST_SHUTDOWN
-		oom      = nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED
-		crashed  = nodev1.ExecutionEnd_EXECUTION_END_CRASHED
+		shutdown = vm.PowerOff
+		reset    = vm.Reset
+		oom      = vm.OOMKilled
+		crashed  = vm.Crashed
 	)
 	for _, tc := range []struct {
 		name      string
@@ -30,10 +31,10 @@ func TestClassifyEnd(t *testing.T) {
 		st        *os.ProcessState
 		oomBefore int64
 		oomAfter  int64
-		want      nodev1.ExecutionEnd
+		want      vm.Cause
 	}{
 		{"power off", "x\n[ 16.8] reboot: Power down\n", exited, 3, 3, shutdown},
-		{"restart", "[ 1.0] reboot: Restarting system\n", exited, 3, 3, shutdown},
+		{"restart", "[ 1.0] reboot: Restarting system\n", exited, 3, 3, reset},
 		{"panic", "Kernel panic - not syncing: x\nreboot: Restarting system\n", exited, 3, 3, crashed},
 		{"power off, re-attached", "reboot: Power down", nil, 3, 3, shutdown},
 		{"SIGKILL with an OOM kill", "booted", killed, 3, 4, oom},
