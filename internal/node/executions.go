@@ -504,6 +504,8 @@ func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecuti
 	if errors.As(err, &le) {
 		failed = &nodev1.StartFailure{LayerRemoved: le.removed}
 	}
+	var ne *networkError
+	failed.NetworkUnenforceable = errors.As(err, &ne)
 	res := failure("", connect.CodeOf(err), errorMessage(err))
 	if a, aerr := anypb.New(failed); aerr == nil {
 		res.Result = a
@@ -542,6 +544,13 @@ type layerError struct {
 
 func (e *layerError) Error() string { return e.err.Error() }
 func (e *layerError) Unwrap() error { return e.err }
+
+// networkError is a start that failed because the node cannot apply the
+// Workspace's network policy (StartFailure.network_unenforceable).
+type networkError struct{ err error }
+
+func (e *networkError) Error() string { return e.err.Error() }
+func (e *networkError) Unwrap() error { return e.err }
 
 // launch is one start in progress: what its steps found and made.
 type launch struct {
@@ -745,7 +754,7 @@ func (e *executions) attachNetwork(ctx context.Context, l *launch) error {
 	att, err := e.network.Attach(ctx, l.id, l.op.GetNetworkPolicy())
 	switch {
 	case netslot.IsUnenforceable(err):
-		return coded(connect.CodeFailedPrecondition, err)
+		return &networkError{coded(connect.CodeUnimplemented, err)}
 	case err != nil:
 		return codedf(connect.CodeUnavailable, "attach the network: %v", err)
 	}

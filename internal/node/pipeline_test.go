@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/node"
@@ -147,6 +148,16 @@ func TestStartPipelineFailuresOnAFakeProvider(t *testing.T) {
 	}
 
 	p.Unbootable = false
+	public := h.fakeStartOp("inst-f6")
+	public.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+	res = s.commandWithin(t, time.Minute, "start-f6", public)
+	if connect.Code(res.GetCode()) != connect.CodeUnimplemented || !strings.Contains(res.GetMessage(), "PUBLIC_INTERNET cannot be applied") {
+		t.Errorf("a policy the network cannot apply: %v %q", connect.Code(res.GetCode()), res.GetMessage())
+	}
+	if f := startFailure(t, res); !f.GetNetworkUnenforceable() || !f.GetLayerRemoved() {
+		t.Errorf("StartFailure %v, want network_unenforceable and layer_removed", f)
+	}
+
 	op := h.fakeStartOp("inst-f5")
 	executionStatus(t, s.commandWithin(t, time.Minute, "start-f5", op))
 	mark := len(s.seen)

@@ -109,6 +109,9 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	if answer.Failure != nil {
+		if networkUnenforceable(answer) {
+			answer.Failure.Stage = ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK
+		}
 		return s.failStart(ctx, wk, answer.Failure, func(tx *store.Tx) error { return forgetRemovedLayer(tx, start, answer) })
 	}
 	status := &nodev1.ExecutionStatus{}
@@ -385,6 +388,13 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 			}
 		})
 	})
+}
+
+// networkUnenforceable says whether a failed start's node could not apply
+// the Workspace's network policy (StartFailure.network_unenforceable).
+func networkUnenforceable(answer *fleet.Answer) bool {
+	said := &nodev1.StartFailure{}
+	return answer.Result != nil && answer.Result.MessageIs(said) && answer.Result.UnmarshalTo(said) == nil && said.GetNetworkUnenforceable()
 }
 
 // forgetRemovedLayer follows a failed start's node (StartFailure). The

@@ -409,8 +409,12 @@ type StartFailure struct {
 	// writable layer: it neither made nor removed it, so the layer is as it
 	// was before the start (absent, if no start ever made it).
 	LayerUntouched bool `protobuf:"varint,2,opt,name=layer_untouched,json=layerUntouched,proto3" json:"layer_untouched,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// network_unenforceable is true when the start failed because the node
+	// cannot apply the Workspace's network policy (network_policy): ctrl
+	// fails it at FAILURE_STAGE_APPLYING_NETWORK.
+	NetworkUnenforceable bool `protobuf:"varint,3,opt,name=network_unenforceable,json=networkUnenforceable,proto3" json:"network_unenforceable,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StartFailure) Reset() {
@@ -453,6 +457,13 @@ func (x *StartFailure) GetLayerRemoved() bool {
 func (x *StartFailure) GetLayerUntouched() bool {
 	if x != nil {
 		return x.LayerUntouched
+	}
+	return false
+}
+
+func (x *StartFailure) GetNetworkUnenforceable() bool {
+	if x != nil {
+		return x.NetworkUnenforceable
 	}
 	return false
 }
@@ -810,10 +821,11 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\rlayer_created\x18\x03 \x01(\bR\flayerCreated\x12\x14\n" +
 	"\x05accel\x18\x04 \x01(\tR\x05accel\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
-	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"\\\n" +
+	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"\x91\x01\n" +
 	"\fStartFailure\x12#\n" +
 	"\rlayer_removed\x18\x01 \x01(\bR\flayerRemoved\x12'\n" +
-	"\x0flayer_untouched\x18\x02 \x01(\bR\x0elayerUntouched\"o\n" +
+	"\x0flayer_untouched\x18\x02 \x01(\bR\x0elayerUntouched\x123\n" +
+	"\x15network_unenforceable\x18\x03 \x01(\bR\x14networkUnenforceable\"o\n" +
 	"\rStopExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +

@@ -33,8 +33,14 @@ func New() Network { return Network{} }
 func (Network) Name() string { return "usernet" }
 
 // Attach implements netslot.Network. Each execution gets the same layout
-// inside its own VMM, so there is nothing to make or undo.
+// inside its own VMM, so there is nothing to make or undo. It enforces
+// DENY_ALL only: a PUBLIC_INTERNET policy would run with no egress at all,
+// so it is refused rather than silently left unenforced.
 func (Network) Attach(_ context.Context, _ string, policy *ctrlv1.NetworkPolicy) (netslot.Attachment, error) {
+	if m := netslot.Mode(policy); m != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL {
+		return nil, &netslot.Unenforceable{Mode: m, Why: "this node gives guests QEMU's isolated user-mode network only; " +
+			"egress to the internet (a tap device and nftables, or a user-space network stack) is not built"}
+	}
 	return attachment{}, nil
 }
 
@@ -44,8 +50,11 @@ func (attachment) Device() netslot.Device {
 	return netslot.Device{UserMode: &netslot.UserMode{Network: GuestNetwork, Isolated: true}}
 }
 
+// Guest implements netslot.Attachment. Nothing answers DNS at the
+// nameserver: restrict=on keeps slirp's DNS forwarder from the host's
+// resolvers too, so a query would wait for its timeout (NoDNS).
 func (attachment) Guest() netslot.Addressing {
-	return netslot.Addressing{Address: GuestAddress, Gateway: GuestGateway, Nameserver: GuestNameserver}
+	return netslot.Addressing{Address: GuestAddress, Gateway: GuestGateway, Nameserver: GuestNameserver, NoDNS: true}
 }
 
 func (attachment) Release() error { return nil }

@@ -1,0 +1,50 @@
+package fleet_test
+
+import (
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// A PUBLIC_INTERNET policy the node cannot apply (its network is QEMU's
+// isolated user-mode network) is not left silently unenforced: the
+// create fails at FAILURE_STAGE_APPLYING_NETWORK, saying why, and is not
+// retryable.
+func TestPublicInternetTheNodeCannotApplyFailsTheStart(t *testing.T) {
+	e := newVMEnv(t)
+	e.startNode("node-a", "")
+	req := createRequest("create-public")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.waitState(created.Msg.GetWorkspace().GetWorkspaceId(), ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
+	f := w.GetFailure()
+	if f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED ||
+		f.GetRetryable() || !strings.Contains(f.GetMessage(), "PUBLIC_INTERNET cannot be applied on this node") || !strings.Contains(f.GetMessage(), "not built") {
+		t.Errorf("failure %v, want APPLYING_NETWORK, UNSUPPORTED, not retryable, naming why", f)
+	}
+}
+
+// Under DENY_ALL nothing answers DNS at the link address, and a query to
+// it fails at once (the guest routes the address as unreachable) instead
+// of waiting for an answer that never comes: nslookup says there is no
+// route to the host, not that it timed out (as it did after 5 s).
+func TestDNSUnderDenyAllFailsAtOnce(t *testing.T) {
+	e := newVMEnv(t)
+	e.startNode("node-a", "")
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(createRequest("create-deny")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	out, code := e.c.Exec(t, id, "nslookup", "example.com", "10.0.2.3")
+	if code == 0 || strings.Contains(out, "timed out") || !strings.Contains(out, "No route to host") {
+		t.Errorf("nslookup at the link address under DENY_ALL: exit %d, %q; want it refused at once (no route to host), not timed out", code, out)
+	}
+}
