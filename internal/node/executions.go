@@ -106,7 +106,10 @@ type execution struct {
 	responding bool
 	probeErr   string
 	memory     *guestv1.MemoryReport // the latest, times on this host's clock
-	cancel     context.CancelFunc    // ends its watcher and prober
+	restarts   int                   // the guest's resets within this execution
+	lastReset  time.Time
+	comingBack bool               // from a reset until the agent answers again
+	cancel     context.CancelFunc // ends its watcher and prober
 }
 
 // executions are the VMs this agent runs.
@@ -213,6 +216,7 @@ func (e *executions) reattach() error {
 		default:
 		}
 		x.state, x.probeErr = running, "not probed yet"
+		x.restarts, x.lastReset = inst.Resets()
 		e.byID[x.id] = x
 		e.a.log.Info("re-attached to a running execution", "instance_id", x.id, "provider", rec.Provider, "pid", inst.PID(), "boot_id", rec.BootID)
 		e.watch(x)
@@ -300,12 +304,21 @@ func (e *executions) probe(ctx context.Context, x *execution) {
 		if err == nil {
 			memory = hostClockMemory(res.Msg, time.Now())
 		}
+		resets, lastReset := x.vm.Resets()
 		e.mu.Lock()
-		changed := x.state == running && (x.responding != responding || x.probeErr != probeErr || memoryChanged(x.memory, memory))
+		changed := x.state == running && (x.responding != responding || x.probeErr != probeErr || memoryChanged(x.memory, memory) ||
+			resets != x.restarts || (x.comingBack && responding))
 		if x.state == running {
 			x.responding, x.probeErr = responding, probeErr
 			if memory != nil {
 				x.memory = memory
+			}
+			if resets != x.restarts {
+				// A reset: the guest comes back within this execution.
+				x.restarts, x.lastReset, x.comingBack = resets, lastReset, !responding
+				x.memory = memory
+			} else if responding {
+				x.comingBack = false
 			}
 		}
 		e.mu.Unlock()
@@ -365,7 +378,12 @@ func (e *executions) reports() (reports []*nodev1.ExecutionReport, endedIDs []st
 	for id, x := range e.byID {
 		switch x.state {
 		case running:
-			reports = append(reports, &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory})
+			r := &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory,
+				RestartCount: uint32(x.restarts), ComingBack: x.comingBack}
+			if x.restarts > 0 {
+				r.LastResetAt = timestamppb.New(x.lastReset)
+			}
+			reports = append(reports, r)
 		case ended:
 			reports = append(reports, &nodev1.ExecutionReport{InstanceId: id, End: x.end})
 			endedIDs = append(endedIDs, id)

@@ -100,8 +100,9 @@ func TestStartPipelineOnAFakeProvider(t *testing.T) {
 }
 
 // A start whose boot fails removes the layer it made and says so; one
-// that fails before the layer says it left the layer untouched; a guest
-// that powers off ends as a guest shutdown.
+// that fails before the layer says it left the layer untouched; so does
+// one under a policy the network cannot apply; a guest that resets comes
+// back within its execution, counted.
 func TestStartPipelineFailuresOnAFakeProvider(t *testing.T) {
 	t.Parallel()
 	h, p, cfg := fakeHarness(t)
@@ -166,7 +167,10 @@ func TestStartPipelineFailuresOnAFakeProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst.(*fake.Instance).Reset()
-	s.report(t, mark, "inst-f5", "the guest's end reported", func(obs *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
-		return r.GetEnd() == nodev1.ExecutionEnd_EXECUTION_END_GUEST_SHUTDOWN
+	r := s.report(t, mark, "inst-f5", "the reset reported", func(obs *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
+		return r.GetRestartCount() == 1
 	})
+	if !r.GetRunning() || !r.GetResponding() || r.GetComingBack() || r.GetLastResetAt() == nil {
+		t.Errorf("a guest that reset and came back at once: %v", r)
+	}
 }

@@ -554,8 +554,15 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
 }
 
-// withGuestObservation is w with the guest observation r makes at now.
+// withGuestObservation is w with the guest observation r makes at now. A
+// guest coming back from a reset has none until it answers again; then
+// restart_count and last_reset_at count its resets, and it is rebooted:
+// it answers from another boot than the one that started the execution.
 func withGuestObservation(w *ctrlv1.Workspace, r *nodev1.ExecutionReport, now time.Time) *ctrlv1.Workspace {
+	if r.GetComingBack() {
+		w.GuestObservation = nil
+		return w
+	}
 	prev := w.GetGuestObservation()
 	obs := &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(now), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
 	if !r.GetResponding() {
@@ -567,6 +574,9 @@ func withGuestObservation(w *ctrlv1.Workspace, r *nodev1.ExecutionReport, now ti
 		}
 	}
 	observeMemory(obs, prev, r.GetMemory())
+	if n := r.GetRestartCount(); n > 0 {
+		obs.RestartCount, obs.LastResetAt, obs.Rebooted = n, r.GetLastResetAt(), true
+	}
 	w.GuestObservation = obs
 	return w
 }

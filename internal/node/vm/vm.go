@@ -12,6 +12,7 @@ package vm
 import (
 	"context"
 	"net/http"
+	"time"
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
@@ -89,8 +90,9 @@ const (
 	Crashed Cause = iota
 	// PowerOff: the guest powered its machine off.
 	PowerOff
-	// Reset: the guest reset its machine and the VMM ended instead of
-	// restarting it.
+	// Reset: the guest reset its machine and the VMM ended during the
+	// reset. (A provider restarts a guest that resets: see
+	// Instance.Resets.)
 	Reset
 	// OOMKilled: the host's OOM killer ended the VMM.
 	OOMKilled
@@ -146,6 +148,10 @@ type Instance interface {
 	Kill() error
 	// Sample reads what the VMM used so far.
 	Sample() (Usage, error)
+	// Resets is how many times the guest reset its machine and was
+	// restarted within this instance, and when the provider saw the
+	// latest reset (on this host's clock; zero while count is 0).
+	Resets() (count int, last time.Time)
 	// Release lets go of the guest channel, so another agent process can
 	// connect; the VM keeps running.
 	Release()

@@ -14,6 +14,7 @@ import (
 	v11 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -598,7 +599,15 @@ type ExecutionReport struct {
 	ProbeError string `protobuf:"bytes,5,opt,name=probe_error,json=probeError,proto3" json:"probe_error,omitempty"`
 	// memory is the guest's latest memory report; it stands (kill count
 	// included) while the guest does not answer.
-	Memory        *v11.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
+	Memory *v11.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
+	// restart_count is how many times the guest reset its machine and was
+	// restarted within this execution; last_reset_at is when the node saw
+	// the latest reset, on its clock (absent while restart_count is 0).
+	RestartCount uint32                 `protobuf:"varint,7,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
+	LastResetAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_reset_at,json=lastResetAt,proto3" json:"last_reset_at,omitempty"`
+	// coming_back is true from a reset until the guest agent answers again:
+	// there is nothing to observe of the guest meanwhile.
+	ComingBack    bool `protobuf:"varint,9,opt,name=coming_back,json=comingBack,proto3" json:"coming_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,6 +682,27 @@ func (x *ExecutionReport) GetMemory() *v11.MemoryReport {
 		return x.Memory
 	}
 	return nil
+}
+
+func (x *ExecutionReport) GetRestartCount() uint32 {
+	if x != nil {
+		return x.RestartCount
+	}
+	return 0
+}
+
+func (x *ExecutionReport) GetLastResetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastResetAt
+	}
+	return nil
+}
+
+func (x *ExecutionReport) GetComingBack() bool {
+	if x != nil {
+		return x.ComingBack
+	}
+	return false
 }
 
 type FetchArtifactRequest struct {
@@ -792,7 +822,7 @@ var File_kibotos_node_v1_execution_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
-	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
+	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
 	"\bArtifact\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
@@ -834,7 +864,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xf6\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xfc\x02\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -845,7 +875,11 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"responding\x12\x1f\n" +
 	"\vprobe_error\x18\x05 \x01(\tR\n" +
 	"probeError\x126\n" +
-	"\x06memory\x18\x06 \x01(\v2\x1e.kibotos.guest.v1.MemoryReportR\x06memory\"F\n" +
+	"\x06memory\x18\x06 \x01(\v2\x1e.kibotos.guest.v1.MemoryReportR\x06memory\x12#\n" +
+	"\rrestart_count\x18\a \x01(\rR\frestartCount\x12>\n" +
+	"\rlast_reset_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vlastResetAt\x12\x1f\n" +
+	"\vcoming_back\x18\t \x01(\bR\n" +
+	"comingBack\"F\n" +
 	"\x14FetchArtifactRequest\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\"d\n" +
@@ -889,6 +923,7 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*BlockFileRef)(nil),          // 10: kibotos.node.v1.BlockFileRef
 	(*v1.NetworkPolicy)(nil),      // 11: kibotos.ctrl.v1.NetworkPolicy
 	(*v11.MemoryReport)(nil),      // 12: kibotos.guest.v1.MemoryReport
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
@@ -899,11 +934,12 @@ var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	11, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
 	0,  // 6: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
 	12, // 7: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	13, // 8: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }

@@ -22,7 +22,7 @@ func TestArgsDescribeTheMicroVM(t *testing.T) {
 		"-M microvm", "-accel tcg", "-smp 2", "-m 512", "-kernel /p/vmlinux", "-initrd /p/initrd",
 		"id=vda,file=/t/root.img,format=raw,if=none,cache=none,aio=threads,readonly=on",
 		"id=vdb,file=/l/layer.img,format=raw,if=none,cache=none,aio=threads -device virtio-blk-device,drive=vdb",
-		"virtserialport,chardev=agent,name=kibotos.agent", "path=agent.sock", "-pidfile /run/x/qemu.pid", "-no-reboot",
+		"virtserialport,chardev=agent,name=kibotos.agent", "path=agent.sock", "-pidfile /run/x/qemu.pid",
 		"-netdev user,id=net0,restrict=on,net=10.0.2.0/24 -device virtio-net-device,netdev=net0",
 	} {
 		if !strings.Contains(line, want) {
@@ -32,6 +32,9 @@ func TestArgsDescribeTheMicroVM(t *testing.T) {
 	appendArg := args[slices.Index(args, "-append")+1]
 	if !strings.HasPrefix(appendArg, "console=ttyS0") || !strings.HasSuffix(appendArg, "kibotos.root=/dev/vda") {
 		t.Errorf("kernel command line %q", appendArg)
+	}
+	if strings.Contains(line, "-no-reboot") {
+		t.Error("-no-reboot: a guest reset would end the execution")
 	}
 	if strings.Contains(line, "-cpu host") {
 		t.Error("-cpu host is for KVM only")

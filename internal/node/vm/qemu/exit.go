@@ -14,9 +14,10 @@ import (
 
 // classifyEnd says how a VM that ended without the node killing it ended:
 //
-//   - PowerOff when the guest kernel powered off ("reboot: Power down"),
-//     Reset when it restarted ("reboot: Restarting system", which
-//     -no-reboot turns into an exit), both only without a panic.
+//   - PowerOff when the guest kernel's last word was that it powers off
+//     ("reboot: Power down"), Reset when it was a restart ("reboot:
+//     Restarting system": QEMU ended during the reset); neither after a
+//     panic anywhere in the console (then as below).
 //   - OOMKilled when the host's OOM killer probably ended QEMU. The kernel
 //     log that would say so is not readable portably, so this is a
 //     heuristic: QEMU died of SIGKILL that the node did not send, and the
@@ -28,11 +29,11 @@ import (
 //   - Crashed otherwise (a guest panic, a QEMU error, a kill by someone
 //     else).
 func classifyEnd(console string, st *os.ProcessState, oomBefore, oomAfter int64) vm.Cause {
-	if !strings.Contains(console, "Kernel panic") {
+	if off, reset := strings.LastIndex(console, powerDownLine), strings.LastIndex(console, resetLine); !strings.Contains(console, panicLine) {
 		switch {
-		case strings.Contains(console, "reboot: Power down"):
+		case off > reset:
 			return vm.PowerOff
-		case strings.Contains(console, "reboot: Restarting system"):
+		case reset > off:
 			return vm.Reset
 		}
 	}
@@ -48,6 +49,52 @@ func classifyEnd(console string, st *os.ProcessState, oomBefore, oomAfter int64)
 		return vm.OOMKilled
 	}
 	return vm.Crashed
+}
+
+// What the guest kernel says on its console when it powers off, restarts
+// the machine, or panics.
+const (
+	powerDownLine = "reboot: Power down"
+	resetLine     = "reboot: Restarting system"
+	panicLine     = "Kernel panic"
+)
+
+// consoleWatch reads a console log as it grows and counts the guest's
+// resets and panics in it.
+type consoleWatch struct {
+	path    string
+	offset  int64
+	partial string
+	resets  int
+	panics  int
+}
+
+// scan reads what was written since the last scan.
+func (c *consoleWatch) scan() {
+	f, err := os.Open(c.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(c.offset, io.SeekStart); err != nil {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4<<20))
+	if err != nil || len(b) == 0 {
+		return
+	}
+	c.offset += int64(len(b))
+	text := c.partial + string(b)
+	lines := strings.Split(text, "\n")
+	c.partial = lines[len(lines)-1]
+	for _, l := range lines[:len(lines)-1] {
+		switch {
+		case strings.Contains(l, resetLine):
+			c.resets++
+		case strings.Contains(l, panicLine):
+			c.panics++
+		}
+	}
 }
 
 // oomKills reads the host's OOM kill counter, or -1.

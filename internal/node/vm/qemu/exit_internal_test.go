@@ -3,6 +3,7 @@ package qemu
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/kibotos/kibotos/internal/node/vm"
@@ -35,6 +36,8 @@ func TestClassifyEnd(t *testing.T) {
 	}{
 		{"power off", "x\n[ 16.8] reboot: Power down\n", exited, 3, 3, shutdown},
 		{"restart", "[ 1.0] reboot: Restarting system\n", exited, 3, 3, reset},
+		{"restart, then power off", "reboot: Restarting system\nbooted\nreboot: Power down\n", exited, 3, 3, shutdown},
+		{"power off is not the last word", "reboot: Power down\nreboot: Restarting system\n", exited, 3, 3, reset},
 		{"panic", "Kernel panic - not syncing: x\nreboot: Restarting system\n", exited, 3, 3, crashed},
 		{"power off, re-attached", "reboot: Power down", nil, 3, 3, shutdown},
 		{"SIGKILL with an OOM kill", "booted", killed, 3, 4, oom},
@@ -51,5 +54,35 @@ func TestClassifyEnd(t *testing.T) {
 	}
 	if n := oomKills(); n < 0 {
 		t.Logf("no oom_kill counter in /proc/vmstat here")
+	}
+}
+
+// The console watch counts resets and panics as the log grows, a line
+// split across two reads included.
+func TestConsoleWatchCountsResetsAndPanics(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "console.log")
+	w := &consoleWatch{path: path}
+	appendText := func(s string) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	w.scan() // no file yet
+	appendText("booted\n[ 9.1] reboot: Restart")
+	w.scan()
+	if w.resets != 0 {
+		t.Errorf("a partial line counted: %d", w.resets)
+	}
+	appendText("ing system\nbooted again\n")
+	w.scan()
+	appendText("[ 3.0] reboot: Restarting system\nKernel panic - not syncing: x\n")
+	w.scan()
+	if w.resets != 2 || w.panics != 1 {
+		t.Errorf("resets %d panics %d, want 2 and 1", w.resets, w.panics)
 	}
 }

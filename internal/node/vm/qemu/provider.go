@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,11 +13,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/guest"
+	"github.com/kibotos/kibotos/internal/node/fsutil"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
 	"github.com/kibotos/kibotos/internal/node/vm"
 )
@@ -160,12 +163,54 @@ type instance struct {
 	killed atomic.Bool // Kill sent the signal
 	exited chan struct{}
 	exit   vm.Exit
+
+	resetMu   sync.Mutex
+	resets    int
+	lastReset time.Time
 }
 
 func newInstance(v *VM, accel Accel) *instance {
 	x := &instance{vm: v, accel: accel, exited: make(chan struct{})}
+	x.resets, x.lastReset = readResets(v.RunDir)
 	go x.watch()
 	return x
+}
+
+// resetsFile keeps the resets the provider counted, for an agent that
+// re-attaches: the console says how many there were, not when.
+const resetsFile = "resets.json"
+
+type resetsRecord struct {
+	Count int       `json:"count"`
+	Last  time.Time `json:"last"`
+}
+
+func readResets(runDir string) (int, time.Time) {
+	var r resetsRecord
+	if b, err := os.ReadFile(filepath.Join(runDir, resetsFile)); err == nil {
+		_ = json.Unmarshal(b, &r)
+	}
+	return r.Count, r.Last
+}
+
+// countResets takes the console's count of resets: more than known are
+// resets seen now.
+func (x *instance) countResets(n int) {
+	x.resetMu.Lock()
+	defer x.resetMu.Unlock()
+	if n <= x.resets {
+		return
+	}
+	x.resets, x.lastReset = n, time.Now()
+	if b, err := json.Marshal(resetsRecord{Count: x.resets, Last: x.lastReset}); err == nil {
+		_ = fsutil.WriteFileAtomic(x.vm.RunDir, resetsFile, b, 0o600)
+	}
+}
+
+func (x *instance) Resets() (int, time.Time) {
+	x.resetMu.Lock()
+	defer x.resetMu.Unlock()
+	return x.resets, x.lastReset
 }
 
 // endedInstance is a run directory's VM that is not running.
@@ -179,23 +224,36 @@ func endedInstance(runDir string, why error) *instance {
 
 // watch waits for the VM's end and says why it ended. The host's OOM kill
 // counter is sampled meanwhile, so that a kill is attributed only when it
-// happened close to the VM's end.
+// happened close to the VM's end, and the console is read for resets
+// (counted: QEMU restarts the guest) and panics (the guest is killed: its
+// kernel would restart it for ever, panic=-1).
 func (x *instance) watch() {
 	oom := oomKills()
+	console := &consoleWatch{path: filepath.Join(x.vm.RunDir, consoleLog)}
+	panicked := false
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 			oom = oomKills()
+			console.scan()
+			x.countResets(console.resets)
+			if console.panics > 0 && !panicked {
+				panicked = true
+				_ = syscall.Kill(x.vm.PID, syscall.SIGKILL)
+			}
 			continue
 		case <-x.vm.Exited():
 		}
 		break
 	}
 	x.exit = vm.Exit{Cause: classifyEnd(consoleTail(x.vm.RunDir), x.vm.ExitState(), oom, oomKills()), Detail: exitDescription(x.vm.ExitState())}
-	if x.killed.Load() {
+	switch {
+	case x.killed.Load():
 		x.exit.Cause = vm.Killed
+	case panicked:
+		x.exit = vm.Exit{Cause: vm.Crashed, Detail: "the guest kernel panicked: killed"}
 	}
 	close(x.exited)
 }

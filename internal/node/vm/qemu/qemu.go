@@ -77,7 +77,7 @@ const (
 )
 
 // baseCmdline makes the guest quiet, send its console to the serial port,
-// power off instead of rebooting, account memory pressure (Debian's kernel
+// reset by triple fault and at once on a panic, account memory pressure (Debian's kernel
 // has PSI off unless asked: the guest's memory watch reads it), and skip
 // the TSC calibration that hangs under load on these hosts
 // (notes/vm-on-ci.md).
@@ -119,7 +119,10 @@ func Args(s Spec) []string {
 		"-accel", string(accel),
 		"-smp", strconv.Itoa(max(s.VCPUs, 1)),
 		"-m", strconv.FormatUint(s.MemoryMiB, 10),
-		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		// No -no-reboot: a guest that resets its machine restarts within
+		// the same QEMU, the same execution (the provider counts resets
+		// from the console, and kills a guest whose kernel panicked).
+		"-nodefaults", "-no-user-config", "-nographic",
 		"-kernel", s.Kernel,
 		"-append", strings.TrimSpace(baseCmdline() + " " + s.Cmdline),
 		"-serial", "file:" + filepath.Join(s.RunDir, consoleLog),

@@ -194,7 +194,9 @@ func reattach(t *testing.T, env Env) {
 	}
 }
 
-// A guest that powers off ends as PowerOff, one that resets as Reset.
+// A guest that powers off ends as PowerOff; one that resets its machine
+// comes back within the same instance, its agent answering again, and the
+// reset is counted.
 func exitCauses(t *testing.T, env Env) {
 	off, _ := boot(t, env, env.Provider, "boot-vmtest-4")
 	waitAgent(t, env, off)
@@ -209,8 +211,31 @@ func exitCauses(t *testing.T, env Env) {
 
 	reset, _ := boot(t, env, env.Provider, "boot-vmtest-5")
 	waitAgent(t, env, reset)
+	if n, last := reset.Resets(); n != 0 || !last.IsZero() {
+		t.Errorf("resets of a fresh guest: %d at %v", n, last)
+	}
+	before := time.Now()
 	env.Reset(t, reset)
-	if exit := waitExit(t, env, reset, "reset"); exit.Cause != vm.Reset {
-		t.Errorf("a guest that reset ended as %v (%s)", exit.Cause, exit.Detail)
+	deadline := time.Now().Add(env.BootTimeout)
+	for n, _ := reset.Resets(); n == 0; n, _ = reset.Resets() {
+		select {
+		case <-reset.Exited():
+			t.Fatalf("a guest that reset ended: %+v", reset.Exit())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reset was never counted")
+		}
+	}
+	if ping := waitAgent(t, env, reset); ping.GetBootId() != "boot-vmtest-5" {
+		t.Errorf("the guest came back with boot_id %q", ping.GetBootId())
+	}
+	if n, last := reset.Resets(); n != 1 || last.Before(before) {
+		t.Errorf("resets %d at %v, want 1 after %v", n, last, before)
+	}
+	select {
+	case <-reset.Exited():
+		t.Fatalf("a guest that reset ended: %+v", reset.Exit())
+	default:
 	}
 }
