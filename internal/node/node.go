@@ -1,7 +1,7 @@
 // Package node is the node agent (`kibotos node`): it enrolls with ctrl,
 // holds its control session, reports the host and its storage pools, and
 // applies the operations ctrl hands it, each at most once: block files,
-// and executions (VMs of the configured provider, see executions.go and
+// and executions (VMs of the configured provider, see vms.go and
 // package vm) booted from artifacts
 // it fetches from ctrl (package artifact). It serves ctrl's calls into the
 // executions on its data endpoint (dataplane.go).
@@ -184,9 +184,9 @@ type agent struct {
 	bootID      string
 	blocks      *blockfile.Manager // nil when e2fsprogs is missing
 	pools       map[string]Pool
-	exec        *executor
+	lanes       *commandLanes
 	artifacts   *artifact.Cache
-	execs       *executions
+	vms         *vmSet
 	data        *dataServer
 	// dataToken is the data token of the latest session welcome.
 	dataToken atomic.Pointer[string]
@@ -279,11 +279,11 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 	log.Info("node agent starting", "endpoint", endpoint, "state_dir", cfg.StateDir, "pools", len(cfg.Pools))
 
 	// The executions first: the first hello lists those still running.
-	if a.execs, err = newExecutions(ctx, a); err != nil {
+	if a.vms, err = newVMSet(ctx, a); err != nil {
 		return fmt.Errorf("executions: %w", err)
 	}
-	defer a.execs.detach()
-	if err := a.execs.reattach(); err != nil {
+	defer a.vms.detach()
+	if err := a.vms.reattach(); err != nil {
 		return fmt.Errorf("re-attach executions: %w", err)
 	}
 	a.artifacts, err = artifact.New(ctx, artifact.Config{
@@ -313,11 +313,11 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 		}
 	}
 
-	a.exec = newExecutor(a)
+	a.lanes = newCommandLanes(a)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.exec.run(ctx)
+		a.lanes.run(ctx)
 	}()
 	a.sessions(ctx)
 	<-done

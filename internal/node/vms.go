@@ -93,7 +93,7 @@ const (
 )
 
 // execution is one VM. id, runDir and rec never change; the other fields
-// are guarded by executions.mu (vm is set once, before the execution runs).
+// are guarded by vmSet.mu (vm is set once, before the execution runs).
 type execution struct {
 	id     string
 	runDir string
@@ -112,8 +112,10 @@ type execution struct {
 	cancel     context.CancelFunc // ends its watcher and prober
 }
 
-// executions are the VMs this agent runs.
-type executions struct {
+// vmSet is the VMs this agent runs, one execution each (commandLanes
+// are the order commands run in; ctrl/workspace drives a Workspace's
+// executions from ctrl's side).
+type vmSet struct {
 	a        *agent
 	dir      string
 	provider vm.Provider     // nil: this node runs no VMs
@@ -128,9 +130,9 @@ type executions struct {
 	starting map[string]execRecord // block files claimed by starts in progress
 }
 
-func newExecutions(ctx context.Context, a *agent) (*executions, error) {
+func newVMSet(ctx context.Context, a *agent) (*vmSet, error) {
 	ctx, stop := context.WithCancel(ctx)
-	e := &executions{
+	e := &vmSet{
 		a:        a,
 		provider: a.cfg.Provider,
 		network:  a.cfg.Network,
@@ -155,14 +157,14 @@ func newExecutions(ctx context.Context, a *agent) (*executions, error) {
 }
 
 // notify asks the session for an observation now.
-func (e *executions) notify() {
+func (e *vmSet) notify() {
 	select {
 	case e.changed <- struct{}{}:
 	default:
 	}
 }
 
-func (e *executions) capabilities() []string {
+func (e *vmSet) capabilities() []string {
 	if e.provider == nil || e.provider.Available() != nil {
 		return nil
 	}
@@ -172,7 +174,7 @@ func (e *executions) capabilities() []string {
 // reattach takes back every execution whose record is in the run
 // directories: a VM still running is running again; one that ended while
 // the agent was away is reported as ended.
-func (e *executions) reattach() error {
+func (e *vmSet) reattach() error {
 	entries, err := os.ReadDir(e.dir)
 	if err != nil {
 		return err
@@ -225,7 +227,7 @@ func (e *executions) reattach() error {
 }
 
 // detach lets go of the VMs when the agent stops: they keep running.
-func (e *executions) detach() {
+func (e *vmSet) detach() {
 	e.stop()
 	e.wg.Wait()
 	e.mu.Lock()
@@ -238,7 +240,7 @@ func (e *executions) detach() {
 }
 
 // watch starts the watcher and the prober of a running execution.
-func (e *executions) watch(x *execution) {
+func (e *vmSet) watch(x *execution) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	x.cancel = cancel
 	e.wg.Go(func() { e.watchExit(ctx, x) })
@@ -247,7 +249,7 @@ func (e *executions) watch(x *execution) {
 
 // watchExit notices a VM that ends without a StopExecution and reports how
 // it ended.
-func (e *executions) watchExit(ctx context.Context, x *execution) {
+func (e *vmSet) watchExit(ctx context.Context, x *execution) {
 	select {
 	case <-ctx.Done():
 		return
@@ -283,7 +285,7 @@ func endOf(exit vm.Exit) nodev1.ExecutionEnd {
 
 // probe pings the guest agent every probeInterval. An unresponsive guest
 // is only reported, never stopped.
-func (e *executions) probe(ctx context.Context, x *execution) {
+func (e *vmSet) probe(ctx context.Context, x *execution) {
 	t := time.NewTicker(probeInterval)
 	defer t.Stop()
 	for {
@@ -335,7 +337,7 @@ func (e *executions) probe(ctx context.Context, x *execution) {
 }
 
 // instanceIDs are the running executions, sorted.
-func (e *executions) instanceIDs() []string {
+func (e *vmSet) instanceIDs() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var ids []string
@@ -349,7 +351,7 @@ func (e *executions) instanceIDs() []string {
 }
 
 // isRunning reports whether execution id runs.
-func (e *executions) isRunning(id string) bool {
+func (e *vmSet) isRunning(id string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x := e.byID[id]
@@ -358,7 +360,7 @@ func (e *executions) isRunning(id string) bool {
 
 // samplers are the running executions' VMs, by instance id, for the
 // host's readings.
-func (e *executions) samplers() map[string]sampler {
+func (e *vmSet) samplers() map[string]sampler {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	vms := map[string]sampler{}
@@ -372,7 +374,7 @@ func (e *executions) samplers() map[string]sampler {
 
 // reports are the running executions and the ended ones not reported
 // yet; endedIDs are the latter, for reported once the observation is sent.
-func (e *executions) reports() (reports []*nodev1.ExecutionReport, endedIDs []string) {
+func (e *vmSet) reports() (reports []*nodev1.ExecutionReport, endedIDs []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id, x := range e.byID {
@@ -394,7 +396,7 @@ func (e *executions) reports() (reports []*nodev1.ExecutionReport, endedIDs []st
 }
 
 // reported forgets ended executions an observation carried.
-func (e *executions) reported(ids []string) {
+func (e *vmSet) reported(ids []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, id := range ids {
@@ -406,7 +408,7 @@ func (e *executions) reported(ids []string) {
 }
 
 // cleanRunDir removes everything but the console log.
-func (e *executions) cleanRunDir(runDir string) {
+func (e *vmSet) cleanRunDir(runDir string) {
 	entries, _ := os.ReadDir(runDir)
 	for _, ent := range entries {
 		if ent.Name() != consoleFile {
@@ -419,7 +421,7 @@ func (e *executions) cleanRunDir(runDir string) {
 }
 
 // runningVM finds the VM of a running execution, for the data plane.
-func (e *executions) runningVM(id string) (vm.Instance, error) {
+func (e *vmSet) runningVM(id string) (vm.Instance, error) {
 	e.mu.Lock()
 	x := e.byID[id]
 	e.mu.Unlock()
@@ -512,7 +514,7 @@ func resultOf(msg proto.Message) *nodev1.CommandResult {
 // left of the writable layer (StartFailure): those from the layer step on
 // carry it (a *layerError); any other came before the layer, which the
 // start then never touched.
-func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecution) *nodev1.CommandResult {
+func (e *vmSet) startExecution(ctx context.Context, op *nodev1.StartExecution) *nodev1.CommandResult {
 	st, err := e.start(ctx, op)
 	if err == nil {
 		return resultOf(st)
@@ -588,7 +590,7 @@ type launch struct {
 // the artifacts, ready the provider, ensure the layer, attach the network,
 // boot, wait for the agent. Each is idempotent: a start repeated after a
 // failure or an agent restart finds what an earlier one did.
-func (e *executions) start(ctx context.Context, op *nodev1.StartExecution) (*nodev1.ExecutionStatus, error) {
+func (e *vmSet) start(ctx context.Context, op *nodev1.StartExecution) (*nodev1.ExecutionStatus, error) {
 	if err := e.admit(op); err != nil {
 		return nil, err
 	}
@@ -632,7 +634,7 @@ func (e *executions) start(ctx context.Context, op *nodev1.StartExecution) (*nod
 }
 
 // admit checks the operation and whether this node takes a start now.
-func (e *executions) admit(op *nodev1.StartExecution) error {
+func (e *vmSet) admit(op *nodev1.StartExecution) error {
 	if err := validateStart(op); err != nil {
 		return coded(connect.CodeInvalidArgument, fmt.Errorf("StartExecution: %w", err))
 	}
@@ -652,7 +654,7 @@ func (e *executions) admit(op *nodev1.StartExecution) error {
 
 // runningExecution is execution id when it runs; an ended one is started
 // anew.
-func (e *executions) runningExecution(id string) *execution {
+func (e *vmSet) runningExecution(id string) *execution {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if x := e.byID[id]; x != nil && x.state == running {
@@ -663,7 +665,7 @@ func (e *executions) runningExecution(id string) *execution {
 
 // resolveBlockFiles finds the layer's path and checks that the Volume's
 // block file exists.
-func (e *executions) resolveBlockFiles(l *launch) error {
+func (e *vmSet) resolveBlockFiles(l *launch) error {
 	var err error
 	if l.layerRef, err = e.a.resolveRef(l.op.GetLayer()); err != nil {
 		return err
@@ -693,7 +695,7 @@ func (e *executions) resolveBlockFiles(l *launch) error {
 }
 
 // claimBlockFiles reserves the layer and the Volume for this start.
-func (e *executions) claimBlockFiles(l *launch) error {
+func (e *vmSet) claimBlockFiles(l *launch) error {
 	claim := execRecord{InstanceID: l.id, Layer: recordRef{l.op.GetLayer().GetStoragePool(), l.op.GetLayer().GetObjectId()}}
 	if v := l.op.GetVolume(); v != nil {
 		claim.Volume = &recordRef{v.GetStoragePool(), v.GetObjectId()}
@@ -706,7 +708,7 @@ func (e *executions) claimBlockFiles(l *launch) error {
 
 // fetchArtifacts gets the kernel, initramfs and template root, all at
 // once, reporting progress while something is missing.
-func (e *executions) fetchArtifacts(ctx context.Context, l *launch) error {
+func (e *vmSet) fetchArtifacts(ctx context.Context, l *launch) error {
 	arts := []*nodev1.Artifact{l.op.GetKernel(), l.op.GetInitrd(), l.op.GetTemplateRoot()}
 	paths := make([]string, len(arts))
 	errs := make([]error, len(arts))
@@ -732,7 +734,7 @@ type preparer interface {
 	Prepare(ctx context.Context, kernel, initrd string) error
 }
 
-func (e *executions) prepareProvider(ctx context.Context, l *launch) error {
+func (e *vmSet) prepareProvider(ctx context.Context, l *launch) error {
 	p, ok := e.provider.(preparer)
 	if !ok {
 		return nil
@@ -747,7 +749,7 @@ func (e *executions) prepareProvider(ctx context.Context, l *launch) error {
 }
 
 // ensureLayer makes the writable layer unless it exists.
-func (e *executions) ensureLayer(ctx context.Context, l *launch) error {
+func (e *vmSet) ensureLayer(ctx context.Context, l *launch) error {
 	st, err := blockfile.Stat(l.layerPath)
 	if err != nil {
 		return codedf(errorCode(err), "layer block file: %v", err)
@@ -765,7 +767,7 @@ func (e *executions) ensureLayer(ctx context.Context, l *launch) error {
 
 // attachNetwork asks the network for the execution's attachment under the
 // Workspace's policy.
-func (e *executions) attachNetwork(ctx context.Context, l *launch) error {
+func (e *vmSet) attachNetwork(ctx context.Context, l *launch) error {
 	if e.network == nil {
 		return codedf(connect.CodeUnimplemented, "this node has no network attachment for executions")
 	}
@@ -781,7 +783,7 @@ func (e *executions) attachNetwork(ctx context.Context, l *launch) error {
 }
 
 // boot writes the execution's record and starts its VM.
-func (e *executions) boot(ctx context.Context, l *launch) error {
+func (e *vmSet) boot(ctx context.Context, l *launch) error {
 	op, id := l.op, l.id
 	runDir := filepath.Join(e.dir, id)
 	e.mu.Lock()
@@ -841,7 +843,7 @@ func (e *executions) boot(ctx context.Context, l *launch) error {
 
 // waitAgent waits for the booting guest's agent; a VM that does not boot
 // is killed.
-func (e *executions) waitAgent(ctx context.Context, l *launch) error {
+func (e *vmSet) waitAgent(ctx context.Context, l *launch) error {
 	x, start := l.x, time.Now()
 	wctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	ping, err := x.vm.WaitAgent(wctx)
@@ -878,7 +880,7 @@ func (e *executions) waitAgent(ctx context.Context, l *launch) error {
 
 // undo forgets a start that failed after the layer step: its execution,
 // its run directory (but the console), its network and the layer it made.
-func (e *executions) undo(l *launch, err error) error {
+func (e *vmSet) undo(l *launch, err error) error {
 	if x := l.x; x != nil {
 		e.mu.Lock()
 		if e.byID[l.id] == x {
@@ -907,7 +909,7 @@ func (e *executions) undo(l *launch, err error) error {
 // reportDelivery sends the start's artifact progress about once a second
 // until fetched is closed, starting only when something is missing: a
 // start from cached artifacts reports nothing.
-func (e *executions) reportDelivery(id string, arts []*nodev1.Artifact, fetched <-chan struct{}) {
+func (e *vmSet) reportDelivery(id string, arts []*nodev1.Artifact, fetched <-chan struct{}) {
 	t := time.NewTicker(deliveryReportInterval)
 	defer t.Stop()
 	for {
@@ -930,7 +932,7 @@ func (e *executions) reportDelivery(id string, arts []*nodev1.Artifact, fetched 
 // answerRunning answers StartExecution for an execution that runs
 // already, once its guest agent answers (it may still be booting after a
 // restart of the agent).
-func (e *executions) answerRunning(ctx context.Context, x *execution) (*nodev1.ExecutionStatus, error) {
+func (e *vmSet) answerRunning(ctx context.Context, x *execution) (*nodev1.ExecutionStatus, error) {
 	e.mu.Lock()
 	responding := x.responding
 	e.mu.Unlock()
@@ -955,7 +957,7 @@ func (e *executions) answerRunning(ctx context.Context, x *execution) (*nodev1.E
 	return e.status(x), nil
 }
 
-func (e *executions) status(x *execution) *nodev1.ExecutionStatus {
+func (e *vmSet) status(x *execution) *nodev1.ExecutionStatus {
 	st := &nodev1.ExecutionStatus{
 		InstanceId:   x.id,
 		Running:      true,
@@ -978,7 +980,7 @@ func (e *executions) status(x *execution) *nodev1.ExecutionStatus {
 // fails, naming the user, when another live or starting execution uses
 // one of them. unclaim ends the reservation once the start is over (the
 // execution, if it runs, holds them from then on).
-func (e *executions) claim(rec execRecord) string {
+func (e *vmSet) claim(rec execRecord) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	uses := func(other execRecord) bool {
@@ -999,14 +1001,14 @@ func (e *executions) claim(rec execRecord) string {
 	return ""
 }
 
-func (e *executions) unclaim(id string) {
+func (e *vmSet) unclaim(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.starting, id)
 }
 
 // stopExecution applies StopExecution. See execution.proto.
-func (e *executions) stopExecution(ctx context.Context, op *nodev1.StopExecution) *nodev1.CommandResult {
+func (e *vmSet) stopExecution(ctx context.Context, op *nodev1.StopExecution) *nodev1.CommandResult {
 	id := op.GetInstanceId()
 	if err := validInstanceID(id); err != nil {
 		return failure("", connect.CodeInvalidArgument, "StopExecution: "+err.Error())
