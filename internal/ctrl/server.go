@@ -245,11 +245,7 @@ func newBackend(st *store.Store, cfg Config) (backend, error) {
 	ws := workspace.New(st, f, vols, runner)
 	f.Serve(cat, ws)
 	cat.ServeDelivery(f)
-	pools := pool.New(st, runner, cfg.Logger.With("component", "pool"))
-	pools.ServeMoves(f, runner)
-	if cfg.MoveWait > 0 {
-		pools.SetMoveWait(cfg.MoveWait)
-	}
+	pools := pool.New(st, runner, f, cfg.Logger.With("component", "pool"), cfg.MoveWait)
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat,
 			Pools: pools},

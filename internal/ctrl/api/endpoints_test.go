@@ -43,7 +43,7 @@ func newBackend(t *testing.T) *api.Backend {
 	}
 	cat.ServeDelivery(f) // as ctrl's server wires it
 	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat,
-		Pools: pool.New(st, runner, slog.Default())}
+		Pools: pool.New(st, runner, f, slog.Default(), 0)}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service
