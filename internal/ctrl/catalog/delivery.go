@@ -2,12 +2,10 @@ package catalog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -25,18 +23,11 @@ type Liveness interface {
 	LiveSince(now time.Time) time.Time
 }
 
-// ServeDelivery lets GetTemplateDelivery judge the nodes' records with
-// the fleet's rule for a live session.
-func (c *Catalog) ServeDelivery(l Liveness) { c.liveness = l }
-
 // GetTemplateDelivery reports, per admitted node, how far a READY
 // revision's image has arrived and whether the node can use it, from what
 // the nodes reported in their observations (node_artifacts). It never
 // calls a node.
 func (c *Catalog) GetTemplateDelivery(ctx context.Context, req *operatorv1.GetTemplateDeliveryRequest) (*operatorv1.GetTemplateDeliveryResponse, error) {
-	if c.liveness == nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.operator.v1.TemplateCatalogService.GetTemplateDelivery is not implemented: this ctrl reads no node records"))
-	}
 	sel := req.GetSelector()
 	if err := checkSelector(sel); err != nil {
 		return nil, err

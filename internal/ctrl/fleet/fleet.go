@@ -126,7 +126,14 @@ func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config) *Fleet {
 func (f *Fleet) PlacementTimeout() time.Duration { return f.cfg.PlacementTimeout }
 
 // liveWindow is how long after its last message a session counts as live.
-func (f *Fleet) liveWindow() time.Duration { return 3 * f.cfg.ObservationInterval }
+func (f *Fleet) liveWindow() time.Duration { return f.cfg.liveWindow() }
+
+func (c Config) liveWindow() time.Duration { return 3 * c.ObservationInterval }
+
+// LiveSince is Fleet.LiveSince for a fleet of this Config: what judges
+// nodes' records (the catalog's deliveries) needs only the rule, not the
+// Fleet.
+func (c Config) LiveSince(now time.Time) time.Time { return now.Add(-c.liveWindow()) }
 
 // LiveSince is the oldest last_seen_at of a session that is live at now:
 // a node ctrl heard from since then still reports what it holds.
