@@ -34,7 +34,7 @@ func newBackend(t *testing.T) *api.Backend {
 	t.Helper()
 	st := storetest.Open(t, storetest.SQLiteDSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
-	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
+	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	ws := workspace.New(st, f, vols, runner)
 	cat, err := catalog.New(st, t.TempDir(), runner, fleet.DefaultConfig, slog.Default()) // as ctrl's server wires it

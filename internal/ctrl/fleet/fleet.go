@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
+
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
@@ -109,17 +111,53 @@ func (f *Fleet) OnCopyProgress(fn func(ctx context.Context, nodeID string, p *no
 	f.copyProgress.Store(&fn)
 }
 
-// Serve sets where artifacts come from and the domain of executions.
-func (f *Fleet) Serve(a Artifacts, e Executions) {
-	f.artifacts, f.executions = a, e
+// Deps are what a Fleet serves besides its nodes. Executions makes the
+// domain of executions, which needs the Fleet itself (it places on it):
+// New calls it, so the Fleet it returns is whole. A zero field is a fleet
+// of the nodes alone, for tests of the fleet: it serves no artifacts
+// (FetchArtifact is unimplemented) and has no executions to hear about
+// (reports are dropped, an isolation is refused).
+type Deps struct {
+	Artifacts  Artifacts
+	Executions func(*Fleet) Executions
 }
 
-// New makes a Fleet.
-func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config) *Fleet {
+// New makes a Fleet with its deps.
+func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config, deps Deps) *Fleet {
 	if cfg.PlacementTimeout == 0 {
 		cfg.PlacementTimeout = DefaultPlacementTimeout
 	}
-	return &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{}}
+	f := &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{},
+		artifacts: deps.Artifacts, executions: noExecutions{}}
+	if f.artifacts == nil {
+		f.artifacts = noArtifacts{}
+	}
+	if deps.Executions != nil {
+		f.executions = deps.Executions(f)
+	}
+	return f
+}
+
+// noArtifacts is a fleet that serves no artifacts.
+type noArtifacts struct{}
+
+func (noArtifacts) ArtifactPath(string) (string, error) {
+	return "", connect.NewError(connect.CodeUnimplemented, errors.New("this ctrl serves no artifacts"))
+}
+
+// noExecutions is a fleet with no domain of executions: what nodes report
+// of executions is dropped, and a node is not isolated (its executions
+// could not be released).
+type noExecutions struct{}
+
+func (noExecutions) ExecutionEnded(context.Context, string, *nodev1.ExecutionReport)      {}
+func (noExecutions) ExecutionProgress(context.Context, string, *nodev1.ExecutionProgress) {}
+func (noExecutions) ExecutionObserved(*store.Tx, string, *nodev1.ExecutionReport) (bool, error) {
+	return false, nil
+}
+
+func (noExecutions) ReleaseNode(*store.Tx, string, []*store.CommandRow, *ctrlv1.WorkspaceFailure) (Released, error) {
+	return Released{}, errors.New("fleet: no execution domain to release the node's executions")
 }
 
 // PlacementTimeout is how long a placement waits for a node to take it.

@@ -27,7 +27,7 @@ func storeFleet(t *testing.T, b storetest.Backend) (*fleet.Fleet, *store.Store) 
 	t.Helper()
 	st := storetest.Open(t, b.DSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
-	return fleet.New(st, runner, slog.Default(), fleet.DefaultConfig), st
+	return fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{}), st
 }
 
 // putLiveNode records a node that holds a live session, runs VMs and
