@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -265,7 +264,7 @@ func (e *vmSet) watchExit(ctx context.Context, x *execution) {
 	x.state, x.end, x.responding, x.probeErr = ended, end, false, ""
 	e.mu.Unlock()
 	x.cancel()
-	e.a.log.Warn("execution ended without a stop", "instance_id", x.id, "end", end, "cause", exit.Cause, "exit", exit.Detail, "console", lastLines(readTail(filepath.Join(x.runDir, consoleFile)), 5))
+	e.a.log.Warn("execution ended without a stop", "instance_id", x.id, "end", end, "cause", exit.Cause, "exit", exit.Detail)
 	e.notify()
 }
 
@@ -1104,26 +1103,6 @@ func writeRecord(runDir string, rec execRecord) error {
 		return err
 	}
 	return fsutil.WriteFileAtomic(runDir, recordFile, append(data, '\n'), 0o600)
-}
-
-// readTail is the last 16 KiB of a file, or "".
-func readTail(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const max = 16 << 10
-	if fi, err := f.Stat(); err == nil && fi.Size() > max {
-		_, _ = f.Seek(-max, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, max))
-	return string(b)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // hostClockMemory is the guest's memory report with its times moved to

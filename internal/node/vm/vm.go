@@ -117,7 +117,8 @@ func (c Cause) String() string {
 // Exit is how an instance ended.
 type Exit struct {
 	Cause Cause
-	// Detail is the VMM's own account (its exit status), for logs.
+	// Detail is the VMM's own account (its exit status, the guest's last
+	// words), for logs.
 	Detail string
 }
 

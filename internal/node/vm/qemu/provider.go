@@ -248,7 +248,9 @@ func (x *instance) watch() {
 		}
 		break
 	}
-	x.exit = vm.Exit{Cause: classifyEnd(consoleTail(x.vm.RunDir), x.vm.ExitState(), oom, oomKills()), Detail: exitDescription(x.vm.ExitState())}
+	tail := consoleTail(x.vm.RunDir)
+	x.exit = vm.Exit{Cause: classifyEnd(tail, x.vm.ExitState(), oom, oomKills()),
+		Detail: exitDescription(x.vm.ExitState()) + "; console: " + lastLines(tail, 5)}
 	switch {
 	case x.killed.Load():
 		x.exit.Cause = vm.Killed
