@@ -125,7 +125,7 @@ func run(ctx context.Context, dsn, path string, n, conc int) (result, error) {
 	defer st.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runner := command.NewRunner(st, "bench", log) // not run: admissions only
-	f := fleet.New(st, runner, log, fleet.DefaultConfig)
+	f := fleet.New(st, runner, log, fleet.DefaultConfig, fleet.Deps{})
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	if err := st.Tx(ctx, func(tx *store.Tx) error {
 		if err := tx.PutNode(&operatorv1.NodeRegistration{NodeId: "bench", Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,

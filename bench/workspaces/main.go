@@ -69,7 +69,9 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
-	"github.com/kibotos/kibotos/internal/node/provider/qemu"
+	"github.com/kibotos/kibotos/internal/node/netslot"
+	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/platform"
 	"github.com/kibotos/kibotos/internal/template"
 )
@@ -179,7 +181,8 @@ func run(n int, memoryMiB uint64, volume string, keep bool) (err error) {
 	go func() {
 		nodeErr <- node.Run(nodeCtx, node.Config{
 			Endpoint: srv.NodeEndpoint, NodeID: nodeID, StateDir: nodeState, EnrollmentGrant: grant.Msg.GetSecret(),
-			Pools:  []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
+			Pools:    []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
+			Provider: qemu.New(log.With("component", "node")), Network: usernet.New(),
 			Logger: log.With("component", "node"),
 		})
 	}()
@@ -565,6 +568,7 @@ func bareBoot(ctx context.Context, blocks *blockfile.Manager, art *artifacts, tm
 		Cmdline: fmt.Sprintf("kibotos.root=/dev/vda kibotos.layer=/dev/vdb kibotos.boot_id=bare-%d", i),
 		VCPUs:   1, MemoryMiB: memoryMiB, Accel: accel,
 		Drives: []qemu.Drive{{Path: art.template.Path, ReadOnly: true}, {Path: layer}},
+		Net:    &netslot.UserMode{Network: usernet.GuestNetwork, Isolated: true},
 	})
 	if err != nil {
 		return 0, 0, 0, err

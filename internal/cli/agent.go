@@ -10,6 +10,8 @@ import (
 
 	"github.com/kibotos/kibotos/internal/clientconfig"
 	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
 // agentFlags configure `kibotos node`.
@@ -40,6 +42,7 @@ func (f *agentFlags) config() (node.Config, error) {
 		Endpoint: f.endpoint, NodeID: f.nodeID, StateDir: f.stateDir, EnrollmentGrant: f.grant,
 		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, MemoryTightThreshold: uint64(f.memoryTight), Logger: newLogger(os.Stderr),
 	}
+	cfg.Provider, cfg.Network = qemu.New(cfg.Logger), usernet.New()
 	if cfg.NodeID == "" {
 		host, err := os.Hostname()
 		if err != nil {

@@ -19,6 +19,8 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/version"
 )
 
@@ -156,11 +158,13 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 	}
 	nodeErr := make(chan error, 1)
 	nodeStarted := time.Now()
+	nodeLog := cfg.Logger.With("component", "node")
 	go func() {
 		nodeErr <- node.Run(ctx, node.Config{
 			Endpoint: srv.NodeEndpoint, NodeID: devNodeID, StateDir: filepath.Join(cfg.StateDir, "node"), EnrollmentGrant: secret,
-			Pools:  []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
-			Logger: cfg.Logger.With("component", "node"),
+			Pools:    []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
+			Provider: qemu.New(nodeLog), Network: usernet.New(),
+			Logger: nodeLog,
 		})
 	}()
 	if err := waitNodeReady(ctx, srv.Client, devNodeID, nodeStarted, nodeErr); err != nil {

@@ -106,10 +106,29 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	// The listeners first: the session service is built knowing the
+	// Native Workspace endpoint's URL.
+	var lns []net.Listener
+	for _, l := range []struct{ name, addr string }{
+		{"workspace", cfg.WorkspaceListen}, {"operator", cfg.OperatorListen}, {"node", cfg.NodeListen},
+	} {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			st.Close()
+			return nil, fmt.Errorf("%s endpoint: %w", l.name, err)
+		}
+		lns = append(lns, ln)
+	}
 	workCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{})}
-	backend, err := newBackend(st, cfg)
+	backend, err := newBackend(st, cfg, "http://"+lns[0].Addr().String())
 	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
 		st.Close()
 		return nil, err
 	}
@@ -125,24 +144,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	cfg.Logger.Info("database", "kind", st.Dialect())
 	listeners := []struct {
-		name, addr string
-		handler    http.Handler
-		url        *string
+		name    string
+		handler http.Handler
+		url     *string
 	}{
-		{"workspace", cfg.WorkspaceListen, api.NewWorkspaceHandler(backend.api, backend.api.Sessions.Interceptor(keys)), &s.Client.WorkspaceEndpoint},
-		{"operator", cfg.OperatorListen, api.NewOperatorHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
-		{"node", cfg.NodeListen, api.NewNodeHandler(backend.api), &s.NodeEndpoint},
+		{"workspace", api.NewWorkspaceHandler(backend.api, backend.api.Sessions.Interceptor(keys)), &s.Client.WorkspaceEndpoint},
+		{"operator", api.NewOperatorHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
+		{"node", api.NewNodeHandler(backend.api), &s.NodeEndpoint},
 	}
-	for _, l := range listeners {
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("%s endpoint: %w", l.name, err)
-		}
+	for i, l := range listeners {
+		ln := lns[i]
 		*l.url = "http://" + ln.Addr().String()
-		if l.name == "workspace" {
-			backend.api.Sessions.SetEndpoint(*l.url)
-		}
 		srv := newHTTPServer(s.handlers.track(l.handler))
 		s.servers = append(s.servers, srv)
 		go func() { s.errs <- srv.Serve(ln) }()
@@ -230,28 +242,26 @@ type backend struct {
 
 // newBackend wires the domain: one command runner, the fleet, the catalog,
 // the Volumes and Workspaces, the data plane.
-func newBackend(st *store.Store, cfg Config) (backend, error) {
+func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend, error) {
 	runner := command.NewRunner(st, replicaID(), cfg.Logger)
 	fc := cfg.Fleet
 	if fc == (fleet.Config{}) {
 		fc = fleet.DefaultConfig
 	}
-	f := fleet.New(st, runner, cfg.Logger, fc)
-	cat, err := catalog.New(st, filepath.Join(cfg.StateDir, "artifacts"), runner, cfg.Logger.With("component", "catalog"))
+	cat, err := catalog.New(st, filepath.Join(cfg.StateDir, "artifacts"), runner, fc, cfg.Logger.With("component", "catalog"))
 	if err != nil {
 		return backend{}, err
 	}
-	vols := volume.New(st, f, runner, volume.DefaultProfile)
-	ws := workspace.New(st, f, vols, runner)
-	f.Serve(cat, ws)
-	cat.ServeDelivery(f)
-	pools := pool.New(st, runner, cfg.Logger.With("component", "pool"))
-	pools.ServeMoves(f, runner)
-	if cfg.MoveWait > 0 {
-		pools.SetMoveWait(cfg.MoveWait)
-	}
+	var vols *volume.Service
+	var ws *workspace.Service
+	f := fleet.New(st, runner, cfg.Logger, fc, fleet.Deps{Artifacts: cat, Executions: func(f *fleet.Fleet) fleet.Executions {
+		vols = volume.New(st, f, runner, volume.DefaultProfile)
+		ws = workspace.New(st, f, vols, runner)
+		return ws
+	}})
+	pools := pool.New(st, runner, f, cfg.Logger.With("component", "pool"), cfg.MoveWait)
 	return backend{
-		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat,
+		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
 			Pools: pools},
 		runner:  runner,
 		catalog: cat,

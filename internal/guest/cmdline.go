@@ -17,7 +17,15 @@ const (
 	ParamBootID     = "kibotos.boot_id"    // the id the host gives this boot
 	ParamNet        = "kibotos.net"        // ADDR/PREFIX,GATEWAY,DNS for eth0, e.g. 10.0.2.15/24,10.0.2.2,10.0.2.3
 	ParamHostname   = "kibotos.hostname"   // the guest's host name
+	// ParamDNS is "unreachable" when nothing answers DNS at the
+	// nameserver (DENY_ALL): the guest routes it as unreachable, so a
+	// query fails at once instead of timing out.
+	ParamDNS = "kibotos.dns"
 )
+
+// DNSUnreachable is the value of ParamDNS that routes the nameserver as
+// unreachable.
+const DNSUnreachable = "unreachable"
 
 // DefaultRootFSType is the template root's file system unless
 // kibotos.rootfstype says otherwise.
@@ -83,6 +91,8 @@ type Config struct {
 	BootID     string // empty: use the kernel's boot id
 	Net        *NetConfig
 	Hostname   string
+	// DNSUnreachable routes Net's nameserver as unreachable (ParamDNS).
+	DNSUnreachable bool
 	// Params is the whole command line, for module parameters
 	// (ModuleParams).
 	Params []Param
@@ -140,6 +150,12 @@ func ParseCmdline(cmdline string) (Config, error) {
 			cfg.Net = &n
 		case ParamHostname:
 			cfg.Hostname = p.Value
+		case ParamDNS:
+			if p.Value != DNSUnreachable {
+				errs = append(errs, fmt.Errorf("%s: %q is not %s", p.Key, p.Value, DNSUnreachable))
+				continue
+			}
+			cfg.DNSUnreachable = true
 		default:
 			errs = append(errs, fmt.Errorf("%s: unknown parameter", p.Key))
 		}

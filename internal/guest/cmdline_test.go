@@ -58,6 +58,18 @@ func TestParseCmdline(t *testing.T) {
 				Address: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"), DNS: netip.MustParseAddr("10.0.2.3")}},
 		},
 		{
+			name:    "a nameserver nothing answers at",
+			cmdline: "kibotos.dns=unreachable kibotos.net=10.0.2.15/24,10.0.2.2,10.0.2.3",
+			want: guest.Config{RootFSType: "ext4", DNSUnreachable: true, Net: &guest.NetConfig{
+				Address: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"), DNS: netip.MustParseAddr("10.0.2.3")}},
+		},
+		{
+			name:    "an unknown kibotos.dns is reported",
+			cmdline: "kibotos.dns=maybe",
+			want:    guest.Config{RootFSType: "ext4"},
+			errs:    []string{"kibotos.dns: \"maybe\" is not unreachable"},
+		},
+		{
 			name:    "malformed networks are left out and reported",
 			cmdline: "kibotos.net=10.0.2.15 kibotos.net=10.0.2.15/24,10.0.3.2,10.0.2.3 kibotos.net=fe80::1/64,fe80::2,10.0.2.3 kibotos.net=10.0.2.15/24,10.0.2.2,x",
 			want:    guest.Config{RootFSType: "ext4"},

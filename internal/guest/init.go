@@ -298,5 +298,10 @@ func (s *System) setUpNetwork(ctx context.Context, cfg Config) {
 	if err := WriteResolvConf("/", cfg.Net.DNS); err != nil {
 		s.Log.Printf("network: nameserver: %v", err)
 	}
+	if cfg.DNSUnreachable {
+		if err := AddUnreachableRoute(cfg.Net.DNS); err != nil {
+			s.Log.Printf("network: %v", err)
+		}
+	}
 	s.Log.Printf("network: %s %s via %s, nameserver %s", NetInterface, cfg.Net.Address, cfg.Net.Gateway, cfg.Net.DNS)
 }

@@ -95,6 +95,18 @@ func maskOf(bits int) [4]byte {
 // addDefaultRoute adds 0.0.0.0/0 via gw with one rtnetlink request (the
 // ioctl for routes takes a struct x/sys/unix does not define).
 func addDefaultRoute(gw netip.Addr) error {
+	return addRoute(routeRequest(netip.PrefixFrom(netip.IPv4Unspecified(), 0), gw, unix.RTN_UNICAST), "default route via "+gw.String())
+}
+
+// AddUnreachableRoute routes addr as unreachable: a packet to it fails
+// at once (EHOSTUNREACH) instead of going out to an address nothing
+// answers at. Under DENY_ALL that is the link nameserver.
+func AddUnreachableRoute(addr netip.Addr) error {
+	return addRoute(routeRequest(netip.PrefixFrom(addr, 32), netip.Addr{}, unix.RTN_UNREACHABLE), "unreachable route to "+addr.String())
+}
+
+// addRoute sends one RTM_NEWROUTE request and reads its acknowledgement.
+func addRoute(req []byte, what string) error {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
@@ -103,15 +115,15 @@ func addDefaultRoute(gw netip.Addr) error {
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return err
 	}
-	if err := unix.Sendto(fd, defaultRouteRequest(gw), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("default route: %w", err)
+	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	buf := make([]byte, 4096)
 	n, _, err := unix.Recvfrom(fd, buf, 0)
 	if err != nil {
-		return fmt.Errorf("default route: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	return netlinkAck(buf[:n], "default route via "+gw.String())
+	return netlinkAck(buf[:n], what)
 }
 
 // netlinkAck reads the kernel's answer to one request: an NLMSG_ERROR
@@ -135,12 +147,27 @@ func netlinkAck(b []byte, what string) error {
 	return fmt.Errorf("%s: no acknowledgement", what)
 }
 
-// defaultRouteRequest is RTM_NEWROUTE for 0.0.0.0/0 via gw in the main
-// table, asking for an acknowledgement.
-func defaultRouteRequest(gw netip.Addr) []byte {
+// routeRequest is RTM_NEWROUTE for dst in the main table, of type rtype
+// (RTN_UNICAST via gw, or a type without a gateway: gw invalid), asking
+// for an acknowledgement.
+func routeRequest(dst netip.Prefix, gw netip.Addr, rtype uint8) []byte {
 	const rtmsgLen = unix.SizeofRtMsg
-	attrLen := unix.SizeofRtAttr + 4
-	total := unix.NLMSG_HDRLEN + rtmsgLen + attrLen
+	attr := func(kind uint16, addr netip.Addr) []byte {
+		a := make([]byte, unix.SizeofRtAttr+4)
+		binary.NativeEndian.PutUint16(a[0:], uint16(len(a)))
+		binary.NativeEndian.PutUint16(a[2:], kind)
+		v := addr.As4()
+		copy(a[unix.SizeofRtAttr:], v[:])
+		return a
+	}
+	var attrs []byte
+	if dst.Bits() > 0 {
+		attrs = append(attrs, attr(unix.RTA_DST, dst.Addr())...)
+	}
+	if gw.IsValid() {
+		attrs = append(attrs, attr(unix.RTA_GATEWAY, gw)...)
+	}
+	total := unix.NLMSG_HDRLEN + rtmsgLen + len(attrs)
 	b := make([]byte, total)
 	ne := binary.NativeEndian
 	ne.PutUint32(b[0:], uint32(total))
@@ -148,17 +175,13 @@ func defaultRouteRequest(gw netip.Addr) []byte {
 	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL)
 	ne.PutUint32(b[8:], 1) // sequence
 	r := b[unix.NLMSG_HDRLEN:]
-	r[0] = unix.AF_INET // family
-	r[1] = 0            // dst_len: the default route
+	r[0] = unix.AF_INET     // family
+	r[1] = byte(dst.Bits()) // dst_len
 	r[4] = unix.RT_TABLE_MAIN
 	r[5] = unix.RTPROT_BOOT
 	r[6] = unix.RT_SCOPE_UNIVERSE
-	r[7] = unix.RTN_UNICAST
-	a := r[rtmsgLen:]
-	ne.PutUint16(a[0:], uint16(attrLen))
-	ne.PutUint16(a[2:], unix.RTA_GATEWAY)
-	g := gw.As4()
-	copy(a[unix.SizeofRtAttr:], g[:])
+	r[7] = rtype
+	copy(r[rtmsgLen:], attrs)
 	return b
 }
 

@@ -96,7 +96,7 @@ func (g *guestRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.errors.Write(w, r, err)
 		return
 	}
-	vm, err := g.a.execs.runningVM(r.Header.Get(guestchan.InstanceHeader))
+	vm, err := g.a.vms.runningVM(r.Header.Get(guestchan.InstanceHeader))
 	if err != nil {
 		g.errors.Write(w, r, err)
 		return
@@ -109,7 +109,7 @@ func (g *guestRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del(guestchan.InstanceHeader)
 		},
-		Transport: vm.AgentTransport(),
+		Transport: vm.Channel(),
 		// Streams: every message goes on as it arrives.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

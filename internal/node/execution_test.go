@@ -24,8 +24,8 @@ import (
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/guestchan"
-	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -261,8 +261,8 @@ func TestExecutionLifecycle(t *testing.T) {
 	h, art := newVMHarness(t)
 	stop := h.start(h.config())
 	s := recv(t, h.ctrl.sessions, "session")
-	if !slices.Contains(s.hello.GetCapabilities(), node.CapabilityQEMU) {
-		t.Errorf("capabilities %v, want %s", s.hello.GetCapabilities(), node.CapabilityQEMU)
+	if !slices.Contains(s.hello.GetCapabilities(), capability.QEMU) {
+		t.Errorf("capabilities %v, want %s", s.hello.GetCapabilities(), capability.QEMU)
 	}
 	if s.hello.GetDataEndpoint() == "" || len(s.hello.GetInstanceIds()) != 0 {
 		t.Fatalf("hello %v", s.hello)

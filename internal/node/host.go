@@ -9,6 +9,7 @@ import (
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
+	"github.com/kibotos/kibotos/internal/node/vm"
 )
 
 // DefaultMemoryTightThreshold is the available host memory below which a
@@ -24,8 +25,13 @@ type hostWatch struct {
 
 	mu         sync.Mutex
 	sampledAt  time.Time
-	cpuSeconds map[int]float64 // VMM pid → CPU time at sampledAt
-	tightSince time.Time       // zero while memory is not tight
+	cpuSeconds map[string]float64 // instance id → its VMM's CPU time at sampledAt
+	tightSince time.Time          // zero while memory is not tight
+}
+
+// sampler is a VM whose use the host's readings count (vm.Instance).
+type sampler interface {
+	Sample() (vm.Usage, error)
 }
 
 func newHostWatch(threshold uint64, now func() time.Time) *hostWatch {
@@ -39,7 +45,7 @@ func newHostWatch(threshold uint64, now func() time.Time) *hostWatch {
 // VMs' CPU over the interval since the previous sample and their resident
 // memory, and whether memory is tight. A reading the node cannot make is
 // left absent.
-func (h *hostWatch) fill(obs *nodev1.NodeObservation, vmPIDs []int) {
+func (h *hostWatch) fill(obs *nodev1.NodeObservation, vms map[string]sampler) {
 	if m, err := hostinfo.ReadMeminfo(); err == nil && m.HasAvailable {
 		obs.MemoryAvailableBytes = &m.AvailableBytes
 	}
@@ -56,7 +62,7 @@ func (h *hostWatch) fill(obs *nodev1.NodeObservation, vmPIDs []int) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.sampleVMs(obs, vmPIDs)
+	h.sampleVMs(obs, vms)
 	if since := h.judge(obs.MemoryAvailableBytes); !since.IsZero() {
 		obs.MemoryTightSince = timestamppb.New(since)
 		obs.MemoryTightThresholdBytes = h.threshold
@@ -67,18 +73,18 @@ func (h *hostWatch) fill(obs *nodev1.NodeObservation, vmPIDs []int) {
 // they used since the previous sample, over the time between the two (a
 // VM started meanwhile counts from its first sample); it is absent at the
 // node's first sample of a running VM, with no interval to measure.
-func (h *hostWatch) sampleVMs(obs *nodev1.NodeObservation, pids []int) {
+func (h *hostWatch) sampleVMs(obs *nodev1.NodeObservation, vms map[string]sampler) {
 	now := time.Now()
-	cpu := map[int]float64{}
+	cpu := map[string]float64{}
 	var rss uint64
 	var used float64
-	for _, pid := range pids {
-		u, err := hostinfo.ReadProcessUsage(pid)
+	for id, v := range vms {
+		u, err := v.Sample()
 		if err != nil {
 			continue // it ended meanwhile; the next report says so
 		}
-		cpu[pid], rss = u.CPUSeconds, rss+u.RSSBytes
-		if prev, ok := h.cpuSeconds[pid]; ok {
+		cpu[id], rss = u.CPUSeconds, rss+u.MemoryBytes
+		if prev, ok := h.cpuSeconds[id]; ok {
 			used += max(u.CPUSeconds-prev, 0)
 		}
 	}

@@ -1,7 +1,8 @@
 // Package node is the node agent (`kibotos node`): it enrolls with ctrl,
 // holds its control session, reports the host and its storage pools, and
 // applies the operations ctrl hands it, each at most once: block files,
-// and executions (QEMU microVMs, see executions.go) booted from artifacts
+// and executions (VMs of the configured provider, see vms.go and
+// package vm) booted from artifacts
 // it fetches from ctrl (package artifact). It serves ctrl's calls into the
 // executions on its data endpoint (dataplane.go).
 //
@@ -31,10 +32,13 @@ import (
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/node/artifact"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
+	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/state"
+	"github.com/kibotos/kibotos/internal/node/vm"
 )
 
 // Pool is a storage pool the node declares: a directory on local disk or
@@ -74,14 +78,19 @@ type Config struct {
 	// it refuses to start them, and ctrl places none here. Zero is
 	// DefaultMemoryTightThreshold.
 	MemoryTightThreshold uint64
+	// Provider runs the executions' VMs (internal/node/vm); nil runs none,
+	// and the node does not advertise running VMs. The node core names no
+	// provider: the wiring chooses one (internal/node/vm/qemu).
+	Provider vm.Provider
+	// Network makes the executions' network attachments
+	// (internal/node/netslot), chosen by the wiring as Provider is
+	// (internal/node/netslot/usernet).
+	Network netslot.Network
 	// Now is the node's wall clock, which it answers ctrl's clock probes
 	// with; nil is time.Now. (Tests skew it.)
 	Now    func() time.Time
 	Logger *slog.Logger
 }
-
-// Capability names the node advertises in its hello.
-const CapabilityBlockFile = "storage.block_file"
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
@@ -175,9 +184,9 @@ type agent struct {
 	bootID      string
 	blocks      *blockfile.Manager // nil when e2fsprogs is missing
 	pools       map[string]Pool
-	exec        *executor
+	lanes       *commandLanes
 	artifacts   *artifact.Cache
-	execs       *executions
+	vms         *vmSet
 	data        *dataServer
 	// dataToken is the data token of the latest session welcome.
 	dataToken atomic.Pointer[string]
@@ -259,7 +268,7 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 		log.Warn("cannot read the boot id", "err", err)
 	}
 	if a.blocks, err = blockfile.New(); err != nil {
-		log.Warn("block files unavailable: not advertising "+CapabilityBlockFile, "err", err)
+		log.Warn("block files unavailable: not advertising "+capability.BlockFile, "err", err)
 		a.blocks = nil
 	}
 	for _, p := range cfg.Pools {
@@ -270,11 +279,11 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 	log.Info("node agent starting", "endpoint", endpoint, "state_dir", cfg.StateDir, "pools", len(cfg.Pools))
 
 	// The executions first: the first hello lists those still running.
-	if a.execs, err = newExecutions(ctx, a); err != nil {
+	if a.vms, err = newVMSet(ctx, a); err != nil {
 		return fmt.Errorf("executions: %w", err)
 	}
-	defer a.execs.detach()
-	if err := a.execs.reattach(); err != nil {
+	defer a.vms.detach()
+	if err := a.vms.reattach(); err != nil {
 		return fmt.Errorf("re-attach executions: %w", err)
 	}
 	a.artifacts, err = artifact.New(ctx, artifact.Config{
@@ -304,11 +313,11 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 		}
 	}
 
-	a.exec = newExecutor(a)
+	a.lanes = newCommandLanes(a)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.exec.run(ctx)
+		a.lanes.run(ctx)
 	}()
 	a.sessions(ctx)
 	<-done

@@ -21,9 +21,12 @@ import (
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
+	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
 const (
@@ -270,13 +273,16 @@ func newHarness(t *testing.T) *harness {
 }
 
 func (h *harness) config() node.Config {
+	log := slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return node.Config{
 		Endpoint:        h.url,
 		NodeID:          nodeID,
 		StateDir:        h.stateDir,
 		EnrollmentGrant: grant,
 		Pools:           []node.Pool{{Name: "local", Dir: h.poolDir, Default: true}},
-		Logger:          slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Provider:        qemu.New(log),
+		Network:         usernet.New(),
+		Logger:          log,
 	}
 }
 
@@ -337,7 +343,7 @@ func TestSession(t *testing.T) {
 	if hello.GetNodeId() != nodeID || hello.GetIncarnation() != 1 {
 		t.Fatalf("hello %v", hello)
 	}
-	if !slices.Contains(hello.GetCapabilities(), node.CapabilityBlockFile) {
+	if !slices.Contains(hello.GetCapabilities(), capability.BlockFile) {
 		t.Errorf("capabilities %v", hello.GetCapabilities())
 	}
 	if want := uint32(hostinfo.CPUs() * 1000); hello.GetResources().GetCpuMillis() != want {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
 	"github.com/kibotos/kibotos/internal/version"
 )
@@ -148,7 +149,7 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 				a.log.Debug("clock reply not sent", "err", err)
 			}
 		case *nodev1.SessionResponse_Command:
-			a.exec.enqueue(m.Command, func(res *nodev1.CommandResult) {
+			a.lanes.enqueue(m.Command, func(res *nodev1.CommandResult) {
 				err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_CommandResult{CommandResult: res}})
 				if err != nil {
 					a.log.Warn("command result not sent; ctrl will send the command again", "operation_id", res.GetOperationId(), "err", err)
@@ -179,12 +180,12 @@ func (a *agent) observe(ctx context.Context, s *session, interval time.Duration)
 		if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_Observation{Observation: obs}}); err != nil {
 			return
 		}
-		a.execs.reported(ended)
+		a.vms.reported(ended)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-a.execs.changed:
+		case <-a.vms.changed:
 			// An execution changed: report it now.
 		}
 	}
@@ -203,9 +204,9 @@ func clockSynchronization(c hostinfo.ClockSync) nodev1.ClockSynchronization {
 func (a *agent) capabilities() []string {
 	var caps []string
 	if a.blocks != nil && len(a.pools) > 0 {
-		caps = append(caps, CapabilityBlockFile)
+		caps = append(caps, capability.BlockFile)
 	}
-	return append(caps, a.execs.capabilities()...)
+	return append(caps, a.vms.capabilities()...)
 }
 
 func (a *agent) hello() *nodev1.NodeHello {
@@ -230,7 +231,7 @@ func (a *agent) hello() *nodev1.NodeHello {
 		Capabilities: a.capabilities(),
 		AgentVersion: version.String(),
 		BootId:       a.bootID,
-		InstanceIds:  a.execs.instanceIDs(),
+		InstanceIds:  a.vms.instanceIDs(),
 		DataEndpoint: a.data.url,
 	}
 }
@@ -256,10 +257,10 @@ func (a *agent) poolDeclarations() []*nodev1.StoragePoolDeclaration {
 // carries, reported once it is sent.
 func (a *agent) observation() (obs *nodev1.NodeObservation, ended []string) {
 	obs = &nodev1.NodeObservation{StoragePools: a.poolDeclarations()}
-	obs.InstanceIds = a.execs.instanceIDs()
-	obs.Executions, ended = a.execs.reports()
+	obs.InstanceIds = a.vms.instanceIDs()
+	obs.Executions, ended = a.vms.reports()
 	a.judgeVolumes(obs.Executions)
-	a.host.fill(obs, a.execs.vmPIDs())
+	a.host.fill(obs, a.vms.samplers())
 	obs.Artifacts = a.cachedArtifacts()
 	return obs, ended
 }

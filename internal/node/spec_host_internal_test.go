@@ -7,6 +7,7 @@ import (
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
+	"github.com/kibotos/kibotos/internal/node/vm"
 )
 
 // spin starts a process that only burns CPU, standing in for a VMM.
@@ -18,6 +19,14 @@ func spin(t *testing.T) int {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd.Process.Pid
+}
+
+// pidSampler samples a process as the QEMU provider samples its VMM.
+type pidSampler int
+
+func (p pidSampler) Sample() (vm.Usage, error) {
+	u, err := hostinfo.ReadProcessUsage(int(p))
+	return vm.Usage{CPUSeconds: u.CPUSeconds, MemoryBytes: u.RSSBytes}, err
 }
 
 // The VMs' readings in an observation: vm_cpu_millis is absent at the
@@ -35,7 +44,7 @@ func TestVMReadingsAreAbsentUntilTheyCanBeMade(t *testing.T) {
 	h := newHostWatch(1<<62, time.Now)
 	pid := spin(t)
 	first := &nodev1.NodeObservation{}
-	h.sampleVMs(first, []int{pid})
+	h.sampleVMs(first, map[string]sampler{"x": pidSampler(pid)})
 	if first.VmCpuMillis != nil {
 		t.Errorf("vm_cpu_millis at the first sample of a running VM: %d, want absent", first.GetVmCpuMillis())
 	}
@@ -54,7 +63,7 @@ func TestVMReadingsAreAbsentUntilTheyCanBeMade(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	next := &nodev1.NodeObservation{}
-	h.sampleVMs(next, []int{pid})
+	h.sampleVMs(next, map[string]sampler{"x": pidSampler(pid)})
 	if next.VmCpuMillis == nil || next.GetVmCpuMillis() == 0 {
 		t.Errorf("vm_cpu_millis once the VM used CPU since the previous sample: %v, want more than 0", next.VmCpuMillis)
 	}

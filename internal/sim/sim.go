@@ -48,13 +48,13 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
-	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/version"
 )
 
 // Capability is what a simulated node advertises instead of a VM
-// provider; ctrl's placement takes it as one (fleet.CapabilitySim).
-const Capability = "provider.sim"
+// provider; ctrl's placement takes it as one (capability.Sim).
+const Capability = capability.Sim
 
 // Defaults of Config.
 const (
@@ -322,7 +322,7 @@ func agentVersion() string { return "sim-" + version.String() }
 
 // capabilities are what a simulated node advertises: block files (in
 // memory) and the sim provider.
-func capabilities() []string { return []string{node.CapabilityBlockFile, Capability} }
+func capabilities() []string { return []string{capability.BlockFile, Capability} }
 
 // EnsurePoolCapacity gives pool a capacity (ctrl places nothing in a pool
 // without one) unless an operator set one already. The pool must be known

@@ -24,6 +24,8 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
 // Cluster is a running ctrl and the clients to reach it.
@@ -149,9 +151,10 @@ func (c *Cluster) StartNodeWith(t testing.TB, id, stateDir string, configure fun
 		n.PoolDir = pools[0].Dir
 	}
 	grant := c.Grant(t, id)
+	log := c.log.With("node", id)
 	cfg := node.Config{
 		Endpoint: c.Ctrl.NodeEndpoint, NodeID: id, StateDir: stateDir, EnrollmentGrant: grant,
-		Pools: pools, Logger: c.log.With("node", id),
+		Pools: pools, Provider: qemu.New(log), Network: usernet.New(), Logger: log,
 	}
 	if configure != nil {
 		configure(&cfg)

@@ -34,16 +34,15 @@ func newBackend(t *testing.T) *api.Backend {
 	t.Helper()
 	st := storetest.Open(t, storetest.SQLiteDSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
-	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
+	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	ws := workspace.New(st, f, vols, runner)
-	cat, err := catalog.New(st, t.TempDir(), runner, slog.Default())
+	cat, err := catalog.New(st, t.TempDir(), runner, fleet.DefaultConfig, slog.Default()) // as ctrl's server wires it
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat.ServeDelivery(f) // as ctrl's server wires it
-	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st), Catalog: cat,
-		Pools: pool.New(st, runner, slog.Default())}
+	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, ""), Catalog: cat,
+		Pools: pool.New(st, runner, f, slog.Default(), 0)}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service

@@ -38,10 +38,10 @@ type Catalog struct {
 
 // New keeps files under dir, and registers the Template build command with
 // r. It adopts what an earlier ctrl registered before the catalog RPCs.
-func New(s *store.Store, dir string, r *command.Runner, log *slog.Logger) (*Catalog, error) {
+func New(s *store.Store, dir string, r *command.Runner, liveness Liveness, log *slog.Logger) (*Catalog, error) {
 	c := &Catalog{
 		store: s, dir: dir, sources: filepath.Join(dir, "sources"), builds: filepath.Join(dir, "builds"),
-		runner: r, log: log, now: time.Now,
+		runner: r, liveness: liveness, log: log, now: time.Now,
 	}
 	for _, d := range []string{c.dir, c.sources, c.builds} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

@@ -2,16 +2,15 @@ package catalog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/page"
@@ -24,18 +23,11 @@ type Liveness interface {
 	LiveSince(now time.Time) time.Time
 }
 
-// ServeDelivery lets GetTemplateDelivery judge the nodes' records with
-// the fleet's rule for a live session.
-func (c *Catalog) ServeDelivery(l Liveness) { c.liveness = l }
-
 // GetTemplateDelivery reports, per admitted node, how far a READY
 // revision's image has arrived and whether the node can use it, from what
 // the nodes reported in their observations (node_artifacts). It never
 // calls a node.
 func (c *Catalog) GetTemplateDelivery(ctx context.Context, req *operatorv1.GetTemplateDeliveryRequest) (*operatorv1.GetTemplateDeliveryResponse, error) {
-	if c.liveness == nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.operator.v1.TemplateCatalogService.GetTemplateDelivery is not implemented: this ctrl reads no node records"))
-	}
 	sel := req.GetSelector()
 	if err := checkSelector(sel); err != nil {
 		return nil, err
@@ -75,7 +67,7 @@ func (c *Catalog) GetTemplateDelivery(ctx context.Context, req *operatorv1.GetTe
 			}
 		}
 		liveSince := c.liveness.LiveSince(c.now())
-		ready, admitted, err := tx.ArtifactReadiness(r.GetImageDigest(), liveSince, fleet.VMCapabilities)
+		ready, admitted, err := tx.ArtifactReadiness(r.GetImageDigest(), liveSince, capability.Providers)
 		if err != nil {
 			return err
 		}
@@ -149,7 +141,7 @@ func delivery(n *store.NodePlacement, a store.NodeArtifact, held bool, liveSince
 		o.Message = "the node has no live control session: what it last reported may be out of date"
 	case !fleet.RunsVMs(n):
 		o.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_CAPABILITY_MISMATCH
-		o.Message = "the node runs no VMs (capability " + strings.Join(fleet.VMCapabilities, " or ") + ")"
+		o.Message = "the node runs no VMs (capability " + strings.Join(capability.Providers, " or ") + ")"
 	case held && a.Complete:
 		o.State = ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_READY
 	case held:

@@ -185,9 +185,8 @@ func TestTemplateDeliveryJudgesEachNodesRecord(t *testing.T) {
 	for _, b := range storetest.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			st := storetest.Open(t, b.DSN(t))
-			c := newCatalog(t, st, t.TempDir())
 			seen := time.Now().UTC().Truncate(time.Microsecond)
-			c.ServeDelivery(liveSince(seen.Add(-time.Second)))
+			c := newCatalogJudging(t, st, t.TempDir(), liveSince(seen.Add(-time.Second)))
 			body := []byte("an image")
 			path := filepath.Join(t.TempDir(), "root.img")
 			if err := os.WriteFile(path, body, 0o644); err != nil {

@@ -20,14 +20,22 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 )
 
 func newCatalog(t *testing.T, st *store.Store, dir string) *catalog.Catalog {
 	t.Helper()
+	return newCatalogJudging(t, st, dir, fleet.DefaultConfig)
+}
+
+// newCatalogJudging is a catalog whose deliveries judge the nodes'
+// records by liveness.
+func newCatalogJudging(t *testing.T, st *store.Store, dir string, liveness catalog.Liveness) *catalog.Catalog {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := catalog.New(st, dir, command.NewRunner(st, "test", log), log)
+	c, err := catalog.New(st, dir, command.NewRunner(st, "test", log), liveness, log)
 	if err != nil {
 		t.Fatal(err)
 	}

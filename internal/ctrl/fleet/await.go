@@ -13,6 +13,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -73,7 +74,7 @@ func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string,
 	case storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED:
 		code := connect.Code(op.GetCode())
 		return &Answer{Result: op.GetResult(), Failure: &ctrlv1.WorkspaceFailure{
-			Stage: stage, Reason: reasonOf(code), Retryable: code == connect.CodeUnavailable,
+			Stage: stage, Reason: apierr.ReasonOf(code), Retryable: code == connect.CodeUnavailable,
 			Message: fmt.Sprintf("node %s: %s", op.GetNodeId(), op.GetMessage()),
 		}}, nil
 	}

@@ -12,9 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
+
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -108,24 +111,67 @@ func (f *Fleet) OnCopyProgress(fn func(ctx context.Context, nodeID string, p *no
 	f.copyProgress.Store(&fn)
 }
 
-// Serve sets where artifacts come from and the domain of executions.
-func (f *Fleet) Serve(a Artifacts, e Executions) {
-	f.artifacts, f.executions = a, e
+// Deps are what a Fleet serves besides its nodes. Executions makes the
+// domain of executions, which needs the Fleet itself (it places on it):
+// New calls it, so the Fleet it returns is whole. A zero field is a fleet
+// of the nodes alone, for tests of the fleet: it serves no artifacts
+// (FetchArtifact is unimplemented) and has no executions to hear about
+// (reports are dropped, an isolation is refused).
+type Deps struct {
+	Artifacts  Artifacts
+	Executions func(*Fleet) Executions
 }
 
-// New makes a Fleet.
-func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config) *Fleet {
+// New makes a Fleet with its deps.
+func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config, deps Deps) *Fleet {
 	if cfg.PlacementTimeout == 0 {
 		cfg.PlacementTimeout = DefaultPlacementTimeout
 	}
-	return &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{}}
+	f := &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{},
+		artifacts: deps.Artifacts, executions: noExecutions{}}
+	if f.artifacts == nil {
+		f.artifacts = noArtifacts{}
+	}
+	if deps.Executions != nil {
+		f.executions = deps.Executions(f)
+	}
+	return f
+}
+
+// noArtifacts is a fleet that serves no artifacts.
+type noArtifacts struct{}
+
+func (noArtifacts) ArtifactPath(string) (string, error) {
+	return "", connect.NewError(connect.CodeUnimplemented, errors.New("this ctrl serves no artifacts"))
+}
+
+// noExecutions is a fleet with no domain of executions: what nodes report
+// of executions is dropped, and a node is not isolated (its executions
+// could not be released).
+type noExecutions struct{}
+
+func (noExecutions) ExecutionEnded(context.Context, string, *nodev1.ExecutionReport)      {}
+func (noExecutions) ExecutionProgress(context.Context, string, *nodev1.ExecutionProgress) {}
+func (noExecutions) ExecutionObserved(*store.Tx, string, *nodev1.ExecutionReport) (bool, error) {
+	return false, nil
+}
+
+func (noExecutions) ReleaseNode(*store.Tx, string, []*store.CommandRow, *ctrlv1.WorkspaceFailure) (Released, error) {
+	return Released{}, errors.New("fleet: no execution domain to release the node's executions")
 }
 
 // PlacementTimeout is how long a placement waits for a node to take it.
 func (f *Fleet) PlacementTimeout() time.Duration { return f.cfg.PlacementTimeout }
 
 // liveWindow is how long after its last message a session counts as live.
-func (f *Fleet) liveWindow() time.Duration { return 3 * f.cfg.ObservationInterval }
+func (f *Fleet) liveWindow() time.Duration { return f.cfg.liveWindow() }
+
+func (c Config) liveWindow() time.Duration { return 3 * c.ObservationInterval }
+
+// LiveSince is Fleet.LiveSince for a fleet of this Config: what judges
+// nodes' records (the catalog's deliveries) needs only the rule, not the
+// Fleet.
+func (c Config) LiveSince(now time.Time) time.Time { return now.Add(-c.liveWindow()) }
 
 // LiveSince is the oldest last_seen_at of a session that is live at now:
 // a node ctrl heard from since then still reports what it holds.
@@ -243,10 +289,6 @@ func status(n *operatorv1.NodeRegistration, live, draining bool, executions int)
 	return operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING
 }
 
-// CapabilityBlockFile is the capability of nodes that create and remove
-// block files in their pools.
-const CapabilityBlockFile = "storage.block_file"
-
 // NodeForPool picks a node that can act on pool now: admitted, not
 // isolated, with a live session, declaring the pool available, and able to
 // handle block files. It returns "" when there is none. A draining node
@@ -266,9 +308,6 @@ func (f *Fleet) NodeForPools(tx *store.Tx, pools ...string) (string, error) {
 	return id, err
 }
 
-// CapabilityQEMU is the capability of nodes that run executions as QEMU VMs.
-const CapabilityQEMU = "provider.qemu"
-
 // pickForPool is the first node by node_id that can do pool work on all
 // of pools now; only draining ones when draining is set.
 func (f *Fleet) pickForPool(tx *store.Tx, pools []string, draining bool) (string, error) {
@@ -279,7 +318,7 @@ func (f *Fleet) pickForPool(tx *store.Tx, pools []string, draining bool) (string
 			return "", err
 		}
 		for _, row := range batch {
-			if row.Has(CapabilityBlockFile) && reachesAll(row, pools) {
+			if row.Has(capability.BlockFile) && reachesAll(row, pools) {
 				return row.NodeID, nil
 			}
 		}
@@ -299,17 +338,11 @@ func reachesAll(row *store.NodePlacement, pools []string) bool {
 	return true
 }
 
-// VMCapabilities are the capabilities of nodes that run executions: a node
-// runs Workspaces only with one of them.
-var VMCapabilities = []string{CapabilityQEMU, CapabilitySim}
-
-// RunsVMs reports whether a node advertises one of VMCapabilities.
-func RunsVMs(row *store.NodePlacement) bool { return slices.ContainsFunc(VMCapabilities, row.Has) }
-
-// CapabilitySim is the capability of the simulated nodes of internal/sim
-// (`kibotos sim`), a simulation for control-plane scale tests only: it
-// stands in for a VM provider in placement, and runs nothing.
-const CapabilitySim = "provider.sim"
+// RunsVMs reports whether a node advertises one of the VM providers'
+// capabilities (capability.Providers): a node runs Workspaces only then.
+func RunsVMs(row *store.NodePlacement) bool {
+	return slices.ContainsFunc(capability.Providers, row.Has)
+}
 
 // DefaultPool is the deployment's default storage pool: the one an admitted
 // node names as its default (the first such node by node_id), or "".

@@ -13,6 +13,7 @@ import (
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
@@ -63,7 +64,7 @@ func TestNodeJoinsReportsAndIsUnavailableWhenItsSessionIsLost(t *testing.T) {
 		t.Errorf("admission %v incarnation %d", reg.GetAdmission(), reg.GetIncarnation())
 	case reg.GetObservation().GetResources().GetCpuMillis() == 0 || reg.GetObservation().GetResources().GetMemoryBytes() == 0:
 		t.Errorf("resources %v", reg.GetObservation().GetResources())
-	case !slices.Contains(reg.GetObservation().GetCapabilities(), fleet.CapabilityBlockFile):
+	case !slices.Contains(reg.GetObservation().GetCapabilities(), capability.BlockFile):
 		t.Errorf("capabilities %v", reg.GetObservation().GetCapabilities())
 	case len(reg.GetStoragePools()) != 1 || !reg.GetStoragePools()[0].GetDefaultPool() || !reg.GetStoragePools()[0].GetAvailable():
 		t.Errorf("pools %v", reg.GetStoragePools())

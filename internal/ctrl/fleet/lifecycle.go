@@ -162,8 +162,6 @@ func (f *Fleet) IsolateNode(ctx context.Context, req *operatorv1.IsolateNodeRequ
 func (f *Fleet) isolate(c *nodeChange, incarnation uint64) (proto.Message, error) {
 	n := c.n
 	switch {
-	case f.executions == nil:
-		return nil, errors.New("fleet: no execution domain to release the node's executions")
 	case incarnation != n.GetIncarnation():
 		return nil, apierr.Precondition(nil, "incarnation %d is not node %s's current incarnation %d", incarnation, n.GetNodeId(), n.GetIncarnation())
 	case f.Live(n, c.now):

@@ -13,6 +13,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
@@ -26,7 +27,7 @@ func storeFleet(t *testing.T, b storetest.Backend) (*fleet.Fleet, *store.Store) 
 	t.Helper()
 	st := storetest.Open(t, b.DSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
-	return fleet.New(st, runner, slog.Default(), fleet.DefaultConfig), st
+	return fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{}), st
 }
 
 // putLiveNode records a node that holds a live session, runs VMs and
@@ -39,7 +40,7 @@ func putLiveNode(t *testing.T, st *store.Store, id string) {
 			NodeId: id, Incarnation: 1, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
 			Status:      operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
 			Session:     &operatorv1.NodeSessionSummary{Live: true, ConnectedAt: now, LastSeenAt: now},
-			Observation: &operatorv1.NodeObservationSummary{Capabilities: []string{fleet.CapabilityQEMU, fleet.CapabilityBlockFile}},
+			Observation: &operatorv1.NodeObservationSummary{Capabilities: []string{capability.QEMU, capability.BlockFile}},
 			StoragePools: []*operatorv1.StoragePoolAttachment{
 				{NodeId: id, StoragePool: "pool-a", DefaultPool: true, Available: true},
 			},

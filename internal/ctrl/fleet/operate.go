@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -23,27 +22,4 @@ type Operation struct {
 	Succeeded func(tx *store.Tx, result *anypb.Any) error
 	// Failed writes what a failure leaves behind.
 	Failed func(tx *store.Tx, failure *ctrlv1.WorkspaceFailure) error
-}
-
-// reasonOf maps a node's canonical code to a FailureReason.
-func reasonOf(code connect.Code) ctrlv1.FailureReason {
-	switch code {
-	case connect.CodeInvalidArgument:
-		return ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST
-	case connect.CodeNotFound:
-		return ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND
-	case connect.CodeFailedPrecondition, connect.CodeAlreadyExists, connect.CodeAborted:
-		return ctrlv1.FailureReason_FAILURE_REASON_CONFLICT
-	case connect.CodeResourceExhausted:
-		return ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED
-	case connect.CodeUnimplemented:
-		return ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED
-	case connect.CodeUnavailable:
-		return ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE
-	case connect.CodeDeadlineExceeded:
-		return ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT
-	case connect.CodePermissionDenied:
-		return ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED
-	}
-	return ctrlv1.FailureReason_FAILURE_REASON_INTERNAL
 }

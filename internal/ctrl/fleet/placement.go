@@ -7,6 +7,7 @@ import (
 	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -162,7 +163,7 @@ func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now tim
 		return r, nil
 	}
 	counts, err := tx.CountUnfit(store.UnfitQuery{
-		LiveSince: liveSince, VMCapabilities: VMCapabilities, BlockFileCapability: CapabilityBlockFile,
+		LiveSince: liveSince, VMCapabilities: capability.Providers, BlockFileCapability: capability.BlockFile,
 		Pools: p.Pools, Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Defaults: defaults,
 	})
 	if err != nil {
@@ -253,9 +254,9 @@ func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveSin
 	case row.ClockSkewed:
 		return store.UnfitClockSkewed, "its clock is beyond the allowed skew"
 	case !RunsVMs(row):
-		return store.UnfitNoVMs, "runs no VMs (capability " + CapabilityQEMU + ")"
-	case !row.Has(CapabilityBlockFile):
-		return store.UnfitNoBlockFiles, "handles no block files (capability " + CapabilityBlockFile + ")"
+		return store.UnfitNoVMs, "runs no VMs (capability " + capability.QEMU + ")"
+	case !row.Has(capability.BlockFile):
+		return store.UnfitNoBlockFiles, "handles no block files (capability " + capability.BlockFile + ")"
 	}
 	for _, pool := range p.Pools {
 		if pool != "" && !row.Reaches(pool) {

@@ -8,6 +8,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/storetest"
@@ -21,7 +22,7 @@ func liveNode(id string, change func(n *operatorv1.NodeRegistration)) *operatorv
 		NodeId: id, Incarnation: 1, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
 		Status:       operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
 		Session:      &operatorv1.NodeSessionSummary{Live: true, ConnectedAt: now, LastSeenAt: now},
-		Observation:  &operatorv1.NodeObservationSummary{Capabilities: []string{fleet.CapabilityQEMU, fleet.CapabilityBlockFile}},
+		Observation:  &operatorv1.NodeObservationSummary{Capabilities: []string{capability.QEMU, capability.BlockFile}},
 		StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: id, StoragePool: "pool-a", DefaultPool: true, Available: true}},
 	}
 	if change != nil {
@@ -40,8 +41,8 @@ var (
 	skewed = func(n *operatorv1.NodeRegistration) {
 		n.Session.Clock = &operatorv1.NodeClockObservation{ExceedsTolerance: true}
 	}
-	noVMs     = func(n *operatorv1.NodeRegistration) { n.Observation.Capabilities = []string{fleet.CapabilityBlockFile} }
-	noBlocks  = func(n *operatorv1.NodeRegistration) { n.Observation.Capabilities = []string{fleet.CapabilityQEMU} }
+	noVMs     = func(n *operatorv1.NodeRegistration) { n.Observation.Capabilities = []string{capability.BlockFile} }
+	noBlocks  = func(n *operatorv1.NodeRegistration) { n.Observation.Capabilities = []string{capability.QEMU} }
 	elsewhere = func(n *operatorv1.NodeRegistration) { n.StoragePools[0].StoragePool = "pool-b" }
 	tight     = func(n *operatorv1.NodeRegistration) { n.MemoryTight = &operatorv1.NodeMemoryTight{} }
 )

@@ -346,9 +346,7 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 	case *nodev1.SessionRequest_CommandResult:
 		return f.operationAnswered(ctx, s, m.CommandResult)
 	case *nodev1.SessionRequest_ExecutionProgress:
-		if f.executions != nil {
-			f.executions.ExecutionProgress(ctx, s.nodeID, m.ExecutionProgress)
-		}
+		f.executions.ExecutionProgress(ctx, s.nodeID, m.ExecutionProgress)
 		return nil
 	case *nodev1.SessionRequest_CopyProgress:
 		if fn := f.copyProgress.Load(); fn != nil {
@@ -369,11 +367,9 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 // answers above all) never wait behind the fleet's observation writes, and
 // the writes waiting at any time are at most one per session.
 func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) {
-	if f.executions != nil {
-		for _, r := range o.GetExecutions() {
-			if !r.GetRunning() {
-				f.executions.ExecutionEnded(ctx, s.nodeID, r)
-			}
+	for _, r := range o.GetExecutions() {
+		if !r.GetRunning() {
+			f.executions.ExecutionEnded(ctx, s.nodeID, r)
 		}
 	}
 	s.mu.Lock()
@@ -463,9 +459,6 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 // operation for the node.
 func (f *Fleet) observeExecutions(tx *store.Tx, nodeID string, o *nodev1.NodeObservation) (bool, error) {
 	notify := false
-	if f.executions == nil {
-		return false, nil
-	}
 	for _, r := range o.GetExecutions() {
 		if !r.GetRunning() {
 			continue // ended: heard at once, in observe
@@ -678,10 +671,10 @@ func (f *Fleet) FetchArtifact(ctx context.Context, header http.Header, req *node
 	if _, err := f.authenticate(ctx, header.Get("Authorization"), header.Get(HeaderNodeID)); err != nil {
 		return err
 	}
-	if f.artifacts == nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("this ctrl serves no artifacts"))
-	}
 	path, err := f.artifacts.ArtifactPath(req.GetDigest())
+	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		return err
+	}
 	if err != nil {
 		return connect.NewError(connect.CodeNotFound, err)
 	}

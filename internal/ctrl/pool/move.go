@@ -43,7 +43,6 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
-	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -61,16 +60,6 @@ const movePoll = 100 * time.Millisecond
 // moveStage is the stage of a move's failures: the API has no stage of its
 // own for moves, and a move is no Workspace or Volume lifecycle step.
 const moveStage = ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED
-
-// ServeMoves lets the pool domain move objects: the fleet's nodes copy
-// block files, and the runner drives the move commands.
-func (s *Service) ServeMoves(f *fleet.Fleet, r *command.Runner) {
-	s.fleet, s.kick = f, r
-	r.Handle(kindMoveVolume, s.runMove)
-	r.Handle(kindMoveLayer, s.runMove)
-	r.Handle(kindRemoveCopy, s.runRemoveCopy)
-	f.OnCopyProgress(s.copyProgress)
-}
 
 // moved is an object that can move: a Volume or a Workspace's writable
 // layer.
@@ -209,9 +198,6 @@ func (s *Service) move(ctx context.Context, meta *ctrlv1.CommandMetadata, kind s
 	}
 	if err := checkName("storage_pool", target); err != nil {
 		return nil, err
-	}
-	if s.fleet == nil {
-		return nil, apierr.New(connect.CodeUnimplemented, nil, "this ctrl does not move objects between pools")
 	}
 	commandID := meta.GetCommandId()
 	long := false
@@ -426,26 +412,12 @@ func (s *Service) settled(ctx context.Context, commandID, target string, load fu
 		}
 		if c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED {
 			f := c.GetFailure()
-			return apierr.New(codeOf(f), &ctrlv1.ErrorDetail{Stage: f.GetStage(), Reason: f.GetReason(), Retryable: f.GetRetryable(), CommandId: commandID},
+			return apierr.New(apierr.CodeOf(f.GetReason()), &ctrlv1.ErrorDetail{Stage: f.GetStage(), Reason: f.GetReason(), Retryable: f.GetRetryable(), CommandId: commandID},
 				"the move (command %s) failed and left the object in storage pool %q: %s", commandID, m.pool, f.GetMessage())
 		}
 		return nil
 	})
 	return o, done, err
-}
-
-func codeOf(f *ctrlv1.WorkspaceFailure) connect.Code {
-	switch f.GetReason() {
-	case ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED:
-		return connect.CodeResourceExhausted
-	case ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE:
-		return connect.CodeUnavailable
-	case ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND:
-		return connect.CodeNotFound
-	case ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST:
-		return connect.CodeFailedPrecondition
-	}
-	return connect.CodeAborted
 }
 
 // runMove drives a move: copy, then record, then remove the source.

@@ -42,22 +42,29 @@ type Service struct {
 	waker Waker
 	log   *slog.Logger
 	now   func() time.Time
-	// moveWait is the longest a move call waits (MoveWait unless set).
+	// moveWait is the longest a move call waits.
 	moveWait time.Duration
-
-	// fleet and kick serve moves (ServeMoves); nil until then.
+	// fleet's nodes copy the block files of moves; kick drives the move
+	// commands.
 	fleet *fleet.Fleet
 	kick  *command.Runner
 }
 
-// New makes the pool domain.
-func New(s *store.Store, waker Waker, log *slog.Logger) *Service {
-	return &Service{store: s, waker: waker, log: log, now: time.Now, moveWait: MoveWait}
+// New makes the pool domain, whole: runner drives its commands (moves
+// too) and wakes those waiting for a pool, f's nodes copy the block files
+// of moves. moveWait is the longest a move call waits for its move to
+// settle; zero is MoveWait (one minute).
+func New(s *store.Store, runner *command.Runner, f *fleet.Fleet, log *slog.Logger, moveWait time.Duration) *Service {
+	if moveWait <= 0 {
+		moveWait = MoveWait
+	}
+	svc := &Service{store: s, waker: runner, log: log, now: time.Now, moveWait: moveWait, fleet: f, kick: runner}
+	runner.Handle(kindMoveVolume, svc.runMove)
+	runner.Handle(kindMoveLayer, svc.runMove)
+	runner.Handle(kindRemoveCopy, svc.runRemoveCopy)
+	f.OnCopyProgress(svc.copyProgress)
+	return svc
 }
-
-// SetMoveWait changes the longest a move call waits for its move to
-// settle (MoveWait, one minute, unless set). d must be positive.
-func (s *Service) SetMoveWait(d time.Duration) { s.moveWait = d }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$`)
 

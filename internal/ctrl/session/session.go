@@ -47,31 +47,21 @@ type Service struct {
 	store *store.Store
 	now   func() time.Time
 
-	mu       sync.Mutex
-	endpoint string                            // the Native Workspace endpoint's URL
-	open     map[string]map[*openCall]struct{} // session id → streams in progress
+	endpoint string // the Native Workspace endpoint's URL
+
+	mu   sync.Mutex
+	open map[string]map[*openCall]struct{} // session id → streams in progress
 }
 
 type openCall struct{ cancel context.CancelFunc }
 
-// New makes the service; SetEndpoint says where sessions are used.
-func New(s *store.Store) *Service {
-	return &Service{store: s, now: time.Now, open: map[string]map[*openCall]struct{}{}}
+// New makes the service; endpoint is the Native Workspace endpoint's URL,
+// where its sessions are used.
+func New(s *store.Store, endpoint string) *Service {
+	return &Service{store: s, now: time.Now, endpoint: endpoint, open: map[string]map[*openCall]struct{}{}}
 }
 
-// SetEndpoint records the Native Workspace endpoint's URL, known once it
-// listens.
-func (s *Service) SetEndpoint(url string) {
-	s.mu.Lock()
-	s.endpoint = url
-	s.mu.Unlock()
-}
-
-func (s *Service) endpointURL() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.endpoint
-}
+func (s *Service) endpointURL() string { return s.endpoint }
 
 // SetClock replaces the clock, for tests of expiry.
 func (s *Service) SetClock(now func() time.Time) { s.now = now }

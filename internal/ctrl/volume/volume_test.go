@@ -35,7 +35,7 @@ func newEnv(t *testing.T, b storetest.Backend) *env {
 	t.Helper()
 	st := storetest.Open(t, b.DSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
-	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
+	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
 	storetest.PutNodeWithPool(t, st, "node-a", "pool-a")
 	return &env{store: st, vols: volume.New(st, f, runner, volume.DefaultProfile)}
 }
@@ -114,7 +114,7 @@ func TestCreateWaitsForANodeAndSaysSo(t *testing.T) {
 		}
 		// No runner runs here; drive one step by hand through a runner.
 		runner := command.NewRunner(e.store, "stepper", slog.Default())
-		f := fleet.New(e.store, runner, slog.Default(), fleet.DefaultConfig)
+		f := fleet.New(e.store, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
 		volume.New(e.store, f, runner, volume.DefaultProfile)
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})

@@ -109,6 +109,9 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	if answer.Failure != nil {
+		if networkUnenforceable(answer) {
+			answer.Failure.Stage = ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK
+		}
 		return s.failStart(ctx, wk, answer.Failure, func(tx *store.Tx) error { return forgetRemovedLayer(tx, start, answer) })
 	}
 	status := &nodev1.ExecutionStatus{}
@@ -313,7 +316,8 @@ func (s *Service) startExecution(plan *launchPlan, nodeID, commandID string) *no
 		Kernel: plan.launch.GetKernel(), Initrd: plan.launch.GetInitrd(), TemplateRoot: plan.template.GetRoot(),
 		Layer: layerRef(plan.runtime), LayerCapacityBytes: layer,
 		Vcpus: max(vcpus, 1), MemoryBytes: res.GetMemoryBytes(),
-		Hostname: plan.w.GetWorkspaceId(),
+		Hostname:      plan.w.GetWorkspaceId(),
+		NetworkPolicy: plan.w.GetSpec().GetNetworkPolicy(),
 	}
 	if plan.volume != nil {
 		start.Volume = volumeRef(plan.volume)
@@ -392,6 +396,13 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 			}
 		})
 	})
+}
+
+// networkUnenforceable says whether a failed start's node could not apply
+// the Workspace's network policy (StartFailure.network_unenforceable).
+func networkUnenforceable(answer *fleet.Answer) bool {
+	said := &nodev1.StartFailure{}
+	return answer.Result != nil && answer.Result.MessageIs(said) && answer.Result.UnmarshalTo(said) == nil && said.GetNetworkUnenforceable()
 }
 
 // forgetRemovedLayer follows a failed start's node (StartFailure). The
@@ -560,8 +571,15 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
 }
 
-// withGuestObservation is w with the guest observation r makes at now.
+// withGuestObservation is w with the guest observation r makes at now. A
+// guest coming back from a reset has none until it answers again; then
+// restart_count and last_reset_at count its resets, and it is rebooted:
+// it answers from another boot than the one that started the execution.
 func withGuestObservation(w *ctrlv1.Workspace, r *nodev1.ExecutionReport, now time.Time) *ctrlv1.Workspace {
+	if r.GetComingBack() {
+		w.GuestObservation = nil
+		return w
+	}
 	prev := w.GetGuestObservation()
 	obs := &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(now), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
 	if !r.GetResponding() {
@@ -573,6 +591,9 @@ func withGuestObservation(w *ctrlv1.Workspace, r *nodev1.ExecutionReport, now ti
 		}
 	}
 	observeMemory(obs, prev, r.GetMemory())
+	if n := r.GetRestartCount(); n > 0 {
+		obs.RestartCount, obs.LastResetAt, obs.Rebooted = n, r.GetLastResetAt(), true
+	}
 	w.GuestObservation = obs
 	return w
 }

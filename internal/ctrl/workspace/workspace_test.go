@@ -46,7 +46,7 @@ func newBareEnv(t *testing.T, b storetest.Backend) *env {
 	t.Helper()
 	st := storetest.Open(t, b.DSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
-	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig)
+	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
 	storetest.PutNodeWithPool(t, st, "node-a", "pool-a")
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	return &env{store: st, ws: workspace.New(st, f, vols, runner), vols: vols}

@@ -10,9 +10,11 @@
 package nodev1
 
 import (
-	v1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	v1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	v11 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -172,6 +174,11 @@ type StartExecution struct {
 	VolumeMountPath string        `protobuf:"bytes,9,opt,name=volume_mount_path,json=volumeMountPath,proto3" json:"volume_mount_path,omitempty"`
 	Vcpus           uint32        `protobuf:"varint,10,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
 	MemoryBytes     uint64        `protobuf:"varint,11,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// network_policy is the Workspace's network policy (its spec's, as ctrl
+	// holds it when it sends the start); absent is DENY_ALL. The node's
+	// network attachment (internal/node/netslot) applies it, and a policy it
+	// cannot enforce fails the start instead of running with less.
+	NetworkPolicy *v1.NetworkPolicy `protobuf:"bytes,12,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	// hostname is the guest's host name (the Workspace id).
 	Hostname      string `protobuf:"bytes,13,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -285,6 +292,13 @@ func (x *StartExecution) GetMemoryBytes() uint64 {
 	return 0
 }
 
+func (x *StartExecution) GetNetworkPolicy() *v1.NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicy
+	}
+	return nil
+}
+
 func (x *StartExecution) GetHostname() string {
 	if x != nil {
 		return x.Hostname
@@ -396,8 +410,12 @@ type StartFailure struct {
 	// writable layer: it neither made nor removed it, so the layer is as it
 	// was before the start (absent, if no start ever made it).
 	LayerUntouched bool `protobuf:"varint,2,opt,name=layer_untouched,json=layerUntouched,proto3" json:"layer_untouched,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// network_unenforceable is true when the start failed because the node
+	// cannot apply the Workspace's network policy (network_policy): ctrl
+	// fails it at FAILURE_STAGE_APPLYING_NETWORK.
+	NetworkUnenforceable bool `protobuf:"varint,3,opt,name=network_unenforceable,json=networkUnenforceable,proto3" json:"network_unenforceable,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StartFailure) Reset() {
@@ -440,6 +458,13 @@ func (x *StartFailure) GetLayerRemoved() bool {
 func (x *StartFailure) GetLayerUntouched() bool {
 	if x != nil {
 		return x.LayerUntouched
+	}
+	return false
+}
+
+func (x *StartFailure) GetNetworkUnenforceable() bool {
+	if x != nil {
+		return x.NetworkUnenforceable
 	}
 	return false
 }
@@ -574,11 +599,19 @@ type ExecutionReport struct {
 	ProbeError string `protobuf:"bytes,5,opt,name=probe_error,json=probeError,proto3" json:"probe_error,omitempty"`
 	// memory is the guest's latest memory report; it stands (kill count
 	// included) while the guest does not answer.
-	Memory *v1.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
+	Memory *v11.MemoryReport `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
+	// restart_count is how many times the guest reset its machine and was
+	// restarted within this execution; last_reset_at is when the node saw
+	// the latest reset, on its clock (absent while restart_count is 0).
+	RestartCount uint32                 `protobuf:"varint,7,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
+	LastResetAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_reset_at,json=lastResetAt,proto3" json:"last_reset_at,omitempty"`
+	// coming_back is true from a reset until the guest agent answers again:
+	// there is nothing to observe of the guest meanwhile.
+	ComingBack bool `protobuf:"varint,9,opt,name=coming_back,json=comingBack,proto3" json:"coming_back,omitempty"`
 	// volume is the node's judgment of the Volume the running execution has
 	// attached, which makes the node the Volume's holder; absent without a
-	// Volume. (Numbered from 20: fields after memory are left to the
-	// guest's own reports.)
+	// Volume. (Numbered from 20: the fields after memory are left to
+	// the execution's own reports.)
 	Volume        *VolumeReport `protobuf:"bytes,20,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -649,11 +682,32 @@ func (x *ExecutionReport) GetProbeError() string {
 	return ""
 }
 
-func (x *ExecutionReport) GetMemory() *v1.MemoryReport {
+func (x *ExecutionReport) GetMemory() *v11.MemoryReport {
 	if x != nil {
 		return x.Memory
 	}
 	return nil
+}
+
+func (x *ExecutionReport) GetRestartCount() uint32 {
+	if x != nil {
+		return x.RestartCount
+	}
+	return 0
+}
+
+func (x *ExecutionReport) GetLastResetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastResetAt
+	}
+	return nil
+}
+
+func (x *ExecutionReport) GetComingBack() bool {
+	if x != nil {
+		return x.ComingBack
+	}
+	return false
 }
 
 func (x *ExecutionReport) GetVolume() *VolumeReport {
@@ -857,12 +911,12 @@ var File_kibotos_node_v1_execution_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
-	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
+	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
 	"\bArtifact\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\x95\x04\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xd6\x04\n" +
 	"\x0eStartExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
@@ -876,8 +930,9 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x11volume_mount_path\x18\t \x01(\tR\x0fvolumeMountPath\x12\x14\n" +
 	"\x05vcpus\x18\n" +
 	" \x01(\rR\x05vcpus\x12!\n" +
-	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12\x1a\n" +
-	"\bhostname\x18\r \x01(\tR\bhostnameJ\x04\b\f\x10\r\"\xd2\x01\n" +
+	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12E\n" +
+	"\x0enetwork_policy\x18\f \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12\x1a\n" +
+	"\bhostname\x18\r \x01(\tR\bhostname\"\xd2\x01\n" +
 	"\x0fExecutionStatus\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -885,10 +940,11 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\rlayer_created\x18\x03 \x01(\bR\flayerCreated\x12\x14\n" +
 	"\x05accel\x18\x04 \x01(\tR\x05accel\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
-	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"\\\n" +
+	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"\x91\x01\n" +
 	"\fStartFailure\x12#\n" +
 	"\rlayer_removed\x18\x01 \x01(\bR\flayerRemoved\x12'\n" +
-	"\x0flayer_untouched\x18\x02 \x01(\bR\x0elayerUntouched\"o\n" +
+	"\x0flayer_untouched\x18\x02 \x01(\bR\x0elayerUntouched\x123\n" +
+	"\x15network_unenforceable\x18\x03 \x01(\bR\x14networkUnenforceable\"o\n" +
 	"\rStopExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
@@ -897,7 +953,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xad\x02\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xb3\x03\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -908,7 +964,11 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"responding\x12\x1f\n" +
 	"\vprobe_error\x18\x05 \x01(\tR\n" +
 	"probeError\x126\n" +
-	"\x06memory\x18\x06 \x01(\v2\x1e.kibotos.guest.v1.MemoryReportR\x06memory\x125\n" +
+	"\x06memory\x18\x06 \x01(\v2\x1e.kibotos.guest.v1.MemoryReportR\x06memory\x12#\n" +
+	"\rrestart_count\x18\a \x01(\rR\frestartCount\x12>\n" +
+	"\rlast_reset_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vlastResetAt\x12\x1f\n" +
+	"\vcoming_back\x18\t \x01(\bR\n" +
+	"comingBack\x125\n" +
 	"\x06volume\x18\x14 \x01(\v2\x1d.kibotos.node.v1.VolumeReportR\x06volume\"\x9a\x01\n" +
 	"\fVolumeReport\x12/\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x18\n" +
@@ -957,7 +1017,9 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*FetchArtifactRequest)(nil),  // 9: kibotos.node.v1.FetchArtifactRequest
 	(*FetchArtifactResponse)(nil), // 10: kibotos.node.v1.FetchArtifactResponse
 	(*BlockFileRef)(nil),          // 11: kibotos.node.v1.BlockFileRef
-	(*v1.MemoryReport)(nil),       // 12: kibotos.guest.v1.MemoryReport
+	(*v1.NetworkPolicy)(nil),      // 12: kibotos.ctrl.v1.NetworkPolicy
+	(*v11.MemoryReport)(nil),      // 13: kibotos.guest.v1.MemoryReport
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
@@ -965,15 +1027,17 @@ var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
 	11, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
 	11, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
-	0,  // 5: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	12, // 6: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	8,  // 7: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
-	11, // 8: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	12, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	0,  // 6: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
+	13, // 7: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	14, // 8: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
+	8,  // 9: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	11, // 10: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }

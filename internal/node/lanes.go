@@ -17,7 +17,7 @@ import (
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 )
 
-// executor applies commands for the whole agent run: a command still
+// commandLanes apply commands for the whole agent run: a command still
 // running when its session ends finishes and is recorded, and ctrl's
 // resend after the reconnect is answered from that record.
 //
@@ -25,7 +25,7 @@ import (
 // run one at a time, in the order ctrl sent them, so two operations on it
 // never overtake each other; commands on different objects run
 // concurrently, so a slow boot does not hold up every other Workspace.
-type executor struct {
+type commandLanes struct {
 	a *agent
 
 	mu    sync.Mutex
@@ -41,13 +41,13 @@ type job struct {
 	reply func(*nodev1.CommandResult)
 }
 
-func newExecutor(a *agent) *executor {
-	return &executor{a: a, wake: make(chan struct{}, 1), lanes: map[string][]job{}}
+func newCommandLanes(a *agent) *commandLanes {
+	return &commandLanes{a: a, wake: make(chan struct{}, 1), lanes: map[string][]job{}}
 }
 
 // enqueue never blocks, so the session keeps answering clock probes while
 // commands run.
-func (e *executor) enqueue(cmd *nodev1.NodeCommand, reply func(*nodev1.CommandResult)) {
+func (e *commandLanes) enqueue(cmd *nodev1.NodeCommand, reply func(*nodev1.CommandResult)) {
 	e.mu.Lock()
 	e.queue = append(e.queue, job{cmd, reply})
 	e.mu.Unlock()
@@ -59,7 +59,7 @@ func (e *executor) enqueue(cmd *nodev1.NodeCommand, reply func(*nodev1.CommandRe
 
 // run hands the queued commands to their objects' lanes until ctx ends,
 // then waits for the commands running.
-func (e *executor) run(ctx context.Context) {
+func (e *commandLanes) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -90,7 +90,7 @@ func (e *executor) run(ctx context.Context) {
 
 // lane runs the jobs of one object in order until there are none. Once
 // ctx ended, the jobs left are dropped: ctrl sends them again.
-func (e *executor) lane(ctx context.Context, key string) {
+func (e *commandLanes) lane(ctx context.Context, key string) {
 	for {
 		e.mu.Lock()
 		j := e.lanes[key][0]
@@ -254,27 +254,36 @@ func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Comm
 		if err := body.UnmarshalTo(&op); err != nil {
 			return failure("", connect.CodeInvalidArgument, "StartExecution: "+err.Error())
 		}
-		return a.execs.startExecution(ctx, &op)
+		return a.vms.startExecution(ctx, &op)
 	case stopExecutionName:
 		var op nodev1.StopExecution
 		if err := body.UnmarshalTo(&op); err != nil {
 			return failure("", connect.CodeInvalidArgument, "StopExecution: "+err.Error())
 		}
-		return a.execs.stopExecution(ctx, &op)
+		return a.vms.stopExecution(ctx, &op)
 	}
 	return failure("", connect.CodeUnimplemented, fmt.Sprintf("this node does not implement %q", body.GetTypeUrl()))
 }
 
 func (a *agent) blockFileRef(ref *nodev1.BlockFileRef) (blockfile.Ref, *nodev1.CommandResult) {
+	r, err := a.resolveRef(ref)
+	if err != nil {
+		return r, failure("", connect.CodeOf(err), errorMessage(err))
+	}
+	return r, nil
+}
+
+// resolveRef is the block file ref names in this node's pools.
+func (a *agent) resolveRef(ref *nodev1.BlockFileRef) (blockfile.Ref, error) {
 	if a.blocks == nil {
-		return blockfile.Ref{}, failure("", connect.CodeUnimplemented, "this node cannot make block files (e2fsprogs missing)")
+		return blockfile.Ref{}, codedf(connect.CodeUnimplemented, "this node cannot make block files (e2fsprogs missing)")
 	}
 	if ref == nil {
-		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, "no block file ref")
+		return blockfile.Ref{}, codedf(connect.CodeInvalidArgument, "no block file ref")
 	}
 	pool, ok := a.pools[ref.GetStoragePool()]
 	if !ok {
-		return blockfile.Ref{}, failure("", connect.CodeNotFound, fmt.Sprintf("storage pool %q is not declared by this node", ref.GetStoragePool()))
+		return blockfile.Ref{}, codedf(connect.CodeNotFound, "storage pool %q is not declared by this node", ref.GetStoragePool())
 	}
 	r := blockfile.Ref{PoolDir: pool.Dir, ObjectID: ref.GetObjectId()}
 	switch ref.GetKind() {
@@ -283,10 +292,10 @@ func (a *agent) blockFileRef(ref *nodev1.BlockFileRef) (blockfile.Ref, *nodev1.C
 	case nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER:
 		r.Kind = blockfile.WritableLayer
 	default:
-		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, fmt.Sprintf("block file kind %v", ref.GetKind()))
+		return blockfile.Ref{}, codedf(connect.CodeInvalidArgument, "block file kind %v", ref.GetKind())
 	}
 	if err := blockfile.ValidObjectID(r.ObjectID); err != nil {
-		return blockfile.Ref{}, failure("", connect.CodeInvalidArgument, err.Error())
+		return blockfile.Ref{}, coded(connect.CodeInvalidArgument, err)
 	}
 	return r, nil
 }

@@ -13,7 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
-	"github.com/kibotos/kibotos/internal/node/provider/qemu"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 

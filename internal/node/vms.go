@@ -1,22 +1,18 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,17 +22,10 @@ import (
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	"github.com/kibotos/kibotos/internal/guest"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/node/fsutil"
-	"github.com/kibotos/kibotos/internal/node/provider/qemu"
-)
-
-// Capability names for executions.
-const (
-	CapabilityQEMU     = "provider.qemu"
-	CapabilityAccelKVM = "accel.kvm"
-	CapabilityAccelTCG = "accel.tcg"
+	"github.com/kibotos/kibotos/internal/node/netslot"
+	"github.com/kibotos/kibotos/internal/node/vm"
 )
 
 // Timings of executions. Variables so tests can shorten them.
@@ -55,24 +44,29 @@ var (
 )
 
 // Layout of an execution's run directory, <state dir>/executions/<id>/:
-// QEMU's own files (qemu.pid, agent.sock, console.log, qemu.stderr, see
-// package qemu) and recordFile. recordFile exists while the node considers
-// the execution its own: from just before QEMU starts until the execution
-// ended and was answered (StopExecution) or reported (an observation).
-// Only console.log is kept after that, for post-mortems.
+// the VM provider's own files (for QEMU: qemu.pid, agent.sock, console.log,
+// qemu.stderr) and recordFile. recordFile exists while the node considers
+// the execution its own: from just before the VM starts until the
+// execution ended and was answered (StopExecution) or reported (an
+// observation). Only console.log is kept after that, for post-mortems.
 const (
 	executionsDir = "executions"
 	recordFile    = "execution.json"
-	consoleFile   = "console.log" // written by QEMU (qemu.consoleLog)
-	// qemuStderrFile is QEMU's own error output (written by qemu.Start).
-	qemuStderrFile = "qemu.stderr"
+	consoleFile   = "console.log" // the guest's console, written by the provider
 )
+
+// legacyProvider is the provider of records that name none: the agent
+// wrote them before it had more than QEMU.
+const legacyProvider = "qemu"
 
 // execRecord is what a restarted agent needs to take an execution back.
 type execRecord struct {
-	InstanceID      string     `json:"instance_id"`
-	BootID          string     `json:"boot_id"`
-	Accel           qemu.Accel `json:"accel"`
+	InstanceID string `json:"instance_id"`
+	BootID     string `json:"boot_id"`
+	// Provider names the VM provider that runs it; empty in records of
+	// agents before the provider seam, which ran QEMU (legacyProvider).
+	Provider        string     `json:"provider,omitempty"`
+	Accel           string     `json:"accel"`
 	LayerCreated    bool       `json:"layer_created"`
 	Layer           recordRef  `json:"layer"`
 	Volume          *recordRef `json:"volume,omitempty"`
@@ -98,12 +92,12 @@ const (
 )
 
 // execution is one VM. id, runDir and rec never change; the other fields
-// are guarded by executions.mu (vm is set once, before the execution runs).
+// are guarded by vmSet.mu (vm is set once, before the execution runs).
 type execution struct {
 	id     string
 	runDir string
 	rec    execRecord
-	vm     *qemu.VM // nil for one found dead on re-attach
+	vm     vm.Instance // nil until it booted
 
 	state      execState
 	stopping   bool // a StopExecution (or a failed start) ends it
@@ -111,33 +105,36 @@ type execution struct {
 	responding bool
 	probeErr   string
 	memory     *guestv1.MemoryReport // the latest, times on this host's clock
-	cancel     context.CancelFunc    // ends its watcher and prober
+	restarts   int                   // the guest's resets within this execution
+	lastReset  time.Time
+	comingBack bool               // from a reset until the agent answers again
+	cancel     context.CancelFunc // ends its watcher and prober
 }
 
-// executions are the VMs this agent runs.
-type executions struct {
-	a       *agent
-	dir     string
-	qemuBin string // empty when QEMU is not installed
-	ctx     context.Context
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	changed chan struct{}
-
-	probeMu   sync.Mutex // held while probing
-	accelMu   sync.Mutex
-	accel     qemu.Accel
-	accelDone bool // probed
+// vmSet is the VMs this agent runs, one execution each (commandLanes
+// are the order commands run in; ctrl/workspace drives a Workspace's
+// executions from ctrl's side).
+type vmSet struct {
+	a        *agent
+	dir      string
+	provider vm.Provider     // nil: this node runs no VMs
+	network  netslot.Network // nil: no network attachment
+	ctx      context.Context
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	changed  chan struct{}
 
 	mu       sync.Mutex
 	byID     map[string]*execution
 	starting map[string]execRecord // block files claimed by starts in progress
 }
 
-func newExecutions(ctx context.Context, a *agent) (*executions, error) {
+func newVMSet(ctx context.Context, a *agent) (*vmSet, error) {
 	ctx, stop := context.WithCancel(ctx)
-	e := &executions{
+	e := &vmSet{
 		a:        a,
+		provider: a.cfg.Provider,
+		network:  a.cfg.Network,
 		dir:      filepath.Join(a.cfg.StateDir, executionsDir),
 		ctx:      ctx,
 		stop:     stop,
@@ -149,65 +146,34 @@ func newExecutions(ctx context.Context, a *agent) (*executions, error) {
 		stop()
 		return nil, err
 	}
-	if bin, err := exec.LookPath("qemu-system-x86_64"); err == nil {
-		e.qemuBin = bin
-	} else {
-		a.log.Warn("QEMU not found: not advertising "+CapabilityQEMU, "err", err)
+	switch {
+	case e.provider == nil:
+		a.log.Warn("no VM provider: this node runs no executions")
+	case e.provider.Available() != nil:
+		a.log.Warn("the VM provider cannot run VMs here: not advertising it", "provider", e.provider.Name(), "err", e.provider.Available())
 	}
 	return e, nil
 }
 
 // notify asks the session for an observation now.
-func (e *executions) notify() {
+func (e *vmSet) notify() {
 	select {
 	case e.changed <- struct{}{}:
 	default:
 	}
 }
 
-func (e *executions) capabilities() []string {
-	var caps []string
-	if e.qemuBin != "" {
-		caps = append(caps, CapabilityQEMU)
+func (e *vmSet) capabilities() []string {
+	if e.provider == nil || e.provider.Available() != nil {
+		return nil
 	}
-	e.accelMu.Lock()
-	defer e.accelMu.Unlock()
-	switch {
-	case !e.accelDone:
-	case e.accel == qemu.KVM:
-		caps = append(caps, CapabilityAccelKVM)
-	default:
-		caps = append(caps, CapabilityAccelTCG)
-	}
-	return caps
-}
-
-// chooseAccel probes KVM once per agent run, with the first platform the
-// node boots.
-func (e *executions) chooseAccel(ctx context.Context, kernel, initrd string) qemu.Accel {
-	e.probeMu.Lock()
-	defer e.probeMu.Unlock()
-	e.accelMu.Lock()
-	accel, done := e.accel, e.accelDone
-	e.accelMu.Unlock()
-	if done {
-		return accel
-	}
-	accel, why := qemu.ChooseAccel(ctx, qemu.Spec{Binary: e.qemuBin, Kernel: kernel, Initrd: initrd, VCPUs: 1})
-	if ctx.Err() != nil {
-		return accel // not a verdict: probe again next time
-	}
-	e.accelMu.Lock()
-	e.accel, e.accelDone = accel, true
-	e.accelMu.Unlock()
-	e.a.log.Info("accelerator chosen", "accel", accel, "why", why)
-	return accel
+	return e.provider.Capabilities()
 }
 
 // reattach takes back every execution whose record is in the run
 // directories: a VM still running is running again; one that ended while
 // the agent was away is reported as ended.
-func (e *executions) reattach() error {
+func (e *vmSet) reattach() error {
 	entries, err := os.ReadDir(e.dir)
 	if err != nil {
 		return err
@@ -229,24 +195,38 @@ func (e *executions) reattach() error {
 			e.a.log.Error("ignoring an unreadable execution record", "path", filepath.Join(runDir, recordFile), "err", err)
 			continue
 		}
-		x := &execution{id: rec.InstanceID, runDir: runDir, rec: rec}
-		vm, err := qemu.Attach(runDir)
-		if err != nil {
-			x.state, x.end = ended, classifyEnd(consoleTail(runDir), nil, 0, 0)
-			e.a.log.Warn("an execution ended while the agent was away", "instance_id", x.id, "end", x.end, "err", err)
-			e.byID[x.id] = x
+		if rec.Provider == "" {
+			rec.Provider = legacyProvider
+		}
+		if e.provider == nil || rec.Provider != e.provider.Name() {
+			e.a.log.Error("ignoring the record of an execution another VM provider runs", "path", filepath.Join(runDir, recordFile), "provider", rec.Provider)
 			continue
 		}
-		x.vm, x.state, x.probeErr = vm, running, "not probed yet"
+		x := &execution{id: rec.InstanceID, runDir: runDir, rec: rec}
+		inst, err := e.provider.Attach(runDir)
+		if err != nil {
+			return fmt.Errorf("re-attach %s: %w", x.id, err)
+		}
+		x.vm = inst
+		select {
+		case <-inst.Exited():
+			x.state, x.end = ended, endOf(inst.Exit())
+			e.a.log.Warn("an execution ended while the agent was away", "instance_id", x.id, "end", x.end, "why", inst.Exit().Detail)
+			e.byID[x.id] = x
+			continue
+		default:
+		}
+		x.state, x.probeErr = running, "not probed yet"
+		x.restarts, x.lastReset = inst.Resets()
 		e.byID[x.id] = x
-		e.a.log.Info("re-attached to a running execution", "instance_id", x.id, "pid", vm.PID, "boot_id", rec.BootID)
+		e.a.log.Info("re-attached to a running execution", "instance_id", x.id, "provider", rec.Provider, "pid", inst.PID(), "boot_id", rec.BootID)
 		e.watch(x)
 	}
 	return nil
 }
 
 // detach lets go of the VMs when the agent stops: they keep running.
-func (e *executions) detach() {
+func (e *vmSet) detach() {
 	e.stop()
 	e.wg.Wait()
 	e.mu.Lock()
@@ -259,7 +239,7 @@ func (e *executions) detach() {
 }
 
 // watch starts the watcher and the prober of a running execution.
-func (e *executions) watch(x *execution) {
+func (e *vmSet) watch(x *execution) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	x.cancel = cancel
 	e.wg.Go(func() { e.watchExit(ctx, x) })
@@ -268,24 +248,14 @@ func (e *executions) watch(x *execution) {
 
 // watchExit notices a VM that ends without a StopExecution and reports how
 // it ended.
-func (e *executions) watchExit(ctx context.Context, x *execution) {
-	// The host's OOM kill counter, sampled so that a kill is attributed
-	// only when it happened close to the VM's end.
-	oom := oomKills()
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			oom = oomKills()
-			continue
-		case <-x.vm.Exited():
-		}
-		break
+func (e *vmSet) watchExit(ctx context.Context, x *execution) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-x.vm.Exited():
 	}
-	end := classifyEnd(consoleTail(x.runDir), x.vm.ExitState(), oom, oomKills())
+	exit := x.vm.Exit()
+	end := endOf(exit)
 	e.mu.Lock()
 	if x.stopping {
 		e.mu.Unlock()
@@ -294,18 +264,32 @@ func (e *executions) watchExit(ctx context.Context, x *execution) {
 	x.state, x.end, x.responding, x.probeErr = ended, end, false, ""
 	e.mu.Unlock()
 	x.cancel()
-	e.a.log.Warn("execution ended without a stop", "instance_id", x.id, "end", end, "exit", exitDescription(x.vm.ExitState()), "console", lastLines(consoleTail(x.runDir), 5))
+	e.a.log.Warn("execution ended without a stop", "instance_id", x.id, "end", end, "cause", exit.Cause, "exit", exit.Detail)
 	e.notify()
+}
+
+// endOf is how ctrl is told an execution ended. A reset is a guest
+// shutdown: the VM does not come back.
+func endOf(exit vm.Exit) nodev1.ExecutionEnd {
+	switch exit.Cause {
+	case vm.PowerOff, vm.Reset:
+		return nodev1.ExecutionEnd_EXECUTION_END_GUEST_SHUTDOWN
+	case vm.OOMKilled:
+		return nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED
+	case vm.Killed:
+		return nodev1.ExecutionEnd_EXECUTION_END_STOPPED
+	}
+	return nodev1.ExecutionEnd_EXECUTION_END_CRASHED
 }
 
 // probe pings the guest agent every probeInterval. An unresponsive guest
 // is only reported, never stopped.
-func (e *executions) probe(ctx context.Context, x *execution) {
+func (e *vmSet) probe(ctx context.Context, x *execution) {
 	t := time.NewTicker(probeInterval)
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		res, err := x.vm.Agent().Ping(pctx, connect.NewRequest(&guestv1.PingRequest{}))
+		res, err := vm.Agent(x.vm).Ping(pctx, connect.NewRequest(&guestv1.PingRequest{}))
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -321,12 +305,21 @@ func (e *executions) probe(ctx context.Context, x *execution) {
 		if err == nil {
 			memory = hostClockMemory(res.Msg, time.Now())
 		}
+		resets, lastReset := x.vm.Resets()
 		e.mu.Lock()
-		changed := x.state == running && (x.responding != responding || x.probeErr != probeErr || memoryChanged(x.memory, memory))
+		changed := x.state == running && (x.responding != responding || x.probeErr != probeErr || memoryChanged(x.memory, memory) ||
+			resets != x.restarts || (x.comingBack && responding))
 		if x.state == running {
 			x.responding, x.probeErr = responding, probeErr
 			if memory != nil {
 				x.memory = memory
+			}
+			if resets != x.restarts {
+				// A reset: the guest comes back within this execution.
+				x.restarts, x.lastReset, x.comingBack = resets, lastReset, !responding
+				x.memory = memory
+			} else if responding {
+				x.comingBack = false
 			}
 		}
 		e.mu.Unlock()
@@ -343,7 +336,7 @@ func (e *executions) probe(ctx context.Context, x *execution) {
 }
 
 // instanceIDs are the running executions, sorted.
-func (e *executions) instanceIDs() []string {
+func (e *vmSet) instanceIDs() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var ids []string
@@ -357,35 +350,40 @@ func (e *executions) instanceIDs() []string {
 }
 
 // isRunning reports whether execution id runs.
-func (e *executions) isRunning(id string) bool {
+func (e *vmSet) isRunning(id string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x := e.byID[id]
 	return x != nil && x.state == running
 }
 
-// vmPIDs are the VMM processes of the running executions.
-func (e *executions) vmPIDs() []int {
+// samplers are the running executions' VMs, by instance id, for the
+// host's readings.
+func (e *vmSet) samplers() map[string]sampler {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var pids []int
-	for _, x := range e.byID {
+	vms := map[string]sampler{}
+	for id, x := range e.byID {
 		if x.state == running && x.vm != nil {
-			pids = append(pids, x.vm.PID)
+			vms[id] = x.vm
 		}
 	}
-	return pids
+	return vms
 }
 
 // reports are the running executions and the ended ones not reported
 // yet; endedIDs are the latter, for reported once the observation is sent.
-func (e *executions) reports() (reports []*nodev1.ExecutionReport, endedIDs []string) {
+func (e *vmSet) reports() (reports []*nodev1.ExecutionReport, endedIDs []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id, x := range e.byID {
 		switch x.state {
 		case running:
-			r := &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory}
+			r := &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory,
+				RestartCount: uint32(x.restarts), ComingBack: x.comingBack}
+			if x.restarts > 0 {
+				r.LastResetAt = timestamppb.New(x.lastReset)
+			}
 			if v := x.rec.Volume; v != nil {
 				// Judged by judgeVolumes, outside the lock.
 				r.Volume = &nodev1.VolumeReport{Ref: &nodev1.BlockFileRef{StoragePool: v.StoragePool, Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: v.ObjectID}}
@@ -401,7 +399,7 @@ func (e *executions) reports() (reports []*nodev1.ExecutionReport, endedIDs []st
 }
 
 // reported forgets ended executions an observation carried.
-func (e *executions) reported(ids []string) {
+func (e *vmSet) reported(ids []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, id := range ids {
@@ -413,7 +411,7 @@ func (e *executions) reported(ids []string) {
 }
 
 // cleanRunDir removes everything but the console log.
-func (e *executions) cleanRunDir(runDir string) {
+func (e *vmSet) cleanRunDir(runDir string) {
 	entries, _ := os.ReadDir(runDir)
 	for _, ent := range entries {
 		if ent.Name() != consoleFile {
@@ -426,7 +424,7 @@ func (e *executions) cleanRunDir(runDir string) {
 }
 
 // runningVM finds the VM of a running execution, for the data plane.
-func (e *executions) runningVM(id string) (*qemu.VM, error) {
+func (e *vmSet) runningVM(id string) (vm.Instance, error) {
 	e.mu.Lock()
 	x := e.byID[id]
 	e.mu.Unlock()
@@ -513,82 +511,208 @@ func resultOf(msg proto.Message) *nodev1.CommandResult {
 	return &nodev1.CommandResult{Result: a}
 }
 
-// startExecution applies StartExecution. See execution.proto. Every
-// failure says what it left of the writable layer (StartFailure): those
-// from the layer step on say it themselves (startFailed); any other came
-// before the layer, which the start then never touched.
-func (e *executions) startExecution(ctx context.Context, op *nodev1.StartExecution) *nodev1.CommandResult {
-	res := e.startSteps(ctx, op)
-	if res.GetCode() != 0 && res.GetResult() == nil {
-		if a, err := anypb.New(&nodev1.StartFailure{LayerUntouched: true}); err == nil {
-			res.Result = a
-		}
+// startExecution applies StartExecution. See execution.proto. The start
+// is a run of small steps (start), each returning a Go error with its
+// code; the CommandResult is made here only. Every failure says what it
+// left of the writable layer (StartFailure): those from the layer step on
+// carry it (a *layerError); any other came before the layer, which the
+// start then never touched.
+func (e *vmSet) startExecution(ctx context.Context, op *nodev1.StartExecution) *nodev1.CommandResult {
+	st, err := e.start(ctx, op)
+	if err == nil {
+		return resultOf(st)
+	}
+	failed := &nodev1.StartFailure{LayerUntouched: true}
+	var le *layerError
+	if errors.As(err, &le) {
+		failed = &nodev1.StartFailure{LayerRemoved: le.removed}
+	}
+	var ne *networkError
+	failed.NetworkUnenforceable = errors.As(err, &ne)
+	res := failure("", connect.CodeOf(err), errorMessage(err))
+	if a, aerr := anypb.New(failed); aerr == nil {
+		res.Result = a
 	}
 	return res
 }
 
-// startSteps runs a start: checks, artifacts, the writable layer, the boot.
-func (e *executions) startSteps(ctx context.Context, op *nodev1.StartExecution) *nodev1.CommandResult {
-	if err := validateStart(op); err != nil {
-		return failure("", connect.CodeInvalidArgument, "StartExecution: "+err.Error())
+// errorMessage is err's message without the code connect.Error puts
+// before it.
+func errorMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
 	}
-	if e.qemuBin == "" {
-		return failure("", connect.CodeUnimplemented, "this node cannot run executions: QEMU (qemu-system-x86_64) is not installed")
+	return err.Error()
+}
+
+// coded is err with the code it answers as.
+func coded(code connect.Code, err error) error { return connect.NewError(code, err) }
+
+func codedf(code connect.Code, format string, args ...any) error {
+	return connect.NewError(code, fmt.Errorf(format, args...))
+}
+
+// errStopping answers a start the agent's own stop cut short: the VM, if
+// it started, goes on booting, and the next run re-attaches it.
+var errStopping = codedf(connect.CodeCanceled, "the agent is stopping")
+
+// layerError is a start that failed after it came to the writable layer:
+// removed says whether it removed the layer it made (ctrl then no longer
+// counts a layer that is gone).
+type layerError struct {
+	err     error
+	removed bool
+}
+
+func (e *layerError) Error() string { return e.err.Error() }
+func (e *layerError) Unwrap() error { return e.err }
+
+// networkError is a start that failed because the node cannot apply the
+// Workspace's network policy (StartFailure.network_unenforceable).
+type networkError struct{ err error }
+
+func (e *networkError) Error() string { return e.err.Error() }
+func (e *networkError) Unwrap() error { return e.err }
+
+// launch is one start in progress: what its steps found and made.
+type launch struct {
+	op  *nodev1.StartExecution
+	id  string
+	log *slog.Logger
+
+	layerRef              blockfile.Ref
+	layerPath, volumePath string
+	kernel, initrd, root  string
+	layerCreated          bool
+	net                   netslot.Attachment
+	x                     *execution
+}
+
+// start runs the steps of a start: validate, claim the block files, fetch
+// the artifacts, ready the provider, ensure the layer, attach the network,
+// boot, wait for the agent. Each is idempotent: a start repeated after a
+// failure or an agent restart finds what an earlier one did.
+func (e *vmSet) start(ctx context.Context, op *nodev1.StartExecution) (*nodev1.ExecutionStatus, error) {
+	if err := e.admit(op); err != nil {
+		return nil, err
 	}
 	id := op.GetInstanceId()
-	if why := e.a.host.refuseIfTight(); why != "" && !e.isRunning(id) {
-		// What already runs is not affected: a repeated start of a running
-		// execution is still answered.
-		return failure("", connect.CodeResourceExhausted, "StartExecution refused: "+why)
-	}
-	log := e.a.log.With("instance_id", id)
-
-	e.mu.Lock()
-	x := e.byID[id]
-	if x != nil && x.state != running {
-		x = nil // an ended one: start it anew
-	}
-	e.mu.Unlock()
-	if x != nil {
+	if x := e.runningExecution(id); x != nil {
 		return e.answerRunning(ctx, x)
 	}
-
-	layerRef, res := e.a.blockFileRef(op.GetLayer())
-	if res != nil {
-		return res
+	l := &launch{op: op, id: id, log: e.a.log.With("instance_id", id)}
+	if err := e.resolveBlockFiles(l); err != nil {
+		return nil, err
 	}
-	layerPath, err := layerRef.Path()
+	if err := e.claimBlockFiles(l); err != nil {
+		return nil, err
+	}
+	defer e.unclaim(id)
+	if err := e.fetchArtifacts(ctx, l); err != nil {
+		return nil, err
+	}
+	if err := e.prepareProvider(ctx, l); err != nil {
+		return nil, err
+	}
+	// The layer, last before the boot: a start that fails before it leaves
+	// no new layer behind, so the retry still reports layer_created.
+	if err := e.ensureLayer(ctx, l); err != nil {
+		return nil, &layerError{err: err}
+	}
+	err := e.attachNetwork(ctx, l)
+	if err == nil {
+		err = e.boot(ctx, l)
+	}
+	if err == nil {
+		err = e.waitAgent(ctx, l)
+	}
 	if err != nil {
-		return failure("", connect.CodeInvalidArgument, err.Error())
+		if errors.Is(err, errStopping) {
+			return nil, err
+		}
+		return nil, e.undo(l, err)
 	}
-	var volumePath string
-	if op.GetVolume() != nil {
-		volRef, res := e.a.blockFileRef(op.GetVolume())
-		if res != nil {
-			return res
-		}
-		if volumePath, err = volRef.Path(); err != nil {
-			return failure("", connect.CodeInvalidArgument, err.Error())
-		}
-		st, err := blockfile.Stat(volumePath)
-		if err != nil {
-			return failure("", errorCode(err), "Volume block file: "+err.Error())
-		}
-		if !st.Exists {
-			return failure("", connect.CodeFailedPrecondition, fmt.Sprintf("the Volume's block file %s does not exist in pool %s", op.GetVolume().GetObjectId(), op.GetVolume().GetStoragePool()))
-		}
+	return e.status(l.x), nil
+}
+
+// admit checks the operation and whether this node takes a start now.
+func (e *vmSet) admit(op *nodev1.StartExecution) error {
+	if err := validateStart(op); err != nil {
+		return coded(connect.CodeInvalidArgument, fmt.Errorf("StartExecution: %w", err))
 	}
-	claim := execRecord{InstanceID: id, Layer: recordRef{op.GetLayer().GetStoragePool(), op.GetLayer().GetObjectId()}}
-	if v := op.GetVolume(); v != nil {
+	if e.provider == nil {
+		return codedf(connect.CodeUnimplemented, "this node cannot run executions: it has no VM provider")
+	}
+	if err := e.provider.Available(); err != nil {
+		return codedf(connect.CodeUnimplemented, "this node cannot run executions: %v", err)
+	}
+	if why := e.a.host.refuseIfTight(); why != "" && !e.isRunning(op.GetInstanceId()) {
+		// What already runs is not affected: a repeated start of a running
+		// execution is still answered.
+		return codedf(connect.CodeResourceExhausted, "StartExecution refused: %s", why)
+	}
+	return nil
+}
+
+// runningExecution is execution id when it runs; an ended one is started
+// anew.
+func (e *vmSet) runningExecution(id string) *execution {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if x := e.byID[id]; x != nil && x.state == running {
+		return x
+	}
+	return nil
+}
+
+// resolveBlockFiles finds the layer's path and checks that the Volume's
+// block file exists.
+func (e *vmSet) resolveBlockFiles(l *launch) error {
+	var err error
+	if l.layerRef, err = e.a.resolveRef(l.op.GetLayer()); err != nil {
+		return err
+	}
+	if l.layerPath, err = l.layerRef.Path(); err != nil {
+		return coded(connect.CodeInvalidArgument, err)
+	}
+	v := l.op.GetVolume()
+	if v == nil {
+		return nil
+	}
+	volRef, err := e.a.resolveRef(v)
+	if err != nil {
+		return err
+	}
+	if l.volumePath, err = volRef.Path(); err != nil {
+		return coded(connect.CodeInvalidArgument, err)
+	}
+	st, err := blockfile.Stat(l.volumePath)
+	if err != nil {
+		return codedf(errorCode(err), "Volume block file: %v", err)
+	}
+	if !st.Exists {
+		return codedf(connect.CodeFailedPrecondition, "the Volume's block file %s does not exist in pool %s", v.GetObjectId(), v.GetStoragePool())
+	}
+	return nil
+}
+
+// claimBlockFiles reserves the layer and the Volume for this start.
+func (e *vmSet) claimBlockFiles(l *launch) error {
+	claim := execRecord{InstanceID: l.id, Layer: recordRef{l.op.GetLayer().GetStoragePool(), l.op.GetLayer().GetObjectId()}}
+	if v := l.op.GetVolume(); v != nil {
 		claim.Volume = &recordRef{v.GetStoragePool(), v.GetObjectId()}
 	}
 	if other := e.claim(claim); other != "" {
-		return failure("", connect.CodeFailedPrecondition, fmt.Sprintf("execution %s uses that block file now", other))
+		return codedf(connect.CodeFailedPrecondition, "execution %s uses that block file now", other)
 	}
-	defer e.unclaim(id)
+	return nil
+}
 
-	// Artifacts, all at once.
-	arts := []*nodev1.Artifact{op.GetKernel(), op.GetInitrd(), op.GetTemplateRoot()}
+// fetchArtifacts gets the kernel, initramfs and template root, all at
+// once, reporting progress while something is missing.
+func (e *vmSet) fetchArtifacts(ctx context.Context, l *launch) error {
+	arts := []*nodev1.Artifact{l.op.GetKernel(), l.op.GetInitrd(), l.op.GetTemplateRoot()}
 	paths := make([]string, len(arts))
 	errs := make([]error, len(arts))
 	var wg sync.WaitGroup
@@ -597,51 +721,78 @@ func (e *executions) startSteps(ctx context.Context, op *nodev1.StartExecution) 
 	}
 	fetched := make(chan struct{})
 	go func() { wg.Wait(); close(fetched) }()
-	e.reportDelivery(id, arts, fetched)
+	e.reportDelivery(l.id, arts, fetched)
 	for i, err := range errs {
 		if err != nil {
-			return failure("", connect.CodeOf(err), fmt.Sprintf("artifact %s (%s): %v", arts[i].GetDigest(), arts[i].GetName(), err))
+			return codedf(connect.CodeOf(err), "artifact %s (%s): %v", arts[i].GetDigest(), arts[i].GetName(), err)
 		}
 	}
-	kernel, initrd, root := paths[0], paths[1], paths[2]
+	l.kernel, l.initrd, l.root = paths[0], paths[1], paths[2]
+	return nil
+}
 
-	accel := e.chooseAccel(ctx, kernel, initrd)
-	if ctx.Err() != nil {
-		return failure("", connect.CodeCanceled, "the agent is stopping")
+// preparer is a provider that readies itself for a platform before its
+// first boot (QEMU's KVM probe).
+type preparer interface {
+	Prepare(ctx context.Context, kernel, initrd string) error
+}
+
+func (e *vmSet) prepareProvider(ctx context.Context, l *launch) error {
+	p, ok := e.provider.(preparer)
+	if !ok {
+		return nil
 	}
+	if err := p.Prepare(ctx, l.kernel, l.initrd); err != nil {
+		if ctx.Err() != nil {
+			return errStopping
+		}
+		return codedf(connect.CodeUnavailable, "the VM provider: %v", err)
+	}
+	return nil
+}
 
-	// The layer, last: a start that fails before the boot leaves no new
-	// layer behind, so the retry still reports layer_created.
-	st, err := blockfile.Stat(layerPath)
+// ensureLayer makes the writable layer unless it exists.
+func (e *vmSet) ensureLayer(ctx context.Context, l *launch) error {
+	st, err := blockfile.Stat(l.layerPath)
 	if err != nil {
-		return failure("", errorCode(err), "layer block file: "+err.Error())
+		return codedf(errorCode(err), "layer block file: %v", err)
 	}
-	created := false
-	if !st.Exists {
-		if st, err = e.a.blocks.Ensure(ctx, layerRef, op.GetLayerCapacityBytes()); err != nil {
-			// It came to the layer: what a failed make left is not known.
-			return startFailed(errorCode(err), "make the writable layer: "+err.Error(), false)
+	if st.Exists {
+		// A layer ResizeWorkspaceWritableLayer grew is grown here, before
+		// the guest mounts it.
+		if _, err := growLayer(ctx, e.a.blocks, l.layerRef, st, l.op.GetLayerCapacityBytes(), l.log); err != nil {
+			return codedf(errorCode(err), "grow the writable layer: %v", err)
 		}
-		created = true
-		log.Info("writable layer created", "path", layerPath, "capacity_bytes", st.CapacityBytes)
-	} else if st, err = growLayer(ctx, e.a.blocks, layerRef, st, op.GetLayerCapacityBytes(), log); err != nil {
-		return startFailed(errorCode(err), "grow the writable layer: "+err.Error(), false)
+		return nil
 	}
-	// failRemovingLayer answers a start that failed from here on: it
-	// removes the layer this start made, and says whether it did, so ctrl
-	// no longer counts a layer that is gone.
-	failRemovingLayer := func(code connect.Code, msg string) *nodev1.CommandResult {
-		removed := false
-		if created {
-			if _, err := e.a.blocks.Remove(layerRef); err != nil {
-				log.Warn("cannot remove the layer this failed start made", "err", err)
-			} else {
-				removed = true
-			}
-		}
-		return startFailed(code, msg, removed)
+	if st, err = e.a.blocks.Ensure(ctx, l.layerRef, l.op.GetLayerCapacityBytes()); err != nil {
+		return codedf(errorCode(err), "make the writable layer: %v", err)
 	}
+	l.layerCreated = true
+	l.log.Info("writable layer created", "path", l.layerPath, "capacity_bytes", st.CapacityBytes)
+	return nil
+}
 
+// attachNetwork asks the network for the execution's attachment under the
+// Workspace's policy.
+func (e *vmSet) attachNetwork(ctx context.Context, l *launch) error {
+	if e.network == nil {
+		return codedf(connect.CodeUnimplemented, "this node has no network attachment for executions")
+	}
+	att, err := e.network.Attach(ctx, l.id, l.op.GetNetworkPolicy())
+	switch {
+	case netslot.IsUnenforceable(err):
+		return &networkError{coded(connect.CodeUnimplemented, err)}
+	case err != nil:
+		return codedf(connect.CodeUnavailable, "attach the network: %v", err)
+	}
+	l.net = att
+	return nil
+}
+
+// boot writes the execution's record and starts its VM.
+func (e *vmSet) boot(ctx context.Context, l *launch) error {
+	op, id := l.op, l.id
 	runDir := filepath.Join(e.dir, id)
 	e.mu.Lock()
 	if old := e.byID[id]; old != nil && old.state == ended {
@@ -651,116 +802,122 @@ func (e *executions) startSteps(ctx context.Context, op *nodev1.StartExecution) 
 	}
 	e.mu.Unlock()
 	if err := os.RemoveAll(runDir); err != nil {
-		return failRemovingLayer(connect.CodeInternal, err.Error())
+		return coded(connect.CodeInternal, err)
 	}
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
-		return failRemovingLayer(errorCode(err), err.Error())
+		return coded(errorCode(err), err)
 	}
 	rec := execRecord{
-		InstanceID: id, BootID: op.GetBootId(), Accel: accel, LayerCreated: created,
+		InstanceID: id, BootID: op.GetBootId(), Provider: e.provider.Name(), LayerCreated: l.layerCreated,
 		Layer:     recordRef{StoragePool: op.GetLayer().GetStoragePool(), ObjectID: op.GetLayer().GetObjectId()},
 		StartedAt: time.Now().UTC(),
 	}
-	cmdline := "kibotos.root=/dev/vda kibotos.layer=/dev/vdb"
-	drives := []qemu.Drive{{Path: root, ReadOnly: true}, {Path: layerPath}}
-	if op.GetVolume() != nil {
-		rec.Volume = &recordRef{StoragePool: op.GetVolume().GetStoragePool(), ObjectID: op.GetVolume().GetObjectId()}
-		rec.VolumeMountPath = filepath.Clean(op.GetVolumeMountPath())
-		cmdline += " kibotos.volume=/dev/vdc:" + rec.VolumeMountPath
-		drives = append(drives, qemu.Drive{Path: volumePath})
+	spec := vm.Spec{
+		RunDir: runDir, Kernel: l.kernel, Initrd: l.initrd,
+		VCPUs: int(op.GetVcpus()), MemoryMiB: op.GetMemoryBytes() / mib,
+		Disks:   []vm.Disk{{Role: vm.TemplateRoot, Path: l.root}, {Role: vm.WritableLayer, Path: l.layerPath}},
+		Network: l.net, BootID: op.GetBootId(), Hostname: op.GetHostname(),
 	}
-	cmdline += " kibotos.boot_id=" + op.GetBootId() + " " + qemu.NetCmdline()
-	if h := op.GetHostname(); h != "" {
-		cmdline += " kibotos.hostname=" + h
+	if v := op.GetVolume(); v != nil {
+		rec.Volume = &recordRef{StoragePool: v.GetStoragePool(), ObjectID: v.GetObjectId()}
+		rec.VolumeMountPath = filepath.Clean(op.GetVolumeMountPath())
+		spec.Disks = append(spec.Disks, vm.Disk{Role: vm.Volume, Path: l.volumePath, MountPath: rec.VolumeMountPath})
 	}
 	if err := writeRecord(runDir, rec); err != nil {
-		return failRemovingLayer(errorCode(err), "write the execution record: "+err.Error())
+		return codedf(errorCode(err), "write the execution record: %v", err)
 	}
-	fail := func(code connect.Code, msg string) *nodev1.CommandResult {
-		e.mu.Lock()
-		if e.byID[id] == x {
-			delete(e.byID, id)
-		}
-		e.mu.Unlock()
-		e.cleanRunDir(runDir)
-		log.Warn("execution did not start", "code", code, "message", msg)
-		return failRemovingLayer(code, msg)
-	}
-	x = &execution{id: id, runDir: runDir, rec: rec, state: booting}
+	l.x = &execution{id: id, runDir: runDir, rec: rec, state: booting}
 	e.mu.Lock()
-	e.byID[id] = x
+	e.byID[id] = l.x
 	e.mu.Unlock()
-
-	spec := qemu.Spec{
-		RunDir: runDir, Binary: e.qemuBin, Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
-		VCPUs: int(op.GetVcpus()), MemoryMiB: op.GetMemoryBytes() / mib, Drives: drives, Accel: accel,
-	}
-	start := time.Now()
-	vm, err := qemu.Start(spec)
+	inst, err := e.provider.Start(ctx, spec)
 	if err != nil {
-		return fail(connect.CodeUnavailable, err.Error())
+		if ctx.Err() != nil {
+			return errStopping
+		}
+		return coded(connect.CodeUnavailable, err)
 	}
 	e.mu.Lock()
-	x.vm = vm
+	l.x.vm = inst
+	l.x.rec.Accel = inst.Accel()
 	e.mu.Unlock()
-	log.Info("execution booting", "pid", vm.PID, "accel", accel, "vcpus", spec.VCPUs, "memory_mib", spec.MemoryMiB, "boot_id", rec.BootID)
+	// The record names the accelerator, which the provider chose at Start.
+	if err := writeRecord(runDir, l.x.rec); err != nil {
+		l.log.Warn("cannot write the execution record", "err", err)
+	}
+	l.log.Info("execution booting", "provider", rec.Provider, "pid", inst.PID(), "accel", inst.Accel(), "vcpus", spec.VCPUs, "memory_mib", spec.MemoryMiB, "boot_id", rec.BootID)
+	return nil
+}
 
+// waitAgent waits for the booting guest's agent; a VM that does not boot
+// is killed.
+func (e *vmSet) waitAgent(ctx context.Context, l *launch) error {
+	x, start := l.x, time.Now()
 	wctx, cancel := context.WithTimeout(ctx, bootTimeout)
-	ping, err := vm.WaitAgent(wctx)
+	ping, err := x.vm.WaitAgent(wctx)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
-			// The agent stops: the VM goes on booting, and the next run
-			// re-attaches it from its record.
-			return failure("", connect.CodeCanceled, "the agent is stopping")
+			return errStopping
 		}
 		code := connect.CodeDeadlineExceeded
 		select {
-		case <-vm.Exited():
+		case <-x.vm.Exited():
 			code = connect.CodeUnavailable
 		default:
 		}
 		e.mu.Lock()
 		x.stopping = true
 		e.mu.Unlock()
-		if kerr := vm.Kill(); kerr != nil {
-			log.Error("cannot kill a VM that did not boot", "pid", vm.PID, "err", kerr)
+		if kerr := x.vm.Kill(); kerr != nil {
+			l.log.Error("cannot kill a VM that did not boot", "pid", x.vm.PID(), "err", kerr)
 		}
-		msg := "the execution did not boot: " + err.Error()
-		if why := guestPowerOffReason(consoleTail(runDir)); why != "" {
-			msg += "; the guest powered off: " + why
-		}
-		if q := strings.TrimSpace(lastLines(readTail(filepath.Join(runDir, qemuStderrFile)), 10)); q != "" {
-			msg += "; QEMU: " + q
-		}
-		return fail(code, msg)
+		return codedf(code, "the execution did not boot: %v", err)
 	}
-	if ping.GetBootId() != rec.BootID {
-		log.Warn("the guest answers with another boot_id", "got", ping.GetBootId(), "want", rec.BootID)
+	if ping.GetBootId() != x.rec.BootID {
+		l.log.Warn("the guest answers with another boot_id", "got", ping.GetBootId(), "want", x.rec.BootID)
 	}
 	e.mu.Lock()
 	x.state, x.responding = running, true
 	e.watch(x)
 	e.mu.Unlock()
-	log.Info("execution running", "boot_time", time.Since(start).Round(time.Millisecond))
+	l.log.Info("execution running", "boot_time", time.Since(start).Round(time.Millisecond))
 	e.notify()
-	return resultOf(e.status(x))
+	return nil
 }
 
-// startFailed is the answer of a start that failed after it came to the
-// writable layer: the code and message, and what it left of the layer.
-func startFailed(code connect.Code, msg string, layerRemoved bool) *nodev1.CommandResult {
-	res := failure("", code, msg)
-	if a, err := anypb.New(&nodev1.StartFailure{LayerRemoved: layerRemoved}); err == nil {
-		res.Result = a
+// undo forgets a start that failed after the layer step: its execution,
+// its run directory (but the console), its network and the layer it made.
+func (e *vmSet) undo(l *launch, err error) error {
+	if x := l.x; x != nil {
+		e.mu.Lock()
+		if e.byID[l.id] == x {
+			delete(e.byID, l.id)
+		}
+		e.mu.Unlock()
+		e.cleanRunDir(x.runDir)
 	}
-	return res
+	if l.net != nil {
+		if rerr := l.net.Release(); rerr != nil {
+			l.log.Warn("cannot release the network of a failed start", "err", rerr)
+		}
+	}
+	l.log.Warn("execution did not start", "code", connect.CodeOf(err), "message", errorMessage(err))
+	removed := false
+	if l.layerCreated {
+		if _, rerr := e.a.blocks.Remove(l.layerRef); rerr != nil {
+			l.log.Warn("cannot remove the layer this failed start made", "err", rerr)
+		} else {
+			removed = true
+		}
+	}
+	return &layerError{err: err, removed: removed}
 }
 
 // reportDelivery sends the start's artifact progress about once a second
 // until fetched is closed, starting only when something is missing: a
 // start from cached artifacts reports nothing.
-func (e *executions) reportDelivery(id string, arts []*nodev1.Artifact, fetched <-chan struct{}) {
+func (e *vmSet) reportDelivery(id string, arts []*nodev1.Artifact, fetched <-chan struct{}) {
 	t := time.NewTicker(deliveryReportInterval)
 	defer t.Stop()
 	for {
@@ -780,23 +937,10 @@ func (e *executions) reportDelivery(id string, arts []*nodev1.Artifact, fetched 
 	}
 }
 
-// guestPowerOffReason is why kibotos-guest powered its machine off, from
-// its last words on the console ("kibotos-guest: power off: <reason>"), or
-// empty.
-func guestPowerOffReason(console string) string {
-	const marker = guest.LogPrefix + "power off: "
-	i := strings.LastIndex(console, marker)
-	if i < 0 {
-		return ""
-	}
-	line, _, _ := strings.Cut(console[i+len(marker):], "\n")
-	return strings.TrimSpace(line)
-}
-
 // answerRunning answers StartExecution for an execution that runs
 // already, once its guest agent answers (it may still be booting after a
 // restart of the agent).
-func (e *executions) answerRunning(ctx context.Context, x *execution) *nodev1.CommandResult {
+func (e *vmSet) answerRunning(ctx context.Context, x *execution) (*nodev1.ExecutionStatus, error) {
 	e.mu.Lock()
 	responding := x.responding
 	e.mu.Unlock()
@@ -806,7 +950,7 @@ func (e *executions) answerRunning(ctx context.Context, x *execution) *nodev1.Co
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return failure("", connect.CodeCanceled, "the agent is stopping")
+				return nil, errStopping
 			}
 			code := connect.CodeDeadlineExceeded
 			select {
@@ -814,19 +958,19 @@ func (e *executions) answerRunning(ctx context.Context, x *execution) *nodev1.Co
 				code = connect.CodeUnavailable
 			default:
 			}
-			return failure("", code, "the execution runs but its guest agent does not answer: "+err.Error())
+			return nil, codedf(code, "the execution runs but its guest agent does not answer: %v", err)
 		}
 	}
 	e.a.log.Info("execution runs already; answering its status", "instance_id", x.id)
-	return resultOf(e.status(x))
+	return e.status(x), nil
 }
 
-func (e *executions) status(x *execution) *nodev1.ExecutionStatus {
+func (e *vmSet) status(x *execution) *nodev1.ExecutionStatus {
 	st := &nodev1.ExecutionStatus{
 		InstanceId:   x.id,
 		Running:      true,
 		LayerCreated: x.rec.LayerCreated,
-		Accel:        string(x.rec.Accel),
+		Accel:        x.rec.Accel,
 		BootId:       x.rec.BootID,
 	}
 	if p, ok := e.a.pools[x.rec.Layer.StoragePool]; ok {
@@ -844,7 +988,7 @@ func (e *executions) status(x *execution) *nodev1.ExecutionStatus {
 // fails, naming the user, when another live or starting execution uses
 // one of them. unclaim ends the reservation once the start is over (the
 // execution, if it runs, holds them from then on).
-func (e *executions) claim(rec execRecord) string {
+func (e *vmSet) claim(rec execRecord) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	uses := func(other execRecord) bool {
@@ -865,14 +1009,14 @@ func (e *executions) claim(rec execRecord) string {
 	return ""
 }
 
-func (e *executions) unclaim(id string) {
+func (e *vmSet) unclaim(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.starting, id)
 }
 
 // stopExecution applies StopExecution. See execution.proto.
-func (e *executions) stopExecution(ctx context.Context, op *nodev1.StopExecution) *nodev1.CommandResult {
+func (e *vmSet) stopExecution(ctx context.Context, op *nodev1.StopExecution) *nodev1.CommandResult {
 	id := op.GetInstanceId()
 	if err := validInstanceID(id); err != nil {
 		return failure("", connect.CodeInvalidArgument, "StopExecution: "+err.Error())
@@ -932,12 +1076,12 @@ func (e *executions) stopExecution(ctx context.Context, op *nodev1.StopExecution
 // shutdown asks the guest agent to shut down, retrying while it cannot be
 // reached, then waits for the VM to exit, all within timeout. exited says
 // whether the VM is gone; durable and msg are the guest's answer.
-func shutdown(ctx context.Context, vm *qemu.VM, timeout time.Duration) (durable bool, msg string, exited bool) {
+func shutdown(ctx context.Context, inst vm.Instance, timeout time.Duration) (durable bool, msg string, exited bool) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	answered := false
 	for !answered {
-		res, err := vm.Agent().Shutdown(ctx, connect.NewRequest(&guestv1.ShutdownRequest{}))
+		res, err := vm.Agent(inst).Shutdown(ctx, connect.NewRequest(&guestv1.ShutdownRequest{}))
 		if err == nil {
 			durable, msg, answered = res.Msg.GetDurable(), res.Msg.GetMessage(), true
 			break
@@ -945,7 +1089,7 @@ func shutdown(ctx context.Context, vm *qemu.VM, timeout time.Duration) (durable 
 		msg = "the guest agent did not answer Shutdown: " + err.Error()
 		t := time.NewTimer(500 * time.Millisecond)
 		select {
-		case <-vm.Exited():
+		case <-inst.Exited():
 			t.Stop()
 			return false, msg, true
 		case <-ctx.Done():
@@ -955,7 +1099,7 @@ func shutdown(ctx context.Context, vm *qemu.VM, timeout time.Duration) (durable 
 		}
 	}
 	select {
-	case <-vm.Exited():
+	case <-inst.Exited():
 		return durable, msg, true
 	case <-ctx.Done():
 		return false, msg, false
@@ -968,92 +1112,6 @@ func writeRecord(runDir string, rec execRecord) error {
 		return err
 	}
 	return fsutil.WriteFileAtomic(runDir, recordFile, append(data, '\n'), 0o600)
-}
-
-// consoleTail is the end of an execution's console log.
-func consoleTail(runDir string) string {
-	return readTail(filepath.Join(runDir, consoleFile))
-}
-
-// readTail is the last 16 KiB of a file, or "".
-func readTail(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const max = 16 << 10
-	if fi, err := f.Stat(); err == nil && fi.Size() > max {
-		_, _ = f.Seek(-max, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, max))
-	return string(b)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// classifyEnd says how a VM that ended without a StopExecution ended:
-//
-//   - GUEST_SHUTDOWN when the guest kernel powered off (or restarted, which
-//     -no-reboot turns into an exit): it printed "reboot: Power down" or
-//     "reboot: Restarting system" and no panic.
-//   - HOST_MEMORY_EXHAUSTED when the host's OOM killer probably ended the
-//     VMM. The kernel log that would say so is not readable portably, so
-//     this is a heuristic: the VMM died of SIGKILL that the node did not
-//     send, and the host's OOM kill counter (oom_kill in /proc/vmstat,
-//     counting memory cgroup kills too) rose in the seconds before it was
-//     noticed. Without the counter, SIGKILL alone decides. A re-attached
-//     VMM is not this process's child, so its exit status is unknown: the
-//     counter alone decides.
-//   - CRASHED otherwise (a guest panic, a QEMU error, a kill by someone
-//     else).
-func classifyEnd(console string, st *os.ProcessState, oomBefore, oomAfter int64) nodev1.ExecutionEnd {
-	if !strings.Contains(console, "Kernel panic") &&
-		(strings.Contains(console, "reboot: Power down") || strings.Contains(console, "reboot: Restarting system")) {
-		return nodev1.ExecutionEnd_EXECUTION_END_GUEST_SHUTDOWN
-	}
-	oomRose := oomBefore >= 0 && oomAfter > oomBefore
-	if st == nil {
-		if oomRose {
-			return nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED
-		}
-		return nodev1.ExecutionEnd_EXECUTION_END_CRASHED
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL &&
-		(oomRose || oomBefore < 0 || oomAfter < 0) {
-		return nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED
-	}
-	return nodev1.ExecutionEnd_EXECUTION_END_CRASHED
-}
-
-// oomKills reads the host's OOM kill counter, or -1.
-func oomKills() int64 {
-	f, err := os.Open("/proc/vmstat")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return n
-		}
-	}
-	return -1
-}
-
-func exitDescription(st *os.ProcessState) string {
-	if st == nil {
-		return "unknown (re-attached)"
-	}
-	return st.String()
 }
 
 // hostClockMemory is the guest's memory report with its times moved to

@@ -1,11 +1,12 @@
-package node
+package qemu
 
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
-	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/node/vm"
 )
 
 // exitOf runs sh -c script and returns how it ended.
@@ -20,9 +21,10 @@ func TestClassifyEnd(t *testing.T) {
 	killed := exitOf(t, "kill -KILL $$")
 	exited := exitOf(t, "exit 0")
 	const (
-		shutdown = nodev1.ExecutionEnd_EXECUTION_END_GUEST_SHUTDOWN
-		oom      = nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED
-		crashed  = nodev1.ExecutionEnd_EXECUTION_END_CRASHED
+		shutdown = vm.PowerOff
+		reset    = vm.Reset
+		oom      = vm.OOMKilled
+		crashed  = vm.Crashed
 	)
 	for _, tc := range []struct {
 		name      string
@@ -30,10 +32,12 @@ func TestClassifyEnd(t *testing.T) {
 		st        *os.ProcessState
 		oomBefore int64
 		oomAfter  int64
-		want      nodev1.ExecutionEnd
+		want      vm.Cause
 	}{
 		{"power off", "x\n[ 16.8] reboot: Power down\n", exited, 3, 3, shutdown},
-		{"restart", "[ 1.0] reboot: Restarting system\n", exited, 3, 3, shutdown},
+		{"restart", "[ 1.0] reboot: Restarting system\n", exited, 3, 3, reset},
+		{"restart, then power off", "reboot: Restarting system\nbooted\nreboot: Power down\n", exited, 3, 3, shutdown},
+		{"power off is not the last word", "reboot: Power down\nreboot: Restarting system\n", exited, 3, 3, reset},
 		{"panic", "Kernel panic - not syncing: x\nreboot: Restarting system\n", exited, 3, 3, crashed},
 		{"power off, re-attached", "reboot: Power down", nil, 3, 3, shutdown},
 		{"SIGKILL with an OOM kill", "booted", killed, 3, 4, oom},
@@ -50,5 +54,35 @@ func TestClassifyEnd(t *testing.T) {
 	}
 	if n := oomKills(); n < 0 {
 		t.Logf("no oom_kill counter in /proc/vmstat here")
+	}
+}
+
+// The console watch counts resets and panics as the log grows, a line
+// split across two reads included.
+func TestConsoleWatchCountsResetsAndPanics(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "console.log")
+	w := &consoleWatch{path: path}
+	appendText := func(s string) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	w.scan() // no file yet
+	appendText("booted\n[ 9.1] reboot: Restart")
+	w.scan()
+	if w.resets != 0 {
+		t.Errorf("a partial line counted: %d", w.resets)
+	}
+	appendText("ing system\nbooted again\n")
+	w.scan()
+	appendText("[ 3.0] reboot: Restarting system\nKernel panic - not syncing: x\n")
+	w.scan()
+	if w.resets != 2 || w.panics != 1 {
+		t.Errorf("resets %d panics %d, want 2 and 1", w.resets, w.panics)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +29,7 @@ import (
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
 	"github.com/kibotos/kibotos/internal/guestchan"
+	"github.com/kibotos/kibotos/internal/node/netslot"
 )
 
 // Accel is how QEMU executes guest code.
@@ -63,21 +63,9 @@ type Spec struct {
 	MemoryMiB uint64
 	Drives    []Drive
 	Accel     Accel
-}
-
-// The guest's network as QEMU's user-mode network lays it out: the guest at
-// .15, the gateway at .2, the nameserver at .3.
-var (
-	GuestNetwork    = netip.MustParsePrefix("10.0.2.0/24")
-	GuestAddress    = netip.MustParsePrefix("10.0.2.15/24")
-	GuestGateway    = netip.MustParseAddr("10.0.2.2")
-	GuestNameserver = netip.MustParseAddr("10.0.2.3")
-)
-
-// NetCmdline is the kernel command line parameter that tells the guest
-// its network (kibotos.net, read by kibotos-guest).
-func NetCmdline() string {
-	return fmt.Sprintf("kibotos.net=%s,%s,%s", GuestAddress, GuestGateway, GuestNameserver)
+	// Net is the guest's network device on QEMU's user-mode network; nil
+	// gives the guest no network device.
+	Net *netslot.UserMode
 }
 
 // Files in a run directory.
@@ -85,10 +73,11 @@ const (
 	pidFile     = "qemu.pid"
 	agentSocket = "agent.sock"
 	consoleLog  = "console.log"
+	stderrFile  = "qemu.stderr"
 )
 
 // baseCmdline makes the guest quiet, send its console to the serial port,
-// power off instead of rebooting, account memory pressure (Debian's kernel
+// reset by triple fault and at once on a panic, account memory pressure (Debian's kernel
 // has PSI off unless asked: the guest's memory watch reads it), and skip
 // the TSC calibration that hangs under load on these hosts
 // (notes/vm-on-ci.md).
@@ -130,7 +119,10 @@ func Args(s Spec) []string {
 		"-accel", string(accel),
 		"-smp", strconv.Itoa(max(s.VCPUs, 1)),
 		"-m", strconv.FormatUint(s.MemoryMiB, 10),
-		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		// No -no-reboot: a guest that resets its machine restarts within
+		// the same QEMU, the same execution (the provider counts resets
+		// from the console, and kills a guest whose kernel panicked).
+		"-nodefaults", "-no-user-config", "-nographic",
 		"-kernel", s.Kernel,
 		"-append", strings.TrimSpace(baseCmdline() + " " + s.Cmdline),
 		"-serial", "file:" + filepath.Join(s.RunDir, consoleLog),
@@ -150,15 +142,18 @@ func Args(s Spec) []string {
 		}
 		args = append(args, "-drive", opt, "-device", "virtio-blk-device,drive="+id)
 	}
-	return append(args,
+	if n := s.Net; n != nil {
 		// The guest's network device: QEMU's user-mode network, with no
 		// root needed. restrict=on keeps every packet inside: slirp would
 		// otherwise forward the gateway address to the host's own
 		// loopback (ctrl's endpoints), which no network policy may reach.
-		// Egress for NETWORK_POLICY_MODE_PUBLIC_INTERNET needs a tap device
-		// and nftables, not built yet.
-		"-netdev", "user,id=net0,restrict=on,net="+GuestNetwork.String(),
-		"-device", "virtio-net-device,netdev=net0",
+		netdev := "user,id=net0,net=" + n.Network.String()
+		if n.Isolated {
+			netdev = "user,id=net0,restrict=on,net=" + n.Network.String()
+		}
+		args = append(args, "-netdev", netdev, "-device", "virtio-net-device,netdev=net0")
+	}
+	return append(args,
 		"-device", "virtio-serial-device",
 		// Relative to QEMU's working directory, the run directory: a unix
 		// socket path is limited to 107 bytes, and run directories nest.
@@ -197,7 +192,7 @@ func Start(s Spec) (*VM, error) {
 	_ = os.Remove(filepath.Join(s.RunDir, agentSocket))
 	cmd := exec.Command(bin, Args(s)...)
 	cmd.Dir = s.RunDir
-	stderr, err := os.Create(filepath.Join(s.RunDir, "qemu.stderr"))
+	stderr, err := os.Create(filepath.Join(s.RunDir, stderrFile))
 	if err != nil {
 		return nil, err
 	}

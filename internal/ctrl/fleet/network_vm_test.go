@@ -1,0 +1,96 @@
+package fleet_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+)
+
+// A PUBLIC_INTERNET policy the node cannot apply (its network is QEMU's
+// isolated user-mode network) is not left silently unenforced: the
+// create fails at FAILURE_STAGE_APPLYING_NETWORK, saying why, and is not
+// retryable.
+func TestPublicInternetTheNodeCannotApplyFailsTheStart(t *testing.T) {
+	e := newVMEnv(t)
+	e.startNode("node-a", "")
+	req := createRequest("create-public")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.waitState(created.Msg.GetWorkspace().GetWorkspaceId(), ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
+	f := w.GetFailure()
+	if f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED ||
+		f.GetRetryable() || !strings.Contains(f.GetMessage(), "PUBLIC_INTERNET cannot be applied on this node") || !strings.Contains(f.GetMessage(), "not built") {
+		t.Errorf("failure %v, want APPLYING_NETWORK, UNSUPPORTED, not retryable, naming why", f)
+	}
+}
+
+// Under DENY_ALL nothing answers DNS at the link address, and a query to
+// it fails at once (the guest routes the address as unreachable) instead
+// of waiting for an answer that never comes: nslookup says there is no
+// route to the host, not that it timed out (as it did after 5 s).
+func TestDNSUnderDenyAllFailsAtOnce(t *testing.T) {
+	e := newVMEnv(t)
+	e.startNode("node-a", "")
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(createRequest("create-deny")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	out, code := e.c.Exec(t, id, "nslookup", "example.com", "10.0.2.3")
+	if code == 0 || strings.Contains(out, "timed out") || !strings.Contains(out, "No route to host") {
+		t.Errorf("nslookup at the link address under DENY_ALL: exit %d, %q; want it refused at once (no route to host), not timed out", code, out)
+	}
+}
+
+// A guest that resets its machine comes back within the same execution:
+// the Workspace stays AVAILABLE at its generation, and once the guest
+// answers again its guest_observation counts the reset (restart_count,
+// last_reset_at) and says it rebooted.
+func TestGuestResetIsObservedAndTheWorkspaceRuns(t *testing.T) {
+	e := newVMEnv(t)
+	e.startNode("node-a", "")
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(createRequest("create-reset")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	before := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	reset := time.Now()
+	// The exec's stream ends with the machine; its result does not matter.
+	processes := ctrlv1connect.NewProcessServiceClient(http.DefaultClient, e.c.Ctrl.Client.WorkspaceEndpoint,
+		connect.WithInterceptors(auth.Bearer(e.c.Ctrl.Client.Token)))
+	if stream, err := processes.ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{
+		Command: cmd("reboot"), WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"reboot", "-f"}},
+	})); err == nil {
+		for stream.Receive() {
+		}
+		_ = stream.Close()
+	}
+	var w *ctrlv1.Workspace
+	waitLong(t, "the reset observed", func() bool {
+		w = e.workspace(id)
+		return w.GetGuestObservation().GetRestartCount() == 1 &&
+			w.GetGuestObservation().GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING
+	})
+	obs := w.GetGuestObservation()
+	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || w.GetGeneration() != before.GetGeneration() {
+		t.Errorf("after the reset: %v at generation %d, want AVAILABLE at %d (the same execution)", w.GetState(), w.GetGeneration(), before.GetGeneration())
+	}
+	if !obs.GetRebooted() || obs.GetLastResetAt() == nil || obs.GetLastResetAt().AsTime().Before(reset.Add(-time.Second)) {
+		t.Errorf("guest_observation %v, want rebooted and last_reset_at after the reset", obs)
+	}
+	if out, code := e.c.Exec(t, id, "true"); code != 0 {
+		t.Errorf("exec after the reset: exit %d %q", code, out)
+	}
+}

@@ -1,0 +1,88 @@
+// Package netslot is the node's seam for an execution's network: a
+// Network attaches one execution under its Workspace's network policy and
+// tells the VM provider what backs the guest's network device and how the
+// guest addresses itself. The node core sees only this package; the
+// implementations (today usernet, the VMM's own isolated user-mode
+// network) are chosen by the wiring (internal/cli), as VM providers are.
+package netslot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// Network makes the network attachments of executions.
+type Network interface {
+	// Name says which implementation it is, for logs.
+	Name() string
+	// Attach prepares the network of execution instanceID under policy (nil
+	// is DENY_ALL, what an unspecified mode selects). It is idempotent: a
+	// second Attach of the same instance gives the same attachment. A
+	// policy the implementation cannot enforce is an *Unenforceable error:
+	// the start fails instead of running with less than it asked.
+	Attach(ctx context.Context, instanceID string, policy *ctrlv1.NetworkPolicy) (Attachment, error)
+}
+
+// Attachment is one execution's network.
+type Attachment interface {
+	// Device is what the provider backs the guest's network device with.
+	Device() Device
+	// Guest is the addressing the guest configures on that device.
+	Guest() Addressing
+	// Release undoes what Attach made; it is idempotent.
+	Release() error
+}
+
+// Device is one of the kinds of backing a provider may offer; exactly one
+// field is set. A provider that does not offer the kind fails the start.
+type Device struct {
+	// UserMode is the VMM's own user-mode network stack (QEMU's slirp).
+	UserMode *UserMode
+}
+
+// UserMode is a network inside the VMM process.
+type UserMode struct {
+	// Network is the guest's subnet.
+	Network netip.Prefix
+	// Isolated keeps every packet inside the VMM: nothing is forwarded to
+	// the host or beyond.
+	Isolated bool
+}
+
+// Addressing is the guest's IPv4 configuration of its one interface.
+type Addressing struct {
+	Address    netip.Prefix
+	Gateway    netip.Addr
+	Nameserver netip.Addr
+	// NoDNS is true when nothing answers DNS at Nameserver (DENY_ALL): the
+	// guest makes a query to it fail at once instead of time out.
+	NoDNS bool
+}
+
+// Unenforceable is a policy an implementation cannot apply.
+type Unenforceable struct {
+	Mode ctrlv1.NetworkPolicyMode
+	Why  string
+}
+
+func (e *Unenforceable) Error() string {
+	return fmt.Sprintf("network policy %v cannot be applied on this node: %s", e.Mode, e.Why)
+}
+
+// IsUnenforceable reports whether err is an *Unenforceable.
+func IsUnenforceable(err error) bool {
+	var u *Unenforceable
+	return errors.As(err, &u)
+}
+
+// Mode is policy's mode, DENY_ALL when unspecified.
+func Mode(policy *ctrlv1.NetworkPolicy) ctrlv1.NetworkPolicyMode {
+	if m := policy.GetMode(); m != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_UNSPECIFIED {
+		return m
+	}
+	return ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL
+}
