@@ -46,3 +46,9 @@ export KIBOTOS_TEST_REQUIRE_POSTGRES=1
 
 step "go test"
 go test -race -count=1 -timeout 20m ./...
+
+step "fuzz (short)"
+# The seed corpora ran above; this searches a little further each run.
+for target in FuzzDecide FuzzParseEntry; do
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime 5s ./internal/node/netslot/policy
+done
