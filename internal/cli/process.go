@@ -176,7 +176,7 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 	printEndpoints(cmd, srv, cfg.StateDir)
 	printDevUsage(cmd, cfg.StateDir, clientPath)
 	// Everything dev runs needs no root; say which feature would.
-	fmt.Fprintln(cmd.ErrOrStderr(), "note: Workspaces get an isolated network (QEMU user-mode, no root); egress to the internet (NETWORK_POLICY_MODE_PUBLIC_INTERNET) needs root for tap devices and nftables and is not built yet")
+	fmt.Fprintln(cmd.ErrOrStderr(), "note: Workspaces get an isolated network (QEMU user-mode, no root); egress to the internet (NETWORK_POLICY_MODE_PUBLIC_INTERNET) is not built yet: a start that asks for it fails at APPLYING_NETWORK")
 	fmt.Fprintln(cmd.OutOrStdout(), "ready; Ctrl-C stops")
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- srv.Wait() }()
