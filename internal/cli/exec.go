@@ -56,7 +56,9 @@ exec goes on streaming until the process ends; a second Ctrl-C sends
 SIGKILL. With --detach, Ctrl-C leaves the process running instead: exec
 prints its id and returns (see "kibotos workspace process"). With --tty the
 terminal is raw, so Ctrl-C reaches the guest's terminal as a key, and
-resizing this terminal resizes the guest's.`,
+resizing this terminal resizes the guest's; when the input is no terminal
+(a pipe, a file), --tty is ignored with a warning and the input goes to the
+process's plain stdin.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := onWorkspace(ctrlv1connect.NewProcessServiceClient)
@@ -66,9 +68,18 @@ resizing this terminal resizes the guest's.`,
 			spec := f.spec(args[1:])
 			e := execution{client: client, workspaceID: args[0], out: out, cmd: cmd, detach: detach, input: f.stdin || f.tty}
 			if f.tty {
-				e.term = openTerminal(cmd.InOrStdin())
-				defer e.term.restore()
-				spec.Pty = e.term.size()
+				if t, ok := openTerminal(cmd.InOrStdin()); ok {
+					e.term = t
+					defer e.term.restore()
+					spec.Pty = e.term.size()
+				} else {
+					// As kubectl does: a pty fed from a pipe or a file
+					// cannot be given a reliable EOF (a ^D written before
+					// the guest's shell turns its line editing on is read
+					// as a NUL), so the input goes to a plain stdin.
+					fmt.Fprintln(cmd.ErrOrStderr(), "kibotos: the input is not a terminal: running without one (-t ignored)")
+					spec.Stdin = true
+				}
 			}
 			return e.run(cmd.Context(), &ctrlv1.ExecProcessRequest{Command: newCommandMetadata(f.commandID), WorkspaceId: args[0], Spec: spec})
 		},
@@ -169,7 +180,7 @@ func (e *execution) started(ctx context.Context, processID string) {
 	if e.input {
 		go forwardInput(ctx, e.client, e.workspaceID, processID, e.cmd.InOrStdin(), e.cmd.ErrOrStderr())
 	}
-	if e.term != nil && e.term.fd >= 0 {
+	if e.term != nil {
 		// Notify before the process can print: a resize from then on is sent.
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)
@@ -265,21 +276,21 @@ func forwardInput(ctx context.Context, client ctrlv1connect.ProcessServiceClient
 }
 
 // terminal is this command's input terminal in raw mode (keys go to the
-// guest's terminal as typed, ^C included), or a stand-in of 24x80 when
-// the input is no terminal.
+// guest's terminal as typed, ^C included).
 type terminal struct {
 	fd    int
-	state *term.State // nil: no terminal, or raw mode refused
+	state *term.State // nil: raw mode refused
 }
 
-func openTerminal(in io.Reader) *terminal {
+// openTerminal makes in raw, if it is a terminal.
+func openTerminal(in io.Reader) (*terminal, bool) {
 	f, ok := in.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return &terminal{fd: -1}
+		return nil, false
 	}
 	t := &terminal{fd: int(f.Fd())}
 	t.state, _ = term.MakeRaw(t.fd)
-	return t
+	return t, true
 }
 
 func (t *terminal) restore() {
@@ -290,10 +301,8 @@ func (t *terminal) restore() {
 
 // size is the terminal's size in cells, 24x80 when unknown.
 func (t *terminal) size() *ctrlv1.ProcessPty {
-	if t.fd >= 0 {
-		if cols, rows, err := term.GetSize(t.fd); err == nil && cols > 0 && rows > 0 {
-			return &ctrlv1.ProcessPty{Rows: uint32(rows), Cols: uint32(cols)}
-		}
+	if cols, rows, err := term.GetSize(t.fd); err == nil && cols > 0 && rows > 0 {
+		return &ctrlv1.ProcessPty{Rows: uint32(rows), Cols: uint32(cols)}
 	}
 	return &ctrlv1.ProcessPty{Rows: 24, Cols: 80}
 }

@@ -150,6 +150,19 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 		t.Errorf("exec -o json events: %v", events)
 	}
 
+	// exec -it with a pipe for input: -t is dropped with a warning (a pty
+	// would echo the input and could miss its EOF) and the shell reads the
+	// pipe to its end.
+	piped := d.command("workspace", "exec", "-it", id, "--", "sh")
+	piped.Stdin = strings.NewReader("echo piped\nexit 3\n")
+	var pipedErr strings.Builder
+	piped.Stderr = &pipedErr
+	out, err = piped.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || string(out) != "piped\n" ||
+		!strings.Contains(pipedErr.String(), "the input is not a terminal: running without one (-t ignored)") {
+		t.Errorf("exec -it with piped input: %v, stdout %q, stderr %s", err, out, pipedErr.String())
+	}
+
 	// Ctrl-C: the guest process gets SIGINT (its trap runs and sets the
 	// status), and exec ends with the stream, exiting with that status.
 	cmd, stderr, rest := d.startExec(t, "ready", id, "--", "sh", "-c", `trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 1; done`)
