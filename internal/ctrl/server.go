@@ -254,12 +254,19 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend,
 	}
 	var vols *volume.Service
 	var ws *workspace.Service
-	f := fleet.New(st, runner, cfg.Logger, fc, fleet.Deps{Artifacts: cat, Executions: func(f *fleet.Fleet) fleet.Executions {
-		vols = volume.New(st, f, runner, volume.DefaultProfile)
-		ws = workspace.New(st, f, vols, runner)
-		return ws
-	}})
-	pools := pool.New(st, runner, f, cfg.Logger.With("component", "pool"), cfg.MoveWait)
+	var pools *pool.Service
+	f := fleet.New(st, runner, cfg.Logger, fc, fleet.Deps{
+		Artifacts: cat,
+		Executions: func(f *fleet.Fleet) fleet.Executions {
+			vols = volume.New(st, f, runner, volume.DefaultProfile)
+			ws = workspace.New(st, f, vols, runner)
+			return ws
+		},
+		Moves: func(f *fleet.Fleet) fleet.Moves {
+			pools = pool.New(st, runner, f, cfg.Logger.With("component", "pool"), cfg.MoveWait)
+			return pools
+		},
+	})
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
 			Pools: pools},

@@ -34,7 +34,11 @@ func newBackend(t *testing.T) *api.Backend {
 	t.Helper()
 	st := storetest.Open(t, storetest.SQLiteDSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
-	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
+	var pools *pool.Service
+	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{Moves: func(f *fleet.Fleet) fleet.Moves {
+		pools = pool.New(st, runner, f, slog.Default(), 0)
+		return pools
+	}})
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
 	ws := workspace.New(st, f, vols, runner)
 	cat, err := catalog.New(st, t.TempDir(), runner, fleet.DefaultConfig, slog.Default()) // as ctrl's server wires it
@@ -42,7 +46,7 @@ func newBackend(t *testing.T) *api.Backend {
 		t.Fatal(err)
 	}
 	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, ""), Catalog: cat,
-		Pools: pool.New(st, runner, f, slog.Default(), 0)}
+		Pools: pools}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service

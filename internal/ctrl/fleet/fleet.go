@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -69,8 +68,7 @@ type Fleet struct {
 
 	artifacts  Artifacts
 	executions Executions
-	// copyProgress hears CopyBlockFile progress (moves between pools).
-	copyProgress atomic.Pointer[func(ctx context.Context, nodeID string, p *nodev1.CopyProgress)]
+	moves      Moves
 }
 
 // Artifacts finds the file of an artifact by digest.
@@ -105,21 +103,23 @@ type Released struct {
 	Volumes, RetainedLayers, Workspaces uint64
 }
 
-// OnCopyProgress sets who hears how far the nodes' block file copies
-// have come; progress from nodes is dropped until then.
-func (f *Fleet) OnCopyProgress(fn func(ctx context.Context, nodeID string, p *nodev1.CopyProgress)) {
-	f.copyProgress.Store(&fn)
+// Moves is the domain of moves between storage pools: it hears how far
+// the nodes' block file copies have come.
+type Moves interface {
+	CopyProgress(ctx context.Context, nodeID string, p *nodev1.CopyProgress)
 }
 
-// Deps are what a Fleet serves besides its nodes. Executions makes the
-// domain of executions, which needs the Fleet itself (it places on it):
-// New calls it, so the Fleet it returns is whole. A zero field is a fleet
-// of the nodes alone, for tests of the fleet: it serves no artifacts
-// (FetchArtifact is unimplemented) and has no executions to hear about
-// (reports are dropped, an isolation is refused).
+// Deps are what a Fleet serves besides its nodes. Executions and Moves
+// make domains that need the Fleet itself (they place on it, their nodes
+// copy): New calls them, so the Fleet it returns is whole. A zero field is
+// a fleet of the nodes alone, for tests of the fleet: it serves no
+// artifacts (FetchArtifact is unimplemented), has no executions to hear
+// about (reports are dropped, an isolation is refused) and drops copy
+// progress.
 type Deps struct {
 	Artifacts  Artifacts
 	Executions func(*Fleet) Executions
+	Moves      func(*Fleet) Moves
 }
 
 // New makes a Fleet with its deps.
@@ -128,15 +128,23 @@ func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config, deps Deps) *
 		cfg.PlacementTimeout = DefaultPlacementTimeout
 	}
 	f := &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{},
-		artifacts: deps.Artifacts, executions: noExecutions{}}
+		artifacts: deps.Artifacts, executions: noExecutions{}, moves: noMoves{}}
 	if f.artifacts == nil {
 		f.artifacts = noArtifacts{}
 	}
 	if deps.Executions != nil {
 		f.executions = deps.Executions(f)
 	}
+	if deps.Moves != nil {
+		f.moves = deps.Moves(f)
+	}
 	return f
 }
+
+// noMoves is a fleet with no moves: copy progress is dropped.
+type noMoves struct{}
+
+func (noMoves) CopyProgress(context.Context, string, *nodev1.CopyProgress) {}
 
 // noArtifacts is a fleet that serves no artifacts.
 type noArtifacts struct{}

@@ -349,9 +349,7 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 		f.executions.ExecutionProgress(ctx, s.nodeID, m.ExecutionProgress)
 		return nil
 	case *nodev1.SessionRequest_CopyProgress:
-		if fn := f.copyProgress.Load(); fn != nil {
-			(*fn)(ctx, s.nodeID, m.CopyProgress)
-		}
+		f.moves.CopyProgress(ctx, s.nodeID, m.CopyProgress)
 		return nil
 	case *nodev1.SessionRequest_Hello:
 		return errors.New("a second hello on one session")

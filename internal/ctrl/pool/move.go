@@ -623,9 +623,9 @@ func (s *Service) removeCopy(ctx context.Context, w *command.Work, m *moved) err
 	return end(func(tx *store.Tx) error { return tx.DeletePoolCleanup(pool, m.key) })
 }
 
-// copyProgress records how far a move's copy has come as its command's
+// CopyProgress records how far a move's copy has come as its command's
 // progress (operation ids are "<command_id>/copy").
-func (s *Service) copyProgress(ctx context.Context, nodeID string, p *nodev1.CopyProgress) {
+func (s *Service) CopyProgress(ctx context.Context, nodeID string, p *nodev1.CopyProgress) {
 	commandID, ok := strings.CutSuffix(p.GetOperationId(), "/copy")
 	if !ok {
 		return

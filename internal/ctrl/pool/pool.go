@@ -52,7 +52,8 @@ type Service struct {
 
 // New makes the pool domain, whole: runner drives its commands (moves
 // too) and wakes those waiting for a pool, f's nodes copy the block files
-// of moves. moveWait is the longest a move call waits for its move to
+// of moves (the Fleet tells the Service their progress: make it in
+// fleet.Deps.Moves to hear it). moveWait is the longest a move call waits for its move to
 // settle; zero is MoveWait (one minute).
 func New(s *store.Store, runner *command.Runner, f *fleet.Fleet, log *slog.Logger, moveWait time.Duration) *Service {
 	if moveWait <= 0 {
@@ -62,7 +63,6 @@ func New(s *store.Store, runner *command.Runner, f *fleet.Fleet, log *slog.Logge
 	runner.Handle(kindMoveVolume, svc.runMove)
 	runner.Handle(kindMoveLayer, svc.runMove)
 	runner.Handle(kindRemoveCopy, svc.runRemoveCopy)
-	f.OnCopyProgress(svc.copyProgress)
 	return svc
 }
 

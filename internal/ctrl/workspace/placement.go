@@ -1,0 +1,436 @@
+package workspace
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/pool"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// DefaultLayerCapacity is the writable layer a request of zero gets: the
+// storage profile of the nodes (a sparse file: it uses only what is
+// written).
+const DefaultLayerCapacity = 4 << 30
+
+// instanceID names an execution by its Workspace and the command that
+// started it, so a node's report leads back to the Workspace.
+func instanceID(workspaceID, commandID string) string {
+	sum := sha256.Sum256([]byte(commandID))
+	return workspaceID + "." + hex.EncodeToString(sum[:6])
+}
+
+// WorkspaceOf is the Workspace an instance id belongs to.
+func WorkspaceOf(instanceID string) string {
+	ws, _, _ := strings.Cut(instanceID, ".")
+	return ws
+}
+
+// launchPlan is what a start needs, read at the start of a step.
+type launchPlan struct {
+	w        *ctrlv1.Workspace
+	runtime  *storev1.WorkspaceRuntime
+	volume   *ctrlv1.Volume
+	launch   *storev1.Launch
+	template *storev1.TemplateRevision
+	// node is the only candidate of an ...OnNode command, "" otherwise.
+	node string
+}
+
+// runPlacement drives create and start: resolve what boots, place the
+// execution on a node, create the NEW Volume there if it is not yet, start
+// the VM and wait for its agent.
+func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
+	plan, wait, err := s.plan(ctx, wk)
+	stage := ctrlv1.FailureStage_FAILURE_STAGE_STARTING
+	if wk.Command().GetKind() == kindCreate {
+		stage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING
+	}
+	if v := plan.GetVolume(); err == nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+		// Its pool was declared lost while the start waited.
+		return s.failStart(ctx, wk, &ctrlv1.WorkspaceFailure{
+			Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST,
+			Message: fmt.Sprintf("the bound Volume %s is LOST: bind another Volume or delete the Workspace", v.GetVolumeId()),
+		})
+	}
+	if err != nil || wait != "" {
+		if wait != "" {
+			return wk.Wait(ctx, wait, time.Minute)
+		}
+		return err
+	}
+	nodeID := wk.Command().GetNodeId()
+	if nodeID == "" {
+		var refusal *fleet.Refusal
+		var poolRefusal *pool.Refusal
+		nodeID, refusal, poolRefusal, err = s.place(ctx, wk, plan)
+		switch {
+		case err != nil:
+			return err
+		case poolRefusal != nil:
+			return s.failStart(ctx, wk, poolRefusal.Failure(ctrlv1.FailureStage_FAILURE_STAGE_PLACING, s.now()))
+		case refusal != nil:
+			return s.placementRefused(ctx, wk, refusal)
+		}
+	}
+	if v := plan.volume; v != nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING {
+		answer, err := s.fleet.Await(ctx, wk, "ensure-volume", nodeID, &nodev1.EnsureBlockFile{
+			Ref: volumeRef(v), CapacityBytes: v.GetSpec().GetCapacityBytes(),
+		}, ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME)
+		if answer == nil || err != nil {
+			return err
+		}
+		if answer.Failure != nil {
+			return s.failStart(ctx, wk, answer.Failure)
+		}
+		if err := s.store.Tx(ctx, func(tx *store.Tx) error {
+			return s.volumes.Update(tx, v.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+		}); err != nil {
+			return err
+		}
+	}
+	start := s.startExecution(plan, nodeID, wk.Command().GetCommandId())
+	answer, err := s.fleet.Await(ctx, wk, "start", nodeID, start, stage)
+	if answer == nil || err != nil {
+		return err
+	}
+	if answer.Failure != nil {
+		if networkUnenforceable(answer) {
+			answer.Failure.Stage = ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK
+		}
+		return s.failStart(ctx, wk, answer.Failure, func(tx *store.Tx) error { return forgetRemovedLayer(tx, start, answer) })
+	}
+	status := &nodev1.ExecutionStatus{}
+	if err := answer.Result.UnmarshalTo(status); err != nil {
+		return err
+	}
+	return wk.Succeed(ctx, func(tx *store.Tx) error { return s.started(tx, plan, nodeID, start, status) })
+}
+
+// GetVolume is the bound Volume, nil for none (or no plan).
+func (p *launchPlan) GetVolume() *ctrlv1.Volume {
+	if p == nil {
+		return nil
+	}
+	return p.volume
+}
+
+// plan reads the Workspace and resolves its template and Launch, storing
+// them in its spec the first time. wait says why the command cannot go on.
+func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, string, error) {
+	req, err := wk.Request()
+	if err != nil {
+		return nil, "", err
+	}
+	req, node := unpin(req)
+	var plan *launchPlan
+	var wait string
+	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+		w, err := tx.GetWorkspace(wk.Command().GetTargetId(), true)
+		if err != nil {
+			return err
+		}
+		plan = &launchPlan{w: w, node: node}
+		if plan.runtime, err = tx.GetRuntime(w.GetWorkspaceId(), true); err != nil {
+			return err
+		}
+		if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+			if plan.volume, err = tx.GetVolume(b.GetVolumeId(), false); err != nil {
+				return err
+			}
+		}
+		if wait, err = s.resolve(tx, plan, req); err != nil || wait != "" {
+			return err
+		}
+		w.UpdatedAt = timestamppb.New(s.now())
+		return tx.PutWorkspace(w)
+	})
+	return plan, wait, err
+}
+
+// resolve fills the plan's template and Launch. A create's template was
+// resolved at its admission (a create an older ctrl admitted, without one,
+// binds the template its selector names here); a create binds the default
+// Launch of the deployment's default PlatformKey; an explicit start
+// rebinds launch_ref to the current default of the PlatformKey it is on.
+func (s *Service) resolve(tx *store.Tx, plan *launchPlan, req any) (string, error) {
+	spec := plan.w.GetSpec()
+	if spec.GetTemplate() == nil {
+		sel := &ctrlv1.TemplateSelector{}
+		if create, ok := req.(*ctrlv1.CreateWorkspaceRequest); ok {
+			sel = create.GetSpec().GetTemplate()
+		}
+		t, err := tx.TemplateRevision(sel.GetTemplate(), sel.GetRevision())
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Sprintf("no template matches %q (revision %q): register one (kibotos dev does at first start)", sel.GetTemplate(), sel.GetRevision()), nil
+		} else if err != nil {
+			return "", err
+		}
+		spec.Template = &ctrlv1.TemplateRef{Template: t.GetTemplate(), Revision: t.GetRevision()}
+	}
+	t, err := tx.TemplateRevision(spec.GetTemplate().GetTemplate(), spec.GetTemplate().GetRevision())
+	if err != nil {
+		return "", fmt.Errorf("template %v: %w", spec.GetTemplate(), err)
+	}
+	plan.template = t
+	key := ""
+	if spec.GetLaunchRef() != "" {
+		current, err := tx.GetLaunch(spec.GetLaunchRef())
+		if err != nil {
+			return "", err
+		}
+		key = current.GetPlatformKey()
+		if _, isStart := req.(*ctrlv1.StartWorkspaceRequest); !isStart {
+			plan.launch = current
+			return "", nil
+		}
+	}
+	l, err := tx.DefaultLaunch(key)
+	if errors.Is(err, store.ErrNotFound) {
+		return "no platform is registered: register one (kibotos dev does at first start)", nil
+	} else if err != nil {
+		return "", err
+	}
+	if spec.GetLaunchRef() != "" && spec.GetLaunchRef() != l.GetLaunchRef() {
+		spec.LaunchBindingVersion++
+	}
+	spec.LaunchRef = l.GetLaunchRef()
+	plan.launch = l
+	return "", nil
+}
+
+// errPoolRefused rolls back a placement whose layer pool refused the
+// layer: the Allocation made in the same transaction goes with it.
+var errPoolRefused = errors.New("the layer's pool refused it")
+
+// place charges the execution to a node (fleet.Place: every placement
+// constraint), and records where a first writable layer goes: beside the
+// Volume, or in the node's default pool, where it reserves its capacity.
+// refusal says why no node takes it, poolRefusal why that pool takes no new
+// layer; nothing is placed then.
+func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan) (nodeID string, refusal *fleet.Refusal, poolRefusal *pool.Refusal, err error) {
+	res := plan.w.GetSpec().GetResources()
+	p := fleet.Placement{
+		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), wk.Command().GetCommandId()),
+		CPUMillis: res.GetCpuMillis(), MemoryBytes: res.GetMemoryBytes(), Pools: []string{plan.runtime.GetLayerPool()}, Node: plan.node,
+	}
+	if plan.volume != nil {
+		p.Pools = append(p.Pools, plan.volume.GetSpec().GetStoragePool())
+	}
+	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+		nodeID, refusal, poolRefusal = "", nil, nil
+		placed, why, err := s.fleet.Place(tx, p)
+		if why != nil || err != nil {
+			refusal = why
+			return err
+		}
+		rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
+		if err != nil {
+			return err
+		}
+		if rt.GetLayerPool() == "" {
+			rt.LayerPool = placed.DefaultPool
+			if plan.volume != nil {
+				rt.LayerPool = plan.volume.GetSpec().GetStoragePool()
+			}
+			rt.LayerCapacityBytes = layerCapacity(plan.w)
+			rt.LayerUnconfirmed = true
+			if poolRefusal, err = pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
+				return cmp.Or(err, errPoolRefused)
+			}
+			if err := tx.PutRuntime(rt); err != nil {
+				return err
+			}
+		} else if grow := layerCapacity(plan.w); grow > rt.GetLayerCapacityBytes() {
+			// A resized layer grows at this start: its pool must have room
+			// for the difference, which the layer reserves once the node
+			// grew it (started records the capacity it has).
+			if poolRefusal, err = pool.Reserve(tx, rt.GetLayerPool(), grow-rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
+				return cmp.Or(err, errPoolRefused)
+			}
+		}
+		nodeID = placed.NodeID
+		plan.runtime = rt
+		return nil
+	})
+	if errors.Is(err, errPoolRefused) {
+		err = nil
+	}
+	return nodeID, refusal, poolRefusal, err
+}
+
+// placementRefused waits while no node takes the execution, telling why in
+// waiting_for, for up to the fleet's PlacementTimeout from the command's
+// admission (a node coming back, room freeing); after that the create or
+// start fails at FAILURE_STAGE_PLACING with the refusal's reason.
+func (s *Service) placementRefused(ctx context.Context, wk *command.Work, refusal *fleet.Refusal) error {
+	left := s.fleet.PlacementTimeout() - s.now().Sub(wk.Command().GetAdmittedAt().AsTime())
+	if left > 0 {
+		return wk.Wait(ctx, "a node to take it: "+refusal.Message, min(left, placementRetry))
+	}
+	return s.failStart(ctx, wk, refusal.Failure())
+}
+
+// placementRetry is how often a waiting placement looks again: room that
+// frees wakes nothing (node sessions, drains and ratios do).
+const placementRetry = 2 * time.Second
+
+// layerCapacity is the capacity of w's writable layer: what it asked for,
+// or the storage profile's default.
+func layerCapacity(w *ctrlv1.Workspace) uint64 {
+	if c := w.GetSpec().GetResources().GetWritableLayerCapacityBytes(); c != 0 {
+		return c
+	}
+	return DefaultLayerCapacity
+}
+
+func volumeRef(v *ctrlv1.Volume) *nodev1.BlockFileRef {
+	return &nodev1.BlockFileRef{StoragePool: v.GetSpec().GetStoragePool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: v.GetVolumeId()}
+}
+
+func layerRef(rt *storev1.WorkspaceRuntime) *nodev1.BlockFileRef {
+	return &nodev1.BlockFileRef{StoragePool: rt.GetLayerPool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER, ObjectId: rt.GetWorkspaceId()}
+}
+
+// startExecution is the node operation that boots the plan.
+func (s *Service) startExecution(plan *launchPlan, nodeID, commandID string) *nodev1.StartExecution {
+	res := plan.w.GetSpec().GetResources()
+	layer := layerCapacity(plan.w)
+	vcpus := (res.GetCpuMillis() + 999) / 1000
+	start := &nodev1.StartExecution{
+		InstanceId: instanceID(plan.w.GetWorkspaceId(), commandID), BootId: "boot-" + commandHash(commandID),
+		Kernel: plan.launch.GetKernel(), Initrd: plan.launch.GetInitrd(), TemplateRoot: plan.template.GetRoot(),
+		Layer: layerRef(plan.runtime), LayerCapacityBytes: layer,
+		Vcpus: max(vcpus, 1), MemoryBytes: res.GetMemoryBytes(),
+		Hostname:      plan.w.GetWorkspaceId(),
+		NetworkPolicy: plan.w.GetSpec().GetNetworkPolicy(),
+	}
+	if plan.volume != nil {
+		start.Volume = volumeRef(plan.volume)
+		start.VolumeMountPath = plan.w.GetSpec().GetVolume().GetMountPath()
+	}
+	return start
+}
+
+func commandHash(commandID string) string {
+	sum := sha256.Sum256([]byte(commandID))
+	return hex.EncodeToString(sum[:8])
+}
+
+// started records a running execution: AVAILABLE, one more generation, the
+// retention tiers' continuity, the Volume attached.
+func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *nodev1.StartExecution, status *nodev1.ExecutionStatus) error {
+	rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
+	if err != nil {
+		return err
+	}
+	continuity, reason := ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED, ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_UNSPECIFIED
+	switch {
+	case status.GetLayerCreated() && rt.GetStarts() == 0:
+		continuity, reason = ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START
+	case status.GetLayerCreated():
+		continuity, reason = ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE
+	}
+	rt.InstanceId, rt.NodeId, rt.BootId = start.GetInstanceId(), nodeID, start.GetBootId()
+	rt.Starts++
+	if c := status.GetLayerCapacityBytes(); c != 0 {
+		rt.LayerCapacityBytes = c // what the layer has, and reserves in its pool
+	}
+	rt.LayerTemplate = plan.template.GetRoot().GetDigest()
+	rt.LayerUnconfirmed = false
+	rt.LayerContinuity, rt.LayerResetReason = continuity, reason
+	if err := tx.PutRuntime(rt); err != nil {
+		return err
+	}
+	if plan.volume != nil {
+		if err := s.volumes.Update(tx, plan.volume.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = ctrlv1.VolumeState_VOLUME_STATE_ATTACHED }); err != nil {
+			return err
+		}
+	}
+	return s.setWorkspace(tx, plan.w.GetWorkspaceId(), func(w *ctrlv1.Workspace) {
+		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
+		w.Spec = plan.w.GetSpec()
+		w.Generation++
+		w.Failure = nil
+		w.Delivery = nil // absent once the Workspace is available
+		w.GuestObservation = &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(s.now()), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
+	})
+}
+
+// failStart records a create or start that failed: the Workspace is FAILED
+// and holds no execution, so it can be started again. also runs in the
+// same transaction.
+func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrlv1.WorkspaceFailure, also ...func(tx *store.Tx) error) error {
+	return wk.Fail(ctx, failure, func(tx *store.Tx) error {
+		id := wk.Command().GetTargetId()
+		if err := tx.ReleaseAllocation(id, instanceID(id, wk.Command().GetCommandId())); err != nil {
+			return err
+		}
+		for _, f := range also {
+			if err := f(tx); err != nil {
+				return err
+			}
+		}
+		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) {
+			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+			w.Failure = failure
+			if d := w.GetDelivery(); d != nil {
+				// The start failed with its artifacts still arriving.
+				d.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_PREPARATION_FAILED
+				d.Message = failure.GetMessage()
+				d.ObservedAt = timestamppb.New(s.now())
+			}
+		})
+	})
+}
+
+// networkUnenforceable says whether a failed start's node could not apply
+// the Workspace's network policy (StartFailure.network_unenforceable).
+func networkUnenforceable(answer *fleet.Answer) bool {
+	said := &nodev1.StartFailure{}
+	return answer.Result != nil && answer.Result.MessageIs(said) && answer.Result.UnmarshalTo(said) == nil && said.GetNetworkUnenforceable()
+}
+
+// forgetRemovedLayer follows a failed start's node (StartFailure). The
+// layer no longer exists when the start made it and removed it again, or
+// when the start never came to a layer no start has made yet
+// (layer_unconfirmed): it is then no longer placed, leaving its pool's
+// objects and reservation, and the next start places a new one as a first
+// start does. A start that came to the layer and kept it confirms it.
+// Without a StartFailure (ctrl failed the operation itself: the node never
+// answered) the layer may or may not exist, and stays as it was.
+func forgetRemovedLayer(tx *store.Tx, start *nodev1.StartExecution, answer *fleet.Answer) error {
+	said := &nodev1.StartFailure{}
+	if answer.Result == nil || !answer.Result.MessageIs(said) {
+		return nil
+	}
+	if err := answer.Result.UnmarshalTo(said); err != nil {
+		return err
+	}
+	rt, err := tx.GetRuntime(WorkspaceOf(start.GetInstanceId()), true)
+	if err != nil || rt.GetLayerPool() != start.GetLayer().GetStoragePool() {
+		return err
+	}
+	switch {
+	case said.GetLayerRemoved(), said.GetLayerUntouched() && rt.GetLayerUnconfirmed():
+		rt.LayerPool, rt.LayerCapacityBytes, rt.LayerTemplate, rt.LayerUnconfirmed = "", 0, "", false
+	case !said.GetLayerUntouched():
+		rt.LayerUnconfirmed = false // the node came to it and kept it
+	default:
+		return nil
+	}
+	return tx.PutRuntime(rt)
+}

@@ -1,0 +1,187 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// ExecutionEnded records an execution a node saw end without a stop: the
+// guest powered off, or the host killed its VMM. ctrl releases it as a
+// forced stop, so the Workspace can start again.
+func (s *Service) ExecutionEnded(ctx context.Context, nodeID string, r *nodev1.ExecutionReport) {
+	cause := ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN
+	if r.GetEnd() == nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED {
+		cause = ctrlv1.StopCause_STOP_CAUSE_HOST_MEMORY_EXHAUSTED
+	} else if r.GetEnd() == nodev1.ExecutionEnd_EXECUTION_END_STOPPED {
+		return // a StopExecution's own answer records it
+	}
+	now := timestamppb.New(s.now())
+	_ = s.store.Tx(ctx, func(tx *store.Tx) error {
+		rt, err := tx.GetRuntime(WorkspaceOf(r.GetInstanceId()), false)
+		if err != nil || rt.GetInstanceId() != r.GetInstanceId() || rt.GetNodeId() != nodeID {
+			return err
+		}
+		return s.stopped(tx, rt.GetWorkspaceId(), r.GetInstanceId(), &ctrlv1.WorkspaceStop{
+			Cause: cause, Force: true, Durability: ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED, RequestedAt: now, CompletedAt: now,
+		})
+	})
+}
+
+// ExecutionObserved records the node's latest probe of a running guest, and
+// its judgment of the Volume the execution has attached, in tx (the node's
+// observation's). It is an observation: it never changes the Workspace's
+// or the Volume's state. An execution that is not current on the node is a
+// stray, which the node is told to stop (stopStray); it reports whether it
+// recorded that. An execution of no Workspace ctrl knows is left alone.
+func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.ExecutionReport) (bool, error) {
+	id := WorkspaceOf(r.GetInstanceId())
+	rt, err := tx.GetRuntime(id, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if rt.GetInstanceId() != r.GetInstanceId() || rt.GetNodeId() != nodeID {
+		return s.stopStray(tx, nodeID, r.GetInstanceId())
+	}
+	w, err := tx.GetWorkspace(id, true)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if b := w.GetSpec().GetVolume(); r.GetVolume() != nil && b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND &&
+		b.GetVolumeId() == r.GetVolume().GetRef().GetObjectId() {
+		// The node holds the Volume: its report is the Volume's observation.
+		if err := s.volumes.Observed(tx, b.GetVolumeId(), r.GetVolume()); err != nil {
+			return false, err
+		}
+	}
+	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
+}
+
+// withGuestObservation is w with the guest observation r makes at now. A
+// guest coming back from a reset has none until it answers again; then
+// restart_count and last_reset_at count its resets, and it is rebooted:
+// it answers from another boot than the one that started the execution.
+func withGuestObservation(w *ctrlv1.Workspace, r *nodev1.ExecutionReport, now time.Time) *ctrlv1.Workspace {
+	if r.GetComingBack() {
+		w.GuestObservation = nil
+		return w
+	}
+	prev := w.GetGuestObservation()
+	obs := &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(now), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
+	if !r.GetResponding() {
+		obs.Condition = ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
+		obs.Error = r.GetProbeError()
+		obs.UnresponsiveSince = obs.GetObservedAt()
+		if prev.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE {
+			obs.UnresponsiveSince = prev.GetUnresponsiveSince()
+		}
+	}
+	observeMemory(obs, prev, r.GetMemory())
+	if n := r.GetRestartCount(); n > 0 {
+		obs.RestartCount, obs.LastResetAt, obs.Rebooted = n, r.GetLastResetAt(), true
+	}
+	w.GuestObservation = obs
+	return w
+}
+
+// stopStray has nodeID stop an execution it runs that is not its
+// Workspace's current Instance there: one ctrl let go of (an isolation
+// failed it, a start failed around it, the Workspace was deleted or has
+// run elsewhere since) while its VM lived on, such as a node that comes
+// back with a new incarnation and re-attaches the VMs its old one left.
+// Left running, it would keep writing block files that now belong to
+// another execution. A start still booting is not a stray: its Allocation
+// is charged to the node before the node boots it, and the runtime names
+// it only once the boot is answered. It reports whether an operation was
+// recorded.
+func (s *Service) stopStray(tx *store.Tx, nodeID, instance string) (bool, error) {
+	a, err := tx.GetAllocation(WorkspaceOf(instance))
+	switch {
+	case err == nil && a.InstanceID == instance && a.NodeID == nodeID:
+		return false, nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return false, err
+	}
+	return s.fleet.StopStray(tx, nodeID, instance)
+}
+
+// observeMemory fills the memory fields of obs from the guest's report.
+// The condition is known only while the guest responds; the kills stand
+// while it does not.
+func observeMemory(obs, prev *ctrlv1.GuestObservation, m *guestv1.MemoryReport) {
+	if m == nil {
+		obs.MemoryKillCount, obs.LatestMemoryKill = prev.GetMemoryKillCount(), prev.GetLatestMemoryKill()
+		return
+	}
+	obs.MemoryKillCount = m.GetKillCount()
+	if k := m.GetLatestKill(); k != nil {
+		obs.LatestMemoryKill = &ctrlv1.GuestMemoryKill{
+			KilledAt: k.GetKilledAt(), Pid: k.GetPid(), Command: k.GetCommand(), RssBytes: k.GetRssBytes(),
+			FullStallPermille: k.GetFullStallPermille(), Window: k.GetWindow(), SaturatedFor: k.GetSaturatedFor(),
+		}
+	}
+	if obs.GetCondition() != ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING {
+		return
+	}
+	switch m.GetCondition() {
+	case guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL:
+		obs.MemoryCondition = ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_NORMAL
+	case guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED:
+		obs.MemoryCondition = ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_SATURATED
+		obs.MemorySaturatedSince = m.GetSaturatedSince()
+	}
+}
+
+// ExecutionProgress records how far the template and platform artifacts
+// of a starting execution have arrived on its node, as the Workspace's
+// delivery observation. It never changes the Workspace's state.
+func (s *Service) ExecutionProgress(ctx context.Context, nodeID string, p *nodev1.ExecutionProgress) {
+	_ = s.store.Tx(ctx, func(tx *store.Tx) error {
+		w, err := tx.GetWorkspace(WorkspaceOf(p.GetInstanceId()), true)
+		if err != nil {
+			return err
+		}
+		if st := w.GetState(); st != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING && st != ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING {
+			return nil // a late report of a start that ended
+		}
+		now := timestamppb.New(s.now())
+		started := now
+		if prev := w.GetDelivery(); prev != nil {
+			started = prev.GetStartedAt()
+		}
+		w.Delivery = &ctrlv1.TemplateDeliveryObservation{
+			State:          ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY,
+			Reason:         ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_DISTRIBUTING,
+			DeliveredBytes: p.GetDeliveredBytes(), TotalBytes: p.GetTotalBytes(),
+			StartedAt: started, ObservedAt: now,
+		}
+		return tx.PutWorkspace(w)
+	})
+}
+
+// Execution is where a Workspace's current execution runs, for the data
+// plane: its node and instance. ok is false when none runs.
+func (s *Service) Execution(ctx context.Context, workspaceID string) (w *ctrlv1.Workspace, nodeID, instance string, err error) {
+	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+		if w, err = get(tx, workspaceID, false); err != nil {
+			return err
+		}
+		rt, err := tx.GetRuntime(workspaceID, false)
+		nodeID, instance = rt.GetNodeId(), rt.GetInstanceId()
+		return err
+	})
+	return w, nodeID, instance, err
+}

@@ -1,0 +1,92 @@
+package workspace
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// runStop stops the current execution.
+func (s *Service) runStop(ctx context.Context, wk *command.Work) error {
+	req, err := wk.Request()
+	if err != nil {
+		return err
+	}
+	force := false
+	cause := ctrlv1.StopCause_STOP_CAUSE_REQUESTED
+	switch r := req.(type) {
+	case *ctrlv1.StopWorkspaceRequest:
+		force = r.GetMode() == ctrlv1.StopMode_STOP_MODE_FORCE
+	}
+	if strings.HasPrefix(wk.Command().GetCommandId(), "expire:") {
+		cause = ctrlv1.StopCause_STOP_CAUSE_EXPIRED
+	}
+	var rt *storev1.WorkspaceRuntime
+	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		rt, err = tx.GetRuntime(wk.Command().GetTargetId(), false)
+		return err
+	}); err != nil {
+		return err
+	}
+	answer, err := s.fleet.Await(ctx, wk, "stop", rt.GetNodeId(), &nodev1.StopExecution{InstanceId: rt.GetInstanceId(), Force: force}, ctrlv1.FailureStage_FAILURE_STAGE_STOPPING)
+	if answer == nil || err != nil {
+		return err
+	}
+	if answer.Failure != nil {
+		return wk.Fail(ctx, answer.Failure, func(*store.Tx) error { return nil })
+	}
+	result := &nodev1.StopResult{}
+	if err := answer.Result.UnmarshalTo(result); err != nil {
+		return err
+	}
+	durability := ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED
+	if result.GetDurable() {
+		durability = ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED
+	}
+	return wk.Succeed(ctx, func(tx *store.Tx) error {
+		return s.stopped(tx, wk.Command().GetTargetId(), rt.GetInstanceId(), &ctrlv1.WorkspaceStop{
+			Cause: cause, Force: force, Durability: durability, CommandId: wk.Command().GetCommandId(),
+			RequestedAt: wk.Command().GetAdmittedAt(), CompletedAt: timestamppb.New(s.now()),
+		})
+	})
+}
+
+// stopped records that instance no longer runs: STOPPED with stop (a
+// Workspace being deleted stays DELETING), the Volume detached. A report
+// about an older instance changes nothing.
+func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrlv1.WorkspaceStop) error {
+	rt, err := tx.GetRuntime(workspaceID, true)
+	if err != nil || rt.GetInstanceId() != instance {
+		return err
+	}
+	if err := tx.ReleaseAllocation(workspaceID, instance); err != nil {
+		return err
+	}
+	rt.InstanceId, rt.NodeId, rt.BootId = "", "", ""
+	if err := tx.PutRuntime(rt); err != nil {
+		return err
+	}
+	w, err := tx.GetWorkspace(workspaceID, true)
+	if err != nil {
+		return err
+	}
+	if _, err := s.detachVolume(tx, w); err != nil {
+		return err
+	}
+	if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING || w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		return nil
+	}
+	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
+	w.LastStop = stop
+	w.GuestObservation = nil
+	w.UpdatedAt = timestamppb.New(s.now())
+	return tx.PutWorkspace(w)
+}
