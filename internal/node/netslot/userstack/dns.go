@@ -1,0 +1,101 @@
+package userstack
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+
+	"github.com/kibotos/kibotos/internal/node/netslot/policy"
+)
+
+// The link DNS service: UDP port 53 on the gateway addresses. (A TCP query
+// to them is a TCP flow like any other: the forwarder splices it to the
+// resolver when the policy says LinkDNS.)
+const (
+	dnsPort = 53
+	// maxQueries bounds the guest's queries in flight; more wait.
+	maxQueries = 64
+	// queryTimeout bounds one query to the deployment resolver: a query
+	// it leaves unanswered is SERVFAIL to the guest, never retried
+	// elsewhere.
+	queryTimeout = 5 * time.Second
+)
+
+// serveDNS listens on the gateway addresses' port 53 inside the stack.
+func (s *Slot) serveDNS() error {
+	for _, gw := range []netip.Addr{GatewayV4, GatewayV6} {
+		conn, err := gonet.DialUDP(s.stack, &tcpip.FullAddress{NIC: nicID, Addr: tcpAddr(gw), Port: dnsPort}, nil, protocolOf(gw))
+		if err != nil {
+			return fmt.Errorf("userstack: link DNS on %s: %w", gw, err)
+		}
+		s.flows.add(conn)
+		s.goRun(func() { s.answerQueries(gw, conn) })
+	}
+	return nil
+}
+
+// answerQueries answers the guest's queries to gw until the slot closes.
+func (s *Slot) answerQueries(gw netip.Addr, conn *gonet.UDPConn) {
+	inflight := make(chan struct{}, maxQueries)
+	buf := make([]byte, dns.MaxMsgSize)
+	for {
+		n, from, err := conn.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		q := new(dns.Msg)
+		if q.Unpack(buf[:n]) != nil || q.Response {
+			continue // not a query: dropped
+		}
+		inflight <- struct{}{}
+		s.goRun(func() {
+			defer func() { <-inflight }()
+			answer := s.answer(gw, q)
+			if b, err := answer.Pack(); err == nil {
+				_, _ = conn.WriteTo(b, from)
+			}
+		})
+	}
+}
+
+// answer is the reply to q, sent to the link address gw: REFUSED when the
+// policy refuses it (DENY_ALL), else the first deployment resolver of gw's
+// family's answer, or SERVFAIL when there is none or it does not answer.
+func (s *Slot) answer(gw netip.Addr, q *dns.Msg) *dns.Msg {
+	d := s.policy.Load().Decide(policy.Flow{Proto: policy.UDP, Dst: gw, Port: dnsPort})
+	if d.Kind != policy.LinkDNS {
+		return new(dns.Msg).SetRcode(q, dns.RcodeRefused)
+	}
+	resolver, ok := s.resolverFor(gw)
+	if !ok {
+		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, queryTimeout)
+	defer cancel()
+	reply, err := s.exchange(ctx, resolver, q)
+	if err != nil {
+		s.log.Debug("link DNS: resolver failed", "resolver", resolver, "err", err)
+		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
+	}
+	return reply
+}
+
+// exchange sends q to resolver over the uplink and reads its reply.
+func (s *Slot) exchange(ctx context.Context, resolver netip.AddrPort, q *dns.Msg) (*dns.Msg, error) {
+	c, err := s.uplink.DialUDP(ctx, resolver)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(deadline)
+	}
+	client := &dns.Client{Net: "udp", UDPSize: dns.MaxMsgSize}
+	reply, _, err := client.ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
+	return reply, err
+}

@@ -1,0 +1,314 @@
+// Package userstack is the node's network slot: a user-space TCP/IP stack
+// (gVisor's netstack) per execution, fed the guest's Ethernet frames over
+// QEMU's `-netdev stream` socket. Every guest flow ends here. The slot asks
+// the policy engine on every new flow (a TCP SYN, an ICMP echo request, a
+// UDP datagram) and re-originates what it admits through its Uplink, the
+// host's own sockets; what it refuses is reset (TCP) or answered with
+// "administratively prohibited" (ICMP echo, UDP). Nothing reaches the
+// stack's own transport layer for an address other than the gateway's, so
+// the stack never answers in a destination's name: an echo reply or a TCP
+// handshake the guest sees comes from the real destination or not at all.
+//
+// Its layout (Layout) is fixed: each slot is its own stack, so every guest
+// can have the same addresses.
+package userstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/link/ethernet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/kibotos/kibotos/internal/node/netslot/policy"
+	"github.com/kibotos/kibotos/internal/node/netslot/qemustream"
+)
+
+// The guest's network inside every slot.
+var (
+	GuestV4   = netip.MustParsePrefix("10.0.2.15/24")
+	GatewayV4 = netip.MustParseAddr("10.0.2.2")
+	// GuestV6 is a unique local address: the guest's source address is
+	// never seen outside the slot (the node re-originates every flow).
+	GuestV6   = netip.MustParsePrefix("fd6b:6962:6f74::15/64")
+	GatewayV6 = netip.MustParseAddr("fe80::1")
+	// GatewayMAC is the slot's side of the link (locally administered).
+	GatewayMAC = net.HardwareAddr{0x02, 0x6b, 0x62, 0x00, 0x00, 0x01}
+)
+
+// frameMTU is the largest Ethernet frame the slot sends or takes: a 1500-byte
+// IP packet and its Ethernet header, as the guest's virtio-net uses.
+const frameMTU = 1500 + header.EthernetMinimumSize
+
+const nicID = 1
+
+// Uplink is how admitted flows leave the node. HostUplink is the host's
+// own sockets; tests give a fake that never leaves the machine.
+type Uplink interface {
+	// DialTCP connects to dst from the host.
+	DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	// Echo sends one ICMP (or ICMPv6) echo request with payload to dst and
+	// returns once its reply came, or with an error when none came by
+	// ctx's end.
+	Echo(ctx context.Context, dst netip.Addr, payload []byte) error
+	// DialUDP opens a datagram socket to dst (a deployment resolver).
+	DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+}
+
+// Config is what a Slot is made with.
+type Config struct {
+	// Policy is the first revision in force; SetPolicy replaces it.
+	Policy *policy.Policy
+	Uplink Uplink
+	// Resolvers are the deployment resolvers, in order: a query to the
+	// link DNS address goes to the first of its family.
+	Resolvers []netip.AddrPort
+	Log       *slog.Logger
+}
+
+// Slot is one execution's network stack.
+type Slot struct {
+	stack     *stack.Stack
+	link      *channel.Endpoint
+	uplink    Uplink
+	resolvers []netip.AddrPort
+	log       *slog.Logger
+	policy    atomic.Pointer[policy.Policy]
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	flows  flowSet
+	echoes chan struct{} // bounds the echoes waiting for a reply
+}
+
+// maxEchoes is how many guest echo requests may wait for their reply at
+// once; more are dropped, as a congested router would.
+const maxEchoes = 64
+
+// New makes a slot with the link's stack and its services; Serve runs it on
+// a stream.
+func New(cfg Config) (*Slot, error) {
+	if cfg.Policy == nil || cfg.Uplink == nil {
+		return nil, errors.New("userstack: a slot needs a policy and an uplink")
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Slot{
+		stack: stack.New(stack.Options{
+			NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
+			TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+		}),
+		link:      channel.New(512, frameMTU, tcpip.LinkAddress(GatewayMAC)),
+		uplink:    cfg.Uplink,
+		resolvers: cfg.Resolvers,
+		log:       log,
+		echoes:    make(chan struct{}, maxEchoes),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.policy.Store(cfg.Policy)
+	if err := s.configure(); err != nil {
+		s.stack.Destroy()
+		return nil, err
+	}
+	return s, nil
+}
+
+// configure gives the stack its one NIC, the gateway addresses, and the
+// handlers that see every guest flow.
+func (s *Slot) configure() error {
+	if err := s.stack.CreateNIC(nicID, ethernet.New(s.link)); err != nil {
+		return fmt.Errorf("userstack: create NIC: %s", err)
+	}
+	for _, a := range []netip.Prefix{netip.PrefixFrom(GatewayV4, GuestV4.Bits()), netip.PrefixFrom(GatewayV6, 64)} {
+		pa := tcpip.ProtocolAddress{Protocol: protocolOf(a.Addr()), AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpAddr(a.Addr()), PrefixLen: a.Bits()}}
+		if err := s.stack.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			return fmt.Errorf("userstack: add %s: %s", a, err)
+		}
+	}
+	// Promiscuous: the stack takes packets to any address (the guest's
+	// flows to the world); spoofing: it answers from that address.
+	if err := s.stack.SetPromiscuousMode(nicID, true); err != nil {
+		return fmt.Errorf("userstack: promiscuous mode: %s", err)
+	}
+	if err := s.stack.SetSpoofing(nicID, true); err != nil {
+		return fmt.Errorf("userstack: spoofing: %s", err)
+	}
+	s.stack.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nicID},
+		{Destination: header.IPv6EmptySubnet, NIC: nicID},
+	})
+	fwd := tcp.NewForwarder(s.stack, 0, 1024, s.handleTCP)
+	s.stack.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
+	return s.serveDNS()
+}
+
+// SetPolicy puts a new revision in force for new flows.
+func (s *Slot) SetPolicy(p *policy.Policy) { s.policy.Store(p) }
+
+// Serve carries frames between the stack and conn (QEMU's end of the
+// stream) until either ends: it returns nil when conn reached its end or
+// the slot was closed, else the error that ended it. A slot serves one
+// stream at a time; after Serve returns it may serve the next (QEMU's
+// stream server takes a new connection after a node agent restart).
+func (s *Slot) Serve(conn io.ReadWriter) error {
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	w := qemustream.NewWriter(conn)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.sendFrames(ctx, w)
+	}()
+	err := s.receiveFrames(qemustream.NewReader(conn))
+	cancel()
+	<-done
+	if errors.Is(err, io.EOF) || s.ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// receiveFrames reads the guest's frames: those for the world that are not
+// TCP are handled here (echo, refusals), the rest go to the stack.
+func (s *Slot) receiveFrames(r *qemustream.Reader) error {
+	var buf []byte
+	for {
+		frame, err := r.ReadFrame(buf)
+		if err != nil {
+			return err
+		}
+		buf = frame[:cap(frame)]
+		if len(frame) < header.EthernetMinimumSize || len(frame) > frameMTU {
+			continue
+		}
+		if s.intercept(frame) {
+			continue
+		}
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: bufferOf(frame)})
+		s.link.InjectInbound(0, pkt)
+		pkt.DecRef()
+	}
+}
+
+// sendFrames writes what the stack sends to the guest until ctx ends.
+func (s *Slot) sendFrames(ctx context.Context, w *qemustream.Writer) {
+	for {
+		pkt := s.link.ReadContext(ctx)
+		if pkt == nil {
+			return
+		}
+		frame := pkt.ToView().AsSlice()
+		err := w.WriteFrame(frame)
+		pkt.DecRef()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// toGuest sends a frame the slot made itself (ICMP answers).
+func (s *Slot) toGuest(frame []byte) {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: bufferOf(frame)})
+	defer pkt.DecRef()
+	var l stack.PacketBufferList
+	l.PushBack(pkt.IncRef())
+	_, _ = s.link.WritePackets(l)
+	l.DecRef()
+}
+
+// Close ends the slot: every flow it carries is closed and its stack
+// destroyed. It is idempotent.
+func (s *Slot) Close() error {
+	s.cancel()
+	s.flows.closeAll()
+	s.link.Close()
+	s.stack.Close()
+	s.wg.Wait()
+	s.stack.Wait()
+	return nil
+}
+
+// go runs fn until the slot closes; Close waits for it.
+func (s *Slot) goRun(fn func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+}
+
+// flowSet is the connections a slot carries, so Close can end them.
+type flowSet struct {
+	mu     sync.Mutex
+	closed bool
+	conns  map[io.Closer]struct{}
+}
+
+// add tracks c; false (and c closed) once the set is closed.
+func (f *flowSet) add(c io.Closer) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		_ = c.Close()
+		return false
+	}
+	if f.conns == nil {
+		f.conns = map[io.Closer]struct{}{}
+	}
+	f.conns[c] = struct{}{}
+	return true
+}
+
+func (f *flowSet) remove(c io.Closer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.conns, c)
+}
+
+func (f *flowSet) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	for c := range f.conns {
+		_ = c.Close()
+	}
+	clear(f.conns)
+}
+
+func protocolOf(a netip.Addr) tcpip.NetworkProtocolNumber {
+	if a.Is4() {
+		return ipv4.ProtocolNumber
+	}
+	return ipv6.ProtocolNumber
+}
+
+func tcpAddr(a netip.Addr) tcpip.Address {
+	if a.Is4() {
+		return tcpip.AddrFrom4(a.As4())
+	}
+	return tcpip.AddrFrom16(a.As16())
+}
+
+func netipAddr(a tcpip.Address) netip.Addr {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return ip.Unmap()
+}

@@ -1,0 +1,106 @@
+package userstack
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+)
+
+// HostUplink re-originates admitted flows from the host's own sockets, so
+// they leave from its uplink address like any of its connections.
+type HostUplink struct {
+	Dialer net.Dialer
+}
+
+// DialTCP implements Uplink.
+func (u *HostUplink) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	return u.Dialer.DialContext(ctx, "tcp", dst.String())
+}
+
+// DialUDP implements Uplink.
+func (u *HostUplink) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	return u.Dialer.DialContext(ctx, "udp", dst.String())
+}
+
+// Echo implements Uplink with an unprivileged ICMP socket (Linux's ping
+// socket, which net.ipv4.ping_group_range must admit the node's group to),
+// else a raw one (root or CAP_NET_RAW).
+func (u *HostUplink) Echo(ctx context.Context, dst netip.Addr, payload []byte) error {
+	conn, unprivileged, err := listenICMP(dst.Is4())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+
+	id, seq := rand.N(1<<16), rand.N(1<<16)
+	var typ, replyType icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	proto := 1
+	if !dst.Is4() {
+		typ, replyType, proto = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply, 58
+	}
+	msg, err := (&icmp.Message{Type: typ, Body: &icmp.Echo{ID: id, Seq: seq, Data: payload}}).Marshal(nil)
+	if err != nil {
+		return err
+	}
+	var to net.Addr = &net.IPAddr{IP: dst.AsSlice()}
+	if unprivileged {
+		to = &net.UDPAddr{IP: dst.AsSlice()}
+	}
+	if _, err := conn.WriteTo(msg, to); err != nil {
+		return err
+	}
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := conn.ReadFrom(buf)
+		if err != nil {
+			return err
+		}
+		m, err := icmp.ParseMessage(proto, buf[:n])
+		if err != nil || m.Type != replyType || !sameHost(from, dst) {
+			continue
+		}
+		// A ping socket rewrites the identifier and filters by it.
+		if e, ok := m.Body.(*icmp.Echo); ok && e.Seq == seq && (unprivileged || e.ID == id) {
+			return nil
+		}
+	}
+}
+
+func listenICMP(v4 bool) (*icmp.PacketConn, bool, error) {
+	udp, raw, any := "udp6", "ip6:ipv6-icmp", "::"
+	if v4 {
+		udp, raw, any = "udp4", "ip4:icmp", "0.0.0.0"
+	}
+	if c, err := icmp.ListenPacket(udp, any); err == nil {
+		return c, true, nil
+	}
+	c, err := icmp.ListenPacket(raw, any)
+	if err != nil {
+		return nil, false, errors.Join(errors.New("userstack: no ICMP socket (neither a ping socket nor a raw one is permitted)"), err)
+	}
+	return c, false, nil
+}
+
+func sameHost(from net.Addr, dst netip.Addr) bool {
+	var ip net.IP
+	switch a := from.(type) {
+	case *net.UDPAddr:
+		ip = a.IP
+	case *net.IPAddr:
+		ip = a.IP
+	}
+	got, ok := netip.AddrFromSlice(ip)
+	return ok && got.Unmap() == dst.Unmap()
+}
