@@ -10,8 +10,9 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "dependencies"
 # QEMU, Debian's static busybox (the test template), xz (to cut vmlinux out of
-# the kernel package) and e2fsprogs (block files and images) for the VM tests.
-apt_ensure git ca-certificates qemu-system-x86 busybox-static xz-utils e2fsprogs
+# the kernel package) and e2fsprogs (block files and images) for the VM tests;
+# iproute2 and util-linux (ip, nsenter) for the network tests' own internet.
+apt_ensure git ca-certificates qemu-system-x86 busybox-static xz-utils e2fsprogs iproute2 util-linux
 go mod download
 
 step "gofmt"
@@ -43,6 +44,9 @@ postgres_start
 trap postgres_stop EXIT
 # Every store test runs on SQLite and on this server; missing it is a failure.
 export KIBOTOS_TEST_REQUIRE_POSTGRES=1
+# The network tests build their internet in network namespaces (CI is root);
+# missing them is a failure too.
+export KIBOTOS_TEST_REQUIRE_NETNS=1
 
 step "go test"
 go test -race -count=1 -timeout 20m ./...

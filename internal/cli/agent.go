@@ -10,7 +10,6 @@ import (
 
 	"github.com/kibotos/kibotos/internal/clientconfig"
 	"github.com/kibotos/kibotos/internal/node"
-	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
@@ -20,6 +19,7 @@ type agentFlags struct {
 	dataListen, dataEndpoint          string
 	pools                             []string
 	memoryTight                       sizeFlag
+	guestNet                          guestNetworkFlags
 }
 
 func (f *agentFlags) register(c *cobra.Command) {
@@ -35,6 +35,7 @@ func (f *agentFlags) register(c *cobra.Command) {
 	// The flag's name before sizes took units; its value is read the same way.
 	c.Flags().Var(&f.memoryTight, "memory-tight-mib", "")
 	_ = c.Flags().MarkDeprecated("memory-tight-mib", "use --memory-tight (a bare number is still MiB)")
+	f.guestNet.register(c)
 }
 
 func (f *agentFlags) config() (node.Config, error) {
@@ -42,7 +43,12 @@ func (f *agentFlags) config() (node.Config, error) {
 		Endpoint: f.endpoint, NodeID: f.nodeID, StateDir: f.stateDir, EnrollmentGrant: f.grant,
 		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, MemoryTightThreshold: uint64(f.memoryTight), Logger: newLogger(os.Stderr),
 	}
-	cfg.Provider, cfg.Network = qemu.New(cfg.Logger), usernet.New()
+	cfg.Provider = qemu.New(cfg.Logger)
+	network, err := f.guestNet.network(f.endpoint, cfg.Logger)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Network = network
 	if cfg.NodeID == "" {
 		host, err := os.Hostname()
 		if err != nil {

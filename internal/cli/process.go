@@ -19,7 +19,6 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/node"
-	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/version"
 )
@@ -100,6 +99,7 @@ func newCtrlCommand() *cobra.Command {
 
 func newDevCommand() *cobra.Command {
 	var f ctrlFlags
+	var guestNet guestNetworkFlags
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole system on this machine: ctrl and one node, no configuration",
@@ -119,18 +119,24 @@ registers them; later starts reuse them.`,
 			if err != nil {
 				return err
 			}
-			return runDev(cmd, cfg)
+			return runDev(cmd, cfg, guestNet)
 		},
 	}
 	f.register(c, "directory of the dev system's state (default $KIBOTOS_HOME/dev)")
+	guestNet.register(c)
 	return c
 }
 
 // devNodeID is the node dev runs in its own process.
 const devNodeID = "dev"
 
-func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
+func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags) error {
 	ctx := cmd.Context()
+	nodeLog := cfg.Logger.With("component", "node")
+	network, err := guestNet.network("", nodeLog)
+	if err != nil {
+		return err
+	}
 	srv, err := ctrl.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -158,12 +164,11 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config) error {
 	}
 	nodeErr := make(chan error, 1)
 	nodeStarted := time.Now()
-	nodeLog := cfg.Logger.With("component", "node")
 	go func() {
 		nodeErr <- node.Run(ctx, node.Config{
 			Endpoint: srv.NodeEndpoint, NodeID: devNodeID, StateDir: filepath.Join(cfg.StateDir, "node"), EnrollmentGrant: secret,
 			Pools:    []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
-			Provider: qemu.New(nodeLog), Network: usernet.New(),
+			Provider: qemu.New(nodeLog), Network: network,
 			Logger: nodeLog,
 		})
 	}()

@@ -143,6 +143,11 @@ func objectKey(cmd *nodev1.NodeCommand) string {
 		if body.UnmarshalTo(&op) == nil {
 			return "execution\x00" + op.GetInstanceId()
 		}
+	case applyNetworkPolicyName:
+		var op nodev1.ApplyNetworkPolicy
+		if body.UnmarshalTo(&op) == nil {
+			return "execution\x00" + op.GetInstanceId()
+		}
 	}
 	return "operation\x00" + cmd.GetOperationId()
 }
@@ -208,11 +213,12 @@ func failure(opID string, code connect.Code, msg string) *nodev1.CommandResult {
 func nameOf(m proto.Message) protoreflect.FullName { return m.ProtoReflect().Descriptor().FullName() }
 
 var (
-	ensureBlockFileName = nameOf((*nodev1.EnsureBlockFile)(nil))
-	removeBlockFileName = nameOf((*nodev1.RemoveBlockFile)(nil))
-	copyBlockFileName   = nameOf((*nodev1.CopyBlockFile)(nil))
-	startExecutionName  = nameOf((*nodev1.StartExecution)(nil))
-	stopExecutionName   = nameOf((*nodev1.StopExecution)(nil))
+	ensureBlockFileName    = nameOf((*nodev1.EnsureBlockFile)(nil))
+	removeBlockFileName    = nameOf((*nodev1.RemoveBlockFile)(nil))
+	copyBlockFileName      = nameOf((*nodev1.CopyBlockFile)(nil))
+	startExecutionName     = nameOf((*nodev1.StartExecution)(nil))
+	stopExecutionName      = nameOf((*nodev1.StopExecution)(nil))
+	applyNetworkPolicyName = nameOf((*nodev1.ApplyNetworkPolicy)(nil))
 )
 
 func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.CommandResult {
@@ -261,6 +267,12 @@ func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Comm
 			return failure("", connect.CodeInvalidArgument, "StopExecution: "+err.Error())
 		}
 		return a.vms.stopExecution(ctx, &op)
+	case applyNetworkPolicyName:
+		var op nodev1.ApplyNetworkPolicy
+		if err := body.UnmarshalTo(&op); err != nil {
+			return failure("", connect.CodeInvalidArgument, "ApplyNetworkPolicy: "+err.Error())
+		}
+		return a.vms.applyNetworkPolicy(ctx, &op)
 	}
 	return failure("", connect.CodeUnimplemented, fmt.Sprintf("this node does not implement %q", body.GetTypeUrl()))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,10 +17,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
@@ -72,6 +75,10 @@ type execRecord struct {
 	Volume          *recordRef `json:"volume,omitempty"`
 	VolumeMountPath string     `json:"volume_mount_path,omitempty"`
 	StartedAt       time.Time  `json:"started_at"`
+	// NetworkPolicy is the policy in force (protojson), so an agent
+	// starting attaches a running execution's network as it was; absent
+	// in older records and for DENY_ALL alike, which is what it gives.
+	NetworkPolicy json.RawMessage `json:"network_policy,omitempty"`
 }
 
 type recordRef struct {
@@ -97,7 +104,8 @@ type execution struct {
 	id     string
 	runDir string
 	rec    execRecord
-	vm     vm.Instance // nil until it booted
+	vm     vm.Instance        // nil until it booted
+	net    netslot.Attachment // nil: no network (or not attached yet)
 
 	state      execState
 	stopping   bool // a StopExecution (or a failed start) ends it
@@ -218,6 +226,7 @@ func (e *vmSet) reattach() error {
 		}
 		x.state, x.probeErr = running, "not probed yet"
 		x.restarts, x.lastReset = inst.Resets()
+		e.reattachNetwork(x)
 		e.byID[x.id] = x
 		e.a.log.Info("re-attached to a running execution", "instance_id", x.id, "provider", rec.Provider, "pid", inst.PID(), "boot_id", rec.BootID)
 		e.watch(x)
@@ -225,16 +234,56 @@ func (e *vmSet) reattach() error {
 	return nil
 }
 
-// detach lets go of the VMs when the agent stops: they keep running.
+// reattachNetwork attaches a running execution's network again, under the
+// policy its record holds. One that cannot be attached is logged and left
+// without: its guest's network stays closed, never open.
+func (e *vmSet) reattachNetwork(x *execution) {
+	if e.network == nil {
+		return
+	}
+	pol := &ctrlv1.NetworkPolicy{}
+	if len(x.rec.NetworkPolicy) > 0 {
+		if err := protojson.Unmarshal(x.rec.NetworkPolicy, pol); err != nil {
+			e.a.log.Error("an execution's recorded network policy is unreadable: its network stays closed", "instance_id", x.id, "err", err)
+			return
+		}
+	}
+	att, err := e.network.Attach(e.ctx, x.id, pol)
+	if err != nil {
+		e.a.log.Error("cannot attach a running execution's network again: it stays closed", "instance_id", x.id, "err", err)
+		return
+	}
+	x.net = att
+	att.Started(x.runDir)
+}
+
+// releaseNetwork lets go of an ended execution's network.
+func (e *vmSet) releaseNetwork(x *execution) {
+	e.mu.Lock()
+	att := x.net
+	x.net = nil
+	e.mu.Unlock()
+	if att != nil {
+		if err := att.Release(); err != nil {
+			e.a.log.Warn("cannot release an execution's network", "instance_id", x.id, "err", err)
+		}
+	}
+}
+
+// detach lets go of the VMs when the agent stops: they keep running (the
+// networks the agent carries end with it, and are attached again when it
+// starts).
 func (e *vmSet) detach() {
 	e.stop()
 	e.wg.Wait()
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, x := range e.byID {
+	xs := slices.Collect(maps.Values(e.byID))
+	e.mu.Unlock()
+	for _, x := range xs {
 		if x.vm != nil {
 			x.vm.Release()
 		}
+		e.releaseNetwork(x)
 	}
 }
 
@@ -264,6 +313,7 @@ func (e *vmSet) watchExit(ctx context.Context, x *execution) {
 	x.state, x.end, x.responding, x.probeErr = ended, end, false, ""
 	e.mu.Unlock()
 	x.cancel()
+	e.releaseNetwork(x)
 	e.a.log.Warn("execution ended without a stop", "instance_id", x.id, "end", end, "cause", exit.Cause, "exit", exit.Detail)
 	e.notify()
 }
@@ -812,6 +862,13 @@ func (e *vmSet) boot(ctx context.Context, l *launch) error {
 		Layer:     recordRef{StoragePool: op.GetLayer().GetStoragePool(), ObjectID: op.GetLayer().GetObjectId()},
 		StartedAt: time.Now().UTC(),
 	}
+	if pol := op.GetNetworkPolicy(); pol != nil {
+		b, err := protojson.Marshal(pol)
+		if err != nil {
+			return coded(connect.CodeInternal, err)
+		}
+		rec.NetworkPolicy = b
+	}
 	spec := vm.Spec{
 		RunDir: runDir, Kernel: l.kernel, Initrd: l.initrd,
 		VCPUs: int(op.GetVcpus()), MemoryMiB: op.GetMemoryBytes() / mib,
@@ -826,7 +883,7 @@ func (e *vmSet) boot(ctx context.Context, l *launch) error {
 	if err := writeRecord(runDir, rec); err != nil {
 		return codedf(errorCode(err), "write the execution record: %v", err)
 	}
-	l.x = &execution{id: id, runDir: runDir, rec: rec, state: booting}
+	l.x = &execution{id: id, runDir: runDir, rec: rec, state: booting, net: l.net}
 	e.mu.Lock()
 	e.byID[id] = l.x
 	e.mu.Unlock()
@@ -841,6 +898,9 @@ func (e *vmSet) boot(ctx context.Context, l *launch) error {
 	l.x.vm = inst
 	l.x.rec.Accel = inst.Accel()
 	e.mu.Unlock()
+	if l.net != nil {
+		l.net.Started(runDir)
+	}
 	// The record names the accelerator, which the provider chose at Start.
 	if err := writeRecord(runDir, l.x.rec); err != nil {
 		l.log.Warn("cannot write the execution record", "err", err)
@@ -973,6 +1033,15 @@ func (e *vmSet) status(x *execution) *nodev1.ExecutionStatus {
 		Accel:        x.rec.Accel,
 		BootId:       x.rec.BootID,
 	}
+	e.mu.Lock()
+	attached, applied := x.net != nil, x.rec.NetworkPolicy
+	e.mu.Unlock()
+	if attached && len(applied) > 0 {
+		var pol ctrlv1.NetworkPolicy
+		if protojson.Unmarshal(applied, &pol) == nil {
+			st.AppliedNetworkPolicyRevision = pol.GetRevision()
+		}
+	}
 	if p, ok := e.a.pools[x.rec.Layer.StoragePool]; ok {
 		ref := blockfile.Ref{PoolDir: p.Dir, Kind: blockfile.WritableLayer, ObjectID: x.rec.Layer.ObjectID}
 		if path, err := ref.Path(); err == nil {
@@ -1064,6 +1133,7 @@ func (e *vmSet) stopExecution(ctx context.Context, op *nodev1.StopExecution) *no
 	e.mu.Lock()
 	x.state, x.end, x.responding, x.probeErr = ended, nodev1.ExecutionEnd_EXECUTION_END_STOPPED, false, ""
 	e.mu.Unlock()
+	e.releaseNetwork(x)
 	// Answered here: a restart must not report it again.
 	if err := os.Remove(filepath.Join(x.runDir, recordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		log.Warn("cannot remove the execution record", "err", err)
@@ -1147,4 +1217,43 @@ func memoryChanged(old, cur *guestv1.MemoryReport) bool {
 		return false
 	}
 	return old.GetCondition() != cur.GetCondition() || old.GetKillCount() != cur.GetKillCount()
+}
+
+// applyNetworkPolicy puts a running execution's new policy revision in
+// force: its attachment takes it for new flows, and the record keeps it for
+// the next agent start. A policy the attachment cannot apply leaves the one
+// in force.
+func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkPolicy) *nodev1.CommandResult {
+	id := op.GetInstanceId()
+	if err := validInstanceID(id); err != nil {
+		return failure("", connect.CodeInvalidArgument, "ApplyNetworkPolicy: "+err.Error())
+	}
+	e.mu.Lock()
+	x := e.byID[id]
+	running := x != nil && x.state == running && !x.stopping && x.net != nil
+	e.mu.Unlock()
+	if !running {
+		return failure("", connect.CodeFailedPrecondition, "ApplyNetworkPolicy: execution "+id+" does not run here")
+	}
+	pol := op.GetNetworkPolicy()
+	b, err := protojson.Marshal(pol)
+	if err != nil {
+		return failure("", connect.CodeInvalidArgument, "ApplyNetworkPolicy: "+err.Error())
+	}
+	if _, err := e.network.Attach(ctx, id, pol); err != nil {
+		code := connect.CodeUnavailable
+		if netslot.IsUnenforceable(err) {
+			code = connect.CodeUnimplemented
+		}
+		return failure("", code, "apply the network policy: "+err.Error())
+	}
+	e.mu.Lock()
+	x.rec.NetworkPolicy = b
+	rec := x.rec
+	e.mu.Unlock()
+	if err := writeRecord(x.runDir, rec); err != nil {
+		e.a.log.Warn("cannot write the execution record", "instance_id", id, "err", err)
+	}
+	e.a.log.Info("network policy applied", "instance_id", id, "revision", pol.GetRevision(), "mode", netslot.Mode(pol))
+	return resultOf(&nodev1.ApplyNetworkPolicyResult{AppliedRevision: pol.GetRevision()})
 }

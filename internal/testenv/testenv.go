@@ -4,10 +4,13 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,7 +27,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/node"
-	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
+	"github.com/kibotos/kibotos/internal/node/netslot/userstack"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
@@ -152,9 +155,13 @@ func (c *Cluster) StartNodeWith(t testing.TB, id, stateDir string, configure fun
 	}
 	grant := c.Grant(t, id)
 	log := c.log.With("node", id)
+	network, err := userstack.NewNetwork(userstack.NetworkConfig{Uplink: NoUplink{}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := node.Config{
 		Endpoint: c.Ctrl.NodeEndpoint, NodeID: id, StateDir: stateDir, EnrollmentGrant: grant,
-		Pools: pools, Provider: qemu.New(log), Network: usernet.New(), Logger: log,
+		Pools: pools, Provider: qemu.New(log), Network: network, Logger: log,
 	}
 	if configure != nil {
 		configure(&cfg)
@@ -233,3 +240,15 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 func (n *Node) PoolFile(volumeID string) string {
 	return filepath.Join(n.PoolDir, "volumes", volumeID+".img")
 }
+
+// NoUplink is the uplink of the nodes StartNode runs: network slots whose
+// admitted flows go nowhere (every dial and echo fails), so that no test
+// reaches beyond this machine by accident. A test of the internet gives
+// its node an uplink into a network namespace it made.
+type NoUplink struct{}
+
+var errNoUplink = errors.New("testenv: this node's uplink leads nowhere")
+
+func (NoUplink) DialTCP(context.Context, netip.AddrPort) (net.Conn, error) { return nil, errNoUplink }
+func (NoUplink) DialUDP(context.Context, netip.AddrPort) (net.Conn, error) { return nil, errNoUplink }
+func (NoUplink) Echo(context.Context, netip.Addr, []byte) error            { return errNoUplink }

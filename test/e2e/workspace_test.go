@@ -91,7 +91,7 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 	// The guest's machine: its host name, an isolated network device with
 	// an address, a default route and the link nameserver.
 	machine := d.mustKibotos(t, "workspace", "exec", id, "--", "sh", "-c", "hostname; cat /etc/resolv.conf /proc/net/route /sys/class/net/eth0/address; cat /proc/net/fib_trie")
-	for _, want := range []string{id + "\n", "nameserver 10.0.2.3", "eth0\t00000000\t0202000A", "10.0.2.15"} {
+	for _, want := range []string{id + "\n", "nameserver 10.0.2.2", "eth0\t00000000\t0202000A", "10.0.2.15"} {
 		if !strings.Contains(machine, want) {
 			t.Errorf("guest machine lacks %q:\n%s", want, machine)
 		}

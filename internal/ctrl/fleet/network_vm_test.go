@@ -11,15 +11,23 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // A PUBLIC_INTERNET policy the node cannot apply (its network is QEMU's
-// isolated user-mode network) is not left silently unenforced: the
-// create fails at FAILURE_STAGE_APPLYING_NETWORK, saying why, and is not
-// retryable.
-func TestPublicInternetTheNodeCannotApplyFailsTheStart(t *testing.T) {
+// isolated user-mode network, --guest-network usernet) is not left
+// silently unenforced: the create fails at FAILURE_STAGE_APPLYING_NETWORK,
+// saying why, and is not retryable. DENY_ALL it applies: a query to the
+// link nameserver, which nothing answers there, fails at once (the guest
+// routes it as unreachable) instead of timing out.
+func TestAUserModeNetworkNodeRefusesPublicInternetAndFailsDNSAtOnce(t *testing.T) {
 	e := newVMEnv(t)
-	e.startNode("node-a", "")
+	n := e.c.StartNodeWith(t, "node-a", "", func(cfg *node.Config) { cfg.Network = usernet.New() },
+		node.Pool{Name: "default", Dir: t.TempDir(), Default: true})
+	e.c.EnsureCapacity(t, "default", testenv.DefaultPoolCapacity)
+	t.Cleanup(n.PowerOff)
 	req := createRequest("create-public")
 	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
 	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
@@ -32,16 +40,8 @@ func TestPublicInternetTheNodeCannotApplyFailsTheStart(t *testing.T) {
 		f.GetRetryable() || !strings.Contains(f.GetMessage(), "PUBLIC_INTERNET cannot be applied on this node") || !strings.Contains(f.GetMessage(), "not built") {
 		t.Errorf("failure %v, want APPLYING_NETWORK, UNSUPPORTED, not retryable, naming why", f)
 	}
-}
 
-// Under DENY_ALL nothing answers DNS at the link address, and a query to
-// it fails at once (the guest routes the address as unreachable) instead
-// of waiting for an answer that never comes: nslookup says there is no
-// route to the host, not that it timed out (as it did after 5 s).
-func TestDNSUnderDenyAllFailsAtOnce(t *testing.T) {
-	e := newVMEnv(t)
-	e.startNode("node-a", "")
-	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(createRequest("create-deny")))
+	created, err = e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(createRequest("create-deny")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +50,30 @@ func TestDNSUnderDenyAllFailsAtOnce(t *testing.T) {
 	out, code := e.c.Exec(t, id, "nslookup", "example.com", "10.0.2.3")
 	if code == 0 || strings.Contains(out, "timed out") || !strings.Contains(out, "No route to host") {
 		t.Errorf("nslookup at the link address under DENY_ALL: exit %d, %q; want it refused at once (no route to host), not timed out", code, out)
+	}
+}
+
+// Under DENY_ALL on a network slot (the default) the link DNS address is
+// the gateway, the guest's only nameserver, and the slot answers a query
+// to it REFUSED at once instead of letting it time out; nothing else
+// leaves: a TCP connection to a public address is reset at once and a
+// ping is answered "administratively prohibited".
+func TestDenyAllOnANetworkSlotRefusesAtOnce(t *testing.T) {
+	e := newVMEnv(t)
+	e.startNode("node-a", "")
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(createRequest("create-deny")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	out, code := e.c.Exec(t, id, "sh", "-c", "cat /etc/resolv.conf; nslookup example.com")
+	if code == 0 || !strings.Contains(out, "nameserver 10.0.2.2\n") || strings.Contains(out, "timed out") || !strings.Contains(out, "REFUSED") {
+		t.Errorf("nslookup under DENY_ALL: exit %d, %q; want the gateway as nameserver and REFUSED at once", code, out)
+	}
+	out, code = e.c.Exec(t, id, "sh", "-c", "nc -w 10 8.8.8.8 80 </dev/null; echo nc=$?; ping -c 1 -W 10 8.8.8.8; echo ping=$?")
+	if !strings.Contains(out, "nc=1") || !strings.Contains(out, "Connection refused") || !strings.Contains(out, "ping=1") {
+		t.Errorf("TCP and ping to a public address under DENY_ALL: exit %d, %q; want both refused", code, out)
 	}
 }
 

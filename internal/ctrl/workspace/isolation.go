@@ -73,6 +73,7 @@ func (s *Service) failReleased(tx *store.Tx, w *ctrlv1.Workspace, failure *ctrlv
 	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 	w.Failure = proto.Clone(failure).(*ctrlv1.WorkspaceFailure)
 	w.GuestObservation = nil
+	w.NetworkPolicyStatus = nil
 	w.UpdatedAt = timestamppb.New(s.now())
 	return tx.PutWorkspace(w)
 }

@@ -362,7 +362,15 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 	}
 	return s.setWorkspace(tx, plan.w.GetWorkspaceId(), func(w *ctrlv1.Workspace) {
 		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
+		newer := w.GetSpec().GetNetworkPolicy() // an update admitted while starting
 		w.Spec = plan.w.GetSpec()
+		if newer.GetRevision() > w.GetSpec().GetNetworkPolicy().GetRevision() {
+			w.Spec.NetworkPolicy = newer
+		}
+		w.NetworkPolicyStatus = nil
+		if rev := status.GetAppliedNetworkPolicyRevision(); rev != 0 {
+			w.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: rev, AppliedAt: timestamppb.New(s.now())}
+		}
 		w.Generation++
 		w.Failure = nil
 		w.Delivery = nil // absent once the Workspace is available
@@ -387,6 +395,7 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) {
 			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 			w.Failure = failure
+			w.NetworkPolicyStatus = nil
 			if d := w.GetDelivery(); d != nil {
 				// The start failed with its artifacts still arriving.
 				d.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_PREPARATION_FAILED

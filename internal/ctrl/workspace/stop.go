@@ -87,6 +87,59 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
 	w.LastStop = stop
 	w.GuestObservation = nil
+	w.NetworkPolicyStatus = nil
 	w.UpdatedAt = timestamppb.New(s.now())
 	return tx.PutWorkspace(w)
+}
+
+// runPolicy applies the Workspace's network policy, as it stands now, to
+// its running execution. network_policy_status says the revision the node
+// confirmed; a failed application leaves none (the command says why, at
+// FAILURE_STAGE_APPLYING_NETWORK). With no execution running there is
+// nothing to apply: the next start carries the policy.
+func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
+	id := wk.Command().GetTargetId()
+	var w *ctrlv1.Workspace
+	var rt *storev1.WorkspaceRuntime
+	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		if w, err = get(tx, id, false); err != nil {
+			return err
+		}
+		rt, err = tx.GetRuntime(id, false)
+		return err
+	}); err != nil {
+		return err
+	}
+	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "" {
+		return wk.Succeed(ctx, func(*store.Tx) error { return nil })
+	}
+	instance := rt.GetInstanceId()
+	answer, err := s.fleet.Await(ctx, wk, "network", rt.GetNodeId(),
+		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy()}, ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK)
+	if answer == nil || err != nil {
+		return err
+	}
+	if answer.Failure != nil {
+		return wk.Fail(ctx, answer.Failure, func(tx *store.Tx) error {
+			return s.setPolicyStatus(tx, id, instance, nil)
+		})
+	}
+	result := &nodev1.ApplyNetworkPolicyResult{}
+	if err := answer.Result.UnmarshalTo(result); err != nil {
+		return err
+	}
+	return wk.Succeed(ctx, func(tx *store.Tx) error {
+		return s.setPolicyStatus(tx, id, instance, &ctrlv1.NetworkPolicyStatus{AppliedRevision: result.GetAppliedRevision(), AppliedAt: timestamppb.New(s.now())})
+	})
+}
+
+// setPolicyStatus records status for the Workspace's execution instance;
+// a later execution's status is left alone.
+func (s *Service) setPolicyStatus(tx *store.Tx, id, instance string, status *ctrlv1.NetworkPolicyStatus) error {
+	rt, err := tx.GetRuntime(id, true)
+	if err != nil || rt.GetInstanceId() != instance {
+		return err
+	}
+	return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) { w.NetworkPolicyStatus = status })
 }

@@ -153,7 +153,9 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 const maxDrainSeconds = 3600
 
 // UpdateNetworkPolicy replaces the network policy; CAS on its revision. A
-// content change increases the revision by one.
+// content change increases the revision by one, and on an AVAILABLE
+// Workspace the command goes on to apply it to the running execution
+// (runPolicy): network_policy_status moves only once the node confirmed it.
 func (s *Service) UpdateNetworkPolicy(ctx context.Context, req *ctrlv1.UpdateWorkspaceNetworkPolicyRequest) (*ctrlv1.UpdateWorkspaceNetworkPolicyResponse, error) {
 	policy, err := netpolicy.Normalize("network_policy", req.GetNetworkPolicy())
 	if err != nil {
@@ -174,11 +176,12 @@ func (s *Service) UpdateNetworkPolicy(ctx context.Context, req *ctrlv1.UpdateWor
 			if err := checkPolicyReferences(tx, policy); err != nil {
 				return false, err
 			}
-			if !netpolicy.SameContent(cur, policy) {
-				policy.Revision = cur.GetRevision() + 1
-				w.Spec.NetworkPolicy = policy
+			if netpolicy.SameContent(cur, policy) {
+				return false, nil
 			}
-			return false, nil
+			policy.Revision = cur.GetRevision() + 1
+			w.Spec.NetworkPolicy = policy
+			return w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, nil
 		},
 		func(w *ctrlv1.Workspace, _ *ctrlv1.WorkspaceCommand) proto.Message {
 			return &ctrlv1.UpdateWorkspaceNetworkPolicyResponse{Workspace: w}

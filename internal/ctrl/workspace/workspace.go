@@ -55,6 +55,7 @@ func New(s *store.Store, f *fleet.Fleet, v *volume.Service, r Runner) *Service {
 	r.Handle(kindCreate, w.runPlacement)
 	r.Handle(kindStart, w.runPlacement)
 	r.Handle(kindStop, w.runStop)
+	r.Handle(kindPolicy, w.runPolicy)
 	r.Handle(kindDelete, w.runDelete)
 	return w
 }

@@ -2,8 +2,9 @@
 // Network attaches one execution under its Workspace's network policy and
 // tells the VM provider what backs the guest's network device and how the
 // guest addresses itself. The node core sees only this package; the
-// implementations (today usernet, the VMM's own isolated user-mode
-// network) are chosen by the wiring (internal/cli), as VM providers are.
+// implementations (usernet, the VMM's own isolated user-mode network, and
+// userstack, a user-space network stack per execution in the node) are
+// chosen by the wiring (internal/cli), as VM providers are.
 package netslot
 
 import (
@@ -33,6 +34,11 @@ type Attachment interface {
 	Device() Device
 	// Guest is the addressing the guest configures on that device.
 	Guest() Addressing
+	// Started is called once the execution's VM runs in runDir: after its
+	// boot, and when an agent starting finds it running. An attachment
+	// whose device is a Stream connects to it then (and again, should the
+	// connection end while the VM runs).
+	Started(runDir string)
 	// Release undoes what Attach made; it is idempotent.
 	Release() error
 }
@@ -42,6 +48,17 @@ type Attachment interface {
 type Device struct {
 	// UserMode is the VMM's own user-mode network stack (QEMU's slirp).
 	UserMode *UserMode
+	// Stream is a stream socket the VMM listens on and carries the
+	// guest's Ethernet frames over (QEMU's -netdev stream, server=on).
+	Stream *Stream
+}
+
+// Stream is where the VMM listens for the attachment's connection.
+type Stream struct {
+	// Name is the socket's file name in the run directory: relative,
+	// because a socket path is limited to 107 bytes and run directories
+	// nest deep.
+	Name string
 }
 
 // UserMode is a network inside the VMM process.

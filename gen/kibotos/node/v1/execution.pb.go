@@ -319,8 +319,11 @@ type ExecutionStatus struct {
 	BootId string `protobuf:"bytes,5,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	// layer_capacity_bytes is the capacity the layer has.
 	LayerCapacityBytes uint64 `protobuf:"varint,6,opt,name=layer_capacity_bytes,json=layerCapacityBytes,proto3" json:"layer_capacity_bytes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// applied_network_policy_revision is the revision of the start's
+	// network_policy the node confirms in force for the execution.
+	AppliedNetworkPolicyRevision uint64 `protobuf:"varint,7,opt,name=applied_network_policy_revision,json=appliedNetworkPolicyRevision,proto3" json:"applied_network_policy_revision,omitempty"`
+	unknownFields                protoimpl.UnknownFields
+	sizeCache                    protoimpl.SizeCache
 }
 
 func (x *ExecutionStatus) Reset() {
@@ -391,6 +394,13 @@ func (x *ExecutionStatus) GetBootId() string {
 func (x *ExecutionStatus) GetLayerCapacityBytes() uint64 {
 	if x != nil {
 		return x.LayerCapacityBytes
+	}
+	return 0
+}
+
+func (x *ExecutionStatus) GetAppliedNetworkPolicyRevision() uint64 {
+	if x != nil {
+		return x.AppliedNetworkPolicyRevision
 	}
 	return 0
 }
@@ -534,6 +544,108 @@ func (x *StopExecution) GetTimeoutSeconds() uint32 {
 	return 0
 }
 
+// ApplyNetworkPolicy puts a new revision of a running execution's network
+// policy in force without a restart (NodeCommand body): new flows follow it
+// once the node answered. Result: ApplyNetworkPolicyResult. A policy the
+// node cannot apply fails (UNIMPLEMENTED) and leaves the one in force; an
+// instance that does not run fails FAILED_PRECONDITION.
+type ApplyNetworkPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	NetworkPolicy *v1.NetworkPolicy      `protobuf:"bytes,2,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyNetworkPolicy) Reset() {
+	*x = ApplyNetworkPolicy{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyNetworkPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyNetworkPolicy) ProtoMessage() {}
+
+func (x *ApplyNetworkPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyNetworkPolicy.ProtoReflect.Descriptor instead.
+func (*ApplyNetworkPolicy) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ApplyNetworkPolicy) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *ApplyNetworkPolicy) GetNetworkPolicy() *v1.NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicy
+	}
+	return nil
+}
+
+type ApplyNetworkPolicyResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// applied_revision is the revision now in force.
+	AppliedRevision uint64 `protobuf:"varint,1,opt,name=applied_revision,json=appliedRevision,proto3" json:"applied_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ApplyNetworkPolicyResult) Reset() {
+	*x = ApplyNetworkPolicyResult{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyNetworkPolicyResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyNetworkPolicyResult) ProtoMessage() {}
+
+func (x *ApplyNetworkPolicyResult) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyNetworkPolicyResult.ProtoReflect.Descriptor instead.
+func (*ApplyNetworkPolicyResult) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ApplyNetworkPolicyResult) GetAppliedRevision() uint64 {
+	if x != nil {
+		return x.AppliedRevision
+	}
+	return 0
+}
+
 type StopResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// durable is true when the guest confirmed it synced and unmounted.
@@ -545,7 +657,7 @@ type StopResult struct {
 
 func (x *StopResult) Reset() {
 	*x = StopResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[5]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +669,7 @@ func (x *StopResult) String() string {
 func (*StopResult) ProtoMessage() {}
 
 func (x *StopResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[5]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +682,7 @@ func (x *StopResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResult.ProtoReflect.Descriptor instead.
 func (*StopResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StopResult) GetDurable() bool {
@@ -619,7 +731,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +743,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +756,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExecutionReport) GetInstanceId() string {
@@ -738,7 +850,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +862,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +875,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VolumeReport) GetRef() *BlockFileRef {
@@ -805,7 +917,7 @@ type FetchArtifactRequest struct {
 
 func (x *FetchArtifactRequest) Reset() {
 	*x = FetchArtifactRequest{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +929,7 @@ func (x *FetchArtifactRequest) String() string {
 func (*FetchArtifactRequest) ProtoMessage() {}
 
 func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +942,7 @@ func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactRequest.ProtoReflect.Descriptor instead.
 func (*FetchArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FetchArtifactRequest) GetDigest() string {
@@ -858,7 +970,7 @@ type FetchArtifactResponse struct {
 
 func (x *FetchArtifactResponse) Reset() {
 	*x = FetchArtifactResponse{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +982,7 @@ func (x *FetchArtifactResponse) String() string {
 func (*FetchArtifactResponse) ProtoMessage() {}
 
 func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +995,7 @@ func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactResponse.ProtoReflect.Descriptor instead.
 func (*FetchArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FetchArtifactResponse) GetOffset() uint64 {
@@ -932,7 +1044,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	" \x01(\rR\x05vcpus\x12!\n" +
 	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12E\n" +
 	"\x0enetwork_policy\x18\f \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12\x1a\n" +
-	"\bhostname\x18\r \x01(\tR\bhostname\"\xd2\x01\n" +
+	"\bhostname\x18\r \x01(\tR\bhostname\"\x99\x02\n" +
 	"\x0fExecutionStatus\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -940,7 +1052,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\rlayer_created\x18\x03 \x01(\bR\flayerCreated\x12\x14\n" +
 	"\x05accel\x18\x04 \x01(\tR\x05accel\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
-	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\"\x91\x01\n" +
+	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\x12E\n" +
+	"\x1fapplied_network_policy_revision\x18\a \x01(\x04R\x1cappliedNetworkPolicyRevision\"\x91\x01\n" +
 	"\fStartFailure\x12#\n" +
 	"\rlayer_removed\x18\x01 \x01(\bR\flayerRemoved\x12'\n" +
 	"\x0flayer_untouched\x18\x02 \x01(\bR\x0elayerUntouched\x123\n" +
@@ -949,7 +1062,13 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12'\n" +
-	"\x0ftimeout_seconds\x18\x03 \x01(\rR\x0etimeoutSeconds\"@\n" +
+	"\x0ftimeout_seconds\x18\x03 \x01(\rR\x0etimeoutSeconds\"|\n" +
+	"\x12ApplyNetworkPolicy\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12E\n" +
+	"\x0enetwork_policy\x18\x02 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\"E\n" +
+	"\x18ApplyNetworkPolicyResult\x12)\n" +
+	"\x10applied_revision\x18\x01 \x01(\x04R\x0fappliedRevision\"@\n" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
@@ -1003,41 +1122,44 @@ func file_kibotos_node_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_kibotos_node_v1_execution_proto_goTypes = []any{
-	(ExecutionEnd)(0),             // 0: kibotos.node.v1.ExecutionEnd
-	(*Artifact)(nil),              // 1: kibotos.node.v1.Artifact
-	(*StartExecution)(nil),        // 2: kibotos.node.v1.StartExecution
-	(*ExecutionStatus)(nil),       // 3: kibotos.node.v1.ExecutionStatus
-	(*StartFailure)(nil),          // 4: kibotos.node.v1.StartFailure
-	(*StopExecution)(nil),         // 5: kibotos.node.v1.StopExecution
-	(*StopResult)(nil),            // 6: kibotos.node.v1.StopResult
-	(*ExecutionReport)(nil),       // 7: kibotos.node.v1.ExecutionReport
-	(*VolumeReport)(nil),          // 8: kibotos.node.v1.VolumeReport
-	(*FetchArtifactRequest)(nil),  // 9: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil), // 10: kibotos.node.v1.FetchArtifactResponse
-	(*BlockFileRef)(nil),          // 11: kibotos.node.v1.BlockFileRef
-	(*v1.NetworkPolicy)(nil),      // 12: kibotos.ctrl.v1.NetworkPolicy
-	(*v11.MemoryReport)(nil),      // 13: kibotos.guest.v1.MemoryReport
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(ExecutionEnd)(0),                // 0: kibotos.node.v1.ExecutionEnd
+	(*Artifact)(nil),                 // 1: kibotos.node.v1.Artifact
+	(*StartExecution)(nil),           // 2: kibotos.node.v1.StartExecution
+	(*ExecutionStatus)(nil),          // 3: kibotos.node.v1.ExecutionStatus
+	(*StartFailure)(nil),             // 4: kibotos.node.v1.StartFailure
+	(*StopExecution)(nil),            // 5: kibotos.node.v1.StopExecution
+	(*ApplyNetworkPolicy)(nil),       // 6: kibotos.node.v1.ApplyNetworkPolicy
+	(*ApplyNetworkPolicyResult)(nil), // 7: kibotos.node.v1.ApplyNetworkPolicyResult
+	(*StopResult)(nil),               // 8: kibotos.node.v1.StopResult
+	(*ExecutionReport)(nil),          // 9: kibotos.node.v1.ExecutionReport
+	(*VolumeReport)(nil),             // 10: kibotos.node.v1.VolumeReport
+	(*FetchArtifactRequest)(nil),     // 11: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),    // 12: kibotos.node.v1.FetchArtifactResponse
+	(*BlockFileRef)(nil),             // 13: kibotos.node.v1.BlockFileRef
+	(*v1.NetworkPolicy)(nil),         // 14: kibotos.ctrl.v1.NetworkPolicy
+	(*v11.MemoryReport)(nil),         // 15: kibotos.guest.v1.MemoryReport
+	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
 	1,  // 1: kibotos.node.v1.StartExecution.initrd:type_name -> kibotos.node.v1.Artifact
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
-	11, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
-	11, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
-	12, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	0,  // 6: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	13, // 7: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	14, // 8: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
-	8,  // 9: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
-	11, // 10: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
+	13, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
+	14, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	14, // 6: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	0,  // 7: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
+	15, // 8: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	16, // 9: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
+	10, // 10: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	13, // 11: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
@@ -1052,7 +1174,7 @@ func file_kibotos_node_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_execution_proto_rawDesc), len(file_kibotos_node_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

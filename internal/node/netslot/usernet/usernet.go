@@ -57,4 +57,7 @@ func (attachment) Guest() netslot.Addressing {
 	return netslot.Addressing{Address: GuestAddress, Gateway: GuestGateway, Nameserver: GuestNameserver, NoDNS: true}
 }
 
+// Started implements netslot.Attachment: the network is inside the VMM.
+func (attachment) Started(string) {}
+
 func (attachment) Release() error { return nil }

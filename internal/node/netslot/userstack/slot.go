@@ -169,9 +169,12 @@ func (s *Slot) SetPolicy(p *policy.Policy) { s.policy.Store(p) }
 // the slot was closed, else the error that ended it. A slot serves one
 // stream at a time; after Serve returns it may serve the next (QEMU's
 // stream server takes a new connection after a node agent restart).
-func (s *Slot) Serve(conn io.ReadWriter) error {
+// Closing the slot closes conn.
+func (s *Slot) Serve(conn io.ReadWriteCloser) error {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
+	closeOnEnd := context.AfterFunc(s.ctx, func() { _ = conn.Close() })
+	defer closeOnEnd()
 	w := qemustream.NewWriter(conn)
 	done := make(chan struct{})
 	go func() {

@@ -3,37 +3,90 @@ package userstack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"time"
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
 )
 
 // HostUplink re-originates admitted flows from the host's own sockets, so
 // they leave from its uplink address like any of its connections.
 type HostUplink struct {
 	Dialer net.Dialer
+	// Netns, when set, is a network namespace (an open /proc/…/ns/net or
+	// /run/netns file) every socket of the uplink is made in: the flows
+	// leave by that namespace's routes instead of the node's. Tests give
+	// one whose only routes lead to their own test hosts.
+	Netns *os.File
 }
 
 // DialTCP implements Uplink.
-func (u *HostUplink) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	return u.Dialer.DialContext(ctx, "tcp", dst.String())
+func (u *HostUplink) DialTCP(ctx context.Context, dst netip.AddrPort) (c net.Conn, err error) {
+	err = InNetns(u.Netns, func() error {
+		c, err = u.Dialer.DialContext(ctx, "tcp", dst.String())
+		return err
+	})
+	return c, err
 }
 
 // DialUDP implements Uplink.
-func (u *HostUplink) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	return u.Dialer.DialContext(ctx, "udp", dst.String())
+func (u *HostUplink) DialUDP(ctx context.Context, dst netip.AddrPort) (c net.Conn, err error) {
+	err = InNetns(u.Netns, func() error {
+		c, err = u.Dialer.DialContext(ctx, "udp", dst.String())
+		return err
+	})
+	return c, err
+}
+
+// InNetns runs fn on an OS thread in network namespace ns (nil: this
+// process's own, on the caller's goroutine). A socket fn makes stays in
+// that namespace for its life. The thread is given back only once it is in
+// its own namespace again, and discarded when that fails.
+func InNetns(ns *os.File, fn func() error) error {
+	if ns == nil {
+		return fn()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer own.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter network namespace %s: %w", ns.Name(), err)
+			return
+		}
+		errc <- fn()
+		if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} // else the locked thread ends with this goroutine
+	}()
+	return <-errc
 }
 
 // Echo implements Uplink with an unprivileged ICMP socket (Linux's ping
 // socket, which net.ipv4.ping_group_range must admit the node's group to),
 // else a raw one (root or CAP_NET_RAW).
 func (u *HostUplink) Echo(ctx context.Context, dst netip.Addr, payload []byte) error {
-	conn, unprivileged, err := listenICMP(dst.Is4())
+	var conn *icmp.PacketConn
+	var unprivileged bool
+	err := InNetns(u.Netns, func() (err error) {
+		conn, unprivileged, err = listenICMP(dst.Is4())
+		return err
+	})
 	if err != nil {
 		return err
 	}

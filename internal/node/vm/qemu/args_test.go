@@ -40,3 +40,15 @@ func TestArgsDescribeTheMicroVM(t *testing.T) {
 		t.Error("-cpu host is for KVM only")
 	}
 }
+
+// A stream device: QEMU listens on the socket named in the run directory
+// (relative, as the agent's), and no user-mode network is made.
+func TestArgsCarryTheGuestsFramesOnAStreamSocket(t *testing.T) {
+	line := strings.Join(qemu.Args(qemu.Spec{RunDir: "/run/x", Kernel: "/k", NetStream: "net.sock"}), " ")
+	if want := "-netdev stream,id=net0,server=on,addr.type=unix,addr.path=net.sock -device virtio-net-device,netdev=net0"; !strings.Contains(line, want) {
+		t.Errorf("missing %q in\n%s", want, line)
+	}
+	if strings.Contains(line, "-netdev user") {
+		t.Errorf("a user-mode network beside the stream:\n%s", line)
+	}
+}

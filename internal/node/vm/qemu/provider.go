@@ -129,11 +129,14 @@ func (p *Provider) Start(ctx context.Context, s vm.Spec) (vm.Instance, error) {
 		spec.Drives = append(spec.Drives, Drive{Path: d.Path, ReadOnly: d.Role == vm.TemplateRoot})
 	}
 	if s.Network != nil {
-		dev := s.Network.Device()
-		if dev.UserMode == nil {
-			return nil, errors.New("QEMU offers the user-mode network only; the network attachment asks for another device")
+		switch dev := s.Network.Device(); {
+		case dev.UserMode != nil:
+			spec.Net = dev.UserMode
+		case dev.Stream != nil:
+			spec.NetStream = dev.Stream.Name
+		default:
+			return nil, errors.New("QEMU offers the user-mode network and a stream socket; the network attachment asks for another device")
 		}
-		spec.Net = dev.UserMode
 	}
 	v, err := Start(spec)
 	if err != nil {

@@ -63,9 +63,12 @@ type Spec struct {
 	MemoryMiB uint64
 	Drives    []Drive
 	Accel     Accel
-	// Net is the guest's network device on QEMU's user-mode network; nil
-	// gives the guest no network device.
-	Net *netslot.UserMode
+	// Net is the guest's network device on QEMU's user-mode network, or
+	// NetStream (a socket file name in RunDir) the one QEMU carries over a
+	// stream socket it listens on; neither gives the guest no network
+	// device.
+	Net       *netslot.UserMode
+	NetStream string
 }
 
 // Files in a run directory.
@@ -152,6 +155,13 @@ func Args(s Spec) []string {
 			netdev = "user,id=net0,restrict=on,net=" + n.Network.String()
 		}
 		args = append(args, "-netdev", netdev, "-device", "virtio-net-device,netdev=net0")
+	}
+	if s.NetStream != "" {
+		// QEMU listens and the node connects: after an agent restart the
+		// node connects again (QEMU's stream server listens anew when its
+		// client goes). Relative, as the agent socket is.
+		args = append(args, "-netdev", "stream,id=net0,server=on,addr.type=unix,addr.path="+s.NetStream,
+			"-device", "virtio-net-device,netdev=net0")
 	}
 	return append(args,
 		"-device", "virtio-serial-device",

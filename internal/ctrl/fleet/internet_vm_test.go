@@ -1,0 +1,195 @@
+package fleet_test
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/miekg/dns"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/node/netslot/userstack"
+	"github.com/kibotos/kibotos/internal/testenv"
+	"github.com/kibotos/kibotos/internal/testenv/testnet"
+)
+
+// The test internet of these tests: public hosts (a TCP echo service and
+// a ping-answering host at 8.8.4.4, a second service at 8.8.4.5, the
+// deployment resolver at 9.9.9.9) and hosts in hard-denied ranges
+// (private, CGNAT, the metadata address), each counting the connections
+// it accepted.
+type internet struct {
+	*testnet.Internet
+	accepted map[string]*atomic.Int32 // address → connections accepted
+}
+
+var (
+	echoHost     = netip.MustParseAddr("8.8.4.4")
+	otherHost    = netip.MustParseAddr("8.8.4.5")
+	resolverHost = netip.MustParseAddr("9.9.9.9")
+	deniedHosts  = []netip.Addr{netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("100.64.0.1"), netip.MustParseAddr("169.254.169.254")}
+)
+
+func newInternet(t *testing.T) *internet {
+	t.Helper()
+	hosts := append([]netip.Addr{echoHost, otherHost, resolverHost}, deniedHosts...)
+	inet := &internet{Internet: testnet.New(t, hosts...), accepted: map[string]*atomic.Int32{}}
+	for _, h := range append([]netip.Addr{echoHost, otherHost}, deniedHosts...) {
+		n := new(atomic.Int32)
+		inet.accepted[h.String()] = n
+		ln := inet.Listen(t, "tcp", netip.AddrPortFrom(h, 80).String())
+		go serveEcho(ln, n)
+	}
+	pc := inet.ListenPacket(t, "udp", netip.AddrPortFrom(resolverHost, 53).String())
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg).SetReply(q)
+		if rr, err := dns.NewRR(q.Question[0].Name + " 60 IN A 192.0.2.7"); err == nil {
+			m.Answer = append(m.Answer, rr)
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return inet
+}
+
+func serveEcho(ln net.Listener, accepted *atomic.Int32) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		accepted.Add(1)
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(c, c)
+		}()
+	}
+}
+
+// startInternetNode runs node-a with network slots whose uplink is in the
+// test internet, resolving through its resolver.
+func (e *vmEnv) startInternetNode(inet *internet) {
+	e.t.Helper()
+	network, err := userstack.NewNetwork(userstack.NetworkConfig{
+		Uplink: inet.Uplink(), Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := e.c.StartNodeWith(e.t, "node-a", "", func(cfg *node.Config) { cfg.Network = network },
+		node.Pool{Name: "default", Dir: e.t.TempDir(), Default: true})
+	e.c.EnsureCapacity(e.t, "default", testenv.DefaultPoolCapacity)
+	e.t.Cleanup(n.PowerOff)
+}
+
+// Under PUBLIC_INTERNET, from inside a real guest: TCP to a public host
+// carries bytes both ways, ping is answered, the link DNS address answers
+// through the deployment resolver; every hard-denied host is refused at
+// once and never reached (allow included: an allow entry acts only on
+// forwarded traffic); deny refuses a destination only allow does not
+// cover, and never acts on link DNS.
+func TestPublicInternetFromAGuest(t *testing.T) {
+	e := newVMEnv(t)
+	inet := newInternet(t)
+	e.startInternetNode(inet)
+	req := createRequest("create-public")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{
+		Mode:  ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+		Deny:  []string{"8.8.4.0/24", "9.9.9.9/32"},
+		Allow: []string{"8.8.4.4/32", "10.99.0.1/32"},
+	}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	if s := created.Msg.GetWorkspace().GetNetworkPolicyStatus(); s != nil {
+		t.Errorf("network_policy_status before any execution: %v, want absent", s)
+	}
+	w := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if s := w.GetNetworkPolicyStatus(); s.GetAppliedRevision() != 1 || s.GetAppliedAt() == nil {
+		t.Errorf("network_policy_status once AVAILABLE: %v, want revision 1 confirmed", s)
+	}
+
+	out, code := e.c.Exec(t, id, "sh", "-c", "echo through | nc -w 10 8.8.4.4 80")
+	if code != 0 || out != "through\n" {
+		t.Errorf("TCP to a public host in allow: exit %d %q", code, out)
+	}
+	if out, code := e.c.Exec(t, id, "ping", "-c", "1", "-W", "10", "8.8.4.4"); code != 0 || !strings.Contains(out, "1 packets received") {
+		t.Errorf("ping of a public host: exit %d %q", code, out)
+	}
+	if out, code := e.c.Exec(t, id, "nslookup", "kibotos.test"); code != 0 || !strings.Contains(out, "192.0.2.7") {
+		t.Errorf("a query to the link DNS address (its resolver in deny): exit %d %q", code, out)
+	}
+	refused := map[string]string{"8.8.4.5": "deny"}
+	for _, h := range deniedHosts {
+		refused[h.String()] = "the hard deny"
+	}
+	for host, why := range refused {
+		out, code := e.c.Exec(t, id, "sh", "-c", "nc -w 10 "+host+" 80 </dev/null; echo nc=$?")
+		if !strings.Contains(out, "Connection refused") || !strings.Contains(out, "nc=1") {
+			t.Errorf("TCP to %s (refused by %s): exit %d %q", host, why, code, out)
+		}
+		if n := inet.accepted[host].Load(); n != 0 {
+			t.Errorf("%s (refused by %s) accepted %d connections", host, why, n)
+		}
+	}
+	if _, code := e.c.Exec(t, id, "ping", "-c", "1", "-W", "10", "10.99.0.1"); code == 0 {
+		t.Error("ping of a hard-denied host in allow was answered")
+	}
+}
+
+// A live update: UpdateWorkspaceNetworkPolicy on a running Workspace is
+// applied without a restart, network_policy_status.applied_revision moves
+// to the new revision once the node confirmed it, and from then on the
+// guest's new connections follow it; after a stop the status is absent.
+func TestANetworkPolicyUpdateReachesTheRunningGuest(t *testing.T) {
+	e := newVMEnv(t)
+	inet := newInternet(t)
+	e.startInternetNode(inet)
+	req := createRequest("create-live")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	before := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, code := e.c.Exec(t, id, "sh", "-c", "echo before | nc -w 10 8.8.4.4 80"); code != 0 || out != "before\n" {
+		t.Fatalf("TCP before the update: exit %d %q", code, out)
+	}
+	updated, err := e.c.Workspaces.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
+		Command: cmd("deny-echo"), WorkspaceId: id, ExpectedRevision: 1,
+		NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Deny: []string{"8.8.4.4/32"}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := updated.Msg.GetWorkspace().GetSpec().GetNetworkPolicy().GetRevision(); got != 2 {
+		t.Fatalf("revision after the update: %d", got)
+	}
+	var w *ctrlv1.Workspace
+	waitLong(t, "revision 2 confirmed", func() bool {
+		w = e.workspace(id)
+		return w.GetNetworkPolicyStatus().GetAppliedRevision() == 2
+	})
+	if w.GetGeneration() != before.GetGeneration() {
+		t.Errorf("generation %d after the update, want %d: no restart", w.GetGeneration(), before.GetGeneration())
+	}
+	out, _ := e.c.Exec(t, id, "sh", "-c", "nc -w 10 8.8.4.4 80 </dev/null; echo nc=$?; echo other | nc -w 10 8.8.4.5 80")
+	if !strings.Contains(out, "Connection refused") || !strings.Contains(out, "nc=1") || !strings.Contains(out, "other") {
+		t.Errorf("after revision 2 was confirmed: %q, want 8.8.4.4 refused and 8.8.4.5 reached", out)
+	}
+	if _, err := e.c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd("stop-live"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED).GetNetworkPolicyStatus(); s != nil {
+		t.Errorf("network_policy_status after the stop: %v, want absent", s)
+	}
+}

@@ -1,0 +1,169 @@
+package userstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/node/netslot"
+	"github.com/kibotos/kibotos/internal/node/netslot/policy"
+)
+
+// SocketName is the stream socket QEMU listens on in an execution's run
+// directory.
+const SocketName = "net.sock"
+
+// NetworkConfig is what the node gives its slots.
+type NetworkConfig struct {
+	Uplink Uplink
+	// Own lists ctrl's addresses and the node's own, which the hard deny
+	// refuses.
+	Own []netip.Addr
+	// Resolvers are the deployment resolvers (--resolver), in order. The
+	// first decides the family of the link DNS address; it must be IPv4
+	// for now (the guest's nameserver is IPv4 only).
+	Resolvers []netip.AddrPort
+	Log       *slog.Logger
+}
+
+// Network is a slot per execution: a netslot.Network.
+type Network struct {
+	cfg NetworkConfig
+
+	mu    sync.Mutex
+	slots map[string]*attachment
+}
+
+// NewNetwork checks cfg and makes the network.
+func NewNetwork(cfg NetworkConfig) (*Network, error) {
+	if cfg.Uplink == nil {
+		return nil, errors.New("userstack: a network needs an uplink")
+	}
+	if len(cfg.Resolvers) > 0 && !cfg.Resolvers[0].Addr().Unmap().Is4() {
+		return nil, fmt.Errorf("userstack: the first resolver %s is IPv6: the guest's link DNS address is IPv4 only for now", cfg.Resolvers[0])
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Network{cfg: cfg, slots: map[string]*attachment{}}, nil
+}
+
+// Name implements netslot.Network.
+func (*Network) Name() string { return "userstack" }
+
+// Attach implements netslot.Network: the slot of instanceID, made on the
+// first Attach and given policy on each (the next one's new flows follow
+// it). A policy the engine cannot compile is *netslot.Unenforceable.
+func (n *Network) Attach(_ context.Context, instanceID string, pol *ctrlv1.NetworkPolicy) (netslot.Attachment, error) {
+	p, err := policy.Compile(pol, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{GatewayV4}})
+	if err != nil {
+		return nil, &netslot.Unenforceable{Mode: netslot.Mode(pol), Why: err.Error()}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if a := n.slots[instanceID]; a != nil {
+		a.slot.SetPolicy(p)
+		return a, nil
+	}
+	log := n.cfg.Log.With("instance_id", instanceID)
+	s, err := New(Config{Policy: p, Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	a := &attachment{net: n, id: instanceID, slot: s, log: log, done: make(chan struct{})}
+	n.slots[instanceID] = a
+	return a, nil
+}
+
+// attachment is one execution's slot.
+type attachment struct {
+	net  *Network
+	id   string
+	slot *Slot
+	log  *slog.Logger
+
+	once    sync.Once
+	done    chan struct{} // closed by Release
+	carried sync.WaitGroup
+}
+
+// Device implements netslot.Attachment.
+func (*attachment) Device() netslot.Device {
+	return netslot.Device{Stream: &netslot.Stream{Name: SocketName}}
+}
+
+// Guest implements netslot.Attachment: the link DNS address is the
+// gateway, answered by the slot (REFUSED at once under DENY_ALL).
+func (*attachment) Guest() netslot.Addressing {
+	return netslot.Addressing{Address: GuestV4, Gateway: GatewayV4, Nameserver: GatewayV4}
+}
+
+// Started implements netslot.Attachment: it connects to QEMU's socket in
+// runDir, and again whenever the connection ends, until Release.
+func (a *attachment) Started(runDir string) {
+	a.once.Do(func() {
+		a.carried.Add(1)
+		go func() {
+			defer a.carried.Done()
+			a.carry(runDir)
+		}()
+	})
+}
+
+// Release implements netslot.Attachment.
+func (a *attachment) Release() error {
+	a.net.mu.Lock()
+	if a.net.slots[a.id] == a {
+		delete(a.net.slots, a.id)
+	}
+	a.net.mu.Unlock()
+	select {
+	case <-a.done:
+		return nil
+	default:
+		close(a.done)
+	}
+	err := a.slot.Close()
+	a.carried.Wait()
+	return err
+}
+
+// carry serves the slot on QEMU's stream while the VM runs: QEMU makes its
+// socket as it starts and listens again after a connection ends.
+func (a *attachment) carry(runDir string) {
+	wait := 50 * time.Millisecond
+	for {
+		conn, err := dialStream(runDir)
+		if err == nil {
+			wait = 50 * time.Millisecond
+			if err := a.slot.Serve(conn); err != nil {
+				a.log.Warn("network slot: the stream ended", "err", err)
+			}
+		}
+		select {
+		case <-a.done:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// dialStream connects to the socket in runDir through a descriptor of the
+// directory, so the path stays short whatever runDir's length.
+func dialStream(runDir string) (net.Conn, error) {
+	dir, err := os.Open(runDir)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return net.Dial("unix", filepath.Join(fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), SocketName))
+}
