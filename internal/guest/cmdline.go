@@ -16,6 +16,7 @@ const (
 	ParamVolume     = "kibotos.volume"     // DEVICE:MOUNTPATH, e.g. /dev/vdc:/data
 	ParamBootID     = "kibotos.boot_id"    // the id the host gives this boot
 	ParamNet        = "kibotos.net"        // ADDR/PREFIX,GATEWAY,DNS for eth0, e.g. 10.0.2.15/24,10.0.2.2,10.0.2.3
+	ParamNet6       = "kibotos.net6"       // ADDR/PREFIX,GATEWAY for eth0's IPv6, e.g. fd6b:6962:6f74::15/64,fe80::1
 	ParamHostname   = "kibotos.hostname"   // the guest's host name
 	// ParamDNS is "unreachable" when nothing answers DNS at the
 	// nameserver (DENY_ALL): the guest routes it as unreachable, so a
@@ -90,6 +91,7 @@ type Config struct {
 	Volume     *VolumeMount
 	BootID     string // empty: use the kernel's boot id
 	Net        *NetConfig
+	Net6       *Net6Config
 	Hostname   string
 	// DNSUnreachable routes Net's nameserver as unreachable (ParamDNS).
 	DNSUnreachable bool
@@ -148,6 +150,13 @@ func ParseCmdline(cmdline string) (Config, error) {
 				continue
 			}
 			cfg.Net = &n
+		case ParamNet6:
+			n, err := parseNet6(p.Value)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", p.Key, err))
+				continue
+			}
+			cfg.Net6 = &n
 		case ParamHostname:
 			cfg.Hostname = p.Value
 		case ParamDNS:
@@ -224,6 +233,38 @@ func parseNet(s string) (NetConfig, error) {
 	}
 	return NetConfig{Address: addr, Gateway: gw, DNS: dns}, nil
 }
+
+// Net6Config is eth0's static IPv6 configuration.
+type Net6Config struct {
+	Address netip.Prefix // the guest's address and its network
+	// Gateway is the default router: link-local, or an address in
+	// Address's network.
+	Gateway netip.Addr
+}
+
+// parseNet6 reads ADDR/PREFIX,GATEWAY. The address is global or unique
+// local (the kernel makes eth0's link-local address itself); the gateway
+// must be on the link, or the kernel could not reach it.
+func parseNet6(s string) (Net6Config, error) {
+	a, g, ok := strings.Cut(s, ",")
+	if !ok || strings.Contains(g, ",") {
+		return Net6Config{}, fmt.Errorf("%q is not ADDR/PREFIX,GATEWAY", s)
+	}
+	addr, err := netip.ParsePrefix(a)
+	if err != nil || !isIPv6(addr.Addr()) || !addr.Addr().IsGlobalUnicast() || addr.Bits() == 0 {
+		return Net6Config{}, fmt.Errorf("%q is not a global or unique local IPv6 address with a prefix length", a)
+	}
+	gw, err := netip.ParseAddr(g)
+	onLink := gw.IsLinkLocalUnicast() || (gw.IsGlobalUnicast() && addr.Masked().Contains(gw))
+	if err != nil || !isIPv6(gw) || gw.Zone() != "" || !onLink || gw == addr.Addr() {
+		return Net6Config{}, fmt.Errorf("gateway %q is not an IPv6 address on the link: link-local (fe80::/10) or in %s, other than the guest's own", g, addr.Masked())
+	}
+	return Net6Config{Address: addr, Gateway: gw}, nil
+}
+
+// isIPv6 is true for an IPv6 address that is not an IPv4-mapped one:
+// ::ffff:10.0.2.2 is IPv4 on the wire.
+func isIPv6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }
 
 // ModuleParams returns the parameters the command line gives module name
 // (name.param=value), in the form finit_module takes, as modprobe does:

@@ -76,6 +76,36 @@ func TestParseCmdline(t *testing.T) {
 			errs:    []string{"is not ADDR/PREFIX,GATEWAY,DNS", "gateway \"10.0.3.2\" is not an IPv4 address in 10.0.2.0/24", "\"fe80::1/64\" is not an IPv4 address", "nameserver \"x\""},
 		},
 		{
+			name:    "IPv6 with a link-local gateway",
+			cmdline: "kibotos.net6=fd6b:6962:6f74::15/64,fe80::1",
+			want: guest.Config{RootFSType: "ext4", Net6: &guest.Net6Config{
+				Address: netip.MustParsePrefix("fd6b:6962:6f74::15/64"), Gateway: netip.MustParseAddr("fe80::1")}},
+		},
+		{
+			name:    "IPv6 with a gateway in the guest's network, beside IPv4",
+			cmdline: "kibotos.net=10.0.2.15/24,10.0.2.2,10.0.2.3 kibotos.net6=2001:db8:1::15/48,2001:db8:1:ff::1",
+			want: guest.Config{RootFSType: "ext4",
+				Net:  &guest.NetConfig{Address: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"), DNS: netip.MustParseAddr("10.0.2.3")},
+				Net6: &guest.Net6Config{Address: netip.MustParsePrefix("2001:db8:1::15/48"), Gateway: netip.MustParseAddr("2001:db8:1:ff::1")}},
+		},
+		{
+			name: "malformed IPv6 networks are left out and reported",
+			cmdline: "kibotos.net6=fd00::15/64 kibotos.net6=fd00::15/64,fe80::1,fd00::3 " +
+				"kibotos.net6=10.0.2.15/24,10.0.2.2 kibotos.net6=::ffff:10.0.2.15/120,fe80::1 kibotos.net6=fd00::15,fe80::1 " +
+				"kibotos.net6=fe80::15/64,fe80::1 kibotos.net6=::1/128,fe80::1 kibotos.net6=ff02::15/64,fe80::1 kibotos.net6=fd00::15/0,fe80::1 " +
+				"kibotos.net6=fd00::15/64,fd01::1 kibotos.net6=fd00::15/64,10.0.2.2 kibotos.net6=fd00::15/64,::ffff:10.0.2.2 " +
+				"kibotos.net6=fd00::15/64,fe80::1%eth0 kibotos.net6=fd00::15/64,fd00::15 kibotos.net6=fd00::15/64,ff02::2 kibotos.net6=fd00::15/64,x",
+			want: guest.Config{RootFSType: "ext4"},
+			errs: []string{
+				`"fd00::15/64" is not ADDR/PREFIX,GATEWAY`, `"fd00::15/64,fe80::1,fd00::3" is not ADDR/PREFIX,GATEWAY`,
+				`"10.0.2.15/24" is not a global or unique local IPv6 address`, `"::ffff:10.0.2.15/120" is not a global`,
+				`"fd00::15" is not a global`, `"fe80::15/64" is not a global`, `"::1/128" is not a global`,
+				`"ff02::15/64" is not a global`, `"fd00::15/0" is not a global`,
+				`gateway "fd01::1" is not an IPv6 address on the link: link-local (fe80::/10) or in fd00::/64, other than the guest's own`,
+				`gateway "10.0.2.2"`, `gateway "::ffff:10.0.2.2"`, `gateway "fe80::1%eth0"`, `gateway "fd00::15"`, `gateway "ff02::2"`, `gateway "x"`,
+			},
+		},
+		{
 			name:    "root without layer",
 			cmdline: "kibotos.root=/dev/vda",
 			want:    guest.Config{Root: "/dev/vda", RootFSType: "ext4"},

@@ -280,28 +280,46 @@ func (s *System) mountStorage(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// setUpNetwork configures eth0 as cfg.Net says. A network that cannot be
-// set up is logged, not fatal: the agent runs over virtio-serial, so the
-// Workspace stays usable and says why on its console.
+// setUpNetwork configures eth0 as cfg.Net and cfg.Net6 say. A network
+// that cannot be set up is logged, not fatal: the agent runs over
+// virtio-serial, so the Workspace stays usable and says why on its
+// console. Each family is set up even when the other fails.
 func (s *System) setUpNetwork(ctx context.Context, cfg Config) {
-	if cfg.Net == nil {
+	if cfg.Net == nil && cfg.Net6 == nil {
 		return
 	}
 	if err := WaitForInterface(ctx, "/sys", NetInterface, DeviceTimeout); err != nil {
 		s.Log.Printf("network: %v", err)
 		return
 	}
-	if err := ConfigureNetwork(NetInterface, *cfg.Net); err != nil {
+	if cfg.Net != nil {
+		s.setUpIPv4(*cfg.Net, cfg.DNSUnreachable)
+	}
+	if cfg.Net6 != nil {
+		s.setUpIPv6(*cfg.Net6)
+	}
+}
+
+func (s *System) setUpIPv4(n NetConfig, dnsUnreachable bool) {
+	if err := ConfigureNetwork(NetInterface, n); err != nil {
 		s.Log.Printf("network: %v", err)
 		return
 	}
-	if err := WriteResolvConf("/", cfg.Net.DNS); err != nil {
+	if err := WriteResolvConf("/", n.DNS); err != nil {
 		s.Log.Printf("network: nameserver: %v", err)
 	}
-	if cfg.DNSUnreachable {
-		if err := AddUnreachableRoute(cfg.Net.DNS); err != nil {
+	if dnsUnreachable {
+		if err := AddUnreachableRoute(n.DNS); err != nil {
 			s.Log.Printf("network: %v", err)
 		}
 	}
-	s.Log.Printf("network: %s %s via %s, nameserver %s", NetInterface, cfg.Net.Address, cfg.Net.Gateway, cfg.Net.DNS)
+	s.Log.Printf("network: %s %s via %s, nameserver %s", NetInterface, n.Address, n.Gateway, n.DNS)
+}
+
+func (s *System) setUpIPv6(n Net6Config) {
+	if err := ConfigureNetwork6(NetInterface, n); err != nil {
+		s.Log.Printf("network: IPv6: %v", err)
+		return
+	}
+	s.Log.Printf("network: %s %s via %s", NetInterface, n.Address, n.Gateway)
 }

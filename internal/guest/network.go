@@ -95,18 +95,58 @@ func maskOf(bits int) [4]byte {
 // addDefaultRoute adds 0.0.0.0/0 via gw with one rtnetlink request (the
 // ioctl for routes takes a struct x/sys/unix does not define).
 func addDefaultRoute(gw netip.Addr) error {
-	return addRoute(routeRequest(netip.PrefixFrom(netip.IPv4Unspecified(), 0), gw, unix.RTN_UNICAST), "default route via "+gw.String())
+	return netlinkRequest(routeRequest(netip.PrefixFrom(netip.IPv4Unspecified(), 0), gw, 0, unix.RTN_UNICAST), "default route via "+gw.String())
 }
 
 // AddUnreachableRoute routes addr as unreachable: a packet to it fails
 // at once (EHOSTUNREACH) instead of going out to an address nothing
 // answers at. Under DENY_ALL that is the link nameserver.
 func AddUnreachableRoute(addr netip.Addr) error {
-	return addRoute(routeRequest(netip.PrefixFrom(addr, 32), netip.Addr{}, unix.RTN_UNREACHABLE), "unreachable route to "+addr.String())
+	return netlinkRequest(routeRequest(netip.PrefixFrom(addr, 32), netip.Addr{}, 0, unix.RTN_UNREACHABLE), "unreachable route to "+addr.String())
 }
 
-// addRoute sends one RTM_NEWROUTE request and reads its acknowledgement.
-func addRoute(req []byte, what string) error {
+// ConfigureNetwork6 brings name up, gives it n's address and routes ::/0
+// through n's gateway, out of name (a link-local gateway means nothing
+// without its interface). The address skips duplicate address detection
+// (IFA_F_NODAD): the slot is the link's only other end and never takes
+// the guest's address, and detection would leave the address unusable
+// for a second or more of every boot. Idempotent like ConfigureNetwork.
+func ConfigureNetwork6(name string, n Net6Config) error {
+	fd, err := inetSocket()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	// Up first: the kernel refuses a route through an interface that is
+	// down.
+	if err := interfaceUp(fd, name); err != nil {
+		return err
+	}
+	index, err := interfaceIndex(fd, name)
+	if err != nil {
+		return err
+	}
+	if err := netlinkRequest(addrRequest(index, n.Address), fmt.Sprintf("%s: address %s", name, n.Address)); err != nil {
+		return err
+	}
+	dst := netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+	return netlinkRequest(routeRequest(dst, n.Gateway, index, unix.RTN_UNICAST), fmt.Sprintf("%s: default route via %s", name, n.Gateway))
+}
+
+func interfaceIndex(fd int, name string) (int, error) {
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return 0, err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+		return 0, fmt.Errorf("%s: index: %w", name, err)
+	}
+	return int(ifr.Uint32()), nil
+}
+
+// netlinkRequest sends one rtnetlink request and reads its
+// acknowledgement.
+func netlinkRequest(req []byte, what string) error {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
@@ -148,41 +188,78 @@ func netlinkAck(b []byte, what string) error {
 }
 
 // routeRequest is RTM_NEWROUTE for dst in the main table, of type rtype
-// (RTN_UNICAST via gw, or a type without a gateway: gw invalid), asking
-// for an acknowledgement.
-func routeRequest(dst netip.Prefix, gw netip.Addr, rtype uint8) []byte {
-	const rtmsgLen = unix.SizeofRtMsg
-	attr := func(kind uint16, addr netip.Addr) []byte {
-		a := make([]byte, unix.SizeofRtAttr+4)
-		binary.NativeEndian.PutUint16(a[0:], uint16(len(a)))
-		binary.NativeEndian.PutUint16(a[2:], kind)
-		v := addr.As4()
-		copy(a[unix.SizeofRtAttr:], v[:])
-		return a
-	}
-	var attrs []byte
-	if dst.Bits() > 0 {
-		attrs = append(attrs, attr(unix.RTA_DST, dst.Addr())...)
-	}
-	if gw.IsValid() {
-		attrs = append(attrs, attr(unix.RTA_GATEWAY, gw)...)
-	}
-	total := unix.NLMSG_HDRLEN + rtmsgLen + len(attrs)
-	b := make([]byte, total)
-	ne := binary.NativeEndian
-	ne.PutUint32(b[0:], uint32(total))
-	ne.PutUint16(b[4:], unix.RTM_NEWROUTE)
-	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL)
-	ne.PutUint32(b[8:], 1) // sequence
-	r := b[unix.NLMSG_HDRLEN:]
-	r[0] = unix.AF_INET     // family
+// (RTN_UNICAST via gw, or a type without a gateway: gw invalid), out of
+// the interface with index oif (0: whichever reaches gw). The route's
+// family is dst's; gw must be of the same.
+func routeRequest(dst netip.Prefix, gw netip.Addr, oif int, rtype uint8) []byte {
+	r := make([]byte, unix.SizeofRtMsg)
+	r[0] = family(dst.Addr())
 	r[1] = byte(dst.Bits()) // dst_len
 	r[4] = unix.RT_TABLE_MAIN
 	r[5] = unix.RTPROT_BOOT
 	r[6] = unix.RT_SCOPE_UNIVERSE
 	r[7] = rtype
-	copy(r[rtmsgLen:], attrs)
+	if dst.Bits() > 0 {
+		r = appendAttr(r, unix.RTA_DST, dst.Addr().AsSlice())
+	}
+	if gw.IsValid() {
+		r = appendAttr(r, unix.RTA_GATEWAY, gw.AsSlice())
+	}
+	if oif != 0 {
+		r = appendAttr(r, unix.RTA_OIF, binary.NativeEndian.AppendUint32(nil, uint32(oif)))
+	}
+	return newRequest(unix.RTM_NEWROUTE, r)
+}
+
+// addrRequest is RTM_NEWADDR for addr on the interface with index index,
+// usable at once (IFA_F_NODAD). IPv4 addresses go by ioctl
+// (ConfigureNetwork); this is for those the ioctls cannot set.
+func addrRequest(index int, addr netip.Prefix) []byte {
+	m := make([]byte, unix.SizeofIfAddrmsg)
+	m[0] = family(addr.Addr())
+	m[1] = byte(addr.Bits()) // prefixlen
+	m[2] = unix.IFA_F_NODAD
+	m[3] = unix.RT_SCOPE_UNIVERSE
+	binary.NativeEndian.PutUint32(m[4:], uint32(index))
+	// Both, as ip(8) sends them: an IFA_ADDRESS unlike IFA_LOCAL would be
+	// a point-to-point peer.
+	m = appendAttr(m, unix.IFA_LOCAL, addr.Addr().AsSlice())
+	m = appendAttr(m, unix.IFA_ADDRESS, addr.Addr().AsSlice())
+	return newRequest(unix.RTM_NEWADDR, m)
+}
+
+func family(a netip.Addr) byte {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+// appendAttr appends one attribute (rtattr) to a request's payload, padded
+// to the attribute alignment.
+func appendAttr(b []byte, kind uint16, value []byte) []byte {
+	ne := binary.NativeEndian
+	b = ne.AppendUint16(b, uint16(unix.SizeofRtAttr+len(value)))
+	b = ne.AppendUint16(b, kind)
+	b = append(b, value...)
+	for len(b)%unix.RTA_ALIGNTO != 0 {
+		b = append(b, 0)
+	}
 	return b
+}
+
+// newRequest is the netlink message of type kind with payload, creating
+// what it asks for and asking for an acknowledgement. NLM_F_EXCL makes a
+// request for what exists already fail with EEXIST, which netlinkAck
+// takes as done: that is what makes the setup idempotent.
+func newRequest(kind uint16, payload []byte) []byte {
+	ne := binary.NativeEndian
+	b := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(payload))
+	ne.PutUint32(b[0:], uint32(unix.NLMSG_HDRLEN+len(payload)))
+	ne.PutUint16(b[4:], kind)
+	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL)
+	ne.PutUint32(b[8:], 1) // sequence
+	return append(b, payload...)
 }
 
 // WriteResolvConf makes dns the only nameserver under root.

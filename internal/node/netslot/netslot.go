@@ -78,6 +78,10 @@ type Addressing struct {
 	// NoDNS is true when nothing answers DNS at Nameserver (DENY_ALL): the
 	// guest makes a query to it fail at once instead of time out.
 	NoDNS bool
+	// AddressV6 and GatewayV6 are the guest's IPv6 address and its
+	// default gateway (link-local or in AddressV6); zero: no IPv6.
+	AddressV6 netip.Prefix
+	GatewayV6 netip.Addr
 }
 
 // Unenforceable is a policy an implementation cannot apply.

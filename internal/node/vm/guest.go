@@ -35,6 +35,9 @@ func GuestParams(s Spec, device func(i int) string) string {
 	if s.Network != nil {
 		g := s.Network.Guest()
 		params = append(params, fmt.Sprintf("%s=%s,%s,%s", guest.ParamNet, g.Address, g.Gateway, g.Nameserver))
+		if g.AddressV6.IsValid() {
+			params = append(params, fmt.Sprintf("%s=%s,%s", guest.ParamNet6, g.AddressV6, g.GatewayV6))
+		}
 		if g.NoDNS {
 			params = append(params, guest.ParamDNS+"="+guest.DNSUnreachable)
 		}

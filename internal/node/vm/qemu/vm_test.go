@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
@@ -57,9 +58,14 @@ func boot(t *testing.T, art *testenv.VMArtifacts) (*qemu.VM, qemu.Spec) {
 
 func execIn(t *testing.T, vm *qemu.VM, argv ...string) (string, int32) {
 	t.Helper()
+	return execAgent(t, vm.Agent(), argv...)
+}
+
+func execAgent(t *testing.T, agent guestv1connect.GuestAgentServiceClient, argv ...string) (string, int32) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stream, err := vm.Agent().Exec(ctx, connect.NewRequest(&guestv1.ExecRequest{Argv: argv}))
+	stream, err := agent.Exec(ctx, connect.NewRequest(&guestv1.ExecRequest{Argv: argv}))
 	if err != nil {
 		t.Fatal(err)
 	}
