@@ -30,16 +30,17 @@ type internet struct {
 
 var (
 	echoHost     = netip.MustParseAddr("8.8.4.4")
+	echoHostV6   = netip.MustParseAddr("2606:4700::1111")
 	otherHost    = netip.MustParseAddr("8.8.4.5")
 	resolverHost = netip.MustParseAddr("9.9.9.9")
-	deniedHosts  = []netip.Addr{netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("100.64.0.1"), netip.MustParseAddr("169.254.169.254")}
+	deniedHosts  = []netip.Addr{netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("100.64.0.1"), netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("fd00::1")}
 )
 
 func newInternet(t *testing.T) *internet {
 	t.Helper()
-	hosts := append([]netip.Addr{echoHost, otherHost, resolverHost}, deniedHosts...)
+	hosts := append([]netip.Addr{echoHost, echoHostV6, otherHost, resolverHost}, deniedHosts...)
 	inet := &internet{Internet: testnet.New(t, hosts...), accepted: map[string]*atomic.Int32{}}
-	for _, h := range append([]netip.Addr{echoHost, otherHost}, deniedHosts...) {
+	for _, h := range append([]netip.Addr{echoHost, echoHostV6, otherHost}, deniedHosts...) {
 		n := new(atomic.Int32)
 		inet.accepted[h.String()] = n
 		ln := inet.Listen(t, "tcp", netip.AddrPortFrom(h, 80).String())
@@ -124,6 +125,12 @@ func TestPublicInternetFromAGuest(t *testing.T) {
 	if out, code := e.c.Exec(t, id, "ping", "-c", "1", "-W", "10", "8.8.4.4"); code != 0 || !strings.Contains(out, "1 packets received") {
 		t.Errorf("ping of a public host: exit %d %q", code, out)
 	}
+	if out, code := e.c.Exec(t, id, "sh", "-c", "echo six | nc -w 10 2606:4700::1111 80"); code != 0 || out != "six\n" {
+		t.Errorf("TCP to a public IPv6 host: exit %d %q", code, out)
+	}
+	if out, code := e.c.Exec(t, id, "ping", "-6", "-c", "1", "-W", "10", "2606:4700::1111"); code != 0 || !strings.Contains(out, "1 packets received") {
+		t.Errorf("ping of a public IPv6 host: exit %d %q", code, out)
+	}
 	if out, code := e.c.Exec(t, id, "nslookup", "kibotos.test"); code != 0 || !strings.Contains(out, "192.0.2.7") {
 		t.Errorf("a query to the link DNS address (its resolver in deny): exit %d %q", code, out)
 	}
@@ -133,6 +140,9 @@ func TestPublicInternetFromAGuest(t *testing.T) {
 	}
 	for host, why := range refused {
 		out, code := e.c.Exec(t, id, "sh", "-c", "nc -w 10 "+host+" 80 </dev/null; echo nc=$?")
+		if strings.Contains(host, ":") {
+			why += " (IPv6)"
+		}
 		if !strings.Contains(out, "Connection refused") || !strings.Contains(out, "nc=1") {
 			t.Errorf("TCP to %s (refused by %s): exit %d %q", host, why, code, out)
 		}

@@ -103,7 +103,7 @@ func (*attachment) Device() netslot.Device {
 // Guest implements netslot.Attachment: the link DNS address is the
 // gateway, answered by the slot (REFUSED at once under DENY_ALL).
 func (*attachment) Guest() netslot.Addressing {
-	return netslot.Addressing{Address: GuestV4, Gateway: GatewayV4, Nameserver: GatewayV4}
+	return netslot.Addressing{Address: GuestV4, Gateway: GatewayV4, Nameserver: GatewayV4, AddressV6: GuestV6, GatewayV6: GatewayV6}
 }
 
 // Started implements netslot.Attachment: it connects to QEMU's socket in
