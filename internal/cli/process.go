@@ -180,8 +180,8 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags) err
 	}
 	printEndpoints(cmd, srv, cfg.StateDir)
 	printDevUsage(cmd, cfg.StateDir, clientPath)
-	// Everything dev runs needs no root; say which feature would.
-	fmt.Fprintln(cmd.ErrOrStderr(), "note: Workspaces get an isolated network (QEMU user-mode, no root); egress to the internet (NETWORK_POLICY_MODE_PUBLIC_INTERNET) is not built yet: a start that asks for it fails at APPLYING_NETWORK")
+	// Everything dev runs needs no root; say what the guests' network does.
+	fmt.Fprintln(cmd.ErrOrStderr(), guestNet.note())
 	fmt.Fprintln(cmd.OutOrStdout(), "ready; Ctrl-C stops")
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- srv.Wait() }()

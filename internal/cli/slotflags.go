@@ -38,6 +38,20 @@ func (f *guestNetworkFlags) register(c *cobra.Command) {
 			"default: the nameservers of /etc/resolv.conf)")
 }
 
+// note says what the chosen network gives guests, for kibotos dev.
+func (f *guestNetworkFlags) note() string {
+	if f.kind == guestNetworkUserNet {
+		return "note: Workspaces get QEMU's isolated user-mode network (--guest-network usernet): DENY_ALL only; " +
+			"a start under NETWORK_POLICY_MODE_PUBLIC_INTERNET fails at APPLYING_NETWORK"
+	}
+	dns := "the nameservers of /etc/resolv.conf"
+	if len(f.resolvers) > 0 {
+		dns = strings.Join(f.resolvers, ", ")
+	}
+	return "note: each Workspace's network is a slot in this process (no root needed): DENY_ALL unless its policy says otherwise; " +
+		"under NETWORK_POLICY_MODE_PUBLIC_INTERNET its connections leave from this host's address and its DNS goes to " + dns
+}
+
 // network makes the chosen network. ctrlEndpoint is ctrl's URL: its
 // addresses are hard-denied to guests, as the node's own are.
 func (f *guestNetworkFlags) network(ctrlEndpoint string, log *slog.Logger) (netslot.Network, error) {
