@@ -434,6 +434,9 @@ func (e *vmSet) reports() (reports []*nodev1.ExecutionReport, endedIDs []string)
 			if x.restarts > 0 {
 				r.LastResetAt = timestamppb.New(x.lastReset)
 			}
+			if x.net != nil {
+				r.NetworkDrainingRevision = x.net.Draining()
+			}
 			if v := x.rec.Volume; v != nil {
 				// Judged by judgeVolumes, outside the lock.
 				r.Volume = &nodev1.VolumeReport{Ref: &nodev1.BlockFileRef{StoragePool: v.StoragePool, Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: v.ObjectID}}
@@ -1230,9 +1233,12 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 	}
 	e.mu.Lock()
 	x := e.byID[id]
-	running := x != nil && x.state == running && !x.stopping && x.net != nil
+	var att netslot.Attachment
+	if x != nil && x.state == running && !x.stopping {
+		att = x.net
+	}
 	e.mu.Unlock()
-	if !running {
+	if att == nil {
 		return failure("", connect.CodeFailedPrecondition, "ApplyNetworkPolicy: execution "+id+" does not run here")
 	}
 	pol := op.GetNetworkPolicy()
@@ -1240,7 +1246,7 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 	if err != nil {
 		return failure("", connect.CodeInvalidArgument, "ApplyNetworkPolicy: "+err.Error())
 	}
-	if _, err := e.network.Attach(ctx, id, pol); err != nil {
+	if err := att.Apply(ctx, pol, time.Duration(op.GetDrainSeconds())*time.Second); err != nil {
 		code := connect.CodeUnavailable
 		if netslot.IsUnenforceable(err) {
 			code = connect.CodeUnimplemented
@@ -1254,6 +1260,6 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 	if err := writeRecord(x.runDir, rec); err != nil {
 		e.a.log.Warn("cannot write the execution record", "instance_id", id, "err", err)
 	}
-	e.a.log.Info("network policy applied", "instance_id", id, "revision", pol.GetRevision(), "mode", netslot.Mode(pol))
-	return resultOf(&nodev1.ApplyNetworkPolicyResult{AppliedRevision: pol.GetRevision()})
+	e.a.log.Info("network policy applied", "instance_id", id, "revision", pol.GetRevision(), "mode", netslot.Mode(pol), "drain_seconds", op.GetDrainSeconds())
+	return resultOf(&nodev1.ApplyNetworkPolicyResult{AppliedRevision: pol.GetRevision(), DrainingRevision: att.Draining()})
 }

@@ -158,7 +158,9 @@ func TestPublicInternetFromAGuest(t *testing.T) {
 // A live update: UpdateWorkspaceNetworkPolicy on a running Workspace is
 // applied without a restart, network_policy_status.applied_revision moves
 // to the new revision once the node confirmed it, and from then on the
-// guest's new connections follow it; after a stop the status is absent.
+// guest's new connections follow it. A connection open before it that it
+// refuses stays for the call's drain_seconds, reported by
+// draining_revision, then closes. After a stop the status is absent.
 func TestANetworkPolicyUpdateReachesTheRunningGuest(t *testing.T) {
 	e := newVMEnv(t)
 	inet := newInternet(t)
@@ -174,9 +176,16 @@ func TestANetworkPolicyUpdateReachesTheRunningGuest(t *testing.T) {
 	if out, code := e.c.Exec(t, id, "sh", "-c", "echo before | nc -w 10 8.8.4.4 80"); code != 0 || out != "before\n" {
 		t.Fatalf("TCP before the update: exit %d %q", code, out)
 	}
+	// A connection that stays open: nc's input is a FIFO a sleep holds
+	// open (not a pipeline, which the shell would wait out whole).
+	if out, code := e.c.Exec(t, id, "sh", "-c", "setsid sh -c 'mkfifo /tmp/f; (sleep 600 > /tmp/f &); nc 8.8.4.4 80 < /tmp/f; echo closed > /tmp/nc-done' </dev/null >/dev/null 2>&1 &"); code != 0 {
+		t.Fatalf("the long connection: exit %d %q", code, out)
+	}
+	waitLong(t, "the long connection accepted", func() bool { return inet.accepted["8.8.4.4"].Load() == 2 })
 	updated, err := e.c.Workspaces.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
 		Command: cmd("deny-echo"), WorkspaceId: id, ExpectedRevision: 1,
 		NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Deny: []string{"8.8.4.4/32"}},
+		DrainSeconds:  8,
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +201,19 @@ func TestANetworkPolicyUpdateReachesTheRunningGuest(t *testing.T) {
 	if w.GetGeneration() != before.GetGeneration() {
 		t.Errorf("generation %d after the update, want %d: no restart", w.GetGeneration(), before.GetGeneration())
 	}
+	if got := w.GetNetworkPolicyStatus().GetDrainingRevision(); got != 1 {
+		t.Errorf("draining_revision %d right after the update, want 1 (the long connection drains)", got)
+	}
+	if out, _ := e.c.Exec(t, id, "cat", "/tmp/nc-done"); strings.Contains(out, "closed") {
+		t.Error("the long connection closed before its drain ended")
+	}
+	waitLong(t, "the drain over", func() bool {
+		return e.workspace(id).GetNetworkPolicyStatus().GetDrainingRevision() == 0
+	})
+	waitLong(t, "the long connection closed", func() bool {
+		out, _ := e.c.Exec(t, id, "cat", "/tmp/nc-done")
+		return strings.Contains(out, "closed")
+	})
 	out, _ := e.c.Exec(t, id, "sh", "-c", "nc -w 10 8.8.4.4 80 </dev/null; echo nc=$?; echo other | nc -w 10 8.8.4.5 80")
 	if !strings.Contains(out, "Connection refused") || !strings.Contains(out, "nc=1") || !strings.Contains(out, "other") {
 		t.Errorf("after revision 2 was confirmed: %q, want 8.8.4.4 refused and 8.8.4.5 reached", out)

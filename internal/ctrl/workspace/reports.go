@@ -67,6 +67,10 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 			return false, err
 		}
 	}
+	if st := w.GetNetworkPolicyStatus(); st != nil {
+		// Connections a policy change refused close as their drain ends.
+		st.DrainingRevision = r.GetNetworkDrainingRevision()
+	}
 	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
 }
 

@@ -114,9 +114,17 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "" {
 		return wk.Succeed(ctx, func(*store.Tx) error { return nil })
 	}
+	req, err := wk.Request()
+	if err != nil {
+		return err
+	}
+	var drain uint32
+	if r, ok := req.(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest); ok {
+		drain = r.GetDrainSeconds()
+	}
 	instance := rt.GetInstanceId()
 	answer, err := s.fleet.Await(ctx, wk, "network", rt.GetNodeId(),
-		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy()}, ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK)
+		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy(), DrainSeconds: drain}, ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK)
 	if answer == nil || err != nil {
 		return err
 	}
@@ -130,7 +138,9 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	return wk.Succeed(ctx, func(tx *store.Tx) error {
-		return s.setPolicyStatus(tx, id, instance, &ctrlv1.NetworkPolicyStatus{AppliedRevision: result.GetAppliedRevision(), AppliedAt: timestamppb.New(s.now())})
+		return s.setPolicyStatus(tx, id, instance, &ctrlv1.NetworkPolicyStatus{
+			AppliedRevision: result.GetAppliedRevision(), AppliedAt: timestamppb.New(s.now()), DrainingRevision: result.GetDrainingRevision(),
+		})
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
@@ -39,6 +40,16 @@ type Attachment interface {
 	// whose device is a Stream connects to it then (and again, should the
 	// connection end while the VM runs).
 	Started(runDir string)
+	// Apply puts a new revision of the policy in force for the running
+	// execution: new flows follow it once Apply returned; an open
+	// connection it refuses is closed after drain. A policy the
+	// implementation cannot apply is an *Unenforceable error and leaves
+	// the one in force.
+	Apply(ctx context.Context, policy *ctrlv1.NetworkPolicy, drain time.Duration) error
+	// Draining is the earliest policy revision whose connections are still
+	// open though a later revision refused them (they close when their
+	// drain ends); zero when none are.
+	Draining() uint64
 	// Release undoes what Attach made; it is idempotent.
 	Release() error
 }

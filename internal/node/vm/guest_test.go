@@ -11,11 +11,14 @@ import (
 )
 
 // attachment is a network attachment that only addresses the guest.
-type attachment netslot.Addressing
+// addressed gives the guest addressing a; GuestParams calls nothing else
+// (the embedded nil interface would panic if it did).
+type addressed struct {
+	netslot.Attachment
+	a netslot.Addressing
+}
 
-func (attachment) Device() netslot.Device      { return netslot.Device{} }
-func (a attachment) Guest() netslot.Addressing { return netslot.Addressing(a) }
-func (attachment) Release() error              { return nil }
+func (a addressed) Guest() netslot.Addressing { return a.a }
 
 func TestGuestParamsNetwork(t *testing.T) {
 	v4 := netslot.Addressing{Address: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"),
@@ -30,10 +33,10 @@ func TestGuestParamsNetwork(t *testing.T) {
 		want string
 	}{
 		{"none", nil, "kibotos.boot_id=b-1"},
-		{"IPv4 only", attachment(v4), "kibotos.boot_id=b-1 kibotos.net=10.0.2.15/24,10.0.2.2,10.0.2.3"},
-		{"IPv4 and IPv6", attachment(both),
+		{"IPv4 only", addressed{a: v4}, "kibotos.boot_id=b-1 kibotos.net=10.0.2.15/24,10.0.2.2,10.0.2.3"},
+		{"IPv4 and IPv6", addressed{a: both},
 			"kibotos.boot_id=b-1 kibotos.net=10.0.2.15/24,10.0.2.2,10.0.2.3 kibotos.net6=fd6b:6962:6f74::15/64,fe80::1"},
-		{"no DNS", attachment(noDNS),
+		{"no DNS", addressed{a: noDNS},
 			"kibotos.boot_id=b-1 kibotos.net=10.0.2.15/24,10.0.2.2,10.0.2.3 kibotos.net6=fd6b:6962:6f74::15/64,fe80::1 kibotos.dns=unreachable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

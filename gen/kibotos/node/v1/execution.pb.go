@@ -553,6 +553,9 @@ type ApplyNetworkPolicy struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	InstanceId    string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	NetworkPolicy *v1.NetworkPolicy      `protobuf:"bytes,2,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
+	// drain_seconds is how long an open connection the new revision refuses
+	// is kept before it is closed (UpdateWorkspaceNetworkPolicy's).
+	DrainSeconds  uint32 `protobuf:"varint,3,opt,name=drain_seconds,json=drainSeconds,proto3" json:"drain_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -601,12 +604,22 @@ func (x *ApplyNetworkPolicy) GetNetworkPolicy() *v1.NetworkPolicy {
 	return nil
 }
 
+func (x *ApplyNetworkPolicy) GetDrainSeconds() uint32 {
+	if x != nil {
+		return x.DrainSeconds
+	}
+	return 0
+}
+
 type ApplyNetworkPolicyResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// applied_revision is the revision now in force.
 	AppliedRevision uint64 `protobuf:"varint,1,opt,name=applied_revision,json=appliedRevision,proto3" json:"applied_revision,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// draining_revision is the earliest revision whose connections are still
+	// open though a later one refused them; zero when none are.
+	DrainingRevision uint64 `protobuf:"varint,2,opt,name=draining_revision,json=drainingRevision,proto3" json:"draining_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ApplyNetworkPolicyResult) Reset() {
@@ -642,6 +655,13 @@ func (*ApplyNetworkPolicyResult) Descriptor() ([]byte, []int) {
 func (x *ApplyNetworkPolicyResult) GetAppliedRevision() uint64 {
 	if x != nil {
 		return x.AppliedRevision
+	}
+	return 0
+}
+
+func (x *ApplyNetworkPolicyResult) GetDrainingRevision() uint64 {
+	if x != nil {
+		return x.DrainingRevision
 	}
 	return 0
 }
@@ -720,6 +740,9 @@ type ExecutionReport struct {
 	// coming_back is true from a reset until the guest agent answers again:
 	// there is nothing to observe of the guest meanwhile.
 	ComingBack bool `protobuf:"varint,9,opt,name=coming_back,json=comingBack,proto3" json:"coming_back,omitempty"`
+	// network_draining_revision is the execution network's draining revision
+	// (ApplyNetworkPolicyResult.draining_revision), as it is now.
+	NetworkDrainingRevision uint64 `protobuf:"varint,10,opt,name=network_draining_revision,json=networkDrainingRevision,proto3" json:"network_draining_revision,omitempty"`
 	// volume is the node's judgment of the Volume the running execution has
 	// attached, which makes the node the Volume's holder; absent without a
 	// Volume. (Numbered from 20: the fields after memory are left to
@@ -820,6 +843,13 @@ func (x *ExecutionReport) GetComingBack() bool {
 		return x.ComingBack
 	}
 	return false
+}
+
+func (x *ExecutionReport) GetNetworkDrainingRevision() uint64 {
+	if x != nil {
+		return x.NetworkDrainingRevision
+	}
+	return 0
 }
 
 func (x *ExecutionReport) GetVolume() *VolumeReport {
@@ -1062,17 +1092,19 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12'\n" +
-	"\x0ftimeout_seconds\x18\x03 \x01(\rR\x0etimeoutSeconds\"|\n" +
+	"\x0ftimeout_seconds\x18\x03 \x01(\rR\x0etimeoutSeconds\"\xa1\x01\n" +
 	"\x12ApplyNetworkPolicy\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12E\n" +
-	"\x0enetwork_policy\x18\x02 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\"E\n" +
+	"\x0enetwork_policy\x18\x02 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12#\n" +
+	"\rdrain_seconds\x18\x03 \x01(\rR\fdrainSeconds\"r\n" +
 	"\x18ApplyNetworkPolicyResult\x12)\n" +
-	"\x10applied_revision\x18\x01 \x01(\x04R\x0fappliedRevision\"@\n" +
+	"\x10applied_revision\x18\x01 \x01(\x04R\x0fappliedRevision\x12+\n" +
+	"\x11draining_revision\x18\x02 \x01(\x04R\x10drainingRevision\"@\n" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xb3\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xef\x03\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1087,7 +1119,9 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\rrestart_count\x18\a \x01(\rR\frestartCount\x12>\n" +
 	"\rlast_reset_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vlastResetAt\x12\x1f\n" +
 	"\vcoming_back\x18\t \x01(\bR\n" +
-	"comingBack\x125\n" +
+	"comingBack\x12:\n" +
+	"\x19network_draining_revision\x18\n" +
+	" \x01(\x04R\x17networkDrainingRevision\x125\n" +
 	"\x06volume\x18\x14 \x01(\v2\x1d.kibotos.node.v1.VolumeReportR\x06volume\"\x9a\x01\n" +
 	"\fVolumeReport\x12/\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x18\n" +

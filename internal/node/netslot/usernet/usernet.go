@@ -10,6 +10,7 @@ package usernet
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/node/netslot"
@@ -56,6 +57,18 @@ func (attachment) Device() netslot.Device {
 func (attachment) Guest() netslot.Addressing {
 	return netslot.Addressing{Address: GuestAddress, Gateway: GuestGateway, Nameserver: GuestNameserver, NoDNS: true}
 }
+
+// Apply implements netslot.Attachment: DENY_ALL is all it enforces, and
+// under it there is no connection to drain.
+func (attachment) Apply(_ context.Context, policy *ctrlv1.NetworkPolicy, _ time.Duration) error {
+	if m := netslot.Mode(policy); m != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL {
+		return &netslot.Unenforceable{Mode: m, Why: "this node gives guests QEMU's isolated user-mode network only (--guest-network usernet)"}
+	}
+	return nil
+}
+
+// Draining implements netslot.Attachment.
+func (attachment) Draining() uint64 { return 0 }
 
 // Started implements netslot.Attachment: the network is inside the VMM.
 func (attachment) Started(string) {}

@@ -63,24 +63,34 @@ func (*Network) Name() string { return "userstack" }
 // first Attach and given policy on each (the next one's new flows follow
 // it). A policy the engine cannot compile is *netslot.Unenforceable.
 func (n *Network) Attach(_ context.Context, instanceID string, pol *ctrlv1.NetworkPolicy) (netslot.Attachment, error) {
-	p, err := policy.Compile(pol, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{GatewayV4}})
+	p, err := n.compile(pol)
 	if err != nil {
-		return nil, &netslot.Unenforceable{Mode: netslot.Mode(pol), Why: err.Error()}
+		return nil, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if a := n.slots[instanceID]; a != nil {
-		a.slot.SetPolicy(p)
+		a.slot.SetPolicy(p, pol.GetRevision(), 0)
 		return a, nil
 	}
 	log := n.cfg.Log.With("instance_id", instanceID)
-	s, err := New(Config{Policy: p, Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Log: log})
+	s, err := New(Config{Policy: p, Revision: pol.GetRevision(), Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Log: log})
 	if err != nil {
 		return nil, err
 	}
 	a := &attachment{net: n, id: instanceID, slot: s, log: log, done: make(chan struct{})}
 	n.slots[instanceID] = a
 	return a, nil
+}
+
+// compile is pol as this node's slots enforce it; a policy they cannot is
+// *netslot.Unenforceable.
+func (n *Network) compile(pol *ctrlv1.NetworkPolicy) (*policy.Policy, error) {
+	p, err := policy.Compile(pol, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{GatewayV4}})
+	if err != nil {
+		return nil, &netslot.Unenforceable{Mode: netslot.Mode(pol), Why: err.Error()}
+	}
+	return p, nil
 }
 
 // attachment is one execution's slot.
@@ -105,6 +115,19 @@ func (*attachment) Device() netslot.Device {
 func (*attachment) Guest() netslot.Addressing {
 	return netslot.Addressing{Address: GuestV4, Gateway: GatewayV4, Nameserver: GatewayV4, AddressV6: GuestV6, GatewayV6: GatewayV6}
 }
+
+// Apply implements netslot.Attachment.
+func (a *attachment) Apply(_ context.Context, pol *ctrlv1.NetworkPolicy, drain time.Duration) error {
+	p, err := a.net.compile(pol)
+	if err != nil {
+		return err
+	}
+	a.slot.SetPolicy(p, pol.GetRevision(), drain)
+	return nil
+}
+
+// Draining implements netslot.Attachment.
+func (a *attachment) Draining() uint64 { return a.slot.Draining() }
 
 // Started implements netslot.Attachment: it connects to QEMU's socket in
 // runDir, and again whenever the connection ends, until Release.

@@ -23,6 +23,8 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -73,9 +75,11 @@ type Uplink interface {
 
 // Config is what a Slot is made with.
 type Config struct {
-	// Policy is the first revision in force; SetPolicy replaces it.
-	Policy *policy.Policy
-	Uplink Uplink
+	// Policy is the first policy in force, Revision its number; SetPolicy
+	// replaces them.
+	Policy   *policy.Policy
+	Revision uint64
+	Uplink   Uplink
 	// Resolvers are the deployment resolvers, in order: a query to the
 	// link DNS address goes to the first of its family.
 	Resolvers []netip.AddrPort
@@ -89,7 +93,7 @@ type Slot struct {
 	uplink    Uplink
 	resolvers []netip.AddrPort
 	log       *slog.Logger
-	policy    atomic.Pointer[policy.Policy]
+	policy    atomic.Pointer[revision]
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -124,7 +128,7 @@ func New(cfg Config) (*Slot, error) {
 		echoes:    make(chan struct{}, maxEchoes),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.policy.Store(cfg.Policy)
+	s.policy.Store(&revision{cfg.Policy, cfg.Revision})
 	if err := s.configure(); err != nil {
 		s.stack.Destroy()
 		return nil, err
@@ -161,8 +165,23 @@ func (s *Slot) configure() error {
 	return s.serveDNS()
 }
 
-// SetPolicy puts a new revision in force for new flows.
-func (s *Slot) SetPolicy(p *policy.Policy) { s.policy.Store(p) }
+// revision is a policy in force and its number.
+type revision struct {
+	*policy.Policy
+	n uint64
+}
+
+// SetPolicy puts revision n of the policy in force: new flows follow it at
+// once, and an open connection it refuses is closed after drain (at once
+// when zero). One a later revision admits again is kept.
+func (s *Slot) SetPolicy(p *policy.Policy, n uint64, drain time.Duration) {
+	s.policy.Store(&revision{p, n})
+	s.flows.redecide(p, drain)
+}
+
+// Draining is the earliest policy revision whose connections are still
+// open though a later one refused them; zero when there are none.
+func (s *Slot) Draining() uint64 { return s.flows.draining() }
 
 // Serve carries frames between the stack and conn (QEMU's end of the
 // stream) until either ends: it returns nil when conn reached its end or
@@ -184,7 +203,9 @@ func (s *Slot) Serve(conn io.ReadWriteCloser) error {
 	err := s.receiveFrames(qemustream.NewReader(conn))
 	cancel()
 	<-done
-	if errors.Is(err, io.EOF) || s.ctx.Err() != nil {
+	// The VMM going away (or the slot closing) ends the stream however
+	// the read saw it: at a frame boundary, with a reset, or closed.
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || s.ctx.Err() != nil {
 		return nil
 	}
 	return err
@@ -257,44 +278,6 @@ func (s *Slot) goRun(fn func()) {
 		defer s.wg.Done()
 		fn()
 	}()
-}
-
-// flowSet is the connections a slot carries, so Close can end them.
-type flowSet struct {
-	mu     sync.Mutex
-	closed bool
-	conns  map[io.Closer]struct{}
-}
-
-// add tracks c; false (and c closed) once the set is closed.
-func (f *flowSet) add(c io.Closer) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		_ = c.Close()
-		return false
-	}
-	if f.conns == nil {
-		f.conns = map[io.Closer]struct{}{}
-	}
-	f.conns[c] = struct{}{}
-	return true
-}
-
-func (f *flowSet) remove(c io.Closer) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.conns, c)
-}
-
-func (f *flowSet) closeAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	for c := range f.conns {
-		_ = c.Close()
-	}
-	clear(f.conns)
 }
 
 func protocolOf(a netip.Addr) tcpip.NetworkProtocolNumber {

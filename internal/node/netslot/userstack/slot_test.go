@@ -2,6 +2,7 @@ package userstack_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -109,7 +110,7 @@ var public = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY
 // stream would, and returns the other end.
 func startSlot(t *testing.T, p *policy.Policy, up userstack.Uplink, resolvers ...netip.AddrPort) (*userstack.Slot, net.Conn) {
 	t.Helper()
-	s, err := userstack.New(userstack.Config{Policy: p, Uplink: up, Resolvers: resolvers})
+	s, err := userstack.New(userstack.Config{Policy: p, Revision: 1, Uplink: up, Resolvers: resolvers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +324,7 @@ func TestANewPolicyActsOnTheNextConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close()
-	s.SetPolicy(compile(t, &ctrlv1.NetworkPolicy{Mode: public.Mode, Deny: []string{"0.0.0.0/0"}}))
+	s.SetPolicy(compile(t, &ctrlv1.NetworkPolicy{Mode: public.Mode, Deny: []string{"0.0.0.0/0"}}), 2, 0)
 	if _, err := dial(withTimeout(t), g, publicV4); err == nil {
 		t.Error("a connection after deny 0.0.0.0/0 was put in force was admitted")
 	}
@@ -397,5 +398,54 @@ func TestLinkDNS(t *testing.T) {
 	_, conn = startSlot(t, compile(t, public), up, netip.MustParseAddrPort("9.9.9.10:53"))
 	if r := query(t, guestStack(t, conn), userstack.GatewayV4, "example.com."); r.Rcode != dns.RcodeServerFailure {
 		t.Errorf("a query whose resolver cannot be reached: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+}
+
+// A change that refuses an open connection keeps it for the change's drain,
+// reporting the revision that admitted it as draining, then closes it; a
+// later revision that admits it again keeps it open.
+func TestARefusedConnectionDrains(t *testing.T) {
+	srv := echoServer(t)
+	up := &fakeUplink{tcp: map[netip.AddrPort]string{publicV4: srv}}
+	p1 := compile(t, public)
+	denyAll := compile(t, &ctrlv1.NetworkPolicy{Mode: public.Mode, Deny: []string{"0.0.0.0/0"}})
+	s, conn := startSlot(t, p1, up)
+	g := guestStack(t, conn)
+	echo := func(c net.Conn, msg string) error {
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		got := make([]byte, len(msg))
+		_, err := io.ReadFull(c, got)
+		return err
+	}
+
+	kept, err := dial(withTimeout(t), g, publicV4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetPolicy(denyAll, 2, time.Hour)
+	s.SetPolicy(p1, 3, 0)
+	if err := echo(kept, "still admitted"); err != nil || s.Draining() != 0 {
+		t.Errorf("a connection revision 3 admits again: %v, draining %d", err, s.Draining())
+	}
+
+	s.SetPolicy(denyAll, 4, 300*time.Millisecond)
+	if got := s.Draining(); got != 1 {
+		t.Errorf("draining %d right after revision 4 refused a connection of revision 1, want 1", got)
+	}
+	if err := echo(kept, "during the drain"); err != nil {
+		t.Errorf("the refused connection during its drain: %v", err)
+	}
+	_ = kept.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := kept.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the refused connection after its drain: %v, want it closed", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Draining() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling a condition, not waiting for readiness
+	}
+	if got := s.Draining(); got != 0 {
+		t.Errorf("draining %d once the connection closed, want 0", got)
 	}
 }

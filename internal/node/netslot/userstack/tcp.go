@@ -26,7 +26,9 @@ const dialTimeout = 20 * time.Second
 func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(netipAddr(id.LocalAddress), id.LocalPort)
-	d := s.policy.Load().Decide(policy.Flow{Proto: policy.TCP, Dst: dst.Addr(), Port: dst.Port()})
+	flow := policy.Flow{Proto: policy.TCP, Dst: dst.Addr(), Port: dst.Port()}
+	rev := s.policy.Load()
+	d := rev.Decide(flow)
 	target := dst
 	switch d.Kind {
 	case policy.Direct:
@@ -58,24 +60,21 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	r.Complete(false)
-	in := gonet.NewTCPConn(&wq, ep)
-	s.goRun(func() { s.splice(in, out) })
+	t := &tcpFlow{flow: flow, revision: rev.n, guest: gonet.NewTCPConn(&wq, ep), world: out, endpoint: ep}
+	s.goRun(func() { s.splice(t) })
 }
 
 // splice copies both ways until both sides are done, passing each half
 // close on, then closes both.
-func (s *Slot) splice(guest, world net.Conn) {
-	if !s.flows.add(guest) || !s.flows.add(world) {
-		_ = guest.Close()
-		_ = world.Close()
+func (s *Slot) splice(t *tcpFlow) {
+	if !s.flows.addTCP(t) {
 		return
 	}
 	defer func() {
-		s.flows.remove(guest)
-		s.flows.remove(world)
-		_ = guest.Close()
-		_ = world.Close()
+		s.flows.removeTCP(t)
+		t.close()
 	}()
+	guest, world := t.guest, t.world
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
