@@ -137,13 +137,9 @@ func (f *networkSetFlags) run(cmd *cobra.Command, out *outputFlag, id string) er
 	if err != nil {
 		return err
 	}
-	expected := f.expectedRevision
-	if !cmd.Flags().Changed("expected-revision") {
-		got, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
-		if err != nil {
-			return err
-		}
-		expected = got.Msg.GetWorkspace().GetSpec().GetNetworkPolicy().GetRevision()
+	expected, err := f.expected(cmd, client, id)
+	if err != nil {
+		return err
 	}
 	meta := newCommandMetadata(f.commandID)
 	res, err := client.UpdateWorkspaceNetworkPolicy(cmd.Context(), connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
@@ -161,13 +157,27 @@ func (f *networkSetFlags) run(cmd *cobra.Command, out *outputFlag, id string) er
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
 	applied, err := awaitApplied(ctx, client, newProgress(cmd.ErrOrStderr()), id, meta.GetCommandId(), w.GetSpec().GetNetworkPolicy().GetRevision())
-	if errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
+	// The wait's own deadline, not the caller's (Ctrl-C), is the timeout.
+	if ctx.Err() == context.DeadlineExceeded && cmd.Context().Err() == nil {
 		return fmt.Errorf("%s: network policy revision %d not confirmed applied after %s; it may not be enforced (`kibotos workspace network get %s` shows APPLIED)", id, w.GetSpec().GetNetworkPolicy().GetRevision(), f.timeout, id)
 	}
 	if err != nil {
 		return err
 	}
 	return printNetwork(cmd, out, applied)
+}
+
+// expected is the revision the change replaces: --expected-revision, or
+// the one the Workspace has now.
+func (f *networkSetFlags) expected(cmd *cobra.Command, client ctrlv1connect.WorkspaceServiceClient, id string) (uint64, error) {
+	if cmd.Flags().Changed("expected-revision") {
+		return f.expectedRevision, nil
+	}
+	got, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		return 0, err
+	}
+	return got.Msg.GetWorkspace().GetSpec().GetNetworkPolicy().GetRevision(), nil
 }
 
 // awaitApplied follows the update command to its end and then the

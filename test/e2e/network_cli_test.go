@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
@@ -87,15 +88,45 @@ func TestCLINetworkGetAndSetOnARealVM(t *testing.T) {
 	checkNetworkRow(t, "network get after the refusals", networkTable(t, d.mustKibotos(t, "workspace", "network", "get", id)),
 		map[string]string{"REVISION": "2", "APPLIED": "2"})
 
+	// A wait that times out says the revision is not confirmed; the change
+	// itself was admitted and the node still applies it.
+	if out, code := d.kibotos(t, "workspace", "network", "set", id, "--network", "public-internet", "--allow", "1.1.1.1", "--deny", "0.0.0.0/0", "--timeout", "1ns"); code != 1 ||
+		!strings.Contains(out, id+": network policy revision 3 not confirmed applied after 1ns") {
+		t.Errorf("network set --timeout 1ns: exit %d: %s", code, out)
+	}
+	waitUntil(t, "APPLIED 3", time.Minute, func() bool {
+		return networkTable(t, d.mustKibotos(t, "workspace", "network", "get", id))["APPLIED"] == "3"
+	})
+	checkNetworkRow(t, "network get after the timed-out set", networkTable(t, d.mustKibotos(t, "workspace", "network", "get", id)),
+		map[string]string{"REVISION": "3", "ALLOW": "1.1.1.1", "DENY": "0.0.0.0/0"})
+
 	// A stopped Workspace confirms nothing: set returns at once, the next
 	// start applies the policy.
 	d.mustKibotos(t, "workspace", "stop", id)
 	checkNetworkRow(t, "network set on a stopped Workspace", networkTable(t, d.mustKibotos(t, "workspace", "network", "set", id, "--network", "deny-all")),
-		map[string]string{"MODE": "deny-all", "REVISION": "3", "APPLIED": "-"})
+		map[string]string{"MODE": "deny-all", "REVISION": "4", "APPLIED": "-"})
 	d.mustKibotos(t, "workspace", "start", id)
 	checkNetworkRow(t, "network get after the start", networkTable(t, d.mustKibotos(t, "workspace", "network", "get", id)),
-		map[string]string{"MODE": "deny-all", "REVISION": "3", "APPLIED": "3"})
+		map[string]string{"MODE": "deny-all", "REVISION": "4", "APPLIED": "4"})
 	if out := strings.TrimSpace(d.mustKibotos(t, "workspace", "network", "get", id, "-q")); out != id {
 		t.Errorf("network get -q: %q", out)
 	}
+}
+
+// A policy the node cannot apply fails set clearly, and leaves no policy
+// confirmed. The usernet guest network enforces DENY_ALL only, so a live
+// change to PUBLIC_INTERNET is refused by the node (and sends nothing).
+func TestCLINetworkSetFailsWhenTheNodeCannotApplyIt(t *testing.T) {
+	d := startDevAt(t, t.TempDir(), "--guest-network", "usernet")
+	id := d.createWorkspace(t)
+	checkNetworkRow(t, "network get on usernet", networkTable(t, d.mustKibotos(t, "workspace", "network", "get", id)),
+		map[string]string{"MODE": "deny-all", "REVISION": "1", "APPLIED": "1"})
+
+	out, code := d.kibotos(t, "workspace", "network", "set", id, "--network", "public-internet", "--deny", "0.0.0.0/0")
+	if code != 1 || !strings.Contains(out, id+": network policy revision 2 not applied, at APPLYING_NETWORK") ||
+		!strings.Contains(out, "no policy is confirmed in force (APPLIED -)") {
+		t.Errorf("network set the node refuses: exit %d: %s", code, out)
+	}
+	checkNetworkRow(t, "network get after the refused application", networkTable(t, d.mustKibotos(t, "workspace", "network", "get", id)),
+		map[string]string{"MODE": "public-internet", "REVISION": "2", "APPLIED": "-"})
 }
