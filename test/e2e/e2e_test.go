@@ -71,10 +71,12 @@ func restartDev(t *testing.T, d *dev) *dev {
 	return startDevAt(t, d.home)
 }
 
-func startDevAt(t *testing.T, home string) *dev {
+// startDevAt runs `kibotos dev` on home's state, with flags added to its
+// own.
+func startDevAt(t *testing.T, home string, flags ...string) *dev {
 	t.Helper()
-	cmd := exec.Command(kibotosBin, "dev",
-		"--workspace-listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0")
+	cmd := exec.Command(kibotosBin, append([]string{"dev",
+		"--workspace-listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0"}, flags...)...)
 	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+home)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
