@@ -48,8 +48,30 @@ func (f *guestNetworkFlags) note() string {
 	if len(f.resolvers) > 0 {
 		dns = strings.Join(f.resolvers, ", ")
 	}
-	return "note: each Workspace's network is a slot in this process (no root needed): DENY_ALL unless its policy says otherwise; " +
+	note := "note: each Workspace's network is a slot in this process (no root needed): DENY_ALL unless its policy says otherwise; " +
 		"under NETWORK_POLICY_MODE_PUBLIC_INTERNET its connections leave from this host's address and its DNS goes to " + dns
+	if !canPing("/proc/sys/net/ipv4/ping_group_range") {
+		note += fmt.Sprintf("; a guest's ping (ICMP echo) is sent from a ping socket, which this host gives group %d only as root "+
+			"or with sysctl net.ipv4.ping_group_range covering it: until then pings go unanswered", os.Getgid())
+	}
+	return note
+}
+
+// canPing reports whether this process may open an ICMP socket: as root
+// (a raw one), or when path, Linux's ping_group_range, covers its group.
+func canPing(path string) bool {
+	if os.Geteuid() == 0 {
+		return true
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return false
+	}
+	return lo <= os.Getgid() && os.Getgid() <= hi
 }
 
 // network makes the chosen network. ctrlEndpoint is ctrl's URL: its

@@ -214,6 +214,9 @@ func TestANetworkPolicyUpdateReachesTheRunningGuest(t *testing.T) {
 		out, _ := e.c.Exec(t, id, "cat", "/tmp/nc-done")
 		return strings.Contains(out, "closed")
 	})
+	if out, _ := e.c.Exec(t, id, "cat", "/etc/resolv.conf"); !strings.Contains(out, "nameserver 10.0.2.2\n") {
+		t.Errorf("the guest's nameserver after a policy change: %q, want the link DNS address it booted with", out)
+	}
 	out, _ := e.c.Exec(t, id, "sh", "-c", "nc -w 10 8.8.4.4 80 </dev/null; echo nc=$?; echo other | nc -w 10 8.8.4.5 80")
 	if !strings.Contains(out, "Connection refused") || !strings.Contains(out, "nc=1") || !strings.Contains(out, "other") {
 		t.Errorf("after revision 2 was confirmed: %q, want 8.8.4.4 refused and 8.8.4.5 reached", out)
