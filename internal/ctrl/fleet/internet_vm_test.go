@@ -228,3 +228,34 @@ func TestANetworkPolicyUpdateReachesTheRunningGuest(t *testing.T) {
 		t.Errorf("network_policy_status after the stop: %v, want absent", s)
 	}
 }
+
+// An update admitted while the Workspace is still being created reaches
+// the guest too: the command waits for the start, then applies the newer
+// revision, and applied_revision catches up with the spec.
+func TestANetworkPolicyUpdateDuringCreateReachesTheGuest(t *testing.T) {
+	e := newVMEnv(t)
+	inet := newInternet(t)
+	e.startInternetNode(inet)
+	req := createRequest("create-racing")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	if _, err := e.c.Workspaces.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
+		Command: cmd("deny-while-creating"), WorkspaceId: id, ExpectedRevision: 1,
+		NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Deny: []string{"8.8.4.4/32"}},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	waitLong(t, "revision 2 confirmed", func() bool {
+		w := e.workspace(id)
+		return w.GetSpec().GetNetworkPolicy().GetRevision() == 2 && w.GetNetworkPolicyStatus().GetAppliedRevision() == 2
+	})
+	out, _ := e.c.Exec(t, id, "sh", "-c", "nc -w 10 8.8.4.4 80 </dev/null; echo nc=$?")
+	if !strings.Contains(out, "Connection refused") || inet.accepted["8.8.4.4"].Load() != 0 {
+		t.Errorf("after revision 2 was confirmed: %q, want 8.8.4.4 refused", out)
+	}
+}

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -95,8 +96,9 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 // runPolicy applies the Workspace's network policy, as it stands now, to
 // its running execution. network_policy_status says the revision the node
 // confirmed; a failed application leaves none (the command says why, at
-// FAILURE_STAGE_APPLYING_NETWORK). With no execution running there is
-// nothing to apply: the next start carries the policy.
+// FAILURE_STAGE_APPLYING_NETWORK). A Workspace still starting is waited
+// for (its start may carry an older revision); with no execution running
+// there is nothing to apply: the next start carries the policy.
 func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	id := wk.Command().GetTargetId()
 	var w *ctrlv1.Workspace
@@ -111,8 +113,12 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	}); err != nil {
 		return err
 	}
-	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "" {
-		return wk.Succeed(ctx, func(*store.Tx) error { return nil })
+	switch st := w.GetState(); {
+	case st == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || st == ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
+		return wk.Wait(ctx, "the Workspace to finish starting", policyRetry)
+	case st != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "",
+		w.GetNetworkPolicyStatus().GetAppliedRevision() >= w.GetSpec().GetNetworkPolicy().GetRevision():
+		return wk.Succeed(ctx, func(*store.Tx) error { return nil }) // nothing runs, or it is in force already
 	}
 	req, err := wk.Request()
 	if err != nil {
@@ -143,6 +149,10 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 		})
 	})
 }
+
+// policyRetry is how soon a policy update waiting for a start looks again
+// (a start's end kicks the runner sooner).
+const policyRetry = time.Second
 
 // setPolicyStatus records status for the Workspace's execution instance;
 // a later execution's status is left alone.

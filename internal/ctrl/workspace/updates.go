@@ -153,8 +153,8 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 const maxDrainSeconds = 3600
 
 // UpdateNetworkPolicy replaces the network policy; CAS on its revision. A
-// content change increases the revision by one, and on an AVAILABLE
-// Workspace the command goes on to apply it to the running execution
+// content change increases the revision by one, and on a Workspace that
+// runs (or is starting) the command goes on to apply it to the execution
 // (runPolicy): network_policy_status moves only once the node confirmed it.
 func (s *Service) UpdateNetworkPolicy(ctx context.Context, req *ctrlv1.UpdateWorkspaceNetworkPolicyRequest) (*ctrlv1.UpdateWorkspaceNetworkPolicyResponse, error) {
 	policy, err := netpolicy.Normalize("network_policy", req.GetNetworkPolicy())
@@ -181,7 +181,11 @@ func (s *Service) UpdateNetworkPolicy(ctx context.Context, req *ctrlv1.UpdateWor
 			}
 			policy.Revision = cur.GetRevision() + 1
 			w.Spec.NetworkPolicy = policy
-			return w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, nil
+			switch w.GetState() {
+			case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING, ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
+				return true, nil // an execution runs, or may by the time it is applied
+			}
+			return false, nil
 		},
 		func(w *ctrlv1.Workspace, _ *ctrlv1.WorkspaceCommand) proto.Message {
 			return &ctrlv1.UpdateWorkspaceNetworkPolicyResponse{Workspace: w}
