@@ -74,8 +74,14 @@ func serveEcho(ln net.Listener, accepted *atomic.Int32) {
 }
 
 // startInternetNode runs node-a with network slots whose uplink is in the
-// test internet, resolving through its resolver.
-func (e *vmEnv) startInternetNode(inet *internet) {
+// test internet, resolving through its resolver; a restart (stateDir and
+// poolDir of the agent before) keeps them.
+func (e *vmEnv) startInternetNode(inet *internet) *testenv.Node {
+	e.t.Helper()
+	return e.startInternetNodeAt(inet, "", e.t.TempDir())
+}
+
+func (e *vmEnv) startInternetNodeAt(inet *internet, stateDir, poolDir string) *testenv.Node {
 	e.t.Helper()
 	network, err := userstack.NewNetwork(userstack.NetworkConfig{
 		Uplink: inet.Uplink(), Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)},
@@ -83,10 +89,11 @@ func (e *vmEnv) startInternetNode(inet *internet) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	n := e.c.StartNodeWith(e.t, "node-a", "", func(cfg *node.Config) { cfg.Network = network },
-		node.Pool{Name: "default", Dir: e.t.TempDir(), Default: true})
+	n := e.c.StartNodeWith(e.t, "node-a", stateDir, func(cfg *node.Config) { cfg.Network = network },
+		node.Pool{Name: "default", Dir: poolDir, Default: true})
 	e.c.EnsureCapacity(e.t, "default", testenv.DefaultPoolCapacity)
 	e.t.Cleanup(n.PowerOff)
+	return n
 }
 
 // Under PUBLIC_INTERNET, from inside a real guest: TCP to a public host
@@ -257,5 +264,38 @@ func TestANetworkPolicyUpdateDuringCreateReachesTheGuest(t *testing.T) {
 	out, _ := e.c.Exec(t, id, "sh", "-c", "nc -w 10 8.8.4.4 80 </dev/null; echo nc=$?")
 	if !strings.Contains(out, "Connection refused") || inet.accepted["8.8.4.4"].Load() != 0 {
 		t.Errorf("after revision 2 was confirmed: %q, want 8.8.4.4 refused", out)
+	}
+}
+
+// The node agent restarting under a running guest: the guest's network is
+// attached again, under the policy in force (its record keeps it), and new
+// connections leave again once the agent is back; the guest never restarts.
+func TestTheNetworkComesBackAfterAnAgentRestart(t *testing.T) {
+	e := newVMEnv(t)
+	inet := newInternet(t)
+	a := e.startInternetNode(inet)
+	req := createRequest("create-restart")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Deny: []string{"8.8.4.5/32"}}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	before := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, code := e.c.Exec(t, id, "sh", "-c", "echo one | nc -w 10 8.8.4.4 80"); code != 0 || out != "one\n" {
+		t.Fatalf("TCP before the restart: exit %d %q", code, out)
+	}
+	a.Stop(t) // the VM runs on; its network waits for an agent
+	e.startInternetNodeAt(inet, a.StateDir, a.PoolDir)
+	waitLong(t, "TCP through the new agent", func() bool {
+		out, _ := e.c.Exec(t, id, "sh", "-c", "echo two | nc -w 5 8.8.4.4 80")
+		return out == "two\n"
+	})
+	out, _ := e.c.Exec(t, id, "sh", "-c", "nc -w 10 8.8.4.5 80 </dev/null; echo nc=$?")
+	if !strings.Contains(out, "Connection refused") || inet.accepted["8.8.4.5"].Load() != 0 {
+		t.Errorf("the deny entry after the restart: %q, want 8.8.4.5 still refused", out)
+	}
+	if w := e.workspace(id); w.GetGeneration() != before.GetGeneration() || w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+		t.Errorf("after the agent restart: %v at generation %d, want AVAILABLE at %d", w.GetState(), w.GetGeneration(), before.GetGeneration())
 	}
 }
