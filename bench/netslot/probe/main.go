@@ -1,0 +1,121 @@
+// Command probe runs inside the guest of bench/netslot: a static binary
+// added to the busybox template, because a busybox loop would time the
+// guest's fork and exec (tens of milliseconds a process under TCG) more
+// than the network. It prints one line: the measurements, in microseconds,
+// space-separated.
+//
+//	probe connect ADDR N   N TCP connections to ADDR, one at a time; each
+//	                       timed from the dial to the handshake's end
+//	probe send ADDR BYTES  BYTES to ADDR on one connection, then the write
+//	                       side closed; timed to the server's "ok" (it
+//	                       times its own first to last byte too)
+//	probe dns ADDR N       N A queries for bench.test. to the DNS server
+//	                       ADDR over UDP, one at a time, each from a new
+//	                       socket (as a resolver library does)
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+func main() {
+	if len(os.Args) != 4 {
+		fmt.Fprintln(os.Stderr, "usage: probe connect|send|dns ADDR N")
+		os.Exit(2)
+	}
+	n, err := strconv.Atoi(os.Args[3])
+	if err != nil || n < 1 {
+		fmt.Fprintf(os.Stderr, "probe: %q is not a positive count\n", os.Args[3])
+		os.Exit(2)
+	}
+	var out []time.Duration
+	switch addr := os.Args[2]; os.Args[1] {
+	case "connect":
+		out, err = connects(addr, n)
+	case "send":
+		var d time.Duration
+		d, err = send(addr, n)
+		out = []time.Duration{d}
+	case "dns":
+		out, err = queries(addr, n)
+	default:
+		err = fmt.Errorf("unknown measure %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		os.Exit(1)
+	}
+	us := make([]string, len(out))
+	for i, d := range out {
+		us[i] = strconv.FormatInt(d.Microseconds(), 10)
+	}
+	fmt.Println(strings.Join(us, " "))
+}
+
+const timeout = 30 * time.Second
+
+func connects(addr string, n int) ([]time.Duration, error) {
+	out := make([]time.Duration, n)
+	for i := range n {
+		t0 := time.Now()
+		c, err := net.DialTimeout("tcp", addr, timeout)
+		out[i] = time.Since(t0)
+		if err != nil {
+			return nil, fmt.Errorf("connection %d to %s: %w", i+1, addr, err)
+		}
+		_ = c.Close()
+	}
+	return out, nil
+}
+
+func send(addr string, total int) (time.Duration, error) {
+	buf := make([]byte, 64<<10)
+	t0 := time.Now()
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	for left := total; left > 0; {
+		w, err := c.Write(buf[:min(left, len(buf))])
+		if err != nil {
+			return 0, fmt.Errorf("after %d bytes to %s: %w", total-left, addr, err)
+		}
+		left -= w
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return 0, err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	ack, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || ack != "ok\n" {
+		return 0, fmt.Errorf("the sink's answer after %d bytes: %q %v", total, ack, err)
+	}
+	return time.Since(t0), nil
+}
+
+func queries(addr string, n int) ([]time.Duration, error) {
+	client := &dns.Client{Net: "udp", Timeout: timeout}
+	out := make([]time.Duration, n)
+	for i := range n {
+		q := new(dns.Msg).SetQuestion("bench.test.", dns.TypeA)
+		t0 := time.Now()
+		r, _, err := client.Exchange(q, addr)
+		out[i] = time.Since(t0)
+		if err != nil {
+			return nil, fmt.Errorf("query %d to %s: %w", i+1, addr, err)
+		}
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			return nil, fmt.Errorf("query %d to %s: %s with %d answers", i+1, addr, dns.RcodeToString[r.Rcode], len(r.Answer))
+		}
+	}
+	return out, nil
+}
