@@ -126,6 +126,9 @@ func chooseAccel(ctx context.Context, art *artifacts, c config) (qemu.Accel, str
 // att it runs, and waits for its agent.
 func boot(ctx context.Context, art *artifacts, tmp, name string, att netslot.Attachment, memoryMiB uint64, accel qemu.Accel) (*qemu.VM, error) {
 	dir := filepath.Join(tmp, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	blocks, err := blockfile.New()
 	if err != nil {
 		return nil, err

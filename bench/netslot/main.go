@@ -84,6 +84,10 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
+	if tscHz == 0 {
+		fmt.Fprintln(os.Stderr, "bench/netslot: no \"cpu MHz\" in /proc/cpuinfo: the rate of the TSC the guest probe reads is unknown")
+		os.Exit(1)
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench/netslot: needs root: the slot's uplink and servers live in a network namespace it makes (sudo go run ./bench/netslot)")
 		os.Exit(1)
@@ -105,7 +109,9 @@ type subject struct {
 	vm                  *qemu.VM
 	srv                 *servers
 	connect, sink, dnsQ string
-	samples             samples
+	// uplink is the slot's, timed; nil for the user-mode network.
+	uplink  *timedUplink
+	samples samples
 }
 
 // samples are a subject's measurements over the counted rounds.
@@ -114,6 +120,8 @@ type samples struct {
 	// Per round: the sink's first to last byte, the guest's send to the
 	// sink's "ok", and the CPU time QEMU and this process spent on it.
 	transfer, guestSend, qemuCPU, selfCPU []time.Duration
+	// The slot's own steps (timedUplink), during the counted rounds.
+	tcpDial, udpDial, resolve []time.Duration
 }
 
 func run(c config) (err error) {
@@ -192,8 +200,9 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 		return nil, nil, err
 	}
 	closeAll := func() { res.close(); srv.close(); _ = inet.Close() }
+	uplink := &timedUplink{HostUplink: inet.Uplink()}
 	network, err := userstack.NewNetwork(userstack.NetworkConfig{
-		Uplink: inet.Uplink(), Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)},
+		Uplink: uplink, Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)},
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -212,7 +221,7 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 		return nil, nil, fmt.Errorf("boot on the slot: %w", err)
 	}
 	s := &subject{
-		name: "slot", vm: v, srv: srv,
+		name: "slot", vm: v, srv: srv, uplink: uplink,
 		connect: netip.AddrPortFrom(publicHost, port(srv.connect)).String(),
 		sink:    netip.AddrPortFrom(publicHost, port(srv.sink)).String(),
 		dnsQ:    netip.AddrPortFrom(userstack.GatewayV4, 53).String(),
@@ -265,6 +274,16 @@ func (openUserMode) Release() error { return nil }
 // round runs the three measures once in s's guest; keep adds them to its
 // samples.
 func (s *subject) round(ctx context.Context, c config, keep bool) error {
+	if s.uplink != nil {
+		s.uplink.take()
+		defer func() {
+			if tcpDial, udpDial, resolve := s.uplink.take(); keep {
+				s.samples.tcpDial = append(s.samples.tcpDial, tcpDial...)
+				s.samples.udpDial = append(s.samples.udpDial, udpDial...)
+				s.samples.resolve = append(s.samples.resolve, resolve...)
+			}
+		}()
+	}
 	connect, err := s.probe(ctx, "connect", s.connect, c.connects)
 	if err != nil {
 		return err
@@ -309,19 +328,26 @@ func (s *subject) send(ctx context.Context, bytes int) (transfer, time.Duration,
 	return t, guest[0], q1 - q0, self1 - self0, nil
 }
 
-// probe runs the guest's probe and reads its microseconds.
+// probe runs the guest's probe and reads its TSC ticks as durations. A sum
+// longer than the exec itself took on the host's clock would mean the rate
+// is wrong: an error.
 func (s *subject) probe(ctx context.Context, measure, addr string, n int) ([]time.Duration, error) {
+	t0 := time.Now()
 	out, err := execIn(ctx, s.vm, "/bin/netprobe", measure, addr, strconv.Itoa(n))
+	wall := time.Since(t0)
 	if err != nil {
 		return nil, err
 	}
 	var ds []time.Duration
+	var sum time.Duration
 	for _, f := range strings.Fields(out) {
-		us, err := strconv.ParseInt(f, 10, 64)
+		t, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("probe %s said %q", measure, out)
 		}
-		ds = append(ds, time.Duration(us)*time.Microsecond)
+		d := time.Duration(float64(t) / tscHz * float64(time.Second))
+		ds = append(ds, d)
+		sum += d
 	}
 	want := n
 	if measure == "send" {
@@ -330,8 +356,25 @@ func (s *subject) probe(ctx context.Context, measure, addr string, n int) ([]tim
 	if len(ds) != want {
 		return nil, fmt.Errorf("probe %s gave %d values: %q", measure, len(ds), out)
 	}
+	if sum > wall {
+		return nil, fmt.Errorf("probe %s: its TSC spans add up to %s, the exec took %s: the TSC rate %.0f Hz is wrong", measure, sum, wall, tscHz)
+	}
 	return ds, nil
 }
+
+// tscHz is the rate of the TSC the guest reads under TCG, the host's: its
+// "cpu MHz" (what the node gives the guest as tsc_early_khz too).
+var tscHz = func() float64 {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
+			if mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return mhz * 1e6
+			}
+		}
+	}
+	return 0
+}()
 
 // cpuTime is a process's user and system CPU time, from /proc/<pid>/stat
 // (clock ticks of 10 ms); zero when it cannot be read.

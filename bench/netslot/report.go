@@ -87,6 +87,11 @@ func report(w io.Writer, in reportInput) {
 		return strings.Join(out, " ")
 	}
 	fmt.Fprintf(w, "throughput by round (MiB/s, sink): slot %s | usernet %s\n", rates(s.transfer), rates(u.transfer))
+	if len(s.tcpDial) > 0 && len(s.udpDial) > 0 && len(s.resolve) > 0 {
+		fmt.Fprintf(w, "inside the slot (p50, host clock): its upstream TCP dial %s (p90 %s, %d dials, the sink's included); a UDP socket in the namespace per query %s (p90 %s); the resolver's round trip %s (p90 %s)\n",
+			ms(nearestRank(s.tcpDial, 50)), ms(nearestRank(s.tcpDial, 90)), len(s.tcpDial), ms(nearestRank(s.udpDial, 50)), ms(nearestRank(s.udpDial, 90)),
+			ms(nearestRank(s.resolve, 50)), ms(nearestRank(s.resolve, 90)))
+	}
 	fmt.Fprintf(w, "CPU time per %d MiB sent (p50 of rounds; /proc, 10 ms ticks): slot: QEMU %s, this process (the slot, its uplink and the sink) %s | usernet: QEMU (slirp inside) %s, this process (the sink) %s\n",
 		c.bytes/mib, ms(nearestRank(s.qemuCPU, 50)), ms(nearestRank(s.selfCPU, 50)), ms(nearestRank(u.qemuCPU, 50)), ms(nearestRank(u.selfCPU, 50)))
 }

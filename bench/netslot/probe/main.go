@@ -1,8 +1,15 @@
 // Command probe runs inside the guest of bench/netslot: a static binary
 // added to the busybox template, because a busybox loop would time the
 // guest's fork and exec (tens of milliseconds a process under TCG) more
-// than the network. It prints one line: the measurements, in microseconds,
+// than the network. It prints one line: the measurements, in TSC ticks,
 // space-separated.
+//
+// TSC ticks, because the guest's clock cannot time a millisecond: under
+// TCG its kernel finds the TSC unstable against the jiffies and keeps
+// time in jiffies (4 ms), which also lose ticks when the host is busy.
+// QEMU's TCG reads the host's TSC for the guest's RDTSC, so the ticks are
+// the host's, at its rate (the host's "cpu MHz"; the same for both
+// networks, so their ratio does not depend on it).
 //
 //	probe connect ADDR N   N TCP connections to ADDR, one at a time; each
 //	                       timed from the dial to the handshake's end
@@ -36,14 +43,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "probe: %q is not a positive count\n", os.Args[3])
 		os.Exit(2)
 	}
-	var out []time.Duration
+	var out []ticks
 	switch addr := os.Args[2]; os.Args[1] {
 	case "connect":
 		out, err = connects(addr, n)
 	case "send":
-		var d time.Duration
+		var d ticks
 		d, err = send(addr, n)
-		out = []time.Duration{d}
+		out = []ticks{d}
 	case "dns":
 		out, err = queries(addr, n)
 	default:
@@ -53,21 +60,29 @@ func main() {
 		fmt.Fprintln(os.Stderr, "probe:", err)
 		os.Exit(1)
 	}
-	us := make([]string, len(out))
+	ticks := make([]string, len(out))
 	for i, d := range out {
-		us[i] = strconv.FormatInt(d.Microseconds(), 10)
+		ticks[i] = strconv.FormatUint(uint64(d), 10)
 	}
-	fmt.Println(strings.Join(us, " "))
+	fmt.Println(strings.Join(ticks, " "))
 }
 
 const timeout = 30 * time.Second
 
-func connects(addr string, n int) ([]time.Duration, error) {
-	out := make([]time.Duration, n)
+// ticks is a span of the TSC.
+type ticks uint64
+
+func rdtsc() uint64
+
+// since is the TSC ticks from t0 (a reading of rdtsc).
+func since(t0 uint64) ticks { return ticks(rdtsc() - t0) }
+
+func connects(addr string, n int) ([]ticks, error) {
+	out := make([]ticks, n)
 	for i := range n {
-		t0 := time.Now()
+		t0 := rdtsc()
 		c, err := net.DialTimeout("tcp", addr, timeout)
-		out[i] = time.Since(t0)
+		out[i] = since(t0)
 		if err != nil {
 			return nil, fmt.Errorf("connection %d to %s: %w", i+1, addr, err)
 		}
@@ -76,9 +91,9 @@ func connects(addr string, n int) ([]time.Duration, error) {
 	return out, nil
 }
 
-func send(addr string, total int) (time.Duration, error) {
+func send(addr string, total int) (ticks, error) {
 	buf := make([]byte, 64<<10)
-	t0 := time.Now()
+	t0 := rdtsc()
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return 0, err
@@ -99,17 +114,17 @@ func send(addr string, total int) (time.Duration, error) {
 	if err != nil || ack != "ok\n" {
 		return 0, fmt.Errorf("the sink's answer after %d bytes: %q %v", total, ack, err)
 	}
-	return time.Since(t0), nil
+	return since(t0), nil
 }
 
-func queries(addr string, n int) ([]time.Duration, error) {
+func queries(addr string, n int) ([]ticks, error) {
 	client := &dns.Client{Net: "udp", Timeout: timeout}
-	out := make([]time.Duration, n)
+	out := make([]ticks, n)
 	for i := range n {
 		q := new(dns.Msg).SetQuestion("bench.test.", dns.TypeA)
-		t0 := time.Now()
+		t0 := rdtsc()
 		r, _, err := client.Exchange(q, addr)
-		out[i] = time.Since(t0)
+		out[i] = since(t0)
 		if err != nil {
 			return nil, fmt.Errorf("query %d to %s: %w", i+1, addr, err)
 		}
