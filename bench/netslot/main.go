@@ -120,6 +120,9 @@ type samples struct {
 	// Per round: the sink's first to last byte, the guest's send to the
 	// sink's "ok", and the CPU time QEMU and this process spent on it.
 	transfer, guestSend, qemuCPU, selfCPU []time.Duration
+	// failed counts the connections that failed (timed out), in every
+	// round, warm-up included; their time is in connect.
+	failed int
 	// The slot's own steps (timedUplink), during the counted rounds.
 	tcpDial, udpDial, resolve []time.Duration
 }
@@ -341,6 +344,10 @@ func (s *subject) probe(ctx context.Context, measure, addr string, n int) ([]tim
 	var ds []time.Duration
 	var sum time.Duration
 	for _, f := range strings.Fields(out) {
+		f, failed := strings.CutSuffix(f, "!")
+		if failed {
+			s.samples.failed++
+		}
 		t, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("probe %s said %q", measure, out)

@@ -86,6 +86,7 @@ func report(w io.Writer, in reportInput) {
 		}
 		return strings.Join(out, " ")
 	}
+	fmt.Fprintf(w, "TCP connections that failed (30 s timeout, counted at their time above): slot %d, usernet %d\n", s.failed, u.failed)
 	fmt.Fprintf(w, "throughput by round (MiB/s, sink): slot %s | usernet %s\n", rates(s.transfer), rates(u.transfer))
 	if len(s.tcpDial) > 0 && len(s.udpDial) > 0 && len(s.resolve) > 0 {
 		fmt.Fprintf(w, "inside the slot (p50, host clock): its upstream TCP dial %s (p90 %s, %d dials, the sink's included); a UDP socket in the namespace per query %s (p90 %s); the resolver's round trip %s (p90 %s)\n",

@@ -26,6 +26,7 @@ func (u *timedUplink) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn
 	t0 := time.Now()
 	c, err := u.HostUplink.DialTCP(ctx, dst)
 	u.keep(&u.tcpDial, time.Since(t0))
+
 	return c, err
 }
 
@@ -36,7 +37,11 @@ func (u *timedUplink) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn
 	if err != nil {
 		return nil, err
 	}
-	return &timedConn{Conn: c, u: u}, nil
+	pc, ok := c.(net.PacketConn)
+	if !ok {
+		return c, nil
+	}
+	return &timedConn{Conn: c, PacketConn: pc, u: u}, nil
 }
 
 func (u *timedUplink) keep(to *[]time.Duration, d time.Duration) {
@@ -54,9 +59,12 @@ func (u *timedUplink) take() (tcpDial, udpDial, resolve []time.Duration) {
 	return tcpDial, udpDial, resolve
 }
 
-// timedConn times a query's write to its answer's read.
+// timedConn times a query's write to its answer's read. It is a
+// net.PacketConn too, as the UDP socket it wraps, because the slot's DNS
+// client frames messages by that (a stream would get length prefixes).
 type timedConn struct {
 	net.Conn
+	net.PacketConn
 	u       *timedUplink
 	written time.Time
 }
@@ -74,3 +82,10 @@ func (c *timedConn) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// The methods both embedded interfaces have are the socket's own.
+func (c *timedConn) Close() error                       { return c.Conn.Close() }
+func (c *timedConn) LocalAddr() net.Addr                { return c.Conn.LocalAddr() }
+func (c *timedConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(t) }
+func (c *timedConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(t) }
+func (c *timedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(t) }

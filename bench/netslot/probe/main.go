@@ -12,7 +12,8 @@
 // networks, so their ratio does not depend on it).
 //
 //	probe connect ADDR N   N TCP connections to ADDR, one at a time; each
-//	                       timed from the dial to the handshake's end
+//	                       timed from the dial to the handshake's end; one
+//	                       that fails (30 s timeout) is its time with a "!"
 //	probe send ADDR BYTES  BYTES to ADDR on one connection, then the write
 //	                       side closed; timed to the server's "ok" (it
 //	                       times its own first to last byte too)
@@ -43,14 +44,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "probe: %q is not a positive count\n", os.Args[3])
 		os.Exit(2)
 	}
-	var out []ticks
+	var out []string
 	switch addr := os.Args[2]; os.Args[1] {
 	case "connect":
 		out, err = connects(addr, n)
 	case "send":
 		var d ticks
 		d, err = send(addr, n)
-		out = []ticks{d}
+		out = []string{d.String()}
 	case "dns":
 		out, err = queries(addr, n)
 	default:
@@ -60,11 +61,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "probe:", err)
 		os.Exit(1)
 	}
-	ticks := make([]string, len(out))
-	for i, d := range out {
-		ticks[i] = strconv.FormatUint(uint64(d), 10)
-	}
-	fmt.Println(strings.Join(ticks, " "))
+	fmt.Println(strings.Join(out, " "))
 }
 
 const timeout = 30 * time.Second
@@ -72,19 +69,25 @@ const timeout = 30 * time.Second
 // ticks is a span of the TSC.
 type ticks uint64
 
+func (t ticks) String() string { return strconv.FormatUint(uint64(t), 10) }
+
 func rdtsc() uint64
 
 // since is the TSC ticks from t0 (a reading of rdtsc).
 func since(t0 uint64) ticks { return ticks(rdtsc() - t0) }
 
-func connects(addr string, n int) ([]ticks, error) {
-	out := make([]ticks, n)
+// connects goes on after a connection that failed: the run reports how
+// many did, rather than lose the round.
+func connects(addr string, n int) ([]string, error) {
+	out := make([]string, n)
 	for i := range n {
 		t0 := rdtsc()
 		c, err := net.DialTimeout("tcp", addr, timeout)
-		out[i] = since(t0)
+		out[i] = since(t0).String()
 		if err != nil {
-			return nil, fmt.Errorf("connection %d to %s: %w", i+1, addr, err)
+			fmt.Fprintf(os.Stderr, "connection %d to %s: %v\n", i+1, addr, err)
+			out[i] += "!"
+			continue
 		}
 		_ = c.Close()
 	}
@@ -117,14 +120,14 @@ func send(addr string, total int) (ticks, error) {
 	return since(t0), nil
 }
 
-func queries(addr string, n int) ([]ticks, error) {
+func queries(addr string, n int) ([]string, error) {
 	client := &dns.Client{Net: "udp", Timeout: timeout}
-	out := make([]ticks, n)
+	out := make([]string, n)
 	for i := range n {
 		q := new(dns.Msg).SetQuestion("bench.test.", dns.TypeA)
 		t0 := rdtsc()
 		r, _, err := client.Exchange(q, addr)
-		out[i] = since(t0)
+		out[i] = since(t0).String()
 		if err != nil {
 			return nil, fmt.Errorf("query %d to %s: %w", i+1, addr, err)
 		}
