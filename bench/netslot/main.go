@@ -67,7 +67,7 @@ type config struct {
 	rounds, connects, queries, bytes int
 	memoryMiB                        uint64
 	accel                            string
-	keep                             bool
+	keep, frames                     bool
 }
 
 func main() {
@@ -78,6 +78,7 @@ func main() {
 	flag.IntVar(&c.bytes, "bytes", 64*mib, "bytes sent guest → host a round")
 	flag.Uint64Var(&c.memoryMiB, "memory", 256, "guest memory in MiB")
 	flag.StringVar(&c.accel, "accel", "auto", "auto (the node's probe), tcg or kvm")
+	flag.BoolVar(&c.frames, "frames", false, "serve the slot on a stream that clocks its frames, for the slot's own time of a connect and a query (costs the slot a copy per frame)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the temporary directory (consoles, artifacts) at the end")
 	flag.Parse()
 	if c.rounds < 1 || c.connects < 1 || c.queries < 1 || c.bytes < 1 || (c.accel != "auto" && c.accel != "tcg" && c.accel != "kvm") {
@@ -110,7 +111,9 @@ type subject struct {
 	srv                 *servers
 	connect, sink, dnsQ string
 	// uplink is the slot's, timed; nil for the user-mode network.
-	uplink  *timedUplink
+	uplink *timedUplink
+	// clock is the slot's frame clock, with -frames.
+	clock   *frameClock
 	samples samples
 }
 
@@ -125,6 +128,8 @@ type samples struct {
 	failed int
 	// The slot's own steps (timedUplink), during the counted rounds.
 	tcpDial, udpDial, resolve []time.Duration
+	// With -frames: SYN in → SYN-ACK out, query in → answer out.
+	slotTCP, slotDNS []time.Duration
 }
 
 func run(c config) (err error) {
@@ -212,7 +217,17 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 		closeAll()
 		return nil, nil, err
 	}
-	att, err := network.Attach(ctx, "bench-slot", &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET})
+	var att netslot.Attachment
+	var clock *frameClock
+	if c.frames {
+		var fa *framedAttachment
+		fa, err = newFramedAttachment(uplink, []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)})
+		if fa != nil {
+			att, clock = fa, fa.clock
+		}
+	} else {
+		att, err = network.Attach(ctx, "bench-slot", &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET})
+	}
 	if err != nil {
 		closeAll()
 		return nil, nil, err
@@ -224,7 +239,7 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 		return nil, nil, fmt.Errorf("boot on the slot: %w", err)
 	}
 	s := &subject{
-		name: "slot", vm: v, srv: srv, uplink: uplink,
+		name: "slot", vm: v, srv: srv, uplink: uplink, clock: clock,
 		connect: netip.AddrPortFrom(publicHost, port(srv.connect)).String(),
 		sink:    netip.AddrPortFrom(publicHost, port(srv.sink)).String(),
 		dnsQ:    netip.AddrPortFrom(userstack.GatewayV4, 53).String(),
@@ -284,6 +299,15 @@ func (s *subject) round(ctx context.Context, c config, keep bool) error {
 				s.samples.tcpDial = append(s.samples.tcpDial, tcpDial...)
 				s.samples.udpDial = append(s.samples.udpDial, udpDial...)
 				s.samples.resolve = append(s.samples.resolve, resolve...)
+			}
+		}()
+	}
+	if s.clock != nil {
+		s.clock.take()
+		defer func() {
+			if tcp, dns := s.clock.take(); keep {
+				s.samples.slotTCP = append(s.samples.slotTCP, tcp...)
+				s.samples.slotDNS = append(s.samples.slotDNS, dns...)
 			}
 		}()
 	}

@@ -51,6 +51,11 @@ func roundLine(c config, subjects ...*subject) string {
 
 func report(w io.Writer, in reportInput) {
 	c := in.cfg
+	how := "userstack.NewNetwork's attachment"
+	if c.frames {
+		how = "a Slot on a frame-clocking stream (-frames)"
+	}
+	fmt.Fprintf(w, "slot served by %s\n", how)
 	fmt.Fprintf(w, "Guest network: the network slot (userstack) beside QEMU's user-mode network (slirp, unrestricted), one VM each, same platform and template, 1 vCPU, %d MiB; %d rounds, alternating which goes first, after one warm-up round\n",
 		c.memoryMiB, c.rounds)
 	fmt.Fprintf(w, "machine: %d CPUs (%s); %s; accelerator %s (%s); guest kernel %s; GOMAXPROCS %d\n",
@@ -92,6 +97,10 @@ func report(w io.Writer, in reportInput) {
 		fmt.Fprintf(w, "inside the slot (p50, host clock): its upstream TCP dial %s (p90 %s, %d dials, the sink's included); a UDP socket in the namespace per query %s (p90 %s); the resolver's round trip %s (p90 %s)\n",
 			ms(nearestRank(s.tcpDial, 50)), ms(nearestRank(s.tcpDial, 90)), len(s.tcpDial), ms(nearestRank(s.udpDial, 50)), ms(nearestRank(s.udpDial, 90)),
 			ms(nearestRank(s.resolve, 50)), ms(nearestRank(s.resolve, 90)))
+	}
+	if len(s.slotTCP) > 0 && len(s.slotDNS) > 0 {
+		fmt.Fprintf(w, "the slot's own time (-frames; p50, host clock, from the frame's arrival on QEMU's stream to the answer's write): SYN → SYN-ACK %s (p90 %s, %d), query → answer %s (p90 %s, %d)\n",
+			ms(nearestRank(s.slotTCP, 50)), ms(nearestRank(s.slotTCP, 90)), len(s.slotTCP), ms(nearestRank(s.slotDNS, 50)), ms(nearestRank(s.slotDNS, 90)), len(s.slotDNS))
 	}
 	fmt.Fprintf(w, "CPU time per %d MiB sent (p50 of rounds; /proc, 10 ms ticks): slot: QEMU %s, this process (the slot, its uplink and the sink) %s | usernet: QEMU (slirp inside) %s, this process (the sink) %s\n",
 		c.bytes/mib, ms(nearestRank(s.qemuCPU, 50)), ms(nearestRank(s.selfCPU, 50)), ms(nearestRank(u.qemuCPU, 50)), ms(nearestRank(u.selfCPU, 50)))
