@@ -112,6 +112,10 @@ type subject struct {
 	connect, sink, dnsQ string
 	// uplink is the slot's, timed; nil for the user-mode network.
 	uplink *timedUplink
+	// nsCost is what entering the test internet costs a dial or a query's
+	// socket (userstack.InNetns with nothing to do), which a node whose
+	// uplink has no namespace does not pay: samples of it, slot only.
+	nsCost func() time.Duration
 	// clock is the slot's frame clock, with -frames.
 	clock   *frameClock
 	samples samples
@@ -130,6 +134,8 @@ type samples struct {
 	tcpDial, udpDial, resolve []time.Duration
 	// With -frames: SYN in → SYN-ACK out, query in → answer out.
 	slotTCP, slotDNS []time.Duration
+	// nsCost, sampled after each round.
+	nsCost []time.Duration
 }
 
 func run(c config) (err error) {
@@ -240,6 +246,11 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 	}
 	s := &subject{
 		name: "slot", vm: v, srv: srv, uplink: uplink, clock: clock,
+		nsCost: func() time.Duration {
+			t0 := time.Now()
+			_ = inet.Run(func() error { return nil })
+			return time.Since(t0)
+		},
 		connect: netip.AddrPortFrom(publicHost, port(srv.connect)).String(),
 		sink:    netip.AddrPortFrom(publicHost, port(srv.sink)).String(),
 		dnsQ:    netip.AddrPortFrom(userstack.GatewayV4, 53).String(),
@@ -299,6 +310,13 @@ func (s *subject) round(ctx context.Context, c config, keep bool) error {
 				s.samples.tcpDial = append(s.samples.tcpDial, tcpDial...)
 				s.samples.udpDial = append(s.samples.udpDial, udpDial...)
 				s.samples.resolve = append(s.samples.resolve, resolve...)
+			}
+		}()
+	}
+	if s.nsCost != nil && keep {
+		defer func() {
+			for range 20 {
+				s.samples.nsCost = append(s.samples.nsCost, s.nsCost())
 			}
 		}()
 	}

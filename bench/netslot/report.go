@@ -98,6 +98,10 @@ func report(w io.Writer, in reportInput) {
 			ms(nearestRank(s.tcpDial, 50)), ms(nearestRank(s.tcpDial, 90)), len(s.tcpDial), ms(nearestRank(s.udpDial, 50)), ms(nearestRank(s.udpDial, 90)),
 			ms(nearestRank(s.resolve, 50)), ms(nearestRank(s.resolve, 90)))
 	}
+	if len(s.nsCost) > 0 {
+		fmt.Fprintf(w, "of which the test internet's own cost (entering its namespace on a thread of its own, which a node's uplink without a namespace skips), per dial or query socket: %s (p90 %s)\n",
+			ms(nearestRank(s.nsCost, 50)), ms(nearestRank(s.nsCost, 90)))
+	}
 	if len(s.slotTCP) > 0 && len(s.slotDNS) > 0 {
 		fmt.Fprintf(w, "the slot's own time (-frames; p50, host clock, from the frame's arrival on QEMU's stream to the answer's write): SYN → SYN-ACK %s (p90 %s, %d), query → answer %s (p90 %s, %d)\n",
 			ms(nearestRank(s.slotTCP, 50)), ms(nearestRank(s.slotTCP, 90)), len(s.slotTCP), ms(nearestRank(s.slotDNS, 50)), ms(nearestRank(s.slotDNS, 90)), len(s.slotDNS))
