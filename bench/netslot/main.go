@@ -73,8 +73,8 @@ type config struct {
 func main() {
 	var c config
 	flag.IntVar(&c.rounds, "rounds", 9, "measured rounds (each network once a round)")
-	flag.IntVar(&c.connects, "connects", 50, "TCP connections a round")
-	flag.IntVar(&c.queries, "queries", 50, "DNS queries a round")
+	flag.IntVar(&c.connects, "connects", 100, "TCP connections a round")
+	flag.IntVar(&c.queries, "queries", 100, "DNS queries a round")
 	flag.IntVar(&c.bytes, "bytes", 64*mib, "bytes sent guest → host a round")
 	flag.Uint64Var(&c.memoryMiB, "memory", 256, "guest memory in MiB")
 	flag.StringVar(&c.accel, "accel", "auto", "auto (the node's probe), tcg or kvm")
