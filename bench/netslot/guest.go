@@ -110,15 +110,14 @@ func busybox() string {
 
 // chooseAccel is the node's own choice (a KVM boot probe) unless the flag
 // forces one.
-func chooseAccel(ctx context.Context, art *artifacts, c config) (qemu.Accel, string, error) {
+func chooseAccel(ctx context.Context, art *artifacts, c config) (qemu.Accel, string) {
 	switch c.accel {
 	case "tcg":
-		return qemu.TCG, "forced by -accel", nil
+		return qemu.TCG, "forced by -accel"
 	case "kvm":
-		return qemu.KVM, "forced by -accel", nil
+		return qemu.KVM, "forced by -accel"
 	}
-	accel, why := qemu.ChooseAccel(ctx, qemu.Spec{Kernel: art.kernel(), Initrd: art.initrd(), MemoryMiB: c.memoryMiB})
-	return accel, why, nil
+	return qemu.ChooseAccel(ctx, qemu.Spec{Kernel: art.kernel(), Initrd: art.initrd(), MemoryMiB: c.memoryMiB})
 }
 
 // boot starts a VM of the template on att as the node's QEMU provider

@@ -41,6 +41,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -156,10 +157,7 @@ func run(c config) (err error) {
 	if err != nil {
 		return err
 	}
-	accel, why, err := chooseAccel(ctx, art, c)
-	if err != nil {
-		return err
-	}
+	accel, why := chooseAccel(ctx, art, c)
 	progress("accelerator %s (%s)", accel, why)
 
 	slot, closeSlot, err := slotSubject(ctx, art, tmp, c, accel)
@@ -272,7 +270,7 @@ func usernetSubject(ctx context.Context, art *artifacts, tmp string, c config, a
 		srv.close()
 		return nil, nil, fmt.Errorf("boot on the user-mode network: %w", err)
 	}
-	dnsPort := uint16(srv.dns.PacketConn.LocalAddr().(interface{ AddrPort() netip.AddrPort }).AddrPort().Port())
+	dnsPort := uint16(srv.dns.PacketConn.LocalAddr().(*net.UDPAddr).Port)
 	gw := usernet.GuestGateway
 	s := &subject{
 		name: "usernet", vm: v, srv: srv,
