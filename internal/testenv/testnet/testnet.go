@@ -11,6 +11,7 @@ package testnet
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -32,7 +33,9 @@ type Internet struct {
 	hosts []netip.Addr
 }
 
-// New makes the namespace with hosts on its loopback.
+// New makes the namespace with hosts on its loopback, for a test: it is
+// skipped without root (a failure with KIBOTOS_TEST_REQUIRE_NETNS=1) and the
+// namespace goes at its end.
 func New(t testing.TB, hosts ...netip.Addr) *Internet {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -41,21 +44,49 @@ func New(t testing.TB, hosts ...netip.Addr) *Internet {
 		}
 		t.Skip("a test internet needs root (network namespaces)")
 	}
-	ns, err := newNamespace()
+	n, err := Open(hosts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ns.Close() })
-	n := &Internet{ns: ns, hosts: hosts}
-	n.ip(t, "link", "set", "lo", "up")
-	for _, h := range hosts {
-		n.ip(t, "addr", "add", netip.PrefixFrom(h, h.BitLen()).String(), "dev", "lo")
-	}
-	if err := n.checkRoutes(t); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = n.Close() })
 	return n
 }
+
+// Open makes the namespace with hosts on its loopback, for a program that
+// is not a test (a benchmark); Close lets it go. It needs root.
+func Open(hosts ...netip.Addr) (*Internet, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("a test internet needs root (network namespaces)")
+	}
+	ns, err := newNamespace()
+	if err != nil {
+		return nil, err
+	}
+	n := &Internet{ns: ns, hosts: hosts}
+	if err := n.setUp(); err != nil {
+		_ = ns.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// setUp puts the hosts on the loopback and checks, before anything dials,
+// that no route leads out.
+func (n *Internet) setUp() error {
+	if _, err := n.ip("link", "set", "lo", "up"); err != nil {
+		return err
+	}
+	for _, h := range n.hosts {
+		if _, err := n.ip("addr", "add", netip.PrefixFrom(h, h.BitLen()).String(), "dev", "lo"); err != nil {
+			return err
+		}
+	}
+	return n.checkRoutes()
+}
+
+// Close lets go of the namespace: it ends once no socket made in it is
+// left open.
+func (n *Internet) Close() error { return n.ns.Close() }
 
 // newNamespace unshares a network namespace on a thread of its own and
 // keeps a descriptor of it.
@@ -90,29 +121,31 @@ func newNamespace() (*os.File, error) {
 }
 
 // ip runs iproute2's ip inside the namespace.
-func (n *Internet) ip(t testing.TB, args ...string) string {
-	t.Helper()
+func (n *Internet) ip(args ...string) (string, error) {
 	cmd := exec.Command("nsenter", append([]string{"--net=/proc/self/fd/3", "ip"}, args...)...)
 	cmd.ExtraFiles = []*os.File{n.ns}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("ip %s in the test internet: %v: %s", strings.Join(args, " "), err, out)
+		return "", fmt.Errorf("ip %s in the test internet: %v: %s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
 
 // checkRoutes fails unless every route of the namespace, in every table
 // and both families, is a loopback route to one of its hosts (or the
 // loopback's own): nothing leads out of it.
-func (n *Internet) checkRoutes(t testing.TB) error {
-	t.Helper()
+func (n *Internet) checkRoutes() error {
 	for _, family := range []string{"-4", "-6"} {
 		var routes []struct {
 			Dst  string `json:"dst"`
 			Dev  string `json:"dev"`
 			Type string `json:"type"`
 		}
-		if err := json.Unmarshal([]byte(n.ip(t, "-j", family, "route", "show", "table", "all")), &routes); err != nil {
+		out, err := n.ip("-j", family, "route", "show", "table", "all")
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(out), &routes); err != nil {
 			return fmt.Errorf("the test internet's routes: %w", err)
 		}
 		for _, r := range routes {
@@ -144,6 +177,10 @@ func (n *Internet) isOwn(dst string) bool {
 func (n *Internet) Uplink() *userstack.HostUplink {
 	return &userstack.HostUplink{Netns: n.ns}
 }
+
+// Run runs fn on a thread in the namespace: a socket fn makes is the
+// namespace's for its life.
+func (n *Internet) Run(fn func() error) error { return userstack.InNetns(n.ns, fn) }
 
 // Listen listens inside the namespace.
 func (n *Internet) Listen(t testing.TB, network, address string) net.Listener {

@@ -1,0 +1,442 @@
+// Command netslot measures an execution's guest network through the
+// network slot (internal/node/netslot/userstack: a user-space TCP/IP stack
+// in the node, fed by QEMU's -netdev stream) beside QEMU's own user-mode
+// network (slirp), on two VMs of the same platform and template booted in
+// one run. It prints a table.
+//
+//	sudo go run ./bench/netslot
+//
+// It needs root: the slot's uplink and its servers are in a test internet
+// (internal/testenv/testnet), a network namespace whose only routes lead to
+// its own hosts, so nothing leaves the machine.
+//
+// Each guest runs bench/netslot/probe (a static binary added to the busybox
+// template) for three measures, each against the same server code:
+//
+//   - TCP connect latency: -connects connections, one at a time, each timed
+//     in the guest from the dial to the end of the handshake (both
+//     networks complete the guest's handshake only once their own connect
+//     to the destination succeeded);
+//   - TCP throughput guest → host: -bytes on one connection to a sink that
+//     times its first to its last byte on the host's clock;
+//   - DNS query latency: -queries A queries, one at a time, each timed in
+//     the guest from a new UDP socket to the answer.
+//
+// The slot's guest reaches 8.8.4.4 (TCP) and its link DNS address, the
+// gateway 10.0.2.2, which the slot answers through the deployment resolver
+// 9.9.9.9, all in the test internet. The user-mode network is QEMU's
+// without restrict=on, for this benchmark only (the node always restricts
+// it), so that slirp forwards the gateway 10.0.2.2 to the host's
+// 127.0.0.1, where the same servers listen; its DNS queries go to them as
+// ordinary UDP through slirp, the path its own DNS address 10.0.2.3 takes
+// to the host's resolver.
+//
+// The rounds alternate which network goes first (slot, user-mode; then
+// user-mode, slot; ...), one measure at a time, so that both see the same
+// machine; one warm-up round is not counted.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/node/netslot"
+	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
+	"github.com/kibotos/kibotos/internal/node/netslot/userstack"
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
+	"github.com/kibotos/kibotos/internal/testenv/testnet"
+)
+
+const mib = 1 << 20
+
+// The test internet's hosts: the servers, and the deployment resolver.
+var (
+	publicHost   = netip.MustParseAddr("8.8.4.4")
+	resolverHost = netip.MustParseAddr("9.9.9.9")
+)
+
+type config struct {
+	rounds, connects, queries, bytes int
+	memoryMiB                        uint64
+	accel                            string
+	keep, frames                     bool
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.rounds, "rounds", 9, "measured rounds (each network once a round)")
+	flag.IntVar(&c.connects, "connects", 100, "TCP connections a round")
+	flag.IntVar(&c.queries, "queries", 100, "DNS queries a round")
+	flag.IntVar(&c.bytes, "bytes", 64*mib, "bytes sent guest → host a round")
+	flag.Uint64Var(&c.memoryMiB, "memory", 256, "guest memory in MiB")
+	flag.StringVar(&c.accel, "accel", "auto", "auto (the node's probe), tcg or kvm")
+	flag.BoolVar(&c.frames, "frames", false, "serve the slot on a stream that clocks its frames, for the slot's own time of a connect and a query (costs the slot a copy per frame)")
+	flag.BoolVar(&c.keep, "keep", false, "keep the temporary directory (consoles, artifacts) at the end")
+	flag.Parse()
+	if c.rounds < 1 || c.connects < 1 || c.queries < 1 || c.bytes < 1 || (c.accel != "auto" && c.accel != "tcg" && c.accel != "kvm") {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if tscHz == 0 {
+		fmt.Fprintln(os.Stderr, "bench/netslot: no \"cpu MHz\" in /proc/cpuinfo: the rate of the TSC the guest probe reads is unknown")
+		os.Exit(1)
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench/netslot: needs root: the slot's uplink and servers live in a network namespace it makes (sudo go run ./bench/netslot)")
+		os.Exit(1)
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/netslot:", err)
+		os.Exit(1)
+	}
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// subject is one network under test: its VM, the servers it reaches and
+// their addresses as its guest dials them.
+type subject struct {
+	name                string
+	vm                  *qemu.VM
+	srv                 *servers
+	connect, sink, dnsQ string
+	// uplink is the slot's, timed; nil for the user-mode network.
+	uplink *timedUplink
+	// nsCost is what entering the test internet costs a dial or a query's
+	// socket (userstack.InNetns with nothing to do), which a node whose
+	// uplink has no namespace does not pay: samples of it, slot only.
+	nsCost func() time.Duration
+	// clock is the slot's frame clock, with -frames.
+	clock   *frameClock
+	samples samples
+}
+
+// samples are a subject's measurements over the counted rounds.
+type samples struct {
+	connect, dns []time.Duration
+	// Per round: the sink's first to last byte, the guest's send to the
+	// sink's "ok", and the CPU time QEMU and this process spent on it.
+	transfer, guestSend, qemuCPU, selfCPU []time.Duration
+	// failed counts the connections that failed (timed out), in every
+	// round, warm-up included; their time is in connect.
+	failed int
+	// The slot's own steps (timedUplink), during the counted rounds.
+	tcpDial, udpDial, resolve []time.Duration
+	// With -frames: SYN in → SYN-ACK out, query in → answer out.
+	slotTCP, slotDNS []time.Duration
+	// nsCost, sampled after each round.
+	nsCost []time.Duration
+}
+
+func run(c config) (err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tmp, err := os.MkdirTemp("", "kibotos-bench-net")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil || c.keep {
+			progress("temporary directory kept: %s", tmp)
+			return
+		}
+		_ = os.RemoveAll(tmp)
+	}()
+	art, err := buildArtifacts(ctx, tmp)
+	if err != nil {
+		return err
+	}
+	accel, why := chooseAccel(ctx, art, c)
+	progress("accelerator %s (%s)", accel, why)
+
+	slot, closeSlot, err := slotSubject(ctx, art, tmp, c, accel)
+	if err != nil {
+		return err
+	}
+	defer closeSlot()
+	user, closeUser, err := usernetSubject(ctx, art, tmp, c, accel)
+	if err != nil {
+		return err
+	}
+	defer closeUser()
+
+	progress("warm-up round (not counted)")
+	for _, s := range []*subject{slot, user} {
+		if err := s.round(ctx, config{connects: 5, queries: 5, bytes: min(c.bytes, 4*mib)}, false); err != nil {
+			return fmt.Errorf("warm-up of %s: %w", s.name, err)
+		}
+	}
+	for r := range c.rounds {
+		order := []*subject{slot, user}
+		if r%2 == 1 {
+			order = []*subject{user, slot}
+		}
+		for _, s := range order {
+			if err := s.round(ctx, c, true); err != nil {
+				return fmt.Errorf("round %d, %s: %w", r+1, s.name, err)
+			}
+		}
+		progress("round %d/%d: %s", r+1, c.rounds, roundLine(c, slot, user))
+	}
+	report(os.Stdout, reportInput{cfg: c, accel: accel, why: why, kernel: art.platform.KernelVersion, slot: slot, user: user})
+	return nil
+}
+
+// slotSubject boots the VM on a network slot whose uplink is in a new test
+// internet holding the servers and the resolver.
+func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, accel qemu.Accel) (*subject, func(), error) {
+	inet, err := testnet.Open(publicHost, resolverHost)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := startServers(inet.Run, publicHost, 0)
+	if err != nil {
+		_ = inet.Close()
+		return nil, nil, err
+	}
+	res, err := startServers(inet.Run, resolverHost, 53)
+	if err != nil {
+		srv.close()
+		_ = inet.Close()
+		return nil, nil, err
+	}
+	closeAll := func() { res.close(); srv.close(); _ = inet.Close() }
+	uplink := &timedUplink{HostUplink: inet.Uplink()}
+	network, err := userstack.NewNetwork(userstack.NetworkConfig{
+		Uplink: uplink, Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)},
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	var att netslot.Attachment
+	var clock *frameClock
+	if c.frames {
+		var fa *framedAttachment
+		fa, err = newFramedAttachment(uplink, []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)})
+		if fa != nil {
+			att, clock = fa, fa.clock
+		}
+	} else {
+		att, err = network.Attach(ctx, "bench-slot", &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET})
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	v, err := boot(ctx, art, tmp, "slot", att, c.memoryMiB, accel)
+	if err != nil {
+		_ = att.Release()
+		closeAll()
+		return nil, nil, fmt.Errorf("boot on the slot: %w", err)
+	}
+	s := &subject{
+		name: "slot", vm: v, srv: srv, uplink: uplink, clock: clock,
+		nsCost: func() time.Duration {
+			t0 := time.Now()
+			_ = inet.Run(func() error { return nil })
+			return time.Since(t0)
+		},
+		connect: netip.AddrPortFrom(publicHost, port(srv.connect)).String(),
+		sink:    netip.AddrPortFrom(publicHost, port(srv.sink)).String(),
+		dnsQ:    netip.AddrPortFrom(userstack.GatewayV4, 53).String(),
+	}
+	return s, func() { _ = v.Kill(); _ = att.Release(); closeAll() }, nil
+}
+
+// usernetSubject boots the VM on QEMU's user-mode network, unrestricted,
+// with the servers on the host's loopback.
+func usernetSubject(ctx context.Context, art *artifacts, tmp string, c config, accel qemu.Accel) (*subject, func(), error) {
+	here := func(fn func() error) error { return fn() }
+	loopback := netip.MustParseAddr("127.0.0.1")
+	srv, err := startServers(here, loopback, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := boot(ctx, art, tmp, "usernet", openUserMode{}, c.memoryMiB, accel)
+	if err != nil {
+		srv.close()
+		return nil, nil, fmt.Errorf("boot on the user-mode network: %w", err)
+	}
+	dnsPort := uint16(srv.dns.PacketConn.LocalAddr().(*net.UDPAddr).Port)
+	gw := usernet.GuestGateway
+	s := &subject{
+		name: "usernet", vm: v, srv: srv,
+		connect: netip.AddrPortFrom(gw, port(srv.connect)).String(),
+		sink:    netip.AddrPortFrom(gw, port(srv.sink)).String(),
+		dnsQ:    netip.AddrPortFrom(gw, dnsPort).String(),
+	}
+	return s, func() { _ = v.Kill(); srv.close() }, nil
+}
+
+// openUserMode is QEMU's user-mode network without restrict=on, for this
+// benchmark only: slirp forwards the gateway address to the host's
+// loopback, which no Workspace may reach (the node's usernet is always
+// isolated).
+type openUserMode struct{}
+
+func (openUserMode) Device() netslot.Device {
+	return netslot.Device{UserMode: &netslot.UserMode{Network: usernet.GuestNetwork}}
+}
+
+func (openUserMode) Guest() netslot.Addressing {
+	return netslot.Addressing{Address: usernet.GuestAddress, Gateway: usernet.GuestGateway, Nameserver: usernet.GuestNameserver}
+}
+
+func (openUserMode) Started(string) {}
+func (openUserMode) Release() error { return nil }
+
+// round runs the three measures once in s's guest; keep adds them to its
+// samples.
+func (s *subject) round(ctx context.Context, c config, keep bool) error {
+	if s.uplink != nil {
+		s.uplink.take()
+		defer func() {
+			if tcpDial, udpDial, resolve := s.uplink.take(); keep {
+				s.samples.tcpDial = append(s.samples.tcpDial, tcpDial...)
+				s.samples.udpDial = append(s.samples.udpDial, udpDial...)
+				s.samples.resolve = append(s.samples.resolve, resolve...)
+			}
+		}()
+	}
+	if s.nsCost != nil && keep {
+		defer func() {
+			for range 20 {
+				s.samples.nsCost = append(s.samples.nsCost, s.nsCost())
+			}
+		}()
+	}
+	if s.clock != nil {
+		s.clock.take()
+		defer func() {
+			if tcp, dns := s.clock.take(); keep {
+				s.samples.slotTCP = append(s.samples.slotTCP, tcp...)
+				s.samples.slotDNS = append(s.samples.slotDNS, dns...)
+			}
+		}()
+	}
+	connect, err := s.probe(ctx, "connect", s.connect, c.connects)
+	if err != nil {
+		return err
+	}
+	t, guest, qemuCPU, selfCPU, err := s.send(ctx, c.bytes)
+	if err != nil {
+		return err
+	}
+	queries, err := s.probe(ctx, "dns", s.dnsQ, c.queries)
+	if err != nil {
+		return err
+	}
+	if keep {
+		s.samples.connect = append(s.samples.connect, connect...)
+		s.samples.dns = append(s.samples.dns, queries...)
+		s.samples.transfer = append(s.samples.transfer, t.last.Sub(t.first))
+		s.samples.guestSend = append(s.samples.guestSend, guest)
+		s.samples.qemuCPU = append(s.samples.qemuCPU, qemuCPU)
+		s.samples.selfCPU = append(s.samples.selfCPU, selfCPU)
+	}
+	return nil
+}
+
+// send sends bytes to the sink and returns what the sink saw, the guest's
+// own time, and the CPU time QEMU and this process used meanwhile.
+func (s *subject) send(ctx context.Context, bytes int) (transfer, time.Duration, time.Duration, time.Duration, error) {
+	q0, self0 := cpuTime(s.vm.PID), cpuTime(os.Getpid())
+	guest, err := s.probe(ctx, "send", s.sink, bytes)
+	q1, self1 := cpuTime(s.vm.PID), cpuTime(os.Getpid())
+	if err != nil {
+		return transfer{}, 0, 0, 0, err
+	}
+	var t transfer
+	select {
+	case t = <-s.srv.transfers:
+	case <-time.After(30 * time.Second):
+		return transfer{}, 0, 0, 0, fmt.Errorf("the guest's send to %s ended, the sink reported nothing", s.sink)
+	}
+	if t.err != nil || t.bytes != int64(bytes) {
+		return transfer{}, 0, 0, 0, fmt.Errorf("the sink read %d of %d bytes: %v", t.bytes, bytes, t.err)
+	}
+	return t, guest[0], q1 - q0, self1 - self0, nil
+}
+
+// probe runs the guest's probe and reads its TSC ticks as durations. A sum
+// longer than the exec itself took on the host's clock would mean the rate
+// is wrong: an error.
+func (s *subject) probe(ctx context.Context, measure, addr string, n int) ([]time.Duration, error) {
+	t0 := time.Now()
+	out, err := execIn(ctx, s.vm, "/bin/netprobe", measure, addr, strconv.Itoa(n))
+	wall := time.Since(t0)
+	if err != nil {
+		return nil, err
+	}
+	var ds []time.Duration
+	var sum time.Duration
+	for _, f := range strings.Fields(out) {
+		f, failed := strings.CutSuffix(f, "!")
+		if failed {
+			s.samples.failed++
+		}
+		t, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("probe %s said %q", measure, out)
+		}
+		d := time.Duration(float64(t) / tscHz * float64(time.Second))
+		ds = append(ds, d)
+		sum += d
+	}
+	want := n
+	if measure == "send" {
+		want = 1
+	}
+	if len(ds) != want {
+		return nil, fmt.Errorf("probe %s gave %d values: %q", measure, len(ds), out)
+	}
+	if sum > wall {
+		return nil, fmt.Errorf("probe %s: its TSC spans add up to %s, the exec took %s: the TSC rate %.0f Hz is wrong", measure, sum, wall, tscHz)
+	}
+	return ds, nil
+}
+
+// tscHz is the rate of the TSC the guest reads under TCG, the host's: its
+// "cpu MHz" (what the node gives the guest as tsc_early_khz too).
+var tscHz = func() float64 {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
+			if mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return mhz * 1e6
+			}
+		}
+	}
+	return 0
+}()
+
+// cpuTime is a process's user and system CPU time, from /proc/<pid>/stat
+// (clock ticks of 10 ms); zero when it cannot be read.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis (utime and stime are fields 14, 15).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
