@@ -160,6 +160,15 @@ func (s *Slot) configure() error {
 		{Destination: header.IPv4EmptySubnet, NIC: nicID},
 		{Destination: header.IPv6EmptySubnet, NIC: nicID},
 	})
+	// A short TIME_WAIT: gVisor gives a SYN that arrives for a connection
+	// in TIME_WAIT only to a listener, and the slot has a forwarder, so
+	// a guest reusing the port of a connection the world closed first
+	// would stall for the 60 s default. The guest's own kernel keeps the
+	// TIME_WAIT that protects it.
+	tw := tcpip.TCPTimeWaitTimeoutOption(time.Second)
+	if err := s.stack.SetTransportProtocolOption(tcp.ProtocolNumber, &tw); err != nil {
+		return fmt.Errorf("userstack: TIME_WAIT: %s", err)
+	}
 	fwd := tcp.NewForwarder(s.stack, 0, 1024, s.handleTCP)
 	s.stack.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
 	return s.serveDNS()

@@ -449,3 +449,48 @@ func TestARefusedConnectionDrains(t *testing.T) {
 		t.Errorf("draining %d once the connection closed, want 0", got)
 	}
 }
+
+// A guest reconnecting from the port of a connection the world closed
+// first is served at once: the slot's side of that connection does not sit
+// in TIME_WAIT swallowing the new SYN (gVisor hands such a SYN only to a
+// listener, and the slot has a forwarder), as a guest's kernel may reuse
+// the port as soon as its own side closed.
+func TestAReconnectFromTheSamePortIsServed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("bye"))
+			_ = c.Close() // the world closes first
+		}
+	}()
+	up := &fakeUplink{tcp: map[netip.AddrPort]string{publicV4: ln.Addr().String()}}
+	_, conn := startSlot(t, compile(t, public), up)
+	g := guestStack(t, conn)
+	local := tcpip.FullAddress{NIC: 1, Addr: addr(userstack.GuestV4.Addr()), Port: 40000}
+	remote := tcpip.FullAddress{NIC: 1, Addr: addr(publicV4.Addr()), Port: publicV4.Port()}
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := gonet.DialTCPWithBind(ctx, g, local, remote, ipv4.ProtocolNumber)
+		for err != nil && strings.Contains(err.Error(), "port is in use") && ctx.Err() == nil {
+			// The guest's own side is still finishing its close (LAST_ACK).
+			time.Sleep(10 * time.Millisecond)
+			c, err = gonet.DialTCPWithBind(ctx, g, local, remote, ipv4.ProtocolNumber)
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("connection %d from port 40000: %v", i+1, err)
+		}
+		if b, err := io.ReadAll(c); err != nil || string(b) != "bye" {
+			t.Errorf("connection %d: %q %v", i+1, b, err)
+		}
+		_ = c.Close()
+	}
+}
