@@ -13,7 +13,8 @@ import (
 // tcpFlow is one guest TCP connection the slot carries to the world.
 type tcpFlow struct {
 	flow         policy.Flow
-	revision     uint64 // the policy revision that admitted it
+	decision     policy.Decision // its path: direct, link DNS, or through which Egress
+	revision     uint64          // the policy revision that admitted it
 	guest, world net.Conn
 	endpoint     tcpip.Endpoint // the guest side's, to reset it
 
@@ -83,13 +84,15 @@ func (f *flowSet) removeTCP(t *tcpFlow) {
 	delete(f.tcp, t)
 }
 
-// redecide asks p about every open flow: one it refuses is closed after
-// drain, one it admits again stops draining.
+// redecide asks p about every open flow: one it refuses, or sends another
+// way (directly instead of through an Egress, or through another), keeps
+// its path and is closed after drain; one it admits again on its own path
+// stops draining.
 func (f *flowSet) redecide(p *policy.Policy, drain time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for t := range f.tcp {
-		admitted := p.Decide(t.flow).Kind != policy.Refuse
+		admitted := samePath(t.decision, p.Decide(t.flow))
 		switch {
 		case admitted && t.drain != nil:
 			t.drain.Stop()
@@ -98,6 +101,11 @@ func (f *flowSet) redecide(p *policy.Policy, drain time.Duration) {
 			t.drain = time.AfterFunc(drain, t.reset)
 		}
 	}
+}
+
+// samePath: decision now admits a flow the way it was admitted.
+func samePath(was, now policy.Decision) bool {
+	return now.Kind != policy.Refuse && now.Kind == was.Kind && now.Egress == was.Egress
 }
 
 // draining is the earliest revision of a flow being drained, zero when
