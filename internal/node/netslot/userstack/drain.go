@@ -42,6 +42,13 @@ type flowSet struct {
 	closed   bool
 	services map[io.Closer]struct{}
 	tcp      map[*tcpFlow]struct{}
+	// latest is the last redecide: a flow an older revision admitted that
+	// is added after it (its handshake raced the change) is decided by it.
+	latest struct {
+		p     *policy.Policy
+		n     uint64
+		drain time.Duration
+	}
 }
 
 // add tracks a service socket; false (and c closed) once the set is closed.
@@ -71,6 +78,9 @@ func (f *flowSet) addTCP(t *tcpFlow) bool {
 		f.tcp = map[*tcpFlow]struct{}{}
 	}
 	f.tcp[t] = struct{}{}
+	if l := f.latest; l.p != nil && t.revision < l.n && !samePath(t.decision, l.p.Decide(t.flow)) {
+		t.drain = time.AfterFunc(l.drain, t.reset)
+	}
 	return true
 }
 
@@ -88,9 +98,10 @@ func (f *flowSet) removeTCP(t *tcpFlow) {
 // way (directly instead of through an Egress, or through another), keeps
 // its path and is closed after drain; one it admits again on its own path
 // stops draining.
-func (f *flowSet) redecide(p *policy.Policy, drain time.Duration) {
+func (f *flowSet) redecide(p *policy.Policy, n uint64, drain time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.latest.p, f.latest.n, f.latest.drain = p, n, drain
 	for t := range f.tcp {
 		admitted := samePath(t.decision, p.Decide(t.flow))
 		switch {

@@ -195,7 +195,7 @@ type revision struct {
 // when zero). One a later revision admits again is kept.
 func (s *Slot) SetPolicy(p *policy.Policy, n uint64, drain time.Duration) {
 	s.policy.Store(&revision{p, n})
-	s.flows.redecide(p, drain)
+	s.flows.redecide(p, n, drain)
 }
 
 // SetEgresses replaces the Egress dialers new forwarded flows use; open

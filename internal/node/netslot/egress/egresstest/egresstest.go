@@ -16,6 +16,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -129,6 +130,7 @@ func SOCKS5(t testing.TB, cert *tls.Certificate, dial Dial) netip.AddrPort {
 	srv, err := socks5.New(&socks5.Config{
 		Credentials: socks5.StaticCredentials{User: Password},
 		Dial:        dial,
+		Logger:      log.New(io.Discard, "", 0), // a refused client is what the tests do
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +146,8 @@ func SOCKS5(t testing.TB, cert *tls.Certificate, dial Dial) netip.AddrPort {
 func HTTPConnect(t testing.TB, cert *tls.Certificate, dial Dial) netip.AddrPort {
 	t.Helper()
 	l := listen(t, cert)
-	srv := &http.Server{Handler: connectHandler(dial), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: connectHandler(dial), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return netip.MustParseAddrPort(l.Addr().String())
