@@ -308,3 +308,24 @@ func TestAMovedForwardedConnectionDrains(t *testing.T) {
 		t.Errorf("the moved connection was re-dialled directly: %v", up.dials())
 	}
 }
+
+// An Egress whose endpoint the dial check (the hard deny) refuses is never
+// dialled: the guest is reset and the Egress reported unreachable.
+func TestAHardDeniedEndpointIsNeverDialled(t *testing.T) {
+	srv := echoServer(t)
+	ca := egresstest.NewCA(t)
+	proxy, spec := startEgress(t, egressKinds[0], ca, map[netip.AddrPort]string{publicV4: srv})
+	denied := netip.MustParseAddrPort("10.9.9.9:1080")
+	spec.Endpoint = denied.String()
+	up := &fakeUplink{tcp: map[netip.AddrPort]string{publicV4: srv, denied: proxy.String()}}
+	_, conn, res := forwardingSlot(t, spec, ca, up, netip.AddrPort{})
+	expectReset(t, guestStack(t, conn), publicV4)
+	if len(up.dials()) != 0 {
+		t.Errorf("the uplink dialled %v; the endpoint is hard-denied", up.dials())
+	}
+	if errs := res.all(); len(errs) != 1 {
+		t.Errorf("reported %v; want one failure", errs)
+	} else if got, ok := egress.KindOf(errs[0]); !ok || got != egress.EndpointUnreachable {
+		t.Errorf("reported %v; want ENDPOINT_UNREACHABLE", errs[0])
+	}
+}
