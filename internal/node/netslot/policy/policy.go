@@ -1,8 +1,9 @@
 // Package policy is the node's network policy engine: for one Workspace
 // NetworkPolicy and the node's hard-deny context it decides, for each new
 // guest flow, whether the flow leaves the slot directly, leaves through an
-// Egress, is handled by the slot's link DNS service, or is refused, and why. It is pure: no sockets,
-// no clocks. The network slot asks it on every dial.
+// Egress, is handled by the slot's link DNS service, or is refused, and
+// why. It is pure: no sockets, no clocks. The network slot asks it on every
+// dial.
 //
 // The rules (docs/NETWORK.md says the same for readers):
 //
