@@ -38,7 +38,8 @@ func (d *Dialer) httpConnect(ctx context.Context, conn net.Conn, dst netip.AddrP
 		_ = conn.Close()
 		return nil, fault(HandshakeFailed, err)
 	}
-	_ = resp.Body.Close()
+	// The body is left alone, as net/http's Transport does for CONNECT:
+	// after a 2xx what follows is the tunnel.
 	if err := connectStatus(resp.StatusCode, resp.Status); err != nil {
 		_ = conn.Close()
 		return nil, err
