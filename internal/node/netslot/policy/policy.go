@@ -1,8 +1,9 @@
 // Package policy is the node's network policy engine: for one Workspace
 // NetworkPolicy and the node's hard-deny context it decides, for each new
-// guest flow, whether the flow leaves the slot directly, is handled by the
-// slot's link DNS service, or is refused, and why. It is pure: no sockets,
-// no clocks. The network slot asks it on every dial.
+// guest flow, whether the flow leaves the slot directly, leaves through an
+// Egress, is handled by the slot's link DNS service, or is refused, and
+// why. It is pure: no sockets, no clocks. The network slot asks it on every
+// dial.
 //
 // The rules (docs/NETWORK.md says the same for readers):
 //
@@ -16,6 +17,9 @@
 //   - A destination in deny and not in allow is refused. Each entry acts only
 //     on its own family. allow admits nothing deny did not refuse: anything
 //     else follows the mode.
+//   - A TCP flow deny does not refuse, to a destination an egresses entry
+//     covers, is forwarded through that entry's Egress without the hard
+//     deny; an ICMP echo to such a destination is refused.
 //   - The hard deny wins for everything that leaves directly, allow included:
 //     every address the IANA special-purpose registries do not mark globally
 //     reachable (loopback, private, link-local and 169.254.169.254 among
@@ -60,10 +64,8 @@ const (
 	// LinkDNS: a DNS query to the link DNS address, which the slot
 	// answers itself by forwarding to the deployment resolver.
 	LinkDNS
-	// Forward: the flow leaves through an Egress. Part 2 (Egress
-	// forwarding) returns it; Decide never does yet, and Compile refuses
-	// a policy with egresses or resolvers, so none is ever applied
-	// without its forwarding.
+	// Forward: the flow leaves through the Egress Decision.Egress names,
+	// never directly (the slot resets it when forwarding fails).
 	Forward
 )
 
@@ -91,6 +93,7 @@ const (
 	DenyList           // covered by deny and not by allow
 	HardDeny           // not globally reachable (Range names the row)
 	NodeAddress        // one of ctrl's or the node's own addresses
+	Forwarded          // an ICMP echo to a destination an egresses entry covers
 )
 
 func (r Reason) String() string {
@@ -107,18 +110,23 @@ func (r Reason) String() string {
 		return "hard deny"
 	case NodeAddress:
 		return "node or ctrl address"
+	case Forwarded:
+		return "forwarded destination"
 	}
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }
 
 // Decision is the answer for one flow. Entry is the deny entry that refused
-// it (DenyList) and Range the registry row (HardDeny); both are zero
+// it (DenyList) or the destinations entry that covers it (Forward,
+// Forwarded), Range the registry row (HardDeny), and Egress the egress_id
+// it is forwarded through (Forward) or would be (Forwarded); each is zero
 // otherwise.
 type Decision struct {
 	Kind   Kind
 	Reason Reason
 	Entry  netip.Prefix
 	Range  Range
+	Egress string
 }
 
 func (d Decision) String() string {
@@ -127,7 +135,12 @@ func (d Decision) String() string {
 		return fmt.Sprintf("%s: %s (%s)", d.Kind, d.Reason, entryText("/", d.Entry))
 	case HardDeny:
 		return fmt.Sprintf("%s: %s (%s, %s %s)", d.Kind, d.Reason, d.Range.Prefix, d.Range.Name, d.Range.Source)
+	case Forwarded:
+		return fmt.Sprintf("%s: %s (%s via %s)", d.Kind, d.Reason, entryText("/", d.Entry), d.Egress)
 	case NoReason:
+		if d.Kind == Forward {
+			return fmt.Sprintf("%s via %s (%s)", d.Kind, d.Egress, entryText("/", d.Entry))
+		}
 		return d.Kind.String()
 	}
 	return fmt.Sprintf("%s: %s", d.Kind, d.Reason)
@@ -143,12 +156,30 @@ type Context struct {
 	// LinkDNS lists the link DNS addresses of the slot (its gateway in
 	// the family of the first deployment resolver, fe80::1 for IPv6).
 	LinkDNS []netip.Addr
+	// Egresses are the Egresses the node has resolved for this slot, by
+	// egress_id. A policy entry naming one that is missing here does not
+	// compile: the node must not apply an entry it cannot forward.
+	Egresses map[string]EgressRef
 }
 
-// ErrForwarding is returned by Compile for a policy with egresses or
-// resolvers: forwarding is not built, and a policy the node cannot enforce
-// must fail its application rather than run without its forwarding.
-var ErrForwarding = errors.New("forwarding through Egresses and Resolvers is not supported by this node yet")
+// EgressRef is what the engine knows of a resolved Egress: which revision
+// of it the slot's dialer uses (reported back, never decided on).
+type EgressRef struct {
+	Revision uint64
+}
+
+// ErrForwarding is returned by Compile for a policy the node cannot forward
+// as written: resolvers (not built yet), or an egresses entry whose Egress
+// the node was not given. A policy the node cannot enforce must fail its
+// application rather than run without its forwarding.
+var ErrForwarding = errors.New("forwarding not supported by this node")
+
+// maxEgresses and maxDestinations are the reference's limits: at most one
+// egresses entry, 1 to 256 destinations each.
+const (
+	maxEgresses     = 1
+	maxDestinations = 256
+)
 
 // Policy is one revision of a Workspace's policy compiled for a slot.
 type Policy struct {
@@ -157,12 +188,20 @@ type Policy struct {
 	deny    []netip.Prefix
 	own     []netip.Addr
 	linkDNS []netip.Addr
+	forward []forwardEntry
+}
+
+// forwardEntry is one egresses entry: its destinations leave through egress.
+type forwardEntry struct {
+	egress       string
+	destinations []netip.Prefix
 }
 
 // Compile checks p as the node will enforce it and builds it whole. An
 // unspecified mode (or a nil policy) is DENY_ALL. It refuses what it cannot
 // enforce exactly: an unknown mode, an entry that does not parse, entries
-// under DENY_ALL, and egresses or resolvers (ErrForwarding).
+// under DENY_ALL, resolvers and egresses entries whose Egress c lacks
+// (ErrForwarding).
 func Compile(p *ctrlv1.NetworkPolicy, c Context) (*Policy, error) {
 	out := &Policy{mode: p.GetMode(), own: unmapAll(c.Own), linkDNS: unmapAll(c.LinkDNS)}
 	switch out.mode {
@@ -173,11 +212,11 @@ func Compile(p *ctrlv1.NetworkPolicy, c Context) (*Policy, error) {
 	default:
 		return nil, fmt.Errorf("network policy mode %d is unknown", int32(out.mode))
 	}
-	if len(p.GetEgresses()) > 0 || len(p.GetResolvers()) > 0 {
-		return nil, ErrForwarding
+	if len(p.GetResolvers()) > 0 {
+		return nil, fmt.Errorf("resolvers: %w", ErrForwarding)
 	}
-	if out.denyAll() && len(p.GetAllow())+len(p.GetDeny()) > 0 {
-		return nil, errors.New("DENY_ALL takes no allow or deny entries")
+	if out.denyAll() && len(p.GetAllow())+len(p.GetDeny())+len(p.GetEgresses()) > 0 {
+		return nil, errors.New("DENY_ALL takes no allow, deny or egresses entries")
 	}
 	var err error
 	if out.allow, err = parseList("allow", p.GetAllow()); err != nil {
@@ -185,6 +224,32 @@ func Compile(p *ctrlv1.NetworkPolicy, c Context) (*Policy, error) {
 	}
 	if out.deny, err = parseList("deny", p.GetDeny()); err != nil {
 		return nil, err
+	}
+	if out.forward, err = compileEgresses(p.GetEgresses(), c.Egresses); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// compileEgresses reads the egresses entries, each of whose Egress the node
+// must have been given.
+func compileEgresses(entries []*ctrlv1.NetworkPolicyEgress, known map[string]EgressRef) ([]forwardEntry, error) {
+	if len(entries) > maxEgresses {
+		return nil, fmt.Errorf("egresses has %d entries; at most %d is accepted", len(entries), maxEgresses)
+	}
+	out := make([]forwardEntry, 0, len(entries))
+	for i, e := range entries {
+		if _, ok := known[e.GetEgressId()]; !ok || e.GetEgressId() == "" {
+			return nil, fmt.Errorf("egresses[%d]: Egress %q is not resolved on this node: %w", i, e.GetEgressId(), ErrForwarding)
+		}
+		if n := len(e.GetDestinations()); n == 0 || n > maxDestinations {
+			return nil, fmt.Errorf("egresses[%d]: %d destinations; 1 to %d are accepted", i, n, maxDestinations)
+		}
+		dsts, err := parseList(fmt.Sprintf("egresses[%d].destinations", i), e.GetDestinations())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, forwardEntry{egress: e.GetEgressId(), destinations: dsts})
 	}
 	return out, nil
 }
@@ -233,10 +298,26 @@ func (p *Policy) Decide(f Flow) Decision {
 	if e, denied := p.denied(f.Dst); denied {
 		return Decision{Kind: Refuse, Reason: DenyList, Entry: e}
 	}
-	// Part 2 goes here: a TCP flow whose destination an egresses entry
-	// covers is Forward (no hard deny check), an ICMP echo to it is
-	// refused (administratively prohibited).
+	// Forwarded traffic leaves from the Egress's network, so the hard
+	// deny (which guards the node's) does not apply to it.
+	if egress, entry, ok := p.forwarded(f.Dst); ok {
+		if f.Proto == TCP {
+			return Decision{Kind: Forward, Entry: entry, Egress: egress}
+		}
+		return Decision{Kind: Refuse, Reason: Forwarded, Entry: entry, Egress: egress}
+	}
 	return p.direct(f.Dst)
+}
+
+// forwarded is the egresses entry whose destinations cover dst, and the
+// destination that does (the first; destinations are a set).
+func (p *Policy) forwarded(dst netip.Addr) (string, netip.Prefix, bool) {
+	for _, e := range p.forward {
+		if i := slices.IndexFunc(e.destinations, func(d netip.Prefix) bool { return d.Contains(dst) }); i >= 0 {
+			return e.egress, e.destinations[i], true
+		}
+	}
+	return "", netip.Prefix{}, false
 }
 
 // isLinkDNS: DNS over UDP or TCP to one of the slot's link DNS addresses.

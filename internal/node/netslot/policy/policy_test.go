@@ -25,7 +25,8 @@ var slotContext = policy.Context{
 		netip.MustParseAddr("::ffff:192.0.9.21"), // as net.Interface addresses come
 		netip.MustParseAddr("2606:4700:10::21"),
 	},
-	LinkDNS: []netip.Addr{netip.MustParseAddr("10.0.2.3"), netip.MustParseAddr("fe80::1")},
+	LinkDNS:  []netip.Addr{netip.MustParseAddr("10.0.2.3"), netip.MustParseAddr("fe80::1")},
+	Egresses: map[string]policy.EgressRef{"eg-office": {Revision: 3}},
 }
 
 func compile(t *testing.T, p *ctrlv1.NetworkPolicy) *policy.Policy {
@@ -220,16 +221,92 @@ func TestCompileRefuses(t *testing.T) {
 		{"unspecified with deny", &ctrlv1.NetworkPolicy{Deny: []string{"1.1.1.1"}}},
 		{"bad allow", &ctrlv1.NetworkPolicy{Mode: publicInternet, Allow: []string{"1.1.1.1", "nope"}}},
 		{"host bits", &ctrlv1.NetworkPolicy{Mode: publicInternet, Deny: []string{"10.0.0.1/8"}}},
-		{"egresses", &ctrlv1.NetworkPolicy{Mode: publicInternet, Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: "e", Destinations: []string{"10.0.0.0/8"}}}}},
+		{"unresolved egress", egresses(publicInternet, entry("eg-other", "10.0.0.0/8"))},
+		{"egress without destinations", egresses(publicInternet, entry("eg-office"))},
+		{"bad destination", egresses(publicInternet, entry("eg-office", "10.0.0.1/8"))},
+		{"two egresses", egresses(publicInternet, entry("eg-office", "10.0.0.0/8"), entry("eg-office", "192.168.0.0/16"))},
+		{"DENY_ALL with egresses", egresses(denyAll, entry("eg-office", "10.0.0.0/8"))},
+		{"too many destinations", egresses(publicInternet, entry("eg-office", manyDestinations(257)...))},
 		{"resolvers", &ctrlv1.NetworkPolicy{Mode: publicInternet, Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: "r"}}}},
 	} {
 		if c, err := policy.Compile(tc.p, slotContext); err == nil {
 			t.Errorf("%s: Compile = %v, nil; want an error", tc.name, c)
 		}
 	}
-	_, err := policy.Compile(&ctrlv1.NetworkPolicy{Mode: publicInternet, Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: "e"}}}, slotContext)
-	if !errors.Is(err, policy.ErrForwarding) {
-		t.Errorf("Compile with egresses: %v; want ErrForwarding", err)
+	for _, p := range []*ctrlv1.NetworkPolicy{
+		egresses(publicInternet, entry("eg-other", "10.0.0.0/8")),
+		{Mode: publicInternet, Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: "r"}}},
+	} {
+		if _, err := policy.Compile(p, slotContext); !errors.Is(err, policy.ErrForwarding) {
+			t.Errorf("Compile(%v): %v; want ErrForwarding", p, err)
+		}
+	}
+	compile(t, egresses(publicInternet, entry("eg-office", manyDestinations(256)...)))
+}
+
+func egresses(mode ctrlv1.NetworkPolicyMode, entries ...*ctrlv1.NetworkPolicyEgress) *ctrlv1.NetworkPolicy {
+	return &ctrlv1.NetworkPolicy{Mode: mode, Egresses: entries}
+}
+
+func entry(id string, destinations ...string) *ctrlv1.NetworkPolicyEgress {
+	return &ctrlv1.NetworkPolicyEgress{EgressId: id, Destinations: destinations}
+}
+
+func manyDestinations(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String()
+	}
+	return out
+}
+
+// TestEgresses: a TCP flow that deny does not refuse, to a destination an
+// entry covers, is forwarded without the hard deny; an echo to it is
+// refused; link DNS is never forwarded by destination; the rest leaves
+// directly as before.
+func TestEgresses(t *testing.T) {
+	p := egresses(publicInternet, entry("eg-office", "10.0.0.0/8", "1.1.1.0/24", "fd00::/8", "10.0.2.3", "192.0.9.20"))
+	p.Deny = []string{"10.9.0.0/16", "1.1.1.1"}
+	p.Allow = []string{"10.9.9.9"}
+	c := compile(t, p)
+	fwd := func(dst string) want { return want{policy.Forward, policy.NoReason, "eg-office " + dst} }
+	forwardedEcho := func(dst string) want { return want{policy.Refuse, policy.Forwarded, "eg-office " + dst} }
+	for _, tc := range []struct {
+		f policy.Flow
+		w want
+	}{
+		{tcp("10.1.2.3", 22), fwd("10.0.0.0/8")},                  // private: hard deny does not apply
+		{tcp("1.1.1.2", 443), fwd("1.1.1.0/24")},                  // public too
+		{tcp("fd12::1", 80), fwd("fd00::/8")},                     // each family its own
+		{tcp("192.0.9.20", 443), fwd("192.0.9.20/32")},            // ctrl's address, through the Egress's network
+		{tcp("10.9.1.1", 22), listed("10.9.0.0/16")},              // deny first
+		{tcp("10.9.9.9", 22), fwd("10.0.0.0/8")},                  // allow cancels deny; the entry still forwards
+		{tcp("1.1.1.1", 443), listed("1.1.1.1/32")},               // deny wins over forwarding
+		{echo("10.1.2.3"), forwardedEcho("10.0.0.0/8")},           // echo to a forwarded destination
+		{echo("1.1.1.2"), forwardedEcho("1.1.1.0/24")},            // public as well
+		{udp("10.1.2.3", 53), byProto},                            // UDP is not forwarded yet
+		{udp("10.0.2.3", 53), linkDNS},                            // link DNS is never forwarded by destination
+		{tcp("10.0.2.3", 53), linkDNS},                            // over TCP neither
+		{tcp("10.0.2.3", 80), fwd("10.0.0.0/8")},                  // the address itself, another port, is
+		{tcp("8.8.8.8", 443), direct},                             // not covered: direct
+		{tcp("192.168.1.1", 443), hard("Private-Use")},            // not covered: hard deny
+		{tcp("::ffff:10.1.2.3", 22), hard("IPv4-mapped Address")}, // an IPv4 entry does not cover the mapped form
+	} {
+		checkEgress(t, c, tc.f, tc.w)
+	}
+}
+
+// checkEgress is check with the egress and covering entry as the detail of
+// Forward and Forwarded decisions.
+func checkEgress(t *testing.T, p *policy.Policy, f policy.Flow, w want) {
+	t.Helper()
+	d := p.Decide(f)
+	if d.Kind != policy.Forward && d.Reason != policy.Forwarded {
+		check(t, p, f, w)
+		return
+	}
+	if got := d.Egress + " " + d.Entry.String(); d.Kind != w.kind || d.Reason != w.reason || got != w.detail {
+		t.Errorf("Decide(%+v) = %v; want %v %v %q", f, d, w.kind, w.reason, w.detail)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // tcpFlow is one guest TCP connection the slot carries to the world.
 type tcpFlow struct {
 	flow         policy.Flow
-	revision     uint64 // the policy revision that admitted it
+	decision     policy.Decision // its path: direct, link DNS, or through which Egress
+	revision     uint64          // the policy revision that admitted it
 	guest, world net.Conn
 	endpoint     tcpip.Endpoint // the guest side's, to reset it
 
@@ -41,6 +42,13 @@ type flowSet struct {
 	closed   bool
 	services map[io.Closer]struct{}
 	tcp      map[*tcpFlow]struct{}
+	// latest is the last redecide: a flow an older revision admitted that
+	// is added after it (its handshake raced the change) is decided by it.
+	latest struct {
+		p     *policy.Policy
+		n     uint64
+		drain time.Duration
+	}
 }
 
 // add tracks a service socket; false (and c closed) once the set is closed.
@@ -70,6 +78,9 @@ func (f *flowSet) addTCP(t *tcpFlow) bool {
 		f.tcp = map[*tcpFlow]struct{}{}
 	}
 	f.tcp[t] = struct{}{}
+	if l := f.latest; l.p != nil && t.revision < l.n && !samePath(t.decision, l.p.Decide(t.flow)) {
+		t.drain = time.AfterFunc(l.drain, t.reset)
+	}
 	return true
 }
 
@@ -83,13 +94,16 @@ func (f *flowSet) removeTCP(t *tcpFlow) {
 	delete(f.tcp, t)
 }
 
-// redecide asks p about every open flow: one it refuses is closed after
-// drain, one it admits again stops draining.
-func (f *flowSet) redecide(p *policy.Policy, drain time.Duration) {
+// redecide asks p about every open flow: one it refuses, or sends another
+// way (directly instead of through an Egress, or through another), keeps
+// its path and is closed after drain; one it admits again on its own path
+// stops draining.
+func (f *flowSet) redecide(p *policy.Policy, n uint64, drain time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.latest.p, f.latest.n, f.latest.drain = p, n, drain
 	for t := range f.tcp {
-		admitted := p.Decide(t.flow).Kind != policy.Refuse
+		admitted := samePath(t.decision, p.Decide(t.flow))
 		switch {
 		case admitted && t.drain != nil:
 			t.drain.Stop()
@@ -98,6 +112,11 @@ func (f *flowSet) redecide(p *policy.Policy, drain time.Duration) {
 			t.drain = time.AfterFunc(drain, t.reset)
 		}
 	}
+}
+
+// samePath: decision now admits a flow the way it was admitted.
+func samePath(was, now policy.Decision) bool {
+	return now.Kind != policy.Refuse && now.Kind == was.Kind && now.Egress == was.Egress
 }
 
 // draining is the earliest revision of a flow being drained, zero when

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -83,7 +84,21 @@ type Config struct {
 	// Resolvers are the deployment resolvers, in order: a query to the
 	// link DNS address goes to the first of its family.
 	Resolvers []netip.AddrPort
-	Log       *slog.Logger
+	// Egresses dial through the Egresses the policy forwards to, by
+	// egress_id; SetEgresses replaces them. A Forward decision naming one
+	// that is missing here resets the guest's connection.
+	Egresses map[string]EgressDialer
+	// EgressResult, when set, is told the result of every dial through an
+	// Egress (a nil error when it connected): what egress observations
+	// will be made of.
+	EgressResult func(egressID string, err error)
+	Log          *slog.Logger
+}
+
+// EgressDialer connects to a destination through one Egress
+// (*egress.Dialer). It never leaves directly.
+type EgressDialer interface {
+	DialContext(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
 }
 
 // Slot is one execution's network stack.
@@ -94,6 +109,8 @@ type Slot struct {
 	resolvers []netip.AddrPort
 	log       *slog.Logger
 	policy    atomic.Pointer[revision]
+	egresses  atomic.Pointer[map[string]EgressDialer]
+	onEgress  func(egressID string, err error)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -125,8 +142,10 @@ func New(cfg Config) (*Slot, error) {
 		uplink:    cfg.Uplink,
 		resolvers: cfg.Resolvers,
 		log:       log,
+		onEgress:  cfg.EgressResult,
 		echoes:    make(chan struct{}, maxEchoes),
 	}
+	s.SetEgresses(cfg.Egresses)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.policy.Store(&revision{cfg.Policy, cfg.Revision})
 	if err := s.configure(); err != nil {
@@ -185,7 +204,14 @@ type revision struct {
 // when zero). One a later revision admits again is kept.
 func (s *Slot) SetPolicy(p *policy.Policy, n uint64, drain time.Duration) {
 	s.policy.Store(&revision{p, n})
-	s.flows.redecide(p, drain)
+	s.flows.redecide(p, n, drain)
+}
+
+// SetEgresses replaces the Egress dialers new forwarded flows use; open
+// ones keep theirs. Give the dialers a policy names before the policy.
+func (s *Slot) SetEgresses(m map[string]EgressDialer) {
+	m = maps.Clone(m)
+	s.egresses.Store(&m)
 }
 
 // Draining is the earliest policy revision whose connections are still

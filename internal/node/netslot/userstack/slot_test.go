@@ -110,7 +110,13 @@ var public = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY
 // stream would, and returns the other end.
 func startSlot(t *testing.T, p *policy.Policy, up userstack.Uplink, resolvers ...netip.AddrPort) (*userstack.Slot, net.Conn) {
 	t.Helper()
-	s, err := userstack.New(userstack.Config{Policy: p, Revision: 1, Uplink: up, Resolvers: resolvers})
+	return serveSlot(t, userstack.Config{Policy: p, Revision: 1, Uplink: up, Resolvers: resolvers})
+}
+
+// serveSlot is startSlot for a slot made with cfg.
+func serveSlot(t *testing.T, cfg userstack.Config) (*userstack.Slot, net.Conn) {
+	t.Helper()
+	s, err := userstack.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package userstack
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -20,35 +22,26 @@ import (
 const dialTimeout = 20 * time.Second
 
 // handleTCP decides a guest's new TCP connection (its SYN): refused, it is
-// reset at once; admitted, the slot dials the destination first and
-// completes the guest's handshake only once that dial succeeded, so a
-// destination that refuses is a reset to the guest too.
+// reset at once; admitted, the slot dials the destination (directly, or
+// through the Egress a Forward decision names) first and completes the
+// guest's handshake only once that dial succeeded, so a destination that
+// refuses, or forwarding that fails, is a reset to the guest too.
 func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(netipAddr(id.LocalAddress), id.LocalPort)
 	flow := policy.Flow{Proto: policy.TCP, Dst: dst.Addr(), Port: dst.Port()}
 	rev := s.policy.Load()
 	d := rev.Decide(flow)
-	target := dst
-	switch d.Kind {
-	case policy.Direct:
-	case policy.LinkDNS:
-		resolver, ok := s.resolverFor(dst.Addr())
-		if !ok {
-			r.Complete(true)
-			return
-		}
-		target = resolver
-	default:
+	if d.Kind == policy.Refuse {
 		s.log.Debug("tcp refused", "dst", dst, "decision", d.String())
 		r.Complete(true)
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, dialTimeout)
-	out, err := s.uplink.DialTCP(ctx, target)
+	out, err := s.dial(ctx, d, dst)
 	cancel()
 	if err != nil {
-		s.log.Debug("tcp dial failed", "dst", target, "err", err)
+		s.log.Debug("tcp dial failed", "dst", dst, "decision", d.String(), "err", err)
 		r.Complete(true)
 		return
 	}
@@ -60,8 +53,40 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	r.Complete(false)
-	t := &tcpFlow{flow: flow, revision: rev.n, guest: gonet.NewTCPConn(&wq, ep), world: out, endpoint: ep}
+	t := &tcpFlow{flow: flow, decision: d, revision: rev.n, guest: gonet.NewTCPConn(&wq, ep), world: out, endpoint: ep}
 	s.goRun(func() { s.splice(t) })
+}
+
+// dial connects an admitted flow to dst the way d says. A forwarded flow
+// goes through its Egress or nowhere: it never falls back to the uplink.
+func (s *Slot) dial(ctx context.Context, d policy.Decision, dst netip.AddrPort) (net.Conn, error) {
+	switch d.Kind {
+	case policy.Direct:
+		return s.uplink.DialTCP(ctx, dst)
+	case policy.LinkDNS:
+		resolver, ok := s.resolverFor(dst.Addr())
+		if !ok {
+			return nil, errors.New("no deployment resolver of the link DNS address's family")
+		}
+		return s.uplink.DialTCP(ctx, resolver)
+	case policy.Forward:
+		return s.forward(ctx, d.Egress, dst)
+	}
+	return nil, fmt.Errorf("decision %v dials nothing", d)
+}
+
+// forward dials dst through the Egress named egressID and reports the
+// result.
+func (s *Slot) forward(ctx context.Context, egressID string, dst netip.AddrPort) (net.Conn, error) {
+	dialer, ok := (*s.egresses.Load())[egressID]
+	if !ok {
+		return nil, fmt.Errorf("egress %q has no dialer in this slot", egressID)
+	}
+	c, err := dialer.DialContext(ctx, dst)
+	if s.onEgress != nil {
+		s.onEgress(egressID, err)
+	}
+	return c, err
 }
 
 // splice copies both ways until both sides are done, passing each half
