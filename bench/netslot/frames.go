@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -75,6 +77,12 @@ func (a *framedAttachment) Started(runDir string) {
 		}
 	}()
 }
+
+// Apply and Draining: the bench never changes a policy.
+func (*framedAttachment) Apply(context.Context, *ctrlv1.NetworkPolicy, time.Duration) error {
+	return errors.New("bench: no policy changes")
+}
+func (*framedAttachment) Draining() uint64 { return 0 }
 
 func (a *framedAttachment) Release() error {
 	close(a.done)

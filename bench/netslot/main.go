@@ -38,6 +38,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -297,6 +298,12 @@ func (openUserMode) Guest() netslot.Addressing {
 
 func (openUserMode) Started(string) {}
 func (openUserMode) Release() error { return nil }
+
+// Apply and Draining: the bench never changes a policy.
+func (openUserMode) Apply(context.Context, *ctrlv1.NetworkPolicy, time.Duration) error {
+	return errors.New("bench: no policy changes")
+}
+func (openUserMode) Draining() uint64 { return 0 }
 
 // round runs the three measures once in s's guest; keep adds them to its
 // samples.
