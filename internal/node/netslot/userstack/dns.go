@@ -3,7 +3,9 @@ package userstack
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -85,17 +87,75 @@ func (s *Slot) answer(gw netip.Addr, q *dns.Msg) *dns.Msg {
 	return reply
 }
 
-// exchange sends q to resolver over the uplink and reads its reply.
+// exchange sends q to resolver over the uplink and reads its reply, on a
+// socket kept from an earlier query when there is one (a new socket per
+// query was a fifth of the slot's cost of a query, bench/netslot).
 func (s *Slot) exchange(ctx context.Context, resolver netip.AddrPort, q *dns.Msg) (*dns.Msg, error) {
-	c, err := s.uplink.DialUDP(ctx, resolver)
-	if err != nil {
-		return nil, err
+	c := s.dnsConns.get(resolver)
+	if c == nil {
+		var err error
+		if c, err = s.uplink.DialUDP(ctx, resolver); err != nil {
+			return nil, err
+		}
 	}
-	defer c.Close()
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(deadline)
 	}
 	client := &dns.Client{Net: "udp", UDPSize: dns.MaxMsgSize}
 	reply, _, err := client.ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
-	return reply, err
+	if err != nil {
+		// A socket whose query failed may yet get that query's late reply:
+		// it is not used again.
+		_ = c.Close()
+		return nil, err
+	}
+	s.dnsConns.put(resolver, c)
+	return reply, nil
+}
+
+// maxIdleDNSConns bounds the sockets kept for each resolver.
+const maxIdleDNSConns = 8
+
+// dnsConns are the idle sockets to the deployment resolvers.
+type dnsConns struct {
+	mu     sync.Mutex
+	closed bool
+	idle   map[netip.AddrPort][]net.Conn
+}
+
+func (d *dnsConns) get(r netip.AddrPort) net.Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cs := d.idle[r]
+	if len(cs) == 0 {
+		return nil
+	}
+	c := cs[len(cs)-1]
+	d.idle[r] = cs[:len(cs)-1]
+	return c
+}
+
+func (d *dnsConns) put(r netip.AddrPort, c net.Conn) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || len(d.idle[r]) >= maxIdleDNSConns {
+		_ = c.Close()
+		return
+	}
+	if d.idle == nil {
+		d.idle = map[netip.AddrPort][]net.Conn{}
+	}
+	d.idle[r] = append(d.idle[r], c)
+}
+
+func (d *dnsConns) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for _, cs := range d.idle {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+	}
+	clear(d.idle)
 }

@@ -116,7 +116,9 @@ type Slot struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	flows  flowSet
-	echoes chan struct{} // bounds the echoes waiting for a reply
+	// dnsConns are idle sockets to the deployment resolvers.
+	dnsConns dnsConns
+	echoes   chan struct{} // bounds the echoes waiting for a reply
 }
 
 // maxEchoes is how many guest echo requests may wait for their reply at
@@ -299,6 +301,7 @@ func (s *Slot) toGuest(frame []byte) {
 func (s *Slot) Close() error {
 	s.cancel()
 	s.flows.closeAll()
+	s.dnsConns.close()
 	s.link.Close()
 	s.stack.Close()
 	s.wg.Wait()
