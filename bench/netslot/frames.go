@@ -79,7 +79,7 @@ func (a *framedAttachment) Started(runDir string) {
 }
 
 // Apply and Draining: the bench never changes a policy.
-func (*framedAttachment) Apply(context.Context, *ctrlv1.NetworkPolicy, time.Duration) error {
+func (*framedAttachment) Apply(context.Context, netslot.Policy, time.Duration) error {
 	return errors.New("bench: no policy changes")
 }
 func (*framedAttachment) Draining() uint64 { return 0 }

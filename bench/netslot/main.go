@@ -231,7 +231,7 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 			att, clock = fa, fa.clock
 		}
 	} else {
-		att, err = network.Attach(ctx, "bench-slot", &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET})
+		att, err = network.Attach(ctx, "bench-slot", netslot.Policy{Network: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}})
 	}
 	if err != nil {
 		closeAll()
@@ -300,7 +300,7 @@ func (openUserMode) Started(string) {}
 func (openUserMode) Release() error { return nil }
 
 // Apply and Draining: the bench never changes a policy.
-func (openUserMode) Apply(context.Context, *ctrlv1.NetworkPolicy, time.Duration) error {
+func (openUserMode) Apply(context.Context, netslot.Policy, time.Duration) error {
 	return errors.New("bench: no policy changes")
 }
 func (openUserMode) Draining() uint64 { return 0 }

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
@@ -75,10 +74,12 @@ type execRecord struct {
 	Volume          *recordRef `json:"volume,omitempty"`
 	VolumeMountPath string     `json:"volume_mount_path,omitempty"`
 	StartedAt       time.Time  `json:"started_at"`
-	// NetworkPolicy is the policy in force (protojson), so an agent
-	// starting attaches a running execution's network as it was; absent
-	// in older records and for DENY_ALL alike, which is what it gives.
-	NetworkPolicy json.RawMessage `json:"network_policy,omitempty"`
+	// Network is the policy in force and the Egresses it names (an
+	// ApplyNetworkPolicy, protojson), so an agent starting attaches a
+	// running execution's network as it was; absent in older records and
+	// for DENY_ALL alike, which is what it gives. It holds the Egresses'
+	// passwords: the record is the agent's alone (0600).
+	Network json.RawMessage `json:"network,omitempty"`
 }
 
 type recordRef struct {
@@ -241,14 +242,14 @@ func (e *vmSet) reattachNetwork(x *execution) {
 	if e.network == nil {
 		return
 	}
-	pol := &ctrlv1.NetworkPolicy{}
-	if len(x.rec.NetworkPolicy) > 0 {
-		if err := protojson.Unmarshal(x.rec.NetworkPolicy, pol); err != nil {
+	rec := &nodev1.ApplyNetworkPolicy{}
+	if len(x.rec.Network) > 0 {
+		if err := protojson.Unmarshal(x.rec.Network, rec); err != nil {
 			e.a.log.Error("an execution's recorded network policy is unreadable: its network stays closed", "instance_id", x.id, "err", err)
 			return
 		}
 	}
-	att, err := e.network.Attach(e.ctx, x.id, pol)
+	att, err := e.network.Attach(e.ctx, x.id, policyOf(rec))
 	if err != nil {
 		e.a.log.Error("cannot attach a running execution's network again: it stays closed", "instance_id", x.id, "err", err)
 		return
@@ -832,7 +833,7 @@ func (e *vmSet) attachNetwork(ctx context.Context, l *launch) error {
 	if e.network == nil {
 		return codedf(connect.CodeUnimplemented, "this node has no network attachment for executions")
 	}
-	att, err := e.network.Attach(ctx, l.id, l.op.GetNetworkPolicy())
+	att, err := e.network.Attach(ctx, l.id, netslot.Policy{Network: l.op.GetNetworkPolicy(), Egresses: l.op.GetEgresses()})
 	switch {
 	case netslot.IsUnenforceable(err):
 		return &networkError{coded(connect.CodeUnimplemented, err)}
@@ -866,11 +867,11 @@ func (e *vmSet) boot(ctx context.Context, l *launch) error {
 		StartedAt: time.Now().UTC(),
 	}
 	if pol := op.GetNetworkPolicy(); pol != nil {
-		b, err := protojson.Marshal(pol)
+		b, err := protojson.Marshal(&nodev1.ApplyNetworkPolicy{NetworkPolicy: pol, Egresses: op.GetEgresses()})
 		if err != nil {
 			return coded(connect.CodeInternal, err)
 		}
-		rec.NetworkPolicy = b
+		rec.Network = b
 	}
 	spec := vm.Spec{
 		RunDir: runDir, Kernel: l.kernel, Initrd: l.initrd,
@@ -1037,12 +1038,12 @@ func (e *vmSet) status(x *execution) *nodev1.ExecutionStatus {
 		BootId:       x.rec.BootID,
 	}
 	e.mu.Lock()
-	attached, applied := x.net != nil, x.rec.NetworkPolicy
+	attached, applied := x.net != nil, x.rec.Network
 	e.mu.Unlock()
 	if attached && len(applied) > 0 {
-		var pol ctrlv1.NetworkPolicy
-		if protojson.Unmarshal(applied, &pol) == nil {
-			st.AppliedNetworkPolicyRevision = pol.GetRevision()
+		var rec nodev1.ApplyNetworkPolicy
+		if protojson.Unmarshal(applied, &rec) == nil {
+			st.AppliedNetworkPolicyRevision = rec.GetNetworkPolicy().GetRevision()
 		}
 	}
 	if p, ok := e.a.pools[x.rec.Layer.StoragePool]; ok {
@@ -1242,11 +1243,11 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 		return failure("", connect.CodeFailedPrecondition, "ApplyNetworkPolicy: execution "+id+" does not run here")
 	}
 	pol := op.GetNetworkPolicy()
-	b, err := protojson.Marshal(pol)
+	b, err := protojson.Marshal(&nodev1.ApplyNetworkPolicy{NetworkPolicy: pol, Egresses: op.GetEgresses()})
 	if err != nil {
 		return failure("", connect.CodeInvalidArgument, "ApplyNetworkPolicy: "+err.Error())
 	}
-	if err := att.Apply(ctx, pol, time.Duration(op.GetDrainSeconds())*time.Second); err != nil {
+	if err := att.Apply(ctx, policyOf(op), time.Duration(op.GetDrainSeconds())*time.Second); err != nil {
 		code := connect.CodeUnavailable
 		if netslot.IsUnenforceable(err) {
 			code = connect.CodeUnimplemented
@@ -1254,7 +1255,7 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 		return failure("", code, "apply the network policy: "+err.Error())
 	}
 	e.mu.Lock()
-	x.rec.NetworkPolicy = b
+	x.rec.Network = b
 	rec := x.rec
 	e.mu.Unlock()
 	if err := writeRecord(x.runDir, rec); err != nil {
@@ -1262,4 +1263,9 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 	}
 	e.a.log.Info("network policy applied", "instance_id", id, "revision", pol.GetRevision(), "mode", netslot.Mode(pol), "drain_seconds", op.GetDrainSeconds())
 	return resultOf(&nodev1.ApplyNetworkPolicyResult{AppliedRevision: pol.GetRevision(), DrainingRevision: att.Draining()})
+}
+
+// policyOf is what an attachment enforces for op.
+func policyOf(op *nodev1.ApplyNetworkPolicy) netslot.Policy {
+	return netslot.Policy{Network: op.GetNetworkPolicy(), Egresses: op.GetEgresses()}
 }

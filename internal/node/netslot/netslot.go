@@ -15,18 +15,27 @@ import (
 	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 )
 
 // Network makes the network attachments of executions.
 type Network interface {
 	// Name says which implementation it is, for logs.
 	Name() string
-	// Attach prepares the network of execution instanceID under policy (nil
-	// is DENY_ALL, what an unspecified mode selects). It is idempotent: a
-	// second Attach of the same instance gives the same attachment. A
-	// policy the implementation cannot enforce is an *Unenforceable error:
-	// the start fails instead of running with less than it asked.
-	Attach(ctx context.Context, instanceID string, policy *ctrlv1.NetworkPolicy) (Attachment, error)
+	// Attach prepares the network of execution instanceID under policy (a
+	// nil NetworkPolicy is DENY_ALL, what an unspecified mode selects). It
+	// is idempotent: a second Attach of the same instance gives the same
+	// attachment. A policy the implementation cannot enforce is an
+	// *Unenforceable error: the start fails instead of running with less
+	// than it asked.
+	Attach(ctx context.Context, instanceID string, policy Policy) (Attachment, error)
+}
+
+// Policy is what an attachment enforces: the Workspace's NetworkPolicy and
+// the Egresses it forwards through, as ctrl resolved them.
+type Policy struct {
+	Network  *ctrlv1.NetworkPolicy
+	Egresses []*nodev1.ResolvedEgress
 }
 
 // Attachment is one execution's network.
@@ -45,7 +54,7 @@ type Attachment interface {
 	// connection it refuses is closed after drain. A policy the
 	// implementation cannot apply is an *Unenforceable error and leaves
 	// the one in force.
-	Apply(ctx context.Context, policy *ctrlv1.NetworkPolicy, drain time.Duration) error
+	Apply(ctx context.Context, policy Policy, drain time.Duration) error
 	// Draining is the earliest policy revision whose connections are still
 	// open though a later revision refused them (they close when their
 	// drain ends); zero when none are.

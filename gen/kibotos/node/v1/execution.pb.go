@@ -180,7 +180,10 @@ type StartExecution struct {
 	// cannot enforce fails the start instead of running with less.
 	NetworkPolicy *v1.NetworkPolicy `protobuf:"bytes,12,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	// hostname is the guest's host name (the Workspace id).
-	Hostname      string `protobuf:"bytes,13,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Hostname string `protobuf:"bytes,13,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// egresses are the Egresses network_policy forwards through, as ctrl
+	// holds them when it sends the start.
+	Egresses      []*ResolvedEgress `protobuf:"bytes,14,rep,name=egresses,proto3" json:"egresses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,6 +307,13 @@ func (x *StartExecution) GetHostname() string {
 		return x.Hostname
 	}
 	return ""
+}
+
+func (x *StartExecution) GetEgresses() []*ResolvedEgress {
+	if x != nil {
+		return x.Egresses
+	}
+	return nil
 }
 
 // ExecutionStatus is an execution as the node found it.
@@ -553,6 +563,8 @@ type ApplyNetworkPolicy struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	InstanceId    string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	NetworkPolicy *v1.NetworkPolicy      `protobuf:"bytes,2,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
+	// egresses are the Egresses network_policy forwards through.
+	Egresses []*ResolvedEgress `protobuf:"bytes,4,rep,name=egresses,proto3" json:"egresses,omitempty"`
 	// drain_seconds is how long an open connection the new revision refuses
 	// is kept before it is closed (UpdateWorkspaceNetworkPolicy's).
 	DrainSeconds  uint32 `protobuf:"varint,3,opt,name=drain_seconds,json=drainSeconds,proto3" json:"drain_seconds,omitempty"`
@@ -604,11 +616,81 @@ func (x *ApplyNetworkPolicy) GetNetworkPolicy() *v1.NetworkPolicy {
 	return nil
 }
 
+func (x *ApplyNetworkPolicy) GetEgresses() []*ResolvedEgress {
+	if x != nil {
+		return x.Egresses
+	}
+	return nil
+}
+
 func (x *ApplyNetworkPolicy) GetDrainSeconds() uint32 {
 	if x != nil {
 		return x.DrainSeconds
 	}
 	return 0
+}
+
+// ResolvedEgress is one Egress a network policy names, at the revision ctrl
+// holds: the node forwards through it. Its spec carries the password, which
+// only ctrl and the node running the execution ever hold.
+type ResolvedEgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EgressId      string                 `protobuf:"bytes,1,opt,name=egress_id,json=egressId,proto3" json:"egress_id,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Spec          *v1.EgressSpec         `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolvedEgress) Reset() {
+	*x = ResolvedEgress{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolvedEgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolvedEgress) ProtoMessage() {}
+
+func (x *ResolvedEgress) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolvedEgress.ProtoReflect.Descriptor instead.
+func (*ResolvedEgress) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ResolvedEgress) GetEgressId() string {
+	if x != nil {
+		return x.EgressId
+	}
+	return ""
+}
+
+func (x *ResolvedEgress) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ResolvedEgress) GetSpec() *v1.EgressSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
 }
 
 type ApplyNetworkPolicyResult struct {
@@ -624,7 +706,7 @@ type ApplyNetworkPolicyResult struct {
 
 func (x *ApplyNetworkPolicyResult) Reset() {
 	*x = ApplyNetworkPolicyResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +718,7 @@ func (x *ApplyNetworkPolicyResult) String() string {
 func (*ApplyNetworkPolicyResult) ProtoMessage() {}
 
 func (x *ApplyNetworkPolicyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +731,7 @@ func (x *ApplyNetworkPolicyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyNetworkPolicyResult.ProtoReflect.Descriptor instead.
 func (*ApplyNetworkPolicyResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ApplyNetworkPolicyResult) GetAppliedRevision() uint64 {
@@ -677,7 +759,7 @@ type StopResult struct {
 
 func (x *StopResult) Reset() {
 	*x = StopResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +771,7 @@ func (x *StopResult) String() string {
 func (*StopResult) ProtoMessage() {}
 
 func (x *StopResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +784,7 @@ func (x *StopResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResult.ProtoReflect.Descriptor instead.
 func (*StopResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StopResult) GetDurable() bool {
@@ -754,7 +836,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +848,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +861,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecutionReport) GetInstanceId() string {
@@ -880,7 +962,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +974,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +987,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *VolumeReport) GetRef() *BlockFileRef {
@@ -947,7 +1029,7 @@ type FetchArtifactRequest struct {
 
 func (x *FetchArtifactRequest) Reset() {
 	*x = FetchArtifactRequest{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1041,7 @@ func (x *FetchArtifactRequest) String() string {
 func (*FetchArtifactRequest) ProtoMessage() {}
 
 func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1054,7 @@ func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactRequest.ProtoReflect.Descriptor instead.
 func (*FetchArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FetchArtifactRequest) GetDigest() string {
@@ -1000,7 +1082,7 @@ type FetchArtifactResponse struct {
 
 func (x *FetchArtifactResponse) Reset() {
 	*x = FetchArtifactResponse{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1094,7 @@ func (x *FetchArtifactResponse) String() string {
 func (*FetchArtifactResponse) ProtoMessage() {}
 
 func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1107,7 @@ func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactResponse.ProtoReflect.Descriptor instead.
 func (*FetchArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FetchArtifactResponse) GetOffset() uint64 {
@@ -1053,12 +1135,12 @@ var File_kibotos_node_v1_execution_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
-	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
+	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ckibotos/ctrl/v1/egress.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
 	"\bArtifact\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xd6\x04\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\x93\x05\n" +
 	"\x0eStartExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
@@ -1074,7 +1156,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	" \x01(\rR\x05vcpus\x12!\n" +
 	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12E\n" +
 	"\x0enetwork_policy\x18\f \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12\x1a\n" +
-	"\bhostname\x18\r \x01(\tR\bhostname\"\x99\x02\n" +
+	"\bhostname\x18\r \x01(\tR\bhostname\x12;\n" +
+	"\begresses\x18\x0e \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\begresses\"\x99\x02\n" +
 	"\x0fExecutionStatus\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1092,12 +1175,17 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12'\n" +
-	"\x0ftimeout_seconds\x18\x03 \x01(\rR\x0etimeoutSeconds\"\xa1\x01\n" +
+	"\x0ftimeout_seconds\x18\x03 \x01(\rR\x0etimeoutSeconds\"\xde\x01\n" +
 	"\x12ApplyNetworkPolicy\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12E\n" +
-	"\x0enetwork_policy\x18\x02 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12#\n" +
-	"\rdrain_seconds\x18\x03 \x01(\rR\fdrainSeconds\"r\n" +
+	"\x0enetwork_policy\x18\x02 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12;\n" +
+	"\begresses\x18\x04 \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\begresses\x12#\n" +
+	"\rdrain_seconds\x18\x03 \x01(\rR\fdrainSeconds\"z\n" +
+	"\x0eResolvedEgress\x12\x1b\n" +
+	"\tegress_id\x18\x01 \x01(\tR\begressId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12/\n" +
+	"\x04spec\x18\x03 \x01(\v2\x1b.kibotos.ctrl.v1.EgressSpecR\x04spec\"r\n" +
 	"\x18ApplyNetworkPolicyResult\x12)\n" +
 	"\x10applied_revision\x18\x01 \x01(\x04R\x0fappliedRevision\x12+\n" +
 	"\x11draining_revision\x18\x02 \x01(\x04R\x10drainingRevision\"@\n" +
@@ -1156,7 +1244,7 @@ func file_kibotos_node_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(ExecutionEnd)(0),                // 0: kibotos.node.v1.ExecutionEnd
 	(*Artifact)(nil),                 // 1: kibotos.node.v1.Artifact
@@ -1165,35 +1253,40 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*StartFailure)(nil),             // 4: kibotos.node.v1.StartFailure
 	(*StopExecution)(nil),            // 5: kibotos.node.v1.StopExecution
 	(*ApplyNetworkPolicy)(nil),       // 6: kibotos.node.v1.ApplyNetworkPolicy
-	(*ApplyNetworkPolicyResult)(nil), // 7: kibotos.node.v1.ApplyNetworkPolicyResult
-	(*StopResult)(nil),               // 8: kibotos.node.v1.StopResult
-	(*ExecutionReport)(nil),          // 9: kibotos.node.v1.ExecutionReport
-	(*VolumeReport)(nil),             // 10: kibotos.node.v1.VolumeReport
-	(*FetchArtifactRequest)(nil),     // 11: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),    // 12: kibotos.node.v1.FetchArtifactResponse
-	(*BlockFileRef)(nil),             // 13: kibotos.node.v1.BlockFileRef
-	(*v1.NetworkPolicy)(nil),         // 14: kibotos.ctrl.v1.NetworkPolicy
-	(*v11.MemoryReport)(nil),         // 15: kibotos.guest.v1.MemoryReport
-	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
+	(*ResolvedEgress)(nil),           // 7: kibotos.node.v1.ResolvedEgress
+	(*ApplyNetworkPolicyResult)(nil), // 8: kibotos.node.v1.ApplyNetworkPolicyResult
+	(*StopResult)(nil),               // 9: kibotos.node.v1.StopResult
+	(*ExecutionReport)(nil),          // 10: kibotos.node.v1.ExecutionReport
+	(*VolumeReport)(nil),             // 11: kibotos.node.v1.VolumeReport
+	(*FetchArtifactRequest)(nil),     // 12: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),    // 13: kibotos.node.v1.FetchArtifactResponse
+	(*BlockFileRef)(nil),             // 14: kibotos.node.v1.BlockFileRef
+	(*v1.NetworkPolicy)(nil),         // 15: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),            // 16: kibotos.ctrl.v1.EgressSpec
+	(*v11.MemoryReport)(nil),         // 17: kibotos.guest.v1.MemoryReport
+	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
 	1,  // 1: kibotos.node.v1.StartExecution.initrd:type_name -> kibotos.node.v1.Artifact
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
-	13, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
-	13, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
-	14, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	14, // 6: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	0,  // 7: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	15, // 8: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	16, // 9: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
-	10, // 10: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
-	13, // 11: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	14, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
+	14, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
+	15, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	7,  // 6: kibotos.node.v1.StartExecution.egresses:type_name -> kibotos.node.v1.ResolvedEgress
+	15, // 7: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	7,  // 8: kibotos.node.v1.ApplyNetworkPolicy.egresses:type_name -> kibotos.node.v1.ResolvedEgress
+	16, // 9: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	0,  // 10: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
+	17, // 11: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	18, // 12: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
+	11, // 13: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	14, // 14: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
@@ -1208,7 +1301,7 @@ func file_kibotos_node_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_execution_proto_rawDesc), len(file_kibotos_node_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -350,3 +350,16 @@ func (p *Policy) direct(dst netip.Addr) Decision {
 func refuse(r Reason) Decision {
 	return Decision{Kind: Refuse, Reason: r}
 }
+
+// DialCheck is the check of an address the node dials itself to reach an
+// Egress's endpoint: the hard deny (the special-purpose ranges, ctrl's and
+// the node's addresses) refuses it with an error naming why.
+func DialCheck(own []netip.Addr) func(netip.Addr) error {
+	p := &Policy{own: unmapAll(own)}
+	return func(a netip.Addr) error {
+		if d := p.direct(a.Unmap()); d.Kind == Refuse {
+			return fmt.Errorf("%s: %s", a, d)
+		}
+		return nil
+	}
+}

@@ -37,8 +37,8 @@ func (Network) Name() string { return "usernet" }
 // inside its own VMM, so there is nothing to make or undo. It enforces
 // DENY_ALL only: a PUBLIC_INTERNET policy would run with no egress at all,
 // so it is refused rather than silently left unenforced.
-func (Network) Attach(_ context.Context, _ string, policy *ctrlv1.NetworkPolicy) (netslot.Attachment, error) {
-	if m := netslot.Mode(policy); m != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL {
+func (Network) Attach(_ context.Context, _ string, policy netslot.Policy) (netslot.Attachment, error) {
+	if m := netslot.Mode(policy.Network); m != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL {
 		return nil, &netslot.Unenforceable{Mode: m, Why: "this node gives guests QEMU's isolated user-mode network only; " +
 			"egress to the internet (a tap device and nftables, or a user-space network stack) is not built"}
 	}
@@ -60,8 +60,8 @@ func (attachment) Guest() netslot.Addressing {
 
 // Apply implements netslot.Attachment: DENY_ALL is all it enforces, and
 // under it there is no connection to drain.
-func (attachment) Apply(_ context.Context, policy *ctrlv1.NetworkPolicy, _ time.Duration) error {
-	if m := netslot.Mode(policy); m != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL {
+func (attachment) Apply(_ context.Context, policy netslot.Policy, _ time.Duration) error {
+	if m := netslot.Mode(policy.Network); m != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL {
 		return &netslot.Unenforceable{Mode: m, Why: "this node gives guests QEMU's isolated user-mode network only (--guest-network usernet)"}
 	}
 	return nil

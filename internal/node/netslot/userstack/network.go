@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/node/netslot"
+	"github.com/kibotos/kibotos/internal/node/netslot/egress"
 	"github.com/kibotos/kibotos/internal/node/netslot/policy"
 )
 
@@ -62,19 +62,21 @@ func (*Network) Name() string { return "userstack" }
 // Attach implements netslot.Network: the slot of instanceID, made on the
 // first Attach and given policy on each (the next one's new flows follow
 // it). A policy the engine cannot compile is *netslot.Unenforceable.
-func (n *Network) Attach(_ context.Context, instanceID string, pol *ctrlv1.NetworkPolicy) (netslot.Attachment, error) {
-	p, err := n.compile(pol)
+func (n *Network) Attach(_ context.Context, instanceID string, pol netslot.Policy) (netslot.Attachment, error) {
+	p, dialers, err := n.compile(pol)
 	if err != nil {
 		return nil, err
 	}
+	rev := pol.Network.GetRevision()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if a := n.slots[instanceID]; a != nil {
-		a.slot.SetPolicy(p, pol.GetRevision(), 0)
+		a.slot.SetEgresses(dialers)
+		a.slot.SetPolicy(p, rev, 0)
 		return a, nil
 	}
 	log := n.cfg.Log.With("instance_id", instanceID)
-	s, err := New(Config{Policy: p, Revision: pol.GetRevision(), Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Log: log})
+	s, err := New(Config{Policy: p, Revision: rev, Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Egresses: dialers, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -83,14 +85,32 @@ func (n *Network) Attach(_ context.Context, instanceID string, pol *ctrlv1.Netwo
 	return a, nil
 }
 
-// compile is pol as this node's slots enforce it; a policy they cannot is
-// *netslot.Unenforceable.
-func (n *Network) compile(pol *ctrlv1.NetworkPolicy) (*policy.Policy, error) {
-	p, err := policy.Compile(pol, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{GatewayV4}})
-	if err != nil {
-		return nil, &netslot.Unenforceable{Mode: netslot.Mode(pol), Why: err.Error()}
+// compile is pol as this node's slots enforce it, with a dialer for each
+// Egress it names; a policy they cannot enforce is *netslot.Unenforceable.
+func (n *Network) compile(pol netslot.Policy) (*policy.Policy, map[string]EgressDialer, error) {
+	unenforceable := func(err error) error {
+		return &netslot.Unenforceable{Mode: netslot.Mode(pol.Network), Why: err.Error()}
 	}
-	return p, nil
+	refs := map[string]policy.EgressRef{}
+	dialers := map[string]EgressDialer{}
+	for _, e := range pol.Egresses {
+		d, err := egress.New(egress.Config{
+			Spec:   e.GetSpec(),
+			Lookup: net.DefaultResolver.LookupNetIP,
+			Check:  policy.DialCheck(n.cfg.Own),
+			Dial:   n.cfg.Uplink.DialTCP,
+		})
+		if err != nil {
+			return nil, nil, unenforceable(fmt.Errorf("egress %s: %w", e.GetEgressId(), err))
+		}
+		refs[e.GetEgressId()] = policy.EgressRef{Revision: e.GetRevision()}
+		dialers[e.GetEgressId()] = d
+	}
+	p, err := policy.Compile(pol.Network, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{GatewayV4}, Egresses: refs})
+	if err != nil {
+		return nil, nil, unenforceable(err)
+	}
+	return p, dialers, nil
 }
 
 // attachment is one execution's slot.
@@ -117,12 +137,15 @@ func (*attachment) Guest() netslot.Addressing {
 }
 
 // Apply implements netslot.Attachment.
-func (a *attachment) Apply(_ context.Context, pol *ctrlv1.NetworkPolicy, drain time.Duration) error {
-	p, err := a.net.compile(pol)
+// The new dialers are in place before the policy that names them, so no
+// new flow is forwarded to an Egress the slot cannot dial.
+func (a *attachment) Apply(_ context.Context, pol netslot.Policy, drain time.Duration) error {
+	p, dialers, err := a.net.compile(pol)
 	if err != nil {
 		return err
 	}
-	a.slot.SetPolicy(p, pol.GetRevision(), drain)
+	a.slot.SetEgresses(dialers)
+	a.slot.SetPolicy(p, pol.Network.GetRevision(), drain)
 	return nil
 }
 

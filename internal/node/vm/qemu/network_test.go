@@ -34,7 +34,7 @@ func (a withV6) Guest() netslot.Addressing {
 func TestGuestConfiguresIPv6(t *testing.T) {
 	art := testenv.BuildVMArtifacts(t)
 	dir := t.TempDir()
-	att, err := usernet.New().Attach(context.Background(), "v6", nil)
+	att, err := usernet.New().Attach(context.Background(), "v6", netslot.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	"github.com/kibotos/kibotos/internal/capability"
+	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
 	"github.com/kibotos/kibotos/internal/node/vm"
 )
@@ -53,7 +54,7 @@ const volumeMount = "/data"
 func boot(t *testing.T, env Env, p vm.Provider, bootID string) (vm.Instance, vm.Spec) {
 	t.Helper()
 	dir := t.TempDir()
-	att, err := usernet.New().Attach(context.Background(), bootID, nil)
+	att, err := usernet.New().Attach(context.Background(), bootID, netslot.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
