@@ -3,10 +3,14 @@ package egress
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
 	"strings"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/node/netslot/policy"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -50,8 +54,12 @@ func CheckPolicyReferences(tx *store.Tx, field string, p *ctrlv1.NetworkPolicy) 
 		} else if err != nil {
 			return err
 		}
+		at := fmt.Sprintf("%s.resolvers[%d].path", field, i)
 		via := entry.GetPath().GetEgressId()
 		if via == "" {
+			if err := checkDirectUpstream(at+".direct", r); err != nil {
+				return err
+			}
 			continue
 		}
 		e, err := lookup(via)
@@ -59,9 +67,36 @@ func CheckPolicyReferences(tx *store.Tx, field string, p *ctrlv1.NetworkPolicy) 
 			return err
 		}
 		if isUDP(r) && !e.GetSpec().GetUdpEnabled() {
-			return apierr.Invalid(fmt.Sprintf("%s.resolvers[%d].path.egress_id", field, i),
+			return apierr.Invalid(at+".egress_id",
 				"resolver %s is udp and egress %s does not have udp_enabled", r.GetResolverId(), via)
 		}
+	}
+	return nil
+}
+
+// checkDirectUpstream refuses a direct path to an upstream whose address
+// is in the fixed special-purpose ranges: the node's hard deny would refuse
+// every query. A host name is checked only on each dial, by the node. The
+// table is the node's own (policy.SpecialPurpose), so both agree.
+func checkDirectUpstream(field string, r *ctrlv1.Resolver) error {
+	host := r.GetSpec().GetAddress()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if u := r.GetSpec().GetUrl(); u != "" {
+		parsed, err := url.Parse(u)
+		if err != nil {
+			return nil // stored specs were validated; nothing to check
+		}
+		host = parsed.Hostname()
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return nil
+	}
+	if rng, denied := policy.SpecialPurpose(a); denied {
+		return apierr.Invalid(field, "resolver %s is at %s, in %s (%s), which the direct path never reaches: send it through an Egress",
+			r.GetResolverId(), a, rng.Name, rng.Source)
 	}
 	return nil
 }
@@ -89,10 +124,9 @@ func inUseBy(kind, id string, ids []string, why string) error {
 		"%s %s is used by the network policy of workspace %s: %s", kind, id, named, why)
 }
 
-// udpRoutes lists the Workspaces among those whose policy names ref (kind
-// refKind) that send a Resolver through an Egress for which bad(resolver,
-// egress) holds. It reads each policy's current records.
-func udpRoutes(tx *store.Tx, refKind, ref string, bad func(r *ctrlv1.Resolver, e *ctrlv1.Egress) bool) ([]string, error) {
+// referrersWhere lists the Workspaces among those whose policy names ref
+// (kind refKind) with a resolvers entry for which bad holds.
+func referrersWhere(tx *store.Tx, refKind, ref string, bad func(entry *ctrlv1.NetworkPolicyResolver) (bool, error)) ([]string, error) {
 	ws, err := tx.PolicyReferrers(refKind, ref, maxReferrers)
 	if err != nil {
 		return nil, err
@@ -103,36 +137,18 @@ func udpRoutes(tx *store.Tx, refKind, ref string, bad func(r *ctrlv1.Resolver, e
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s of policy_references: %w", wid, err)
 		}
-		hit, err := routesBadly(tx, w.GetSpec().GetNetworkPolicy(), bad)
-		if err != nil {
-			return nil, err
-		}
-		if hit {
-			out = append(out, wid)
+		for _, entry := range w.GetSpec().GetNetworkPolicy().GetResolvers() {
+			hit, err := bad(entry)
+			if err != nil {
+				return nil, err
+			}
+			if hit {
+				out = append(out, wid)
+				break
+			}
 		}
 	}
 	return out, nil
-}
-
-func routesBadly(tx *store.Tx, p *ctrlv1.NetworkPolicy, bad func(r *ctrlv1.Resolver, e *ctrlv1.Egress) bool) (bool, error) {
-	for _, entry := range p.GetResolvers() {
-		via := entry.GetPath().GetEgressId()
-		if via == "" {
-			continue
-		}
-		r, err := tx.GetResolver(entry.GetResolverId(), false)
-		if err != nil {
-			return false, fmt.Errorf("resolver %s of a policy: %w", entry.GetResolverId(), err)
-		}
-		e, err := tx.GetEgress(via, false)
-		if err != nil {
-			return false, fmt.Errorf("egress %s of a policy: %w", via, err)
-		}
-		if bad(r, e.Egress) {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // checkUDPUsers refuses an Egress spec without udp_enabled while a policy
@@ -142,8 +158,15 @@ func (s *Service) checkUDPUsers(tx *store.Tx, egressID string, spec *ctrlv1.Egre
 	if spec.GetUdpEnabled() {
 		return nil
 	}
-	ws, err := udpRoutes(tx, store.RefEgress, egressID, func(r *ctrlv1.Resolver, e *ctrlv1.Egress) bool {
-		return e.GetEgressId() == egressID && isUDP(r)
+	ws, err := referrersWhere(tx, store.RefEgress, egressID, func(entry *ctrlv1.NetworkPolicyResolver) (bool, error) {
+		if entry.GetPath().GetEgressId() != egressID {
+			return false, nil
+		}
+		r, err := tx.GetResolver(entry.GetResolverId(), false)
+		if err != nil {
+			return false, fmt.Errorf("resolver %s of a policy: %w", entry.GetResolverId(), err)
+		}
+		return isUDP(r), nil
 	})
 	if err != nil || len(ws) == 0 {
 		return err
@@ -151,17 +174,27 @@ func (s *Service) checkUDPUsers(tx *store.Tx, egressID string, spec *ctrlv1.Egre
 	return inUseBy("egress", egressID, ws, "a udp Resolver goes through it, so spec.udp_enabled must stay set")
 }
 
-// checkResolverUsers refuses making a Resolver udp while a policy sends it
-// through an Egress without udp_enabled.
-func (s *Service) checkResolverUsers(tx *store.Tx, resolverID string, spec *ctrlv1.ResolverSpec) error {
-	if spec.GetProtocol() != ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_UDP {
-		return nil
-	}
-	ws, err := udpRoutes(tx, store.RefResolver, resolverID, func(r *ctrlv1.Resolver, e *ctrlv1.Egress) bool {
-		return r.GetResolverId() == resolverID && !e.GetSpec().GetUdpEnabled()
+// checkResolverUsers refuses a Resolver spec the policies naming it would
+// not be valid under: udp through an Egress without udp_enabled, or a
+// direct path to a special-purpose address.
+func (s *Service) checkResolverUsers(tx *store.Tx, next *ctrlv1.Resolver) error {
+	id := next.GetResolverId()
+	ws, err := referrersWhere(tx, store.RefResolver, id, func(entry *ctrlv1.NetworkPolicyResolver) (bool, error) {
+		if entry.GetResolverId() != id {
+			return false, nil
+		}
+		via := entry.GetPath().GetEgressId()
+		if via == "" {
+			return checkDirectUpstream("", next) != nil, nil
+		}
+		e, err := tx.GetEgress(via, false)
+		if err != nil {
+			return false, fmt.Errorf("egress %s of a policy: %w", via, err)
+		}
+		return isUDP(next) && !e.Egress.GetSpec().GetUdpEnabled(), nil
 	})
 	if err != nil || len(ws) == 0 {
 		return err
 	}
-	return inUseBy("resolver", resolverID, ws, "it goes through an Egress without udp_enabled, so it cannot become udp")
+	return inUseBy("resolver", id, ws, "their policies would not be valid with this spec (udp through an Egress without udp_enabled, or a direct path to a special-purpose address)")
 }

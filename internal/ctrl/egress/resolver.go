@@ -75,7 +75,7 @@ func (s *Service) UpdateResolver(ctx context.Context, req *ctrlv1.UpdateResolver
 			return "", nil, err
 		}
 		if !proto.Equal(r.GetSpec(), req.GetSpec()) {
-			if err := s.checkResolverUsers(tx, r.GetResolverId(), req.GetSpec()); err != nil {
+			if err := s.checkResolverUsers(tx, &ctrlv1.Resolver{ResolverId: r.GetResolverId(), Spec: req.GetSpec()}); err != nil {
 				return "", nil, err
 			}
 			r.Spec, r.Revision, r.UpdatedAt = req.GetSpec(), r.GetRevision()+1, timestamppb.New(now)
