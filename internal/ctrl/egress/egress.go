@@ -11,6 +11,7 @@ package egress
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"time"
@@ -76,6 +77,25 @@ func admit[R proto.Message](ctx context.Context, s *Service, cmd *ctrlv1.Command
 	return res, err
 }
 
+// commandInput is req as its command is recorded: the password replaced by
+// a digest salted with the command id, so that the commands table keeps no
+// password (not even one rotated away since) while a replay with another
+// password is still other input (already_exists).
+func commandInput[M interface {
+	proto.Message
+	GetSpec() *ctrlv1.EgressSpec
+	GetCommand() *ctrlv1.CommandMetadata
+}](req M) proto.Message {
+	p := req.GetSpec().GetPassword()
+	if p == "" {
+		return req
+	}
+	out := proto.Clone(req).(M)
+	sum := sha256.Sum256([]byte(out.GetCommand().GetCommandId() + "\x00" + p))
+	out.GetSpec().Password = "sha256:" + hex.EncodeToString(sum[:])
+	return out
+}
+
 // view is e as the API shows it: without its password, saying whether one
 // is stored.
 func view(e *ctrlv1.Egress) *ctrlv1.Egress {
@@ -103,7 +123,7 @@ func (s *Service) CreateEgress(ctx context.Context, req *ctrlv1.CreateEgressRequ
 	if err := labels.ValidateLabels("labels", req.GetLabels()); err != nil {
 		return nil, err
 	}
-	return admit(ctx, s, req.GetCommand(), kindCreateEgress, req, func(tx *store.Tx, now time.Time) (string, *ctrlv1.CreateEgressResponse, error) {
+	return admit(ctx, s, req.GetCommand(), kindCreateEgress, commandInput(req), func(tx *store.Tx, now time.Time) (string, *ctrlv1.CreateEgressResponse, error) {
 		ts := timestamppb.New(now)
 		e := &ctrlv1.Egress{EgressId: newID("egr-"), Spec: req.GetSpec(), Revision: 1, CreatedAt: ts, UpdatedAt: ts, Labels: req.GetLabels()}
 		if err := tx.PutEgress(&store.EgressRecord{Egress: e}); err != nil {
@@ -171,7 +191,7 @@ func (s *Service) UpdateEgress(ctx context.Context, req *ctrlv1.UpdateEgressRequ
 	if req.GetDrainSeconds() > MaxDrainSeconds {
 		return nil, apierr.Invalid("drain_seconds", "must be at most %d", MaxDrainSeconds)
 	}
-	return admit(ctx, s, req.GetCommand(), kindUpdateEgress, req, func(tx *store.Tx, now time.Time) (string, *ctrlv1.UpdateEgressResponse, error) {
+	return admit(ctx, s, req.GetCommand(), kindUpdateEgress, commandInput(req), func(tx *store.Tx, now time.Time) (string, *ctrlv1.UpdateEgressResponse, error) {
 		r, err := getEgress(tx, req.GetEgressId(), true)
 		if err != nil {
 			return "", nil, err

@@ -278,6 +278,21 @@ func TestPasswordIsWriteOnly(t *testing.T) {
 		if stored.Egress.GetSpec().GetPassword() != "correct horse" {
 			t.Errorf("stored password %q, want the updated one kept for the nodes", stored.Egress.GetSpec().GetPassword())
 		}
+		// Nor does the command record keep it.
+		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
+			for _, id := range []string{"c1", "u1"} {
+				row, err := tx.GetCommand(id, false)
+				if err != nil {
+					return err
+				}
+				if raw := string(row.GetRequest().GetValue()); strings.Contains(raw, "hunter2") || strings.Contains(raw, "correct horse") {
+					t.Errorf("command %s records the password", id)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 		none := e.createEgress(t, "c2", &ctrlv1.EgressSpec{Protocol: ctrlv1.EgressProtocol_EGRESS_PROTOCOL_SOCKS5, Endpoint: "192.0.2.9:1080"}, nil)
 		if none.GetPasswordSet() {
 			t.Error("password_set without a password")
