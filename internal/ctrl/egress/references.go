@@ -10,6 +10,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
 	"github.com/kibotos/kibotos/internal/node/netslot/policy"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -42,8 +43,8 @@ func CheckPolicyReferences(tx *store.Tx, field string, p *ctrlv1.NetworkPolicy) 
 		egresses[id] = r.Egress
 		return r.Egress, nil
 	}
-	for _, e := range p.GetEgresses() {
-		if _, err := lookup(e.GetEgressId()); err != nil {
+	for _, id := range netpolicy.ReferencedEgresses(p) {
+		if _, err := lookup(id); err != nil {
 			return err
 		}
 	}
