@@ -490,9 +490,9 @@ func TestPolicyReferences(t *testing.T) {
 		eg := e.createEgress(t, "e1", socks(true), nil)
 		r := e.createResolver(t, "r1", udpResolver(), nil)
 		_, err := e.createWorkspace("w-missing-egress", policy("egr-none", "", false))
-		wantCode(t, "missing egress", err, connect.CodeNotFound, "")
+		wantCode(t, "missing egress", err, connect.CodeNotFound, "spec.network_policy.egresses[0].egress_id")
 		_, err = e.createWorkspace("w-missing-resolver", policy(eg.GetEgressId(), "rsv-none", false))
-		wantCode(t, "missing resolver", err, connect.CodeNotFound, "")
+		wantCode(t, "missing resolver", err, connect.CodeNotFound, "spec.network_policy.resolvers[0].resolver_id")
 		w1, err := e.createWorkspace("w1", policy(eg.GetEgressId(), r.GetResolverId(), false))
 		if err != nil {
 			t.Fatal(err)
@@ -519,10 +519,16 @@ func TestPolicyReferences(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = e.createWorkspace("w-deleted", policy(other.GetEgressId(), "", false))
-		wantCode(t, "deleted egress", err, connect.CodeNotFound, "")
+		wantCode(t, "deleted egress", err, connect.CodeNotFound, "spec.network_policy.egresses[0].egress_id")
+		gone := e.createResolver(t, "r2", udpResolver(), nil)
+		if _, err := e.eg.DeleteResolver(ctx, &ctrlv1.DeleteResolverRequest{Command: cmd("d3"), ResolverId: gone.GetResolverId()}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.createWorkspace("w-deleted-resolver", policy(eg.GetEgressId(), gone.GetResolverId(), false))
+		wantCode(t, "deleted resolver", err, connect.CodeNotFound, "spec.network_policy.resolvers[0].resolver_id")
 		_, err = e.ws.UpdateNetworkPolicy(ctx, &ctrlv1.UpdateWorkspaceNetworkPolicyRequest{Command: cmd("up"), WorkspaceId: w2.GetWorkspaceId(),
 			ExpectedRevision: 1, NetworkPolicy: policy(other.GetEgressId(), "", false)})
-		wantCode(t, "update to a deleted egress", err, connect.CodeNotFound, "")
+		wantCode(t, "update to a deleted egress", err, connect.CodeNotFound, "network_policy.egresses[0].egress_id")
 	})
 }
 

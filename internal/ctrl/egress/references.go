@@ -8,9 +8,10 @@ import (
 	"net/url"
 	"strings"
 
+	"connectrpc.com/connect"
+
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
-	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
 	"github.com/kibotos/kibotos/internal/node/netslot/policy"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -30,49 +31,55 @@ const (
 // in policy_references.
 func CheckPolicyReferences(tx *store.Tx, field string, p *ctrlv1.NetworkPolicy) error {
 	egresses := map[string]*ctrlv1.Egress{}
-	lookup := func(id string) (*ctrlv1.Egress, error) {
+	lookup := func(at, id string) (*ctrlv1.Egress, error) {
 		if e, ok := egresses[id]; ok {
 			return e, nil
 		}
 		r, err := tx.GetEgress(id, true)
 		if errors.Is(err, store.ErrNotFound) || err == nil && r.Egress.GetDeleted() {
-			return nil, apierr.NotFound("egress", id)
+			return nil, notFound(at, "egress", id)
 		} else if err != nil {
 			return nil, err
 		}
 		egresses[id] = r.Egress
 		return r.Egress, nil
 	}
-	for _, id := range netpolicy.ReferencedEgresses(p) {
-		if _, err := lookup(id); err != nil {
+	for i, e := range p.GetEgresses() {
+		if _, err := lookup(fmt.Sprintf("%s.egresses[%d].egress_id", field, i), e.GetEgressId()); err != nil {
 			return err
 		}
 	}
 	for i, entry := range p.GetResolvers() {
+		at := fmt.Sprintf("%s.resolvers[%d]", field, i)
 		r, err := tx.GetResolver(entry.GetResolverId(), true)
 		if errors.Is(err, store.ErrNotFound) || err == nil && r.GetDeleted() {
-			return apierr.NotFound("resolver", entry.GetResolverId())
+			return notFound(at+".resolver_id", "resolver", entry.GetResolverId())
 		} else if err != nil {
 			return err
 		}
-		at := fmt.Sprintf("%s.resolvers[%d].path", field, i)
 		via := entry.GetPath().GetEgressId()
 		if via == "" {
-			if err := checkDirectUpstream(at+".direct", r); err != nil {
+			if err := checkDirectUpstream(at+".path.direct", r); err != nil {
 				return err
 			}
 			continue
 		}
-		e, err := lookup(via)
+		e, err := lookup(at+".path.egress_id", via)
 		if err != nil {
 			return err
 		}
 		if isUDP(r) && !e.GetSpec().GetUdpEnabled() {
-			return apierr.Invalid(at+".egress_id",
+			return apierr.Invalid(at+".path.egress_id",
 				"resolver %s is udp and egress %s does not have udp_enabled", r.GetResolverId(), via)
 		}
 	}
 	return nil
+}
+
+// notFound is not_found for a record a request names at field.
+func notFound(field, kind, id string) error {
+	return apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field},
+		"%s: %s %q not found (or deleted)", field, kind, id)
 }
 
 // checkDirectUpstream refuses a direct path to an upstream whose address
