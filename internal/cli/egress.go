@@ -70,8 +70,8 @@ func (f *egressFlags) register(c *cobra.Command) {
 	fl.BoolVar(&f.udp, "udp", false, "allow UDP (and udp Resolvers) through this Egress; SOCKS5 only")
 }
 
-// apply sets the flags given on spec. current says whether a password is
-// stored: a replaced spec must carry it again, since it is never returned.
+// apply sets the flags given on spec. passwordStored says the Egress has a
+// password: a replaced spec must carry it again, since it is never returned.
 func (f *egressFlags) apply(c *cobra.Command, spec *ctrlv1.EgressSpec, passwordStored bool) error {
 	fl := c.Flags()
 	if fl.Changed("protocol") {
