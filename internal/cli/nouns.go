@@ -20,8 +20,8 @@ func clientNouns(out *outputFlag) []*cobra.Command {
 		newTemplateCommand(out),
 		newPlatformCommand(out),
 		notBuiltNoun("transfer", "Download, upload and delete exported Workspaces and Volumes"),
-		notBuiltNoun("egress", "Manage Egresses (caller-owned proxies)"),
-		notBuiltNoun("resolver", "Manage Resolvers (DNS upstreams)"),
+		newEgressCommand(out),
+		newResolverCommand(out),
 		newOvercommitCommand(out),
 		newEnrollmentCommand(out),
 	}

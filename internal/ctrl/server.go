@@ -22,6 +22,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
+	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
@@ -269,7 +270,7 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend,
 	})
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
-			Pools: pools},
+			Pools: pools, Egresses: egress.New(st)},
 		runner:  runner,
 		catalog: cat,
 	}, nil

@@ -101,15 +101,19 @@ func (t *Tx) GetWorkspace(id string, lock bool) (*ctrlv1.Workspace, error) {
 	return w, t.getBody("workspaces", "workspace_id", id, lock, w)
 }
 
-// PutWorkspace writes a Workspace.
+// PutWorkspace writes a Workspace and the Egresses and Resolvers its
+// network policy names (policy_references).
 func (t *Tx) PutWorkspace(w *ctrlv1.Workspace) error {
 	var deadline int64
 	if p := w.GetExpiration().GetPolicy(); p != nil {
 		deadline = p.GetDeadline().AsTime().UnixNano()
 	}
-	return t.upsert("workspaces", []string{"workspace_id", "state", "deleted", "expiration_deadline", "body"},
+	if err := t.upsert("workspaces", []string{"workspace_id", "state", "deleted", "expiration_deadline", "body"},
 		w.GetWorkspaceId(), w.GetState().String(), boolInt(w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED),
-		deadline, marshal(w))
+		deadline, marshal(w)); err != nil {
+		return err
+	}
+	return t.putPolicyReferences(w)
 }
 
 // ListWorkspaces pages Workspaces by workspace_id after the one given.

@@ -17,6 +17,7 @@ func TestStore(t *testing.T) {
 			storetest.RunDataPlaneSessions(t, b)
 			storetest.RunStoragePools(t, b)
 			storetest.RunPlacement(t, b)
+			storetest.RunEgresses(t, b)
 		})
 	}
 }

@@ -206,8 +206,16 @@ func TestCLIFindsDevWithoutFlags(t *testing.T) {
 		t.Errorf("template list: exit %d: %s (want the busybox template dev made)", code, out)
 	}
 	out, code = d.kibotos(t, "egress", "list")
+	if code != 0 || !strings.HasPrefix(out, "EGRESS") {
+		t.Errorf("egress list: exit %d: %s (want the empty table)", code, out)
+	}
+	out, code = d.kibotos(t, "resolver", "list", "-o", "json")
+	if code != 0 || strings.TrimSpace(out) != "{}" {
+		t.Errorf("resolver list -o json: exit %d: %s", code, out)
+	}
+	out, code = d.kibotos(t, "transfer", "list")
 	if code != 1 || !strings.Contains(out, "not built yet") {
-		t.Errorf("egress list: exit %d: %s", code, out)
+		t.Errorf("transfer list: exit %d: %s", code, out)
 	}
 }
 

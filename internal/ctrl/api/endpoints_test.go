@@ -21,6 +21,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
+	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
@@ -46,7 +47,7 @@ func newBackend(t *testing.T) *api.Backend {
 		t.Fatal(err)
 	}
 	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, ""), Catalog: cat,
-		Pools: pools}
+		Pools: pools, Egresses: egress.New(st)}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service

@@ -13,6 +13,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
+	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
@@ -29,6 +30,8 @@ type Backend struct {
 	Sessions   *session.Service
 	Catalog    *catalog.Catalog
 	Pools      *pool.Service
+	// Egresses serves EgressService and ResolverService.
+	Egresses *egress.Service
 }
 
 // respond wraps a domain answer in a Connect response.

@@ -9,6 +9,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/record"
@@ -173,7 +174,7 @@ func (s *Service) UpdateNetworkPolicy(ctx context.Context, req *ctrlv1.UpdateWor
 			if req.GetExpectedRevision() != cur.GetRevision() {
 				return false, stale(w, "expected_revision", req.GetExpectedRevision(), cur.GetRevision())
 			}
-			if err := checkPolicyReferences(tx, policy); err != nil {
+			if err := egress.CheckPolicyReferences(tx, "network_policy", policy); err != nil {
 				return false, err
 			}
 			if netpolicy.SameContent(cur, policy) {

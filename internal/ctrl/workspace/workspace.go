@@ -25,6 +25,7 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/labels"
 	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
@@ -152,7 +153,7 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 			if err := registered(tx, nodeID); err != nil {
 				return command.Effect{}, err
 			}
-			if err := checkPolicyReferences(tx, policy); err != nil {
+			if err := egress.CheckPolicyReferences(tx, "spec.network_policy", policy); err != nil {
 				return command.Effect{}, err
 			}
 			ref, err := resolveTemplate(tx, "spec.template", spec.GetTemplate())
@@ -191,19 +192,6 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 		s.runner.Kick()
 	}
 	return res, err
-}
-
-// checkPolicyReferences answers not_found for an Egress or Resolver the
-// policy names: EgressService and ResolverService are not built, so none
-// exists yet.
-func checkPolicyReferences(_ *store.Tx, p *ctrlv1.NetworkPolicy) error {
-	if ids := netpolicy.ReferencedEgresses(p); len(ids) > 0 {
-		return apierr.NotFound("egress", ids[0])
-	}
-	if ids := netpolicy.ReferencedResolvers(p); len(ids) > 0 {
-		return apierr.NotFound("resolver", ids[0])
-	}
-	return nil
 }
 
 // bind stores binding b on w: NEW creates the Volume (CREATING, bound), BOUND

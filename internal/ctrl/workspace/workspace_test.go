@@ -125,7 +125,7 @@ func TestCreateValidation(t *testing.T) {
 		{"an Egress that does not exist", with(func(s *ctrlv1.WorkspaceCreateSpec) {
 			s.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
 				Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: "eg-1", Destinations: []string{"10.0.0.0/8"}}}}
-		}), connect.CodeNotFound, ""},
+		}), connect.CodeNotFound, "spec.network_policy.egresses[0].egress_id"},
 		{"bad label value", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Labels = map[string]string{"a": "has space"} }), connect.CodeInvalidArgument, `spec.labels["a"]`},
 		{"expiration in the past", with(func(s *ctrlv1.WorkspaceCreateSpec) {
 			s.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, Deadline: past}

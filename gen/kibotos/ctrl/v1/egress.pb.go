@@ -182,11 +182,14 @@ type Egress struct {
 	// spec is returned without password.
 	Spec *EgressSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	// revision starts at one and increases with every update.
-	Revision      uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	Deleted       bool                   `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Revision  uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Deleted   bool                   `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	Labels    map[string]string      `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// password_set says spec.password is stored, since it is never returned.
+	// (designed here)
+	PasswordSet   bool `protobuf:"varint,8,opt,name=password_set,json=passwordSet,proto3" json:"password_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -268,6 +271,13 @@ func (x *Egress) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *Egress) GetPasswordSet() bool {
+	if x != nil {
+		return x.PasswordSet
+	}
+	return false
 }
 
 type CreateEgressRequest struct {
@@ -806,7 +816,7 @@ const file_kibotos_ctrl_v1_egress_proto_rawDesc = "" +
 	"\busername\x18\x05 \x01(\tR\busername\x12\x1a\n" +
 	"\bpassword\x18\x06 \x01(\tR\bpassword\x12\x1f\n" +
 	"\vudp_enabled\x18\a \x01(\bR\n" +
-	"udpEnabled\"\xfa\x02\n" +
+	"udpEnabled\"\x9d\x03\n" +
 	"\x06Egress\x12\x1b\n" +
 	"\tegress_id\x18\x01 \x01(\tR\begressId\x12/\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1b.kibotos.ctrl.v1.EgressSpecR\x04spec\x12\x1a\n" +
@@ -816,7 +826,8 @@ const file_kibotos_ctrl_v1_egress_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
 	"\adeleted\x18\x06 \x01(\bR\adeleted\x12;\n" +
-	"\x06labels\x18\a \x03(\v2#.kibotos.ctrl.v1.Egress.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\a \x03(\v2#.kibotos.ctrl.v1.Egress.LabelsEntryR\x06labels\x12!\n" +
+	"\fpassword_set\x18\b \x01(\bR\vpasswordSet\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x02\n" +

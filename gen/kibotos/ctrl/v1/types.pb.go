@@ -4589,8 +4589,12 @@ type ErrorDetail struct {
 	ObservedWorkspace *Workspace `protobuf:"bytes,6,opt,name=observed_workspace,json=observedWorkspace,proto3" json:"observed_workspace,omitempty"`
 	// observed_volume is the same for a Volume.
 	ObservedVolume *Volume `protobuf:"bytes,7,opt,name=observed_volume,json=observedVolume,proto3" json:"observed_volume,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// workspace_ids names the Workspaces whose network policy holds the
+	// refused change back, e.g. those referencing an Egress being deleted.
+	// (designed here)
+	WorkspaceIds  []string `protobuf:"bytes,8,rep,name=workspace_ids,json=workspaceIds,proto3" json:"workspace_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorDetail) Reset() {
@@ -4668,6 +4672,13 @@ func (x *ErrorDetail) GetObservedWorkspace() *Workspace {
 func (x *ErrorDetail) GetObservedVolume() *Volume {
 	if x != nil {
 		return x.ObservedVolume
+	}
+	return nil
+}
+
+func (x *ErrorDetail) GetWorkspaceIds() []string {
+	if x != nil {
+		return x.WorkspaceIds
 	}
 	return nil
 }
@@ -5158,7 +5169,7 @@ const file_kibotos_ctrl_v1_types_proto_rawDesc = "" +
 	" \x03(\v2%.kibotos.ctrl.v1.Transfer.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x02\n" +
 	"\vErrorDetail\x123\n" +
 	"\x05stage\x18\x01 \x01(\x0e2\x1d.kibotos.ctrl.v1.FailureStageR\x05stage\x126\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x1e.kibotos.ctrl.v1.FailureReasonR\x06reason\x12\x1c\n" +
@@ -5167,7 +5178,8 @@ const file_kibotos_ctrl_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x05 \x01(\tR\tcommandId\x12I\n" +
 	"\x12observed_workspace\x18\x06 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\x11observedWorkspace\x12@\n" +
-	"\x0fobserved_volume\x18\a \x01(\v2\x17.kibotos.ctrl.v1.VolumeR\x0eobservedVolume\"\x97\x01\n" +
+	"\x0fobserved_volume\x18\a \x01(\v2\x17.kibotos.ctrl.v1.VolumeR\x0eobservedVolume\x12#\n" +
+	"\rworkspace_ids\x18\b \x03(\tR\fworkspaceIds\"\x97\x01\n" +
 	"\x19WorkspaceExpirationPolicy\x12B\n" +
 	"\x06action\x18\x01 \x01(\x0e2*.kibotos.ctrl.v1.WorkspaceExpirationActionR\x06action\x126\n" +
 	"\bdeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"u\n" +
