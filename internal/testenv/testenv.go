@@ -36,6 +36,7 @@ type Cluster struct {
 	Ctrl       *ctrl.Server
 	Volumes    ctrlv1connect.VolumeServiceClient
 	Workspaces ctrlv1connect.WorkspaceServiceClient
+	Egresses   ctrlv1connect.EgressServiceClient
 	Nodes      operatorv1connect.NodeRegistrationServiceClient
 	Enrollment operatorv1connect.EnrollmentServiceClient
 	log        *slog.Logger
@@ -87,6 +88,7 @@ func New(t testing.TB, opts ...Option) *Cluster {
 		Ctrl:       srv,
 		Volumes:    ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Workspaces: ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
+		Egresses:   ctrlv1connect.NewEgressServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Nodes:      operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
 		Enrollment: operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
 		log:        cfg.Logger,

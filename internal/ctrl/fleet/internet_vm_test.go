@@ -36,9 +36,9 @@ var (
 	deniedHosts  = []netip.Addr{netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("100.64.0.1"), netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("fd00::1")}
 )
 
-func newInternet(t *testing.T) *internet {
+func newInternet(t *testing.T, more ...netip.Addr) *internet {
 	t.Helper()
-	hosts := append([]netip.Addr{echoHost, echoHostV6, otherHost, resolverHost}, deniedHosts...)
+	hosts := append(append([]netip.Addr{echoHost, echoHostV6, otherHost, resolverHost}, deniedHosts...), more...)
 	inet := &internet{Internet: testnet.New(t, hosts...), accepted: map[string]*atomic.Int32{}}
 	for _, h := range append([]netip.Addr{echoHost, echoHostV6, otherHost}, deniedHosts...) {
 		n := new(atomic.Int32)

@@ -48,6 +48,8 @@ type launchPlan struct {
 	template *storev1.TemplateRevision
 	// node is the only candidate of an ...OnNode command, "" otherwise.
 	node string
+	// egresses are the Egresses its network policy forwards through.
+	egresses []*nodev1.ResolvedEgress
 }
 
 // runPlacement drives create and start: resolve what boots, place the
@@ -153,6 +155,9 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 			}
 		}
 		if wait, err = s.resolve(tx, plan, req); err != nil || wait != "" {
+			return err
+		}
+		if plan.egresses, err = resolvedEgresses(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
 			return err
 		}
 		w.UpdatedAt = timestamppb.New(s.now())
@@ -317,6 +322,7 @@ func (s *Service) startExecution(plan *launchPlan, nodeID, commandID string) *no
 		Vcpus: max(vcpus, 1), MemoryBytes: res.GetMemoryBytes(),
 		Hostname:      plan.w.GetWorkspaceId(),
 		NetworkPolicy: plan.w.GetSpec().GetNetworkPolicy(),
+		Egresses:      plan.egresses,
 	}
 	if plan.volume != nil {
 		start.Volume = volumeRef(plan.volume)
@@ -442,4 +448,19 @@ func forgetRemovedLayer(tx *store.Tx, start *nodev1.StartExecution, answer *flee
 		return nil
 	}
 	return tx.PutRuntime(rt)
+}
+
+// resolvedEgresses are the Egresses policy forwards through as ctrl holds
+// them (passwords included), for the node that enforces it. Admission
+// checked they exist, and one a policy names cannot be deleted.
+func resolvedEgresses(tx *store.Tx, policy *ctrlv1.NetworkPolicy) ([]*nodev1.ResolvedEgress, error) {
+	var out []*nodev1.ResolvedEgress
+	for _, e := range policy.GetEgresses() {
+		r, err := tx.GetEgress(e.GetEgressId(), false)
+		if err != nil {
+			return nil, fmt.Errorf("egress %s of the network policy: %w", e.GetEgressId(), err)
+		}
+		out = append(out, &nodev1.ResolvedEgress{EgressId: e.GetEgressId(), Revision: r.Egress.GetRevision(), Spec: r.Egress.GetSpec()})
+	}
+	return out, nil
 }

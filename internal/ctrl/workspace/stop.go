@@ -103,9 +103,13 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	id := wk.Command().GetTargetId()
 	var w *ctrlv1.Workspace
 	var rt *storev1.WorkspaceRuntime
+	var egresses []*nodev1.ResolvedEgress
 	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
 		if w, err = get(tx, id, false); err != nil {
+			return err
+		}
+		if egresses, err = resolvedEgresses(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
 			return err
 		}
 		rt, err = tx.GetRuntime(id, false)
@@ -130,7 +134,8 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	}
 	instance := rt.GetInstanceId()
 	answer, err := s.fleet.Await(ctx, wk, "network", rt.GetNodeId(),
-		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy(), DrainSeconds: drain}, ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK)
+		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy(), Egresses: egresses, DrainSeconds: drain},
+		ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK)
 	if answer == nil || err != nil {
 		return err
 	}

@@ -1,0 +1,96 @@
+package fleet_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"connectrpc.com/connect"
+	socks5 "github.com/armon/go-socks5"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testenv/testnet"
+)
+
+// A caller's SOCKS5 proxy (with a password) at a public address of a test
+// internet, which alone reaches a private host there, as a caller's
+// network would. It counts the connections it was asked to make.
+func startSOCKS5(t *testing.T, inet *testnet.Internet, at netip.AddrPort) *atomic.Int32 {
+	t.Helper()
+	var dials atomic.Int32
+	srv, err := socks5.New(&socks5.Config{
+		Credentials: socks5.StaticCredentials{"caller": "s3cret"},
+		Dial: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			dials.Add(1)
+			err = inet.Run(func() error {
+				var d net.Dialer
+				c, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := inet.Listen(t, "tcp", at.String())
+	go func() { _ = srv.Serve(ln) }()
+	return &dials
+}
+
+// Through an Egress, from inside a real guest: a TCP connection whose
+// destination the policy's egresses entry covers leaves through the
+// caller's SOCKS5 proxy (with its password), to a private address the hard
+// deny would refuse directly; an echo to it is refused at once; a private
+// address the entry does not cover is still refused, and what no entry
+// covers still leaves directly.
+func TestAnEgressForwardsFromAGuest(t *testing.T) {
+	e := newVMEnv(t)
+	proxyAt := netip.MustParseAddrPort("8.8.8.8:1080")
+	private := netip.MustParseAddr("10.1.2.3")
+	inet := newInternet(t, proxyAt.Addr(), private)
+	dials := startSOCKS5(t, inet.Internet, proxyAt)
+	n := new(atomic.Int32)
+	inet.accepted[private.String()] = n
+	go serveEcho(inet.Listen(t, "tcp", netip.AddrPortFrom(private, 80).String()), n)
+	e.startInternetNode(inet)
+
+	eg, err := e.c.Egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{
+		Command: cmd("egress-1"),
+		Spec: &ctrlv1.EgressSpec{Protocol: ctrlv1.EgressProtocol_EGRESS_PROTOCOL_SOCKS5, Endpoint: proxyAt.String(),
+			Username: "caller", Password: "s3cret"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := createRequest("create-egress")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{
+		Mode:     ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+		Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: eg.Msg.GetEgress().GetEgressId(), Destinations: []string{"10.1.2.3/32"}}},
+	}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	if w := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); w.GetNetworkPolicyStatus().GetAppliedRevision() != 1 {
+		t.Errorf("network_policy_status %v, want revision 1 confirmed", w.GetNetworkPolicyStatus())
+	}
+
+	if out, code := e.c.Exec(t, id, "sh", "-c", "echo forwarded | nc -w 10 10.1.2.3 80"); code != 0 || out != "forwarded\n" {
+		t.Errorf("TCP to the destination the Egress covers: exit %d %q", code, out)
+	}
+	if dials.Load() != 1 || n.Load() != 1 {
+		t.Errorf("the proxy made %d connections and the private host accepted %d, want 1 each", dials.Load(), n.Load())
+	}
+	if _, code := e.c.Exec(t, id, "ping", "-c", "1", "-W", "10", "10.1.2.3"); code == 0 {
+		t.Error("ping of a forwarded destination was answered")
+	}
+	out, _ := e.c.Exec(t, id, "sh", "-c", "nc -w 10 10.99.0.1 80 </dev/null; echo nc=$?; echo direct | nc -w 10 8.8.4.4 80")
+	if !strings.Contains(out, "Connection refused") || !strings.Contains(out, "direct") || dials.Load() != 1 {
+		t.Errorf("an uncovered private host and a public one: %q (proxy dials %d), want the first refused, the second direct", out, dials.Load())
+	}
+}
