@@ -437,6 +437,11 @@ func (e *vmSet) reports() (reports []*nodev1.ExecutionReport, endedIDs []string)
 			}
 			if x.net != nil {
 				r.NetworkDrainingRevision = x.net.Draining()
+				for _, f := range x.net.EgressFaults() {
+					r.EgressFaults = append(r.EgressFaults, &nodev1.EgressFault{
+						EgressId: f.EgressID, Kind: f.Kind, FailingSince: timestamppb.New(f.Since), Message: f.Message,
+					})
+				}
 			}
 			if v := x.rec.Volume; v != nil {
 				// Judged by judgeVolumes, outside the lock.

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	socks5 "github.com/armon/go-socks5"
+	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/testenv/testnet"
@@ -93,4 +94,71 @@ func TestAnEgressForwardsFromAGuest(t *testing.T) {
 	if !strings.Contains(out, "Connection refused") || !strings.Contains(out, "direct") || dials.Load() != 1 {
 		t.Errorf("an uncovered private host and a public one: %q (proxy dials %d), want the first refused, the second direct", out, dials.Load())
 	}
+}
+
+// An Egress whose endpoint does not answer: the guest's connection is
+// reset (never left directly), and the Workspace's egress_observations
+// report ENDPOINT_UNREACHABLE with the run's failing_since, unchanged
+// while the failures go on; the first connection the Egress makes once its
+// proxy is up clears it.
+func TestAnEgressFaultIsObservedUntilItsNextSuccess(t *testing.T) {
+	e := newVMEnv(t)
+	proxyAt := netip.MustParseAddrPort("8.8.8.8:1080")
+	private := netip.MustParseAddr("10.1.2.3")
+	inet := newInternet(t, proxyAt.Addr(), private)
+	n := new(atomic.Int32)
+	inet.accepted[private.String()] = n
+	go serveEcho(inet.Listen(t, "tcp", netip.AddrPortFrom(private, 80).String()), n)
+	e.startInternetNode(inet)
+	eg, err := e.c.Egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{
+		Command: cmd("egress-down"),
+		Spec: &ctrlv1.EgressSpec{Protocol: ctrlv1.EgressProtocol_EGRESS_PROTOCOL_SOCKS5, Endpoint: proxyAt.String(),
+			Username: "caller", Password: "s3cret"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressID := eg.Msg.GetEgress().GetEgressId()
+	req := createRequest("create-egress-down")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{
+		Mode:     ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+		Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{"10.1.2.0/24"}}},
+	}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+
+	nc := "nc -w 10 10.1.2.3 80 </dev/null; echo nc=$?"
+	if out, _ := e.c.Exec(t, id, "sh", "-c", nc); !strings.Contains(out, "Connection refused") || n.Load() != 0 {
+		t.Errorf("TCP through an Egress that is down: %q, want a reset and nothing reached", out)
+	}
+	var first *ctrlv1.EgressObservation
+	waitLong(t, "the fault observed", func() bool {
+		obs := e.workspace(id).GetEgressObservations()
+		if len(obs) == 1 {
+			first = obs[0]
+		}
+		return first != nil
+	})
+	if first.GetEgressId() != egressID || first.GetKind() != ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_ENDPOINT_UNREACHABLE ||
+		first.GetFailingSince() == nil || first.GetObservedAt() == nil {
+		t.Errorf("egress observation %v, want ENDPOINT_UNREACHABLE with failing_since and observed_at", first)
+	}
+	_, _ = e.c.Exec(t, id, "sh", "-c", nc)
+	version := e.c.Registration(t, "node-a").GetObservation().GetObservationVersion()
+	waitLong(t, "two more observations", func() bool {
+		return e.c.Registration(t, "node-a").GetObservation().GetObservationVersion() >= version+2
+	})
+	if obs := e.workspace(id).GetEgressObservations(); len(obs) != 1 || !proto.Equal(obs[0], first) {
+		t.Errorf("egress observations while the failures go on: %v, want %v unchanged", obs, first)
+	}
+
+	startSOCKS5(t, inet.Internet, proxyAt)
+	if out, code := e.c.Exec(t, id, "sh", "-c", "echo up | nc -w 10 10.1.2.3 80"); code != 0 || out != "up\n" {
+		t.Errorf("TCP once the proxy is up: exit %d %q", code, out)
+	}
+	waitLong(t, "the fault cleared", func() bool { return len(e.workspace(id).GetEgressObservations()) == 0 })
 }

@@ -74,6 +74,7 @@ func (s *Service) failReleased(tx *store.Tx, w *ctrlv1.Workspace, failure *ctrlv
 	w.Failure = proto.Clone(failure).(*ctrlv1.WorkspaceFailure)
 	w.GuestObservation = nil
 	w.NetworkPolicyStatus = nil
+	w.EgressObservations = nil
 	w.UpdatedAt = timestamppb.New(s.now())
 	return tx.PutWorkspace(w)
 }

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -71,6 +72,7 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 		// Connections a policy change refused close as their drain ends.
 		st.DrainingRevision = r.GetNetworkDrainingRevision()
 	}
+	w.EgressObservations = egressObservations(w.GetEgressObservations(), r.GetEgressFaults(), s.now())
 	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
 }
 
@@ -188,4 +190,24 @@ func (s *Service) Execution(ctx context.Context, workspaceID string) (w *ctrlv1.
 		return err
 	})
 	return w, nodeID, instance, err
+}
+
+// egressObservations are the node's current Egress faults as the
+// Workspace reports them: an observation stays as it was (observed_at
+// included) while its run of failures goes on, a new run is observed now,
+// and an Egress the node no longer reports failing has none.
+func egressObservations(prev []*ctrlv1.EgressObservation, faults []*nodev1.EgressFault, now time.Time) []*ctrlv1.EgressObservation {
+	var out []*ctrlv1.EgressObservation
+	for _, f := range faults {
+		i := slices.IndexFunc(prev, func(o *ctrlv1.EgressObservation) bool {
+			return o.GetEgressId() == f.GetEgressId() && o.GetKind() == f.GetKind() && o.GetFailingSince().AsTime().Equal(f.GetFailingSince().AsTime())
+		})
+		if i >= 0 {
+			out = append(out, prev[i])
+			continue
+		}
+		out = append(out, &ctrlv1.EgressObservation{EgressId: f.GetEgressId(), Kind: f.GetKind(), FailingSince: f.GetFailingSince(),
+			ObservedAt: timestamppb.New(now), Message: f.GetMessage()})
+	}
+	return out
 }

@@ -89,6 +89,7 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 	w.LastStop = stop
 	w.GuestObservation = nil
 	w.NetworkPolicyStatus = nil
+	w.EgressObservations = nil
 	w.UpdatedAt = timestamppb.New(s.now())
 	return tx.PutWorkspace(w)
 }

@@ -59,6 +59,9 @@ type Attachment interface {
 	// open though a later revision refused them (they close when their
 	// drain ends); zero when none are.
 	Draining() uint64
+	// EgressFaults are the Egresses whose connections fail now, each with
+	// the run of failures it is in; an Egress's next success clears it.
+	EgressFaults() []EgressFault
 	// Release undoes what Attach made; it is idempotent.
 	Release() error
 }
@@ -102,6 +105,15 @@ type Addressing struct {
 	// default gateway (link-local or in AddressV6); zero: no IPv6.
 	AddressV6 netip.Prefix
 	GatewayV6 netip.Addr
+}
+
+// EgressFault is the current run of failures of one Egress.
+type EgressFault struct {
+	EgressID string
+	Kind     ctrlv1.EgressObservationKind
+	// Since is when the run began, on this host's clock.
+	Since   time.Time
+	Message string // the latest failure
 }
 
 // Unenforceable is a policy an implementation cannot apply.

@@ -630,6 +630,76 @@ func (x *ApplyNetworkPolicy) GetDrainSeconds() uint32 {
 	return 0
 }
 
+// EgressFault is the current run of failures of one Egress on a node.
+type EgressFault struct {
+	state    protoimpl.MessageState   `protogen:"open.v1"`
+	EgressId string                   `protobuf:"bytes,1,opt,name=egress_id,json=egressId,proto3" json:"egress_id,omitempty"`
+	Kind     v1.EgressObservationKind `protobuf:"varint,2,opt,name=kind,proto3,enum=kibotos.ctrl.v1.EgressObservationKind" json:"kind,omitempty"`
+	// failing_since is when the run began, on the node's clock.
+	FailingSince  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressFault) Reset() {
+	*x = EgressFault{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressFault) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressFault) ProtoMessage() {}
+
+func (x *EgressFault) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressFault.ProtoReflect.Descriptor instead.
+func (*EgressFault) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EgressFault) GetEgressId() string {
+	if x != nil {
+		return x.EgressId
+	}
+	return ""
+}
+
+func (x *EgressFault) GetKind() v1.EgressObservationKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v1.EgressObservationKind(0)
+}
+
+func (x *EgressFault) GetFailingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailingSince
+	}
+	return nil
+}
+
+func (x *EgressFault) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // ResolvedEgress is one Egress a network policy names, at the revision ctrl
 // holds: the node forwards through it. Its spec carries the password, which
 // only ctrl and the node running the execution ever hold.
@@ -644,7 +714,7 @@ type ResolvedEgress struct {
 
 func (x *ResolvedEgress) Reset() {
 	*x = ResolvedEgress{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +726,7 @@ func (x *ResolvedEgress) String() string {
 func (*ResolvedEgress) ProtoMessage() {}
 
 func (x *ResolvedEgress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +739,7 @@ func (x *ResolvedEgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedEgress.ProtoReflect.Descriptor instead.
 func (*ResolvedEgress) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ResolvedEgress) GetEgressId() string {
@@ -706,7 +776,7 @@ type ApplyNetworkPolicyResult struct {
 
 func (x *ApplyNetworkPolicyResult) Reset() {
 	*x = ApplyNetworkPolicyResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +788,7 @@ func (x *ApplyNetworkPolicyResult) String() string {
 func (*ApplyNetworkPolicyResult) ProtoMessage() {}
 
 func (x *ApplyNetworkPolicyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +801,7 @@ func (x *ApplyNetworkPolicyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyNetworkPolicyResult.ProtoReflect.Descriptor instead.
 func (*ApplyNetworkPolicyResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApplyNetworkPolicyResult) GetAppliedRevision() uint64 {
@@ -759,7 +829,7 @@ type StopResult struct {
 
 func (x *StopResult) Reset() {
 	*x = StopResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +841,7 @@ func (x *StopResult) String() string {
 func (*StopResult) ProtoMessage() {}
 
 func (x *StopResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +854,7 @@ func (x *StopResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResult.ProtoReflect.Descriptor instead.
 func (*StopResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StopResult) GetDurable() bool {
@@ -825,6 +895,9 @@ type ExecutionReport struct {
 	// network_draining_revision is the execution network's draining revision
 	// (ApplyNetworkPolicyResult.draining_revision), as it is now.
 	NetworkDrainingRevision uint64 `protobuf:"varint,10,opt,name=network_draining_revision,json=networkDrainingRevision,proto3" json:"network_draining_revision,omitempty"`
+	// egress_faults are the Egresses of the execution's policy whose
+	// connections fail now, each with its current run of failures.
+	EgressFaults []*EgressFault `protobuf:"bytes,11,rep,name=egress_faults,json=egressFaults,proto3" json:"egress_faults,omitempty"`
 	// volume is the node's judgment of the Volume the running execution has
 	// attached, which makes the node the Volume's holder; absent without a
 	// Volume. (Numbered from 20: the fields after memory are left to
@@ -836,7 +909,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +921,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +934,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecutionReport) GetInstanceId() string {
@@ -934,6 +1007,13 @@ func (x *ExecutionReport) GetNetworkDrainingRevision() uint64 {
 	return 0
 }
 
+func (x *ExecutionReport) GetEgressFaults() []*EgressFault {
+	if x != nil {
+		return x.EgressFaults
+	}
+	return nil
+}
+
 func (x *ExecutionReport) GetVolume() *VolumeReport {
 	if x != nil {
 		return x.Volume
@@ -962,7 +1042,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1054,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1067,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VolumeReport) GetRef() *BlockFileRef {
@@ -1029,7 +1109,7 @@ type FetchArtifactRequest struct {
 
 func (x *FetchArtifactRequest) Reset() {
 	*x = FetchArtifactRequest{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1121,7 @@ func (x *FetchArtifactRequest) String() string {
 func (*FetchArtifactRequest) ProtoMessage() {}
 
 func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1134,7 @@ func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactRequest.ProtoReflect.Descriptor instead.
 func (*FetchArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FetchArtifactRequest) GetDigest() string {
@@ -1082,7 +1162,7 @@ type FetchArtifactResponse struct {
 
 func (x *FetchArtifactResponse) Reset() {
 	*x = FetchArtifactResponse{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1174,7 @@ func (x *FetchArtifactResponse) String() string {
 func (*FetchArtifactResponse) ProtoMessage() {}
 
 func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1187,7 @@ func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactResponse.ProtoReflect.Descriptor instead.
 func (*FetchArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FetchArtifactResponse) GetOffset() uint64 {
@@ -1181,7 +1261,12 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"instanceId\x12E\n" +
 	"\x0enetwork_policy\x18\x02 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12;\n" +
 	"\begresses\x18\x04 \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\begresses\x12#\n" +
-	"\rdrain_seconds\x18\x03 \x01(\rR\fdrainSeconds\"z\n" +
+	"\rdrain_seconds\x18\x03 \x01(\rR\fdrainSeconds\"\xc1\x01\n" +
+	"\vEgressFault\x12\x1b\n" +
+	"\tegress_id\x18\x01 \x01(\tR\begressId\x12:\n" +
+	"\x04kind\x18\x02 \x01(\x0e2&.kibotos.ctrl.v1.EgressObservationKindR\x04kind\x12?\n" +
+	"\rfailing_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"z\n" +
 	"\x0eResolvedEgress\x12\x1b\n" +
 	"\tegress_id\x18\x01 \x01(\tR\begressId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12/\n" +
@@ -1192,7 +1277,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xef\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xb2\x04\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1209,7 +1294,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\vcoming_back\x18\t \x01(\bR\n" +
 	"comingBack\x12:\n" +
 	"\x19network_draining_revision\x18\n" +
-	" \x01(\x04R\x17networkDrainingRevision\x125\n" +
+	" \x01(\x04R\x17networkDrainingRevision\x12A\n" +
+	"\regress_faults\x18\v \x03(\v2\x1c.kibotos.node.v1.EgressFaultR\fegressFaults\x125\n" +
 	"\x06volume\x18\x14 \x01(\v2\x1d.kibotos.node.v1.VolumeReportR\x06volume\"\x9a\x01\n" +
 	"\fVolumeReport\x12/\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x18\n" +
@@ -1244,7 +1330,7 @@ func file_kibotos_node_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(ExecutionEnd)(0),                // 0: kibotos.node.v1.ExecutionEnd
 	(*Artifact)(nil),                 // 1: kibotos.node.v1.Artifact
@@ -1253,40 +1339,45 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*StartFailure)(nil),             // 4: kibotos.node.v1.StartFailure
 	(*StopExecution)(nil),            // 5: kibotos.node.v1.StopExecution
 	(*ApplyNetworkPolicy)(nil),       // 6: kibotos.node.v1.ApplyNetworkPolicy
-	(*ResolvedEgress)(nil),           // 7: kibotos.node.v1.ResolvedEgress
-	(*ApplyNetworkPolicyResult)(nil), // 8: kibotos.node.v1.ApplyNetworkPolicyResult
-	(*StopResult)(nil),               // 9: kibotos.node.v1.StopResult
-	(*ExecutionReport)(nil),          // 10: kibotos.node.v1.ExecutionReport
-	(*VolumeReport)(nil),             // 11: kibotos.node.v1.VolumeReport
-	(*FetchArtifactRequest)(nil),     // 12: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),    // 13: kibotos.node.v1.FetchArtifactResponse
-	(*BlockFileRef)(nil),             // 14: kibotos.node.v1.BlockFileRef
-	(*v1.NetworkPolicy)(nil),         // 15: kibotos.ctrl.v1.NetworkPolicy
-	(*v1.EgressSpec)(nil),            // 16: kibotos.ctrl.v1.EgressSpec
-	(*v11.MemoryReport)(nil),         // 17: kibotos.guest.v1.MemoryReport
+	(*EgressFault)(nil),              // 7: kibotos.node.v1.EgressFault
+	(*ResolvedEgress)(nil),           // 8: kibotos.node.v1.ResolvedEgress
+	(*ApplyNetworkPolicyResult)(nil), // 9: kibotos.node.v1.ApplyNetworkPolicyResult
+	(*StopResult)(nil),               // 10: kibotos.node.v1.StopResult
+	(*ExecutionReport)(nil),          // 11: kibotos.node.v1.ExecutionReport
+	(*VolumeReport)(nil),             // 12: kibotos.node.v1.VolumeReport
+	(*FetchArtifactRequest)(nil),     // 13: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),    // 14: kibotos.node.v1.FetchArtifactResponse
+	(*BlockFileRef)(nil),             // 15: kibotos.node.v1.BlockFileRef
+	(*v1.NetworkPolicy)(nil),         // 16: kibotos.ctrl.v1.NetworkPolicy
+	(v1.EgressObservationKind)(0),    // 17: kibotos.ctrl.v1.EgressObservationKind
 	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
+	(*v1.EgressSpec)(nil),            // 19: kibotos.ctrl.v1.EgressSpec
+	(*v11.MemoryReport)(nil),         // 20: kibotos.guest.v1.MemoryReport
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
 	1,  // 1: kibotos.node.v1.StartExecution.initrd:type_name -> kibotos.node.v1.Artifact
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
-	14, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
-	14, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
-	15, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	7,  // 6: kibotos.node.v1.StartExecution.egresses:type_name -> kibotos.node.v1.ResolvedEgress
-	15, // 7: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	7,  // 8: kibotos.node.v1.ApplyNetworkPolicy.egresses:type_name -> kibotos.node.v1.ResolvedEgress
-	16, // 9: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	0,  // 10: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	17, // 11: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	18, // 12: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
-	11, // 13: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
-	14, // 14: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	15, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
+	15, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
+	16, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	8,  // 6: kibotos.node.v1.StartExecution.egresses:type_name -> kibotos.node.v1.ResolvedEgress
+	16, // 7: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	8,  // 8: kibotos.node.v1.ApplyNetworkPolicy.egresses:type_name -> kibotos.node.v1.ResolvedEgress
+	17, // 9: kibotos.node.v1.EgressFault.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	18, // 10: kibotos.node.v1.EgressFault.failing_since:type_name -> google.protobuf.Timestamp
+	19, // 11: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	0,  // 12: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
+	20, // 13: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	18, // 14: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
+	7,  // 15: kibotos.node.v1.ExecutionReport.egress_faults:type_name -> kibotos.node.v1.EgressFault
+	12, // 16: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	15, // 17: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
@@ -1301,7 +1392,7 @@ func file_kibotos_node_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_execution_proto_rawDesc), len(file_kibotos_node_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -70,6 +70,9 @@ func (attachment) Apply(_ context.Context, policy netslot.Policy, _ time.Duratio
 // Draining implements netslot.Attachment.
 func (attachment) Draining() uint64 { return 0 }
 
+// EgressFaults implements netslot.Attachment: usernet forwards nowhere.
+func (attachment) EgressFaults() []netslot.EgressFault { return nil }
+
 // Started implements netslot.Attachment: the network is inside the VMM.
 func (attachment) Started(string) {}
 

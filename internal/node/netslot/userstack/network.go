@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,11 +78,13 @@ func (n *Network) Attach(_ context.Context, instanceID string, pol netslot.Polic
 		return a, nil
 	}
 	log := n.cfg.Log.With("instance_id", instanceID)
-	s, err := New(Config{Policy: p, Revision: rev, Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Egresses: dialers, Log: log})
+	a := &attachment{net: n, id: instanceID, log: log, done: make(chan struct{}), faults: map[string]*netslot.EgressFault{}}
+	s, err := New(Config{Policy: p, Revision: rev, Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Egresses: dialers,
+		EgressResult: a.egressResult, Log: log})
 	if err != nil {
 		return nil, err
 	}
-	a := &attachment{net: n, id: instanceID, slot: s, log: log, done: make(chan struct{})}
+	a.slot = s
 	n.slots[instanceID] = a
 	return a, nil
 }
@@ -123,6 +127,43 @@ type attachment struct {
 	once    sync.Once
 	done    chan struct{} // closed by Release
 	carried sync.WaitGroup
+
+	mu     sync.Mutex
+	faults map[string]*netslot.EgressFault // egress_id → its current run of failures
+}
+
+// egressResult follows each Egress's run of failures: a fault of the
+// Egress starts or continues one (a new kind starts a new run), and a
+// connection it made clears it. A destination the Egress reports
+// unreachable is the Egress working.
+func (a *attachment) egressResult(egressID string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var fault *egress.Error
+	if !errors.As(err, &fault) {
+		if err == nil || errors.Is(err, egress.ErrDestination) {
+			delete(a.faults, egressID)
+		}
+		return
+	}
+	kind := fault.Kind.Observation()
+	if f := a.faults[egressID]; f != nil && f.Kind == kind {
+		f.Message = err.Error()
+		return
+	}
+	a.faults[egressID] = &netslot.EgressFault{EgressID: egressID, Kind: kind, Since: time.Now(), Message: err.Error()}
+}
+
+// EgressFaults implements netslot.Attachment, ordered by egress_id.
+func (a *attachment) EgressFaults() []netslot.EgressFault {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]netslot.EgressFault, 0, len(a.faults))
+	for _, f := range a.faults {
+		out = append(out, *f)
+	}
+	slices.SortFunc(out, func(x, y netslot.EgressFault) int { return strings.Compare(x.EgressID, y.EgressID) })
+	return out
 }
 
 // Device implements netslot.Attachment.
