@@ -77,8 +77,10 @@ func TestAnEgressForwardsFromAGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
-	if w := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); w.GetNetworkPolicyStatus().GetAppliedRevision() != 1 {
-		t.Errorf("network_policy_status %v, want revision 1 confirmed", w.GetNetworkPolicyStatus())
+	w := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if st := w.GetNetworkPolicyStatus(); st.GetAppliedRevision() != 1 || len(st.GetEgresses()) != 1 ||
+		st.GetEgresses()[0].GetEgressId() != eg.Msg.GetEgress().GetEgressId() || st.GetEgresses()[0].GetAppliedRevision() != 1 {
+		t.Errorf("network_policy_status %v, want revision 1 confirmed with the Egress at its revision 1", st)
 	}
 
 	if out, code := e.c.Exec(t, id, "sh", "-c", "echo forwarded | nc -w 10 10.1.2.3 80"); code != 0 || out != "forwarded\n" {

@@ -121,8 +121,8 @@ func TestPublicInternetFromAGuest(t *testing.T) {
 		t.Errorf("network_policy_status before any execution: %v, want absent", s)
 	}
 	w := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	if s := w.GetNetworkPolicyStatus(); s.GetAppliedRevision() != 1 || s.GetAppliedAt() == nil {
-		t.Errorf("network_policy_status once AVAILABLE: %v, want revision 1 confirmed", s)
+	if s := w.GetNetworkPolicyStatus(); s.GetAppliedRevision() != 1 || s.GetAppliedAt() == nil || len(s.GetEgresses()) != 0 {
+		t.Errorf("network_policy_status once AVAILABLE: %v, want revision 1 confirmed, no Egress", s)
 	}
 
 	out, code := e.c.Exec(t, id, "sh", "-c", "echo through | nc -w 10 8.8.4.4 80")

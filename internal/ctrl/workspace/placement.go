@@ -375,7 +375,7 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 		}
 		w.NetworkPolicyStatus = nil
 		if rev := status.GetAppliedNetworkPolicyRevision(); rev != 0 {
-			w.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: rev, AppliedAt: timestamppb.New(s.now())}
+			w.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: rev, AppliedAt: timestamppb.New(s.now()), Egresses: egressStatuses(start.GetEgresses())}
 		}
 		w.Generation++
 		w.Failure = nil
@@ -463,4 +463,14 @@ func resolvedEgresses(tx *store.Tx, policy *ctrlv1.NetworkPolicy) ([]*nodev1.Res
 		out = append(out, &nodev1.ResolvedEgress{EgressId: e.GetEgressId(), Revision: r.Egress.GetRevision(), Spec: r.Egress.GetSpec()})
 	}
 	return out, nil
+}
+
+// egressStatuses say, for each Egress of a policy the node confirmed, the
+// revision its new connections use: the one ctrl sent with it.
+func egressStatuses(sent []*nodev1.ResolvedEgress) []*ctrlv1.NetworkPolicyEgressStatus {
+	var out []*ctrlv1.NetworkPolicyEgressStatus
+	for _, e := range sent {
+		out = append(out, &ctrlv1.NetworkPolicyEgressStatus{EgressId: e.GetEgressId(), AppliedRevision: e.GetRevision()})
+	}
+	return out
 }

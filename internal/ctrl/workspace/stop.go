@@ -152,6 +152,7 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	return wk.Succeed(ctx, func(tx *store.Tx) error {
 		return s.setPolicyStatus(tx, id, instance, &ctrlv1.NetworkPolicyStatus{
 			AppliedRevision: result.GetAppliedRevision(), AppliedAt: timestamppb.New(s.now()), DrainingRevision: result.GetDrainingRevision(),
+			Egresses: egressStatuses(egresses),
 		})
 	})
 }
