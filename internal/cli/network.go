@@ -9,25 +9,27 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
-// networkFlags are a NetworkPolicy as a person writes it: a mode and the
-// addresses narrowing it. Egresses and Resolvers are not built, so they
-// take no flags yet.
+// networkFlags are a NetworkPolicy as a person writes it: a mode, the
+// addresses narrowing it and the destinations forwarded through an Egress.
+// Resolvers take no flag yet (the node does not forward to them).
 type networkFlags struct {
 	mode        string
 	allow, deny []string
+	egresses    []string // EGRESS_ID=DEST[,DEST...]
 }
 
 func (f *networkFlags) register(c *cobra.Command, modeHelp string) {
 	c.Flags().StringVar(&f.mode, "network", "", modeHelp)
 	c.Flags().StringSliceVar(&f.allow, "allow", nil, "with --network public-internet: addresses or CIDRs admitted even when --deny covers them (repeatable)")
 	c.Flags().StringSliceVar(&f.deny, "deny", nil, "with --network public-internet: addresses or CIDRs refused (repeatable)")
+	c.Flags().StringArrayVar(&f.egresses, "egress", nil, "with --network public-internet: EGRESS_ID=CIDR[,CIDR...], TCP to those destinations leaves through that Egress (kibotos egress create)")
 }
 
 // policy is the NetworkPolicy asked for; nil when no flag was given.
 func (f *networkFlags) policy() (*ctrlv1.NetworkPolicy, error) {
 	if f.mode == "" {
-		if len(f.allow) > 0 || len(f.deny) > 0 {
-			return nil, fmt.Errorf("--allow and --deny narrow a --network mode: give --network public-internet")
+		if len(f.allow) > 0 || len(f.deny) > 0 || len(f.egresses) > 0 {
+			return nil, fmt.Errorf("--allow, --deny and --egress narrow a --network mode: give --network public-internet")
 		}
 		return nil, nil
 	}
@@ -35,5 +37,13 @@ func (f *networkFlags) policy() (*ctrlv1.NetworkPolicy, error) {
 	if !ok || v == 0 {
 		return nil, fmt.Errorf("--network %q: want deny-all or public-internet", f.mode)
 	}
-	return &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode(v), Allow: f.allow, Deny: f.deny}, nil
+	p := &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode(v), Allow: f.allow, Deny: f.deny}
+	for _, e := range f.egresses {
+		id, dests, ok := strings.Cut(e, "=")
+		if !ok || id == "" || dests == "" {
+			return nil, fmt.Errorf("--egress %q: want EGRESS_ID=CIDR[,CIDR...]", e)
+		}
+		p.Egresses = append(p.Egresses, &ctrlv1.NetworkPolicyEgress{EgressId: id, Destinations: strings.Split(dests, ",")})
+	}
+	return p, nil
 }

@@ -26,7 +26,7 @@ APPLIED, never by a command having returned: APPLIED below REVISION means a
 change was issued and is not confirmed yet. DRAINING is the earliest
 revision whose connections still keep their old path (set's --drain-seconds).`
 
-var networkHeader = []string{"WORKSPACE", "MODE", "REVISION", "APPLIED", "ALLOW", "DENY", "DRAINING"}
+var networkHeader = []string{"WORKSPACE", "MODE", "REVISION", "APPLIED", "ALLOW", "DENY", "EGRESSES", "DRAINING"}
 
 // networkRow is a Workspace's policy, asked for and confirmed. The mode is
 // spelt as --network takes it.
@@ -48,8 +48,18 @@ func networkRow(w *ctrlv1.Workspace) []string {
 		applied,
 		or(strings.Join(p.GetAllow(), ","), "-"),
 		or(strings.Join(p.GetDeny(), ","), "-"),
+		or(egressesText(p.GetEgresses()), "-"),
 		draining,
 	}
+}
+
+// egressesText is the policy's egresses as --egress takes them.
+func egressesText(es []*ctrlv1.NetworkPolicyEgress) string {
+	parts := make([]string, 0, len(es))
+	for _, e := range es {
+		parts = append(parts, e.GetEgressId()+"="+strings.Join(e.GetDestinations(), ","))
+	}
+	return strings.Join(parts, " ")
 }
 
 func newWorkspaceNetworkCommand(out *outputFlag) *cobra.Command {

@@ -166,6 +166,16 @@ func VMProcess(runDir string) int {
 // its output and exit code (-1 when the stream ended without one).
 func (c *Cluster) Exec(t testing.TB, id string, argv ...string) (string, int32) {
 	t.Helper()
+	out, code, err := c.TryExec(id, argv...)
+	if err != nil {
+		t.Fatalf("exec %v: %v", argv, err)
+	}
+	return out, code
+}
+
+// TryExec is Exec returning the stream's error (unavailable while a
+// restarted node agent has not reached the guest yet, for one).
+func (c *Cluster) TryExec(id string, argv ...string) (string, int32, error) {
 	processes := ctrlv1connect.NewProcessServiceClient(http.DefaultClient, c.Ctrl.Client.WorkspaceEndpoint,
 		connect.WithInterceptors(auth.Bearer(c.Ctrl.Client.Token)))
 	stream, err := processes.ExecProcess(context.Background(), connect.NewRequest(&ctrlv1.ExecProcessRequest{
@@ -173,7 +183,7 @@ func (c *Cluster) Exec(t testing.TB, id string, argv ...string) (string, int32) 
 		WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: argv},
 	}))
 	if err != nil {
-		t.Fatal(err)
+		return "", -1, err
 	}
 	defer stream.Close()
 	var out strings.Builder
@@ -184,8 +194,5 @@ func (c *Cluster) Exec(t testing.TB, id string, argv ...string) (string, int32) 
 			code = e.GetExitCode()
 		}
 	}
-	if err := stream.Err(); err != nil {
-		t.Fatalf("exec %v: %v", argv, err)
-	}
-	return out.String(), code
+	return out.String(), code, stream.Err()
 }

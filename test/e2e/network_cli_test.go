@@ -111,6 +111,19 @@ func TestCLINetworkGetAndSetOnARealVM(t *testing.T) {
 	if out := strings.TrimSpace(d.mustKibotos(t, "workspace", "network", "get", id, "-q")); out != id {
 		t.Errorf("network get -q: %q", out)
 	}
+
+	// --egress forwards destinations through an Egress: the node applies
+	// it (it sends nothing until the guest dials), and the row shows it.
+	eg := strings.TrimSpace(d.mustKibotos(t, "egress", "create", "--protocol", "socks5", "--endpoint", "192.0.2.10:1080", "-q"))
+	setOut, err := d.command("workspace", "network", "set", id, "--network", "public-internet", "--egress", eg+"=10.0.0.0/8,172.16.0.0/12").Output()
+	if err != nil {
+		t.Fatalf("network set --egress: %v", err)
+	}
+	checkNetworkRow(t, "network set --egress", networkTable(t, string(setOut)),
+		map[string]string{"MODE": "public-internet", "REVISION": "5", "APPLIED": "5", "EGRESSES": eg + "=10.0.0.0/8,172.16.0.0/12"})
+	if out, code := d.kibotos(t, "workspace", "network", "set", id, "--network", "public-internet", "--egress", "nothing"); code == 0 || !strings.Contains(out, "EGRESS_ID=CIDR") {
+		t.Errorf("network set --egress without =: exit %d: %s", code, out)
+	}
 }
 
 // A policy the node cannot apply fails set clearly, and leaves no policy

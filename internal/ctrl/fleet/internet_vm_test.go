@@ -288,8 +288,9 @@ func TestTheNetworkComesBackAfterAnAgentRestart(t *testing.T) {
 	a.Stop(t) // the VM runs on; its network waits for an agent
 	e.startInternetNodeAt(inet, a.StateDir, a.PoolDir)
 	waitLong(t, "TCP through the new agent", func() bool {
-		out, _ := e.c.Exec(t, id, "sh", "-c", "echo two | nc -w 5 8.8.4.4 80")
-		return out == "two\n"
+		// unavailable until the new agent reached the guest's channel
+		out, _, err := e.c.TryExec(id, "sh", "-c", "echo two | nc -w 5 8.8.4.4 80")
+		return err == nil && out == "two\n"
 	})
 	out, _ := e.c.Exec(t, id, "sh", "-c", "nc -w 10 8.8.4.5 80 </dev/null; echo nc=$?")
 	if !strings.Contains(out, "Connection refused") || inet.accepted["8.8.4.5"].Load() != 0 {

@@ -33,7 +33,16 @@ func TestMemoryTightLeavesWhatRunsAlone(t *testing.T) {
 	if got := e.workspace(w.GetWorkspaceId()); got.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 		t.Errorf("the Workspace on the tight node: %v (failure %v), want AVAILABLE", got.GetState(), got.GetFailure())
 	}
-	if out, code := c.Exec(t, w.GetWorkspaceId(), "echo", "still here"); code != 0 || out != "still here\n" {
+	// unavailable (retryable) until the restarted agent reached the
+	// guest's channel, which under TCG on a loaded host can take a while
+	var out string
+	var code int32
+	waitLong(t, "a process in the Workspace on the tight node", func() bool {
+		var err error
+		out, code, err = c.TryExec(w.GetWorkspaceId(), "echo", "still here")
+		return err == nil
+	})
+	if code != 0 || out != "still here\n" {
 		t.Errorf("a process in the Workspace on the tight node: %q, exit %d", out, code)
 	}
 	if row := placementOf(t, c, w.GetWorkspaceId()); row.GetNodeId() != "node-a" {
