@@ -86,13 +86,10 @@ func execAgent(t *testing.T, agent guestv1connect.GuestAgentServiceClient, argv 
 }
 
 // A real microVM: Debian's kernel, Kibotos's initramfs and agent, a busybox
-// template root, a writable layer (TCG, as on every CI machine), runs
-// processes; and a node agent that restarts finds it again: it runs in its
-// own session, and Attach re-reads its pid file. (The conformance suite,
-// conformance_test.go, covers the rest through the vm.Provider interface.)
-func TestMicroVMRunsProcessesAndIsFoundAgain(t *testing.T) {
+// template root, a writable layer. TCG, as on every CI machine.
+func TestMicroVMBootsToItsAgentAndRunsProcesses(t *testing.T) {
 	art := testenv.BuildVMArtifacts(t)
-	vm, spec := boot(t, art)
+	vm, _ := boot(t, art)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ping, err := vm.WaitAgent(ctx)
@@ -114,6 +111,18 @@ func TestMicroVMRunsProcessesAndIsFoundAgain(t *testing.T) {
 	}
 	if _, code := execIn(t, vm, "sh", "-c", "exit 7"); code != 7 {
 		t.Errorf("exit status %d, want 7", code)
+	}
+}
+
+// A node agent that restarts finds its VMs again: they run in their own
+// session, and Attach re-reads their pid file.
+func TestAttachFindsARunningVMAgain(t *testing.T) {
+	art := testenv.BuildVMArtifacts(t)
+	vm, spec := boot(t, art)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := vm.WaitAgent(ctx); err != nil {
+		t.Fatal(err)
 	}
 	vm.Release() // as a node agent that exits does
 	again, err := qemu.Attach(spec.RunDir)
