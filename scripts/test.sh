@@ -56,3 +56,4 @@ step "fuzz (short)"
 for target in FuzzDecide FuzzParseEntry; do
 	go test -run '^$' -fuzz "^${target}\$" -fuzztime 5s ./internal/node/netslot/policy
 done
+go test -run '^$' -fuzz '^FuzzLinkDNSAnswer$' -fuzztime 5s ./internal/node/netslot/userstack
