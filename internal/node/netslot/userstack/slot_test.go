@@ -225,8 +225,9 @@ func dial(ctx context.Context, s *stack.Stack, dst netip.AddrPort) (net.Conn, er
 	return gonet.DialContextTCP(ctx, s, tcpip.FullAddress{NIC: 1, Addr: addr(dst.Addr()), Port: dst.Port()}, proto)
 }
 
-// echoServer is a TCP echo server on loopback: a "public" host's service.
-func echoServer(t *testing.T) string {
+// loopbackServer serves each connection to a listener on loopback with
+// handle (which closes it): a "public" host's service.
+func loopbackServer(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -239,13 +240,18 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
+			go handle(c)
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// echoServer is a TCP echo server on loopback.
+func echoServer(t *testing.T) string {
+	return loopbackServer(t, func(c net.Conn) {
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	})
 }
 
 var (
@@ -462,22 +468,11 @@ func TestARefusedConnectionDrains(t *testing.T) {
 // listener, and the slot has a forwarder), as a guest's kernel may reuse
 // the port as soon as its own side closed.
 func TestAReconnectFromTheSamePortIsServed(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("bye"))
-			_ = c.Close() // the world closes first
-		}
-	}()
-	up := &fakeUplink{tcp: map[netip.AddrPort]string{publicV4: ln.Addr().String()}}
+	srv := loopbackServer(t, func(c net.Conn) {
+		_, _ = c.Write([]byte("bye"))
+		_ = c.Close() // the world closes first
+	})
+	up := &fakeUplink{tcp: map[netip.AddrPort]string{publicV4: srv}}
 	_, conn := startSlot(t, compile(t, public), up)
 	g := guestStack(t, conn)
 	local := tcpip.FullAddress{NIC: 1, Addr: addr(userstack.GuestV4.Addr()), Port: 40000}
