@@ -77,9 +77,12 @@ func (n *Internet) setUp() error {
 		return err
 	}
 	for _, h := range n.hosts {
-		if _, err := n.ip("addr", "add", netip.PrefixFrom(h, h.BitLen()).String(), "dev", "lo"); err != nil {
+		if _, err := n.ip(addrAdd(h)...); err != nil {
 			return err
 		}
+	}
+	if out, err := n.ip("-6", "addr", "show", "tentative"); err != nil || strings.TrimSpace(out) != "" {
+		return fmt.Errorf("the test internet has a tentative address (%v): %s", err, out)
 	}
 	return n.checkRoutes()
 }
@@ -208,4 +211,16 @@ func (n *Internet) ListenPacket(t testing.TB, network, address string) net.Packe
 	}
 	t.Cleanup(func() { _ = pc.Close() })
 	return pc
+}
+
+// addrAdd is the ip command that puts h on the loopback. An IPv6 address is
+// added with nodad: without it the kernel marks it tentative until its
+// duplicate-address detection has run (even on lo, from a work queue), and
+// a listener bound in that window gets "cannot assign requested address".
+func addrAdd(h netip.Addr) []string {
+	args := []string{"addr", "add", netip.PrefixFrom(h, h.BitLen()).String(), "dev", "lo"}
+	if h.Is6() && !h.Is4In6() {
+		args = append(args, "nodad")
+	}
+	return args
 }

@@ -74,3 +74,15 @@ func TestRunMakesSocketsInTheNamespace(t *testing.T) {
 		t.Fatal("the listener Run made was not the one the uplink reached")
 	}
 }
+
+// An IPv6 host can be listened on the moment New returns: its address is
+// never left tentative (duplicate-address detection would refuse the bind
+// for a moment, as it once did in CI). Many namespaces, to meet the window.
+func TestAnIPv6HostCanBeListenedOnAtOnce(t *testing.T) {
+	v6 := netip.MustParseAddr("fd00::1")
+	for i := 0; i < 20; i++ {
+		inet := testnet.New(t, host, v6)
+		ln := inet.Listen(t, "tcp", netip.AddrPortFrom(v6, 80).String())
+		_ = ln.Close()
+	}
+}
