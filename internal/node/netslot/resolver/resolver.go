@@ -1,0 +1,216 @@
+// Package resolver is the upstream leg of a policy's Resolver: the link DNS
+// address hands it each guest query it forwards in place of the deployment
+// resolvers, and it asks the upstream over udp, tcp, tls (DNS over TLS) or
+// https (DNS over HTTPS), on the path the policy names (directly from the
+// host's uplink, every address through the dial check, or through an
+// Egress, unchecked). An upstream that cannot be asked is an *Error with a
+// Kind, the reference's ResolverObservationKind; a fault of the Egress on
+// the way is the egress package's *egress.Error instead, because it is
+// reported as the Egress's. An answer the upstream gives, NXDOMAIN and
+// SERVFAIL included, is a DNS result and no error. Nothing falls back: a
+// failed query is the caller's SERVFAIL.
+package resolver
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/miekg/dns"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/node/netslot/egress"
+)
+
+// Kind is why a query to the upstream failed.
+type Kind uint8
+
+const (
+	UpstreamUnreachable   Kind = iota + 1 // not connected to, or every address removed by the dial check
+	UpstreamTimeout                       // no answer within the query deadline
+	TLSVerificationFailed                 // a tls or https upstream's certificate is not trusted or not for its host
+	HTTPErrorStatus                       // an https upstream answered outside 2xx
+)
+
+func (k Kind) String() string {
+	switch k {
+	case UpstreamUnreachable:
+		return "UPSTREAM_UNREACHABLE"
+	case UpstreamTimeout:
+		return "UPSTREAM_TIMEOUT"
+	case TLSVerificationFailed:
+		return "TLS_VERIFICATION_FAILED"
+	case HTTPErrorStatus:
+		return "HTTP_ERROR_STATUS"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Observation is k as the reference's enum.
+func (k Kind) Observation() ctrlv1.ResolverObservationKind {
+	switch k {
+	case UpstreamUnreachable:
+		return ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_UPSTREAM_UNREACHABLE
+	case UpstreamTimeout:
+		return ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_UPSTREAM_TIMEOUT
+	case TLSVerificationFailed:
+		return ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_TLS_VERIFICATION_FAILED
+	case HTTPErrorStatus:
+		return ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_HTTP_ERROR_STATUS
+	}
+	return ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_UNSPECIFIED
+}
+
+// Error is a fault of the upstream.
+type Error struct {
+	Kind Kind
+	Err  error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("resolver %s: %v", e.Kind, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+func fault(k Kind, err error) error { return &Error{Kind: k, Err: err} }
+
+// KindOf is the upstream fault err carries, and false when it carries none
+// (no error, or a fault of the Egress on the way).
+func KindOf(err error) (Kind, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind, true
+	}
+	return 0, false
+}
+
+// Path is how connections and datagrams to the upstream leave.
+type Path interface {
+	// DialTCP connects to dst.
+	DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	// DialUDP opens a datagram socket to dst: each Write is one datagram.
+	DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+}
+
+// Direct is the direct path: the host's own sockets (the slot's uplink),
+// every address put through check (the hard deny) before it is dialled.
+func Direct(uplink Path, check func(netip.Addr) error) Path {
+	return &direct{uplink: uplink, check: check}
+}
+
+type direct struct {
+	uplink Path
+	check  func(netip.Addr) error
+}
+
+func (d *direct) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	if err := d.check(dst.Addr()); err != nil {
+		return nil, fmt.Errorf("%s removed by the dial check: %w", dst, err)
+	}
+	return d.uplink.DialTCP(ctx, dst)
+}
+
+func (d *direct) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	if err := d.check(dst.Addr()); err != nil {
+		return nil, fmt.Errorf("%s removed by the dial check: %w", dst, err)
+	}
+	return d.uplink.DialUDP(ctx, dst)
+}
+
+// Config is what an Upstream needs.
+type Config struct {
+	Spec *ctrlv1.ResolverSpec
+	Path Path
+	// RootCAs verifies tls and https upstreams; nil is the host's pool.
+	RootCAs *x509.CertPool
+	// Timeout bounds one query; zero is DefaultTimeout.
+	Timeout time.Duration
+}
+
+// DefaultTimeout bounds a query when Config.Timeout is zero.
+const DefaultTimeout = 5 * time.Second
+
+// Upstream asks one Resolver.
+type Upstream struct {
+	cfg  Config
+	addr netip.AddrPort
+}
+
+// New checks cfg and makes its Upstream.
+func New(cfg Config) (*Upstream, error) {
+	if cfg.Spec == nil || cfg.Path == nil {
+		return nil, errors.New("resolver: an upstream needs a spec and a path")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	switch cfg.Spec.GetProtocol() {
+	case ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_UDP, ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP:
+	default:
+		return nil, fmt.Errorf("resolver: protocol %v is not supported yet", cfg.Spec.GetProtocol())
+	}
+	addr, err := addrPort(cfg.Spec.GetAddress())
+	if err != nil {
+		return nil, err
+	}
+	return &Upstream{cfg: cfg, addr: addr}, nil
+}
+
+// addrPort is an upstream address given as an IP literal and a port.
+func addrPort(s string) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("resolver: address %q: %w", s, err)
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("resolver: address %q: host names are not resolved yet: %w", s, err)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return netip.AddrPort{}, fmt.Errorf("resolver: address %q has no port", s)
+	}
+	return netip.AddrPortFrom(a.Unmap(), uint16(n)), nil
+}
+
+// Exchange asks the upstream q and returns its answer, whatever its rcode.
+// A failure is an *Error, or the Egress's *egress.Error on the way.
+func (u *Upstream) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
+	defer cancel()
+	network := "udp"
+	dial := u.cfg.Path.DialUDP
+	if u.cfg.Spec.GetProtocol() == ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP {
+		network, dial = "tcp", u.cfg.Path.DialTCP
+	}
+	c, err := dial(ctx, u.addr)
+	if err != nil {
+		return nil, u.dialFault(err)
+	}
+	defer c.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(deadline)
+	}
+	client := &dns.Client{Net: network, UDPSize: dns.MaxMsgSize}
+	reply, _, err := client.ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, fault(UpstreamTimeout, err)
+		}
+		return nil, fault(UpstreamUnreachable, err)
+	}
+	return reply, nil
+}
+
+// dialFault is a failed dial as the upstream's fault; one the Egress on the
+// way reports stays the Egress's (egress.KindOf finds it).
+func (u *Upstream) dialFault(err error) error {
+	if _, ok := egress.KindOf(err); ok {
+		return err
+	}
+	return fault(UpstreamUnreachable, err)
+}
