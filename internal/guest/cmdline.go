@@ -15,7 +15,7 @@ const (
 	ParamLayer      = "kibotos.layer"      // writable layer block device, e.g. /dev/vdb
 	ParamVolume     = "kibotos.volume"     // DEVICE:MOUNTPATH, e.g. /dev/vdc:/data
 	ParamBootID     = "kibotos.boot_id"    // the id the host gives this boot
-	ParamNet        = "kibotos.net"        // ADDR/PREFIX,GATEWAY,DNS for eth0, e.g. 10.0.2.15/24,10.0.2.2,10.0.2.3
+	ParamNet        = "kibotos.net"        // ADDR/PREFIX,GATEWAY,DNS for eth0, e.g. 10.0.2.15/24,10.0.2.2,10.0.2.3 (DNS may be IPv6: fe80::1)
 	ParamNet6       = "kibotos.net6"       // ADDR/PREFIX,GATEWAY for eth0's IPv6, e.g. fd6b:6962:6f74::15/64,fe80::1
 	ParamHostname   = "kibotos.hostname"   // the guest's host name
 	// ParamDNS is "unreachable" when nothing answers DNS at the
@@ -227,9 +227,12 @@ func parseNet(s string) (NetConfig, error) {
 	if err != nil || !gw.Is4() || !addr.Masked().Contains(gw) {
 		return NetConfig{}, fmt.Errorf("gateway %q is not an IPv4 address in %s", parts[1], addr.Masked())
 	}
+	// The nameserver is the link DNS address, in the family of the node's
+	// first resolver: IPv4, or IPv6 (fe80::1, link-local: the guest
+	// scopes it to eth0 itself). A zone is not taken from the command line.
 	dns, err := netip.ParseAddr(parts[2])
-	if err != nil || !dns.Is4() {
-		return NetConfig{}, fmt.Errorf("nameserver %q is not an IPv4 address", parts[2])
+	if err != nil || dns.Zone() != "" || !(dns.Is4() || isIPv6(dns)) || !dns.IsGlobalUnicast() && !dns.IsLinkLocalUnicast() {
+		return NetConfig{}, fmt.Errorf("nameserver %q is not a unicast IPv4 or IPv6 address", parts[2])
 	}
 	return NetConfig{Address: addr, Gateway: gw, DNS: dns}, nil
 }

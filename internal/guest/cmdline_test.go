@@ -58,6 +58,18 @@ func TestParseCmdline(t *testing.T) {
 				Address: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"), DNS: netip.MustParseAddr("10.0.2.3")}},
 		},
 		{
+			name:    "an IPv6 link DNS address",
+			cmdline: "kibotos.net=10.0.2.15/24,10.0.2.2,fe80::1",
+			want: guest.Config{RootFSType: "ext4", Net: &guest.NetConfig{
+				Address: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"), DNS: netip.MustParseAddr("fe80::1")}},
+		},
+		{
+			name:    "a nameserver that is no unicast address, or has a zone",
+			cmdline: "kibotos.net=10.0.2.15/24,10.0.2.2,ff02::1 kibotos.net=10.0.2.15/24,10.0.2.2,fe80::1%eth0 kibotos.net=10.0.2.15/24,10.0.2.2,0.0.0.0",
+			want:    guest.Config{RootFSType: "ext4"},
+			errs:    []string{"nameserver \"ff02::1\"", "nameserver \"fe80::1%eth0\"", "nameserver \"0.0.0.0\""},
+		},
+		{
 			name:    "a nameserver nothing answers at",
 			cmdline: "kibotos.dns=unreachable kibotos.net=10.0.2.15/24,10.0.2.2,10.0.2.3",
 			want: guest.Config{RootFSType: "ext4", DNSUnreachable: true, Net: &guest.NetConfig{

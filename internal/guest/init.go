@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -293,27 +294,40 @@ func (s *System) setUpNetwork(ctx context.Context, cfg Config) {
 		return
 	}
 	if cfg.Net != nil {
-		s.setUpIPv4(*cfg.Net, cfg.DNSUnreachable)
+		s.setUpIPv4(*cfg.Net)
 	}
 	if cfg.Net6 != nil {
 		s.setUpIPv6(*cfg.Net6)
 	}
+	if cfg.Net != nil {
+		s.setUpNameserver(cfg.Net.DNS, cfg.DNSUnreachable)
+	}
 }
 
-func (s *System) setUpIPv4(n NetConfig, dnsUnreachable bool) {
+func (s *System) setUpIPv4(n NetConfig) {
 	if err := ConfigureNetwork(NetInterface, n); err != nil {
 		s.Log.Printf("network: %v", err)
 		return
 	}
-	if err := WriteResolvConf("/", n.DNS); err != nil {
+	s.Log.Printf("network: %s %s via %s", NetInterface, n.Address, n.Gateway)
+}
+
+// setUpNameserver makes dns the guest's only nameserver, once both
+// families are up (it may be IPv6). A link-local one is scoped to eth0:
+// without its interface the address means nothing.
+func (s *System) setUpNameserver(dns netip.Addr, unreachable bool) {
+	if dns.IsLinkLocalUnicast() {
+		dns = dns.WithZone(NetInterface)
+	}
+	if err := WriteResolvConf("/", dns); err != nil {
 		s.Log.Printf("network: nameserver: %v", err)
 	}
-	if dnsUnreachable {
-		if err := AddUnreachableRoute(n.DNS); err != nil {
+	if unreachable {
+		if err := AddUnreachableRoute(dns.WithZone("")); err != nil {
 			s.Log.Printf("network: %v", err)
 		}
 	}
-	s.Log.Printf("network: %s %s via %s, nameserver %s", NetInterface, n.Address, n.Gateway, n.DNS)
+	s.Log.Printf("network: nameserver %s", dns)
 }
 
 func (s *System) setUpIPv6(n Net6Config) {

@@ -102,7 +102,7 @@ func addDefaultRoute(gw netip.Addr) error {
 // at once (EHOSTUNREACH) instead of going out to an address nothing
 // answers at. Under DENY_ALL that is the link nameserver.
 func AddUnreachableRoute(addr netip.Addr) error {
-	return netlinkRequest(routeRequest(netip.PrefixFrom(addr, 32), netip.Addr{}, 0, unix.RTN_UNREACHABLE), "unreachable route to "+addr.String())
+	return netlinkRequest(routeRequest(netip.PrefixFrom(addr, addr.BitLen()), netip.Addr{}, 0, unix.RTN_UNREACHABLE), "unreachable route to "+addr.String())
 }
 
 // ConfigureNetwork6 brings name up, gives it n's address and routes ::/0

@@ -46,16 +46,7 @@ func newInternet(t *testing.T, more ...netip.Addr) *internet {
 		ln := inet.Listen(t, "tcp", netip.AddrPortFrom(h, 80).String())
 		go serveEcho(ln, n)
 	}
-	pc := inet.ListenPacket(t, "udp", netip.AddrPortFrom(resolverHost, 53).String())
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-		m := new(dns.Msg).SetReply(q)
-		if rr, err := dns.NewRR(q.Question[0].Name + " 60 IN A 192.0.2.7"); err == nil {
-			m.Answer = append(m.Answer, rr)
-		}
-		_ = w.WriteMsg(m)
-	})}
-	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
+	serveDNS(t, inet, netip.AddrPortFrom(resolverHost, 53), "192.0.2.7")
 	return inet
 }
 
@@ -83,9 +74,14 @@ func (e *vmEnv) startInternetNode(inet *internet) *testenv.Node {
 
 func (e *vmEnv) startInternetNodeAt(inet *internet, stateDir, poolDir string) *testenv.Node {
 	e.t.Helper()
-	network, err := userstack.NewNetwork(userstack.NetworkConfig{
-		Uplink: inet.Uplink(), Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)},
-	})
+	return e.startInternetNodeResolving(inet, stateDir, poolDir, netip.AddrPortFrom(resolverHost, 53))
+}
+
+// startInternetNodeResolving is startInternetNodeAt with the node's
+// deployment resolvers.
+func (e *vmEnv) startInternetNodeResolving(inet *internet, stateDir, poolDir string, resolvers ...netip.AddrPort) *testenv.Node {
+	e.t.Helper()
+	network, err := userstack.NewNetwork(userstack.NetworkConfig{Uplink: inet.Uplink(), Resolvers: resolvers})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -299,4 +295,45 @@ func TestTheNetworkComesBackAfterAnAgentRestart(t *testing.T) {
 	if w := e.workspace(id); w.GetGeneration() != before.GetGeneration() || w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 		t.Errorf("after the agent restart: %v at generation %d, want AVAILABLE at %d", w.GetState(), w.GetGeneration(), before.GetGeneration())
 	}
+}
+
+// A node whose first deployment resolver is IPv6 gives its guests the
+// IPv6 link DNS address, fe80::1, as their only nameserver (scoped to the
+// guest's one interface), and a query to it goes to that resolver, not to
+// the IPv4 one after it (each answers the name differently).
+func TestAnIPv6FirstResolverGivesTheGuestFe80LinkDNS(t *testing.T) {
+	e := newVMEnv(t)
+	resolverV6 := netip.MustParseAddr("2620:fe::fe")
+	inet := newInternet(t, resolverV6)
+	serveDNS(t, inet, netip.AddrPortFrom(resolverV6, 53), "192.0.2.66")
+	e.startInternetNodeResolving(inet, "", t.TempDir(), netip.AddrPortFrom(resolverV6, 53), netip.AddrPortFrom(resolverHost, 53))
+	req := createRequest("create-v6-dns")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, code := e.c.Exec(t, id, "grep", "nameserver", "/etc/resolv.conf"); code != 0 || out != "nameserver fe80::1%eth0\n" {
+		t.Errorf("the guest's nameservers: exit %d %q, want only fe80::1 on eth0", code, out)
+	}
+	if out, code := e.c.Exec(t, id, "nslookup", "kibotos.test"); code != 0 || !strings.Contains(out, "192.0.2.66") {
+		t.Errorf("a query to the IPv6 link DNS address: exit %d %q, want the IPv6 resolver's answer", code, out)
+	}
+}
+
+// serveDNS answers every A query at addr (a host of inet) with a.
+func serveDNS(t *testing.T, inet *internet, addr netip.AddrPort, a string) {
+	t.Helper()
+	pc := inet.ListenPacket(t, "udp", addr.String())
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg).SetReply(q)
+		if rr, err := dns.NewRR(q.Question[0].Name + " 60 IN A " + a); err == nil {
+			m.Answer = append(m.Answer, rr)
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
 }

@@ -30,8 +30,8 @@ type NetworkConfig struct {
 	// refuses.
 	Own []netip.Addr
 	// Resolvers are the deployment resolvers (--resolver), in order. The
-	// first decides the family of the link DNS address; it must be IPv4
-	// for now (the guest's nameserver is IPv4 only).
+	// first decides the family of the link DNS address: GatewayV4, or
+	// GatewayV6 (fe80::1) when it is IPv6.
 	Resolvers []netip.AddrPort
 	Log       *slog.Logger
 }
@@ -49,13 +49,21 @@ func NewNetwork(cfg NetworkConfig) (*Network, error) {
 	if cfg.Uplink == nil {
 		return nil, errors.New("userstack: a network needs an uplink")
 	}
-	if len(cfg.Resolvers) > 0 && !cfg.Resolvers[0].Addr().Unmap().Is4() {
-		return nil, fmt.Errorf("userstack: the first resolver %s is IPv6: the guest's link DNS address is IPv4 only for now", cfg.Resolvers[0])
-	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Network{cfg: cfg, slots: map[string]*attachment{}}, nil
+}
+
+// LinkDNS is the link DNS address of every slot: the gateway address in
+// the family of the first deployment resolver (IPv4 when there is none).
+// Only it is the guest's nameserver; port 53 of the other gateway address
+// is the slot's own address like any other, refused.
+func (n *Network) LinkDNS() netip.Addr {
+	if len(n.cfg.Resolvers) > 0 && !n.cfg.Resolvers[0].Addr().Unmap().Is4() {
+		return GatewayV6
+	}
+	return GatewayV4
 }
 
 // Name implements netslot.Network.
@@ -110,7 +118,7 @@ func (n *Network) compile(pol netslot.Policy) (*policy.Policy, map[string]Egress
 		refs[e.GetEgressId()] = policy.EgressRef{Revision: e.GetRevision()}
 		dialers[e.GetEgressId()] = d
 	}
-	p, err := policy.Compile(pol.Network, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{GatewayV4}, Egresses: refs})
+	p, err := policy.Compile(pol.Network, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{n.LinkDNS()}, Egresses: refs})
 	if err != nil {
 		return nil, nil, unenforceable(err)
 	}
@@ -171,10 +179,10 @@ func (*attachment) Device() netslot.Device {
 	return netslot.Device{Stream: &netslot.Stream{Name: SocketName}}
 }
 
-// Guest implements netslot.Attachment: the link DNS address is the
-// gateway, answered by the slot (REFUSED at once under DENY_ALL).
-func (*attachment) Guest() netslot.Addressing {
-	return netslot.Addressing{Address: GuestV4, Gateway: GatewayV4, Nameserver: GatewayV4, AddressV6: GuestV6, GatewayV6: GatewayV6}
+// Guest implements netslot.Attachment: the nameserver is the link DNS
+// address, answered by the slot (REFUSED at once under DENY_ALL).
+func (a *attachment) Guest() netslot.Addressing {
+	return netslot.Addressing{Address: GuestV4, Gateway: GatewayV4, Nameserver: a.net.LinkDNS(), AddressV6: GuestV6, GatewayV6: GatewayV6}
 }
 
 // Apply implements netslot.Attachment.
