@@ -74,14 +74,15 @@ func (e *vmEnv) startInternetNode(inet *internet) *testenv.Node {
 
 func (e *vmEnv) startInternetNodeAt(inet *internet, stateDir, poolDir string) *testenv.Node {
 	e.t.Helper()
-	return e.startInternetNodeResolving(inet, stateDir, poolDir, netip.AddrPortFrom(resolverHost, 53))
+	return e.startInternetNodeWith(inet, stateDir, poolDir, userstack.NetworkConfig{Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)}})
 }
 
-// startInternetNodeResolving is startInternetNodeAt with the node's
-// deployment resolvers.
-func (e *vmEnv) startInternetNodeResolving(inet *internet, stateDir, poolDir string, resolvers ...netip.AddrPort) *testenv.Node {
+// startInternetNodeWith is startInternetNodeAt with the slots' config
+// (its uplink is the test internet's).
+func (e *vmEnv) startInternetNodeWith(inet *internet, stateDir, poolDir string, cfg userstack.NetworkConfig) *testenv.Node {
 	e.t.Helper()
-	network, err := userstack.NewNetwork(userstack.NetworkConfig{Uplink: inet.Uplink(), Resolvers: resolvers})
+	cfg.Uplink = inet.Uplink()
+	network, err := userstack.NewNetwork(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -306,7 +307,8 @@ func TestAnIPv6FirstResolverGivesTheGuestFe80LinkDNS(t *testing.T) {
 	resolverV6 := netip.MustParseAddr("2620:fe::fe")
 	inet := newInternet(t, resolverV6)
 	serveDNS(t, inet, netip.AddrPortFrom(resolverV6, 53), "192.0.2.66")
-	e.startInternetNodeResolving(inet, "", t.TempDir(), netip.AddrPortFrom(resolverV6, 53), netip.AddrPortFrom(resolverHost, 53))
+	e.startInternetNodeWith(inet, "", t.TempDir(), userstack.NetworkConfig{
+		Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverV6, 53), netip.AddrPortFrom(resolverHost, 53)}})
 	req := createRequest("create-v6-dns")
 	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
 	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
@@ -336,4 +338,38 @@ func serveDNS(t *testing.T, inet *internet, addr netip.AddrPort, a string) {
 	})}
 	go func() { _ = srv.ActivateAndServe() }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
+}
+
+// The hard deny covers ctrl's and the node's own addresses (Own; public
+// ones here, as a node on the internet has): a guest's connection to one
+// is refused at once and never reached, allow included, while the public
+// host beside it is reached.
+func TestTheNodesOwnAddressesAreHardDenied(t *testing.T) {
+	e := newVMEnv(t)
+	inet := newInternet(t)
+	e.startInternetNodeWith(inet, "", t.TempDir(), userstack.NetworkConfig{
+		Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)}, Own: []netip.Addr{otherHost, echoHostV6}})
+	req := createRequest("create-own")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{
+		Mode:  ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+		Allow: []string{otherHost.String() + "/32"},
+	}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	for _, own := range []netip.Addr{otherHost, echoHostV6} {
+		out, code := e.c.Exec(t, id, "sh", "-c", "nc -w 10 "+own.String()+" 80 </dev/null; echo nc=$?")
+		if !strings.Contains(out, "Connection refused") || !strings.Contains(out, "nc=1") {
+			t.Errorf("TCP to the node's own %s: exit %d %q, want refused", own, code, out)
+		}
+		if n := inet.accepted[own.String()].Load(); n != 0 {
+			t.Errorf("the node's own %s accepted %d connections", own, n)
+		}
+	}
+	if out, code := e.c.Exec(t, id, "sh", "-c", "echo through | nc -w 10 "+echoHost.String()+" 80"); code != 0 || out != "through\n" {
+		t.Errorf("TCP to a public host beside them: exit %d %q", code, out)
+	}
 }
