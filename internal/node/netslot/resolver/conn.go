@@ -167,8 +167,9 @@ type poolKey struct {
 // idlePool keeps the connections and sockets whose last query succeeded,
 // as the link DNS address does for the deployment resolvers.
 type idlePool struct {
-	mu   sync.Mutex
-	idle map[poolKey][]net.Conn
+	mu     sync.Mutex
+	closed bool // after Close nothing is kept
+	idle   map[poolKey][]net.Conn
 }
 
 func (p *idlePool) get(k poolKey) net.Conn {
@@ -186,7 +187,7 @@ func (p *idlePool) get(k poolKey) net.Conn {
 func (p *idlePool) put(k poolKey, c net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.idle[k]) >= maxIdle {
+	if p.closed || len(p.idle[k]) >= maxIdle {
 		_ = c.Close()
 		return
 	}
@@ -199,6 +200,7 @@ func (p *idlePool) put(k poolKey, c net.Conn) {
 func (p *idlePool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for _, cs := range p.idle {
 		for _, c := range cs {
 			_ = c.Close()

@@ -67,26 +67,59 @@ func specs(s *resolvertest.Server) map[string]*ctrlv1.ResolverSpec {
 
 func itoa(p uint16) string { return strconv.Itoa(int(p)) }
 
-// counting is a Path that records what it was asked to dial.
+// counting is a Path that records what it was asked to dial and which of
+// the connections it made are still open.
 type counting struct {
 	resolver.Path
-	mu  sync.Mutex
-	tcp []netip.AddrPort
-	udp []netip.AddrPort
+	mu   sync.Mutex
+	tcp  []netip.AddrPort
+	udp  []netip.AddrPort
+	open int
 }
 
 func (c *counting) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
 	c.mu.Lock()
 	c.tcp = append(c.tcp, dst)
 	c.mu.Unlock()
-	return c.Path.DialTCP(ctx, dst)
+	return c.track(c.Path.DialTCP(ctx, dst))
 }
 
 func (c *counting) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
 	c.mu.Lock()
 	c.udp = append(c.udp, dst)
 	c.mu.Unlock()
-	return c.Path.DialUDP(ctx, dst)
+	return c.track(c.Path.DialUDP(ctx, dst))
+}
+
+func (c *counting) track(conn net.Conn, err error) (net.Conn, error) {
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.open++
+	c.mu.Unlock()
+	return &trackedConn{Conn: conn, c: c}, nil
+}
+
+func (c *counting) stillOpen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open
+}
+
+type trackedConn struct {
+	net.Conn
+	c    *counting
+	once sync.Once
+}
+
+func (t *trackedConn) Close() error {
+	t.once.Do(func() {
+		t.c.mu.Lock()
+		t.c.open--
+		t.c.mu.Unlock()
+	})
+	return t.Conn.Close()
 }
 
 func (c *counting) dials() (tcp, udp int) {
@@ -130,8 +163,8 @@ func expectA(t *testing.T, reply *dns.Msg, err error) {
 }
 
 // TestProtocolsDirect: every protocol answers on the direct path, NXDOMAIN
-// and SERVFAIL are results, and later queries reuse the first's connection
-// or socket.
+// is a result, later queries reuse the first's connection or socket, and
+// Close closes it.
 func TestProtocolsDirect(t *testing.T) {
 	w := newWorld(t)
 	for name, spec := range specs(w.public) {
@@ -150,6 +183,12 @@ func TestProtocolsDirect(t *testing.T) {
 			}
 			if tcpDials, udpDials := path.dials(); tcpDials+udpDials != 1 {
 				t.Errorf("three queries dialled tcp %d, udp %d times; want one connection or socket reused", tcpDials, udpDials)
+			}
+			_ = u.Close()
+			for deadline := time.Now().Add(5 * time.Second); path.stillOpen() != 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d connections still open after Close", path.stillOpen())
+				}
 			}
 		})
 	}
