@@ -111,7 +111,15 @@ func exchangeOn(ctx context.Context, c net.Conn, q *dns.Msg, tr transport) (*dns
 		_ = c.SetDeadline(deadline)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
+	reply, err := readAnswer(c, q, tr)
+	// A connection whose deadline ctx's end may yet move is not kept.
+	if !stop() && err == nil {
+		return nil, ctx.Err()
+	}
+	return reply, err
+}
+
+func readAnswer(c net.Conn, q *dns.Msg, tr transport) (*dns.Msg, error) {
 	co := &dns.Conn{Conn: c, UDPSize: dns.MaxMsgSize}
 	if err := co.WriteMsg(q); err != nil {
 		return nil, err
