@@ -5,7 +5,9 @@
 // before dialling it, so an Egress can never be pointed at the node's own
 // networks. Failures are typed (*Error with a Kind) so the slot can report
 // the Egress's faults; a destination the Egress reports unreachable or
-// refused is ErrDestination, which is not a fault of the Egress.
+// refused is ErrDestination, which is not a fault of the Egress. A SOCKS5
+// Egress with udp_enabled carries datagrams too (DialUDP: UDP ASSOCIATE,
+// its relay address checked like the endpoint's).
 package egress
 
 import (

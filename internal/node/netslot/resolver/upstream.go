@@ -114,8 +114,8 @@ func (u *Upstream) parseURL(s string) error {
 	return nil
 }
 
-// Close lets the idle connections and sockets go; from then on none is
-// kept. Exchange may still be called: it dials for each query.
+// Close lets the idle connections and sockets go; from then on udp, tcp
+// and tls keep none. Exchange may still be called: it dials again.
 func (u *Upstream) Close() error {
 	u.idle.close()
 	if u.http != nil {
