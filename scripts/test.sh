@@ -57,3 +57,5 @@ for target in FuzzDecide FuzzParseEntry; do
 	go test -run '^$' -fuzz "^${target}\$" -fuzztime 5s ./internal/node/netslot/policy
 done
 go test -run '^$' -fuzz '^FuzzLinkDNSAnswer$' -fuzztime 5s ./internal/node/netslot/userstack
+go test -run '^$' -fuzz '^FuzzSOCKS5UDP$' -fuzztime 5s ./internal/node/netslot/egress
+go test -run '^$' -fuzz '^FuzzUpstreamAnswer$' -fuzztime 5s ./internal/node/netslot/resolver

@@ -5,7 +5,9 @@
 // before dialling it, so an Egress can never be pointed at the node's own
 // networks. Failures are typed (*Error with a Kind) so the slot can report
 // the Egress's faults; a destination the Egress reports unreachable or
-// refused is ErrDestination, which is not a fault of the Egress.
+// refused is ErrDestination, which is not a fault of the Egress. A SOCKS5
+// Egress with udp_enabled carries datagrams too (DialUDP: UDP ASSOCIATE,
+// its relay address checked like the endpoint's).
 package egress
 
 import (
@@ -30,6 +32,7 @@ const (
 	TLSVerificationFailed                 // the endpoint's certificate is not trusted or not for server_name
 	HandshakeFailed                       // the protocol failed, answered something invalid, or timed out
 	AuthenticationFailed                  // the endpoint explicitly rejected the credentials
+	UDPAssociationFailed                  // the endpoint refused UDP ASSOCIATE, its relay was removed by the dial check or is unreachable
 )
 
 func (k Kind) String() string {
@@ -42,6 +45,8 @@ func (k Kind) String() string {
 		return "HANDSHAKE_FAILED"
 	case AuthenticationFailed:
 		return "AUTHENTICATION_FAILED"
+	case UDPAssociationFailed:
+		return "UDP_ASSOCIATION_FAILED"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -57,6 +62,8 @@ func (k Kind) Observation() ctrlv1.EgressObservationKind {
 		return ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_HANDSHAKE_FAILED
 	case AuthenticationFailed:
 		return ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_AUTHENTICATION_FAILED
+	case UDPAssociationFailed:
+		return ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_UDP_ASSOCIATION_FAILED
 	}
 	return ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_UNSPECIFIED
 }
@@ -101,6 +108,10 @@ type Config struct {
 	Check func(netip.Addr) error
 	// Dial connects to one endpoint address (the slot's uplink).
 	Dial func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	// DialUDP opens a datagram socket to a SOCKS5 UDP relay the endpoint
+	// answered (the slot's uplink): each Write is one datagram. Nil when
+	// the Egress carries no UDP.
+	DialUDP func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
 }
 
 // Dialer dials destinations through one Egress.
@@ -135,7 +146,7 @@ func New(cfg Config) (*Dialer, error) {
 // (a fault of the Egress) or wraps ErrDestination; it never leaves
 // directly.
 func (d *Dialer) DialContext(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	conn, err := d.dialEndpoint(ctx)
+	conn, _, err := d.dialEndpoint(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -147,10 +158,12 @@ func (d *Dialer) DialContext(ctx context.Context, dst netip.AddrPort) (net.Conn,
 
 // dialEndpoint connects to the endpoint (the first of its addresses that
 // passes the check and answers) and wraps it in TLS when the spec says so.
-func (d *Dialer) dialEndpoint(ctx context.Context) (net.Conn, error) {
+// It returns the address connected to as well: a UDP relay the endpoint
+// answers as 0.0.0.0 or :: is there.
+func (d *Dialer) dialEndpoint(ctx context.Context) (net.Conn, netip.AddrPort, error) {
 	addrs, err := d.endpointAddrs(ctx)
 	if err != nil {
-		return nil, fault(EndpointUnreachable, err)
+		return nil, netip.AddrPort{}, fault(EndpointUnreachable, err)
 	}
 	var errs []error
 	for _, a := range addrs {
@@ -158,17 +171,19 @@ func (d *Dialer) dialEndpoint(ctx context.Context) (net.Conn, error) {
 			errs = append(errs, fmt.Errorf("%s removed by the dial check: %w", a, err))
 			continue
 		}
-		c, err := d.cfg.Dial(ctx, netip.AddrPortFrom(a, d.port))
+		ap := netip.AddrPortFrom(a, d.port)
+		c, err := d.cfg.Dial(ctx, ap)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if !d.cfg.Spec.GetTls() {
-			return c, nil
+			return c, ap, nil
 		}
-		return d.handshakeTLS(ctx, c)
+		tc, err := d.handshakeTLS(ctx, c)
+		return tc, ap, err
 	}
-	return nil, fault(EndpointUnreachable, fmt.Errorf("endpoint %s: %w", d.cfg.Spec.GetEndpoint(), errors.Join(errs...)))
+	return nil, netip.AddrPort{}, fault(EndpointUnreachable, fmt.Errorf("endpoint %s: %w", d.cfg.Spec.GetEndpoint(), errors.Join(errs...)))
 }
 
 func (d *Dialer) endpointAddrs(ctx context.Context) ([]netip.Addr, error) {

@@ -13,15 +13,10 @@ package resolver
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
-	"time"
-
-	"github.com/miekg/dns"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/node/netslot/egress"
@@ -120,97 +115,17 @@ func (d *direct) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, err
 	return d.uplink.DialUDP(ctx, dst)
 }
 
-// Config is what an Upstream needs.
-type Config struct {
-	Spec *ctrlv1.ResolverSpec
-	Path Path
-	// RootCAs verifies tls and https upstreams; nil is the host's pool.
-	RootCAs *x509.CertPool
-	// Timeout bounds one query; zero is DefaultTimeout.
-	Timeout time.Duration
+// Through is the path through an Egress: connections are the dialer's
+// DialContext, datagrams its DialUDP (a SOCKS5 UDP association). Its
+// faults stay the Egress's (*egress.Error), never the upstream's.
+func Through(d *egress.Dialer) Path { return throughEgress{d} }
+
+type throughEgress struct{ d *egress.Dialer }
+
+func (t throughEgress) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	return t.d.DialContext(ctx, dst)
 }
 
-// DefaultTimeout bounds a query when Config.Timeout is zero.
-const DefaultTimeout = 5 * time.Second
-
-// Upstream asks one Resolver.
-type Upstream struct {
-	cfg  Config
-	addr netip.AddrPort
-}
-
-// New checks cfg and makes its Upstream.
-func New(cfg Config) (*Upstream, error) {
-	if cfg.Spec == nil || cfg.Path == nil {
-		return nil, errors.New("resolver: an upstream needs a spec and a path")
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	switch cfg.Spec.GetProtocol() {
-	case ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_UDP, ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP:
-	default:
-		return nil, fmt.Errorf("resolver: protocol %v is not supported yet", cfg.Spec.GetProtocol())
-	}
-	addr, err := addrPort(cfg.Spec.GetAddress())
-	if err != nil {
-		return nil, err
-	}
-	return &Upstream{cfg: cfg, addr: addr}, nil
-}
-
-// addrPort is an upstream address given as an IP literal and a port.
-func addrPort(s string) (netip.AddrPort, error) {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("resolver: address %q: %w", s, err)
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("resolver: address %q: host names are not resolved yet: %w", s, err)
-	}
-	n, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || n == 0 {
-		return netip.AddrPort{}, fmt.Errorf("resolver: address %q has no port", s)
-	}
-	return netip.AddrPortFrom(a.Unmap(), uint16(n)), nil
-}
-
-// Exchange asks the upstream q and returns its answer, whatever its rcode.
-// A failure is an *Error, or the Egress's *egress.Error on the way.
-func (u *Upstream) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
-	defer cancel()
-	network := "udp"
-	dial := u.cfg.Path.DialUDP
-	if u.cfg.Spec.GetProtocol() == ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP {
-		network, dial = "tcp", u.cfg.Path.DialTCP
-	}
-	c, err := dial(ctx, u.addr)
-	if err != nil {
-		return nil, u.dialFault(err)
-	}
-	defer c.Close()
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(deadline)
-	}
-	client := &dns.Client{Net: network, UDPSize: dns.MaxMsgSize}
-	reply, _, err := client.ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
-	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return nil, fault(UpstreamTimeout, err)
-		}
-		return nil, fault(UpstreamUnreachable, err)
-	}
-	return reply, nil
-}
-
-// dialFault is a failed dial as the upstream's fault; one the Egress on the
-// way reports stays the Egress's (egress.KindOf finds it).
-func (u *Upstream) dialFault(err error) error {
-	if _, ok := egress.KindOf(err); ok {
-		return err
-	}
-	return fault(UpstreamUnreachable, err)
+func (t throughEgress) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	return t.d.DialUDP(ctx, dst)
 }

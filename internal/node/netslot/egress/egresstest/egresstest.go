@@ -66,7 +66,8 @@ func NewCA(t testing.TB) *CA {
 	return &CA{Pool: pool, cert: cert, key: key}
 }
 
-// Server issues a server certificate for name (a DNS name).
+// Server issues a server certificate for name (a DNS name, or an IP
+// address the certificate then names).
 func (ca *CA) Server(t testing.TB, name string) tls.Certificate {
 	t.Helper()
 	key := newKey(t)
@@ -78,6 +79,9 @@ func (ca *CA) Server(t testing.TB, name string) tls.Certificate {
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if ip := net.ParseIP(name); ip != nil {
+		tmpl.DNSNames, tmpl.IPAddresses = nil, []net.IP{ip}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
