@@ -32,13 +32,18 @@ var (
 )
 
 // dnsServer is a DNS server on loopback over network ("udp" or "tcp")
-// answering every A query with answer.
+// answering every A query with answer, or NXDOMAIN when answer is
+// "NXDOMAIN".
 func dnsServer(t *testing.T, network, answer string) string {
 	t.Helper()
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
 		m := new(dns.Msg).SetReply(q)
-		rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A " + answer)
-		m.Answer = append(m.Answer, rr)
+		if answer == "NXDOMAIN" {
+			m.Rcode = dns.RcodeNameError
+		} else {
+			rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A " + answer)
+			m.Answer = append(m.Answer, rr)
+		}
 		_ = w.WriteMsg(m)
 	})
 	srv := &dns.Server{Handler: handler}
@@ -306,5 +311,43 @@ func TestAnUnaskableResolverIsUnenforceable(t *testing.T) {
 		if _, err := n.Attach(context.Background(), "i-"+strings.ReplaceAll(name, " ", "-"), pol); !netslot.IsUnenforceable(err) {
 			t.Errorf("%s: Attach: %v, want Unenforceable", name, err)
 		}
+	}
+}
+
+// An NXDOMAIN the upstream answers is a DNS result: it reaches the guest
+// and clears the entry's run of faults.
+func TestAnNXDOMAINClearsTheResolverFault(t *testing.T) {
+	up := &downUplink{fakeUplink: &fakeUplink{udp: map[netip.AddrPort]string{resolverAddr: dnsServer(t, "udp", "NXDOMAIN")}}}
+	up.down.Store(true)
+	a, g := attached(t, up, withResolver(netslot.Policy{}, 1, directPath(), ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_UDP, resolverAddr))
+	_ = query(t, g, userstack.GatewayV4, "example.com.")
+	if f := a.ResolverFaults(); len(f) != 1 {
+		t.Fatalf("resolver faults while unreachable: %+v, want one", f)
+	}
+	up.down.Store(false)
+	if got := answerOf(query(t, g, userstack.GatewayV4, "nowhere.example.")); got != "NXDOMAIN" {
+		t.Errorf("a name the upstream does not know: %s, want its NXDOMAIN", got)
+	}
+	if f := a.ResolverFaults(); len(f) != 0 {
+		t.Errorf("resolver faults after an NXDOMAIN: %+v, want none", f)
+	}
+}
+
+// A Resolver behind an Egress that cannot be reached: SERVFAIL, and the
+// fault is the Egress's (ENDPOINT_UNREACHABLE), not the Resolver's.
+func TestAnEgressFaultOnTheWayIsNotTheResolvers(t *testing.T) {
+	up := &fakeUplink{tcp: map[netip.AddrPort]string{}} // the endpoint refuses
+	pol := netslot.Policy{Network: forwarding, Egresses: []*nodev1.ResolvedEgress{{EgressId: egressID, Revision: 1, Spec: &ctrlv1.EgressSpec{
+		Protocol: ctrlv1.EgressProtocol_EGRESS_PROTOCOL_SOCKS5, Endpoint: endpointAddr.String(), Username: egresstest.User, Password: egresstest.Password,
+	}}}}
+	a, g := attached(t, up, withResolver(pol, 1, egressPath(), ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP, privateResolver))
+	if got := answerOf(query(t, g, userstack.GatewayV4, "example.com.")); got != "SERVFAIL" {
+		t.Errorf("a query through an Egress that is down: %s, want SERVFAIL", got)
+	}
+	if f := a.EgressFaults(); len(f) != 1 || f[0].EgressID != egressID || f[0].Kind != ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_ENDPOINT_UNREACHABLE {
+		t.Errorf("egress faults: %+v, want ENDPOINT_UNREACHABLE of %s", f, egressID)
+	}
+	if f := a.ResolverFaults(); len(f) != 0 {
+		t.Errorf("resolver faults: %+v, want none (the fault is the Egress's)", f)
 	}
 }
