@@ -2,6 +2,7 @@ package userstack_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -350,4 +354,84 @@ func TestAnEgressFaultOnTheWayIsNotTheResolvers(t *testing.T) {
 	if f := a.ResolverFaults(); len(f) != 0 {
 		t.Errorf("resolver faults: %+v, want none (the fault is the Egress's)", f)
 	}
+}
+
+// fakeUpstream answers every query with answer, once release is closed
+// when it is set, and records its Close.
+type fakeUpstream struct {
+	answer  string
+	asked   chan struct{} // gets one value per query, when set
+	release chan struct{}
+	closed  atomic.Bool
+}
+
+func (u *fakeUpstream) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+	if u.asked != nil {
+		u.asked <- struct{}{}
+	}
+	if u.release != nil {
+		select {
+		case <-u.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if u.closed.Load() {
+		return nil, errors.New("asked after Close")
+	}
+	m := new(dns.Msg).SetReply(q)
+	rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A " + u.answer)
+	m.Answer = append(m.Answer, rr)
+	return m, nil
+}
+
+func (u *fakeUpstream) Close() error {
+	u.closed.Store(true)
+	return nil
+}
+
+// A Resolver is in force with its policy revision: a query after
+// SetPolicyWith returned asks the new one, while one already asking the
+// old keeps it, and the old is closed only once that query is done.
+func TestAReplacedResolverClosesAfterItsLastQuery(t *testing.T) {
+	p := compile(t, public)
+	old := &fakeUpstream{answer: "198.51.100.1", asked: make(chan struct{}, 1), release: make(chan struct{})}
+	s, conn := serveSlot(t, userstack.Config{Policy: p, Revision: 1, Uplink: &fakeUplink{},
+		Resolver: &userstack.Resolver{ID: "rs-1", Path: directPath(), Upstream: old}})
+	g := guestStack(t, conn)
+	first := make(chan string, 1)
+	go func() { first <- tryQuery(g, "first.example.") }()
+	<-old.asked
+
+	s.SetPolicyWith(p, 2, &userstack.Resolver{ID: "rs-2", Path: directPath(), Upstream: &fakeUpstream{answer: "198.51.100.2"}}, 0)
+	if got := answerOf(query(t, g, userstack.GatewayV4, "second.example.")); got != "198.51.100.2" {
+		t.Errorf("a query after the new Resolver was put in force: %s, want its 198.51.100.2", got)
+	}
+	if old.closed.Load() {
+		t.Error("the old Resolver was closed while a query still used it")
+	}
+	close(old.release)
+	if got := <-first; got != "198.51.100.1" {
+		t.Errorf("the query that asked the old Resolver: %s, want its 198.51.100.1", got)
+	}
+	// The slot lets go of the Resolver before it sends the answer.
+	if !old.closed.Load() {
+		t.Error("the old Resolver was not closed after its last query")
+	}
+}
+
+// tryQuery is query from a goroutine other than the test's: its answer,
+// or the error in words.
+func tryQuery(g *stack.Stack, name string) string {
+	pc, err := gonet.DialUDP(g, nil, &tcpip.FullAddress{NIC: 1, Addr: addr(userstack.GatewayV4), Port: 53}, ipv4.ProtocolNumber)
+	if err != nil {
+		return err.Error()
+	}
+	defer pc.Close()
+	_ = pc.SetDeadline(time.Now().Add(20 * time.Second))
+	reply, _, err := (&dns.Client{Net: "udp"}).ExchangeWithConn(new(dns.Msg).SetQuestion(name, dns.TypeA), &dns.Conn{Conn: pc})
+	if err != nil {
+		return err.Error()
+	}
+	return answerOf(reply)
 }
