@@ -10,8 +10,9 @@
 //   - DENY_ALL: nothing leaves; a query to the link DNS address is refused
 //     (the slot answers it REFUSED at once).
 //   - A query (UDP or TCP, port 53) to a link DNS address under
-//     PUBLIC_INTERNET is the slot's own (LinkDNS); allow and deny never act
-//     on it.
+//     PUBLIC_INTERNET is the slot's own (LinkDNS: it asks the policy's
+//     Resolver, or the deployment resolver); allow and deny never act on
+//     it.
 //   - Under PUBLIC_INTERNET only TCP and ICMP echo leave directly; every
 //     other UDP flow is refused.
 //   - A destination in deny and not in allow is refused. Each entry acts only
