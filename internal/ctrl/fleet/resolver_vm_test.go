@@ -106,8 +106,9 @@ func wantResolverStatus(t *testing.T, st *ctrlv1.NetworkPolicyStatus, id string,
 // UPSTREAM_UNREACHABLE (or UPSTREAM_TIMEOUT) resolver observation until it
 // answers again; a live update to a tcp Resolver, then to a tcp Resolver in
 // a private range that only a SOCKS5 Egress reaches, sends the queries
-// there; removing the entry sends them to the deployment resolver again.
-// network_policy_status.resolvers follows each confirmed revision.
+// there, and still does after an agent restart; removing the entry sends
+// them to the deployment resolver again. network_policy_status.resolvers
+// follows each confirmed revision.
 func TestThePolicyResolverAnswersTheGuest(t *testing.T) {
 	e := newVMEnv(t)
 	public, proxyAt := netip.MustParseAddr("1.1.1.1"), netip.MustParseAddrPort("8.8.8.8:1080")
@@ -118,7 +119,7 @@ func TestThePolicyResolverAnswersTheGuest(t *testing.T) {
 	startDNS(t, inet.Internet, "tcp", upstream, "198.51.100.2")
 	startDNS(t, inet.Internet, "tcp", private, "198.51.100.3")
 	proxyDials := startSOCKS5(t, inet.Internet, proxyAt)
-	e.startInternetNode(inet)
+	agent := e.startInternetNode(inet)
 
 	udpID := e.createResolver("resolver-udp", ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_UDP, upstream)
 	tcpID := e.createResolver("resolver-tcp", ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP, upstream)
@@ -164,6 +165,14 @@ func TestThePolicyResolverAnswersTheGuest(t *testing.T) {
 	if out := e.nslookup(id); !strings.Contains(out, "198.51.100.3") || proxyDials.Load() == 0 {
 		t.Errorf("a query with a tcp Resolver behind the Egress: %q (proxy dials %d), want 198.51.100.3 through the proxy", out, proxyDials.Load())
 	}
+	// An agent restart attaches the running guest's network again from its
+	// record, the Resolver and its Egress included.
+	agent.Stop(t)
+	e.startInternetNodeAt(inet, agent.StateDir, agent.PoolDir)
+	waitLong(t, "the Resolver through the new agent", func() bool {
+		out, _, err := e.c.TryExec(id, "sh", "-c", "nslookup kibotos.test 2>&1")
+		return err == nil && strings.Contains(out, "198.51.100.3")
+	})
 
 	st = e.updatePolicy(id, 3, &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET})
 	if len(st.GetResolvers()) != 0 {
