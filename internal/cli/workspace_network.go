@@ -26,7 +26,7 @@ APPLIED, never by a command having returned: APPLIED below REVISION means a
 change was issued and is not confirmed yet. DRAINING is the earliest
 revision whose connections still keep their old path (set's --drain-seconds).`
 
-var networkHeader = []string{"WORKSPACE", "MODE", "REVISION", "APPLIED", "ALLOW", "DENY", "EGRESSES", "DRAINING"}
+var networkHeader = []string{"WORKSPACE", "MODE", "REVISION", "APPLIED", "ALLOW", "DENY", "EGRESSES", "RESOLVERS", "DRAINING"}
 
 // networkRow is a Workspace's policy, asked for and confirmed. The mode is
 // spelt as --network takes it.
@@ -49,6 +49,7 @@ func networkRow(w *ctrlv1.Workspace) []string {
 		or(strings.Join(p.GetAllow(), ","), "-"),
 		or(strings.Join(p.GetDeny(), ","), "-"),
 		or(egressesText(p.GetEgresses()), "-"),
+		or(resolversText(p.GetResolvers()), "-"),
 		draining,
 	}
 }

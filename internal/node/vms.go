@@ -74,9 +74,10 @@ type execRecord struct {
 	Volume          *recordRef `json:"volume,omitempty"`
 	VolumeMountPath string     `json:"volume_mount_path,omitempty"`
 	StartedAt       time.Time  `json:"started_at"`
-	// Network is the policy in force and the Egresses it names (an
-	// ApplyNetworkPolicy, protojson), so an agent starting attaches a
-	// running execution's network as it was; absent in older records and
+	// Network is the policy in force and the Egresses and Resolvers it
+	// names (an ApplyNetworkPolicy, protojson), so an agent starting
+	// attaches a running execution's network as it was; absent in older
+	// records and
 	// for DENY_ALL alike, which is what it gives. It holds the Egresses'
 	// passwords: the record is the agent's alone (0600).
 	Network json.RawMessage `json:"network,omitempty"`
@@ -440,6 +441,11 @@ func (e *vmSet) reports() (reports []*nodev1.ExecutionReport, endedIDs []string)
 				for _, f := range x.net.EgressFaults() {
 					r.EgressFaults = append(r.EgressFaults, &nodev1.EgressFault{
 						EgressId: f.EgressID, Kind: f.Kind, FailingSince: timestamppb.New(f.Since), Message: f.Message,
+					})
+				}
+				for _, f := range x.net.ResolverFaults() {
+					r.ResolverFaults = append(r.ResolverFaults, &nodev1.ResolverFault{
+						ResolverId: f.ResolverID, Path: f.Path, Kind: f.Kind, FailingSince: timestamppb.New(f.Since), Message: f.Message,
 					})
 				}
 			}
@@ -838,7 +844,7 @@ func (e *vmSet) attachNetwork(ctx context.Context, l *launch) error {
 	if e.network == nil {
 		return codedf(connect.CodeUnimplemented, "this node has no network attachment for executions")
 	}
-	att, err := e.network.Attach(ctx, l.id, netslot.Policy{Network: l.op.GetNetworkPolicy(), Egresses: l.op.GetEgresses()})
+	att, err := e.network.Attach(ctx, l.id, netslot.Policy{Network: l.op.GetNetworkPolicy(), Egresses: l.op.GetEgresses(), Resolvers: l.op.GetResolvers()})
 	switch {
 	case netslot.IsUnenforceable(err):
 		return &networkError{coded(connect.CodeUnimplemented, err)}
@@ -872,7 +878,7 @@ func (e *vmSet) boot(ctx context.Context, l *launch) error {
 		StartedAt: time.Now().UTC(),
 	}
 	if pol := op.GetNetworkPolicy(); pol != nil {
-		b, err := protojson.Marshal(&nodev1.ApplyNetworkPolicy{NetworkPolicy: pol, Egresses: op.GetEgresses()})
+		b, err := protojson.Marshal(&nodev1.ApplyNetworkPolicy{NetworkPolicy: pol, Egresses: op.GetEgresses(), Resolvers: op.GetResolvers()})
 		if err != nil {
 			return coded(connect.CodeInternal, err)
 		}
@@ -1248,7 +1254,7 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 		return failure("", connect.CodeFailedPrecondition, "ApplyNetworkPolicy: execution "+id+" does not run here")
 	}
 	pol := op.GetNetworkPolicy()
-	b, err := protojson.Marshal(&nodev1.ApplyNetworkPolicy{NetworkPolicy: pol, Egresses: op.GetEgresses()})
+	b, err := protojson.Marshal(&nodev1.ApplyNetworkPolicy{NetworkPolicy: pol, Egresses: op.GetEgresses(), Resolvers: op.GetResolvers()})
 	if err != nil {
 		return failure("", connect.CodeInvalidArgument, "ApplyNetworkPolicy: "+err.Error())
 	}
@@ -1272,5 +1278,5 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 
 // policyOf is what an attachment enforces for op.
 func policyOf(op *nodev1.ApplyNetworkPolicy) netslot.Policy {
-	return netslot.Policy{Network: op.GetNetworkPolicy(), Egresses: op.GetEgresses()}
+	return netslot.Policy{Network: op.GetNetworkPolicy(), Egresses: op.GetEgresses(), Resolvers: op.GetResolvers()}
 }

@@ -75,6 +75,7 @@ func (s *Service) failReleased(tx *store.Tx, w *ctrlv1.Workspace, failure *ctrlv
 	w.GuestObservation = nil
 	w.NetworkPolicyStatus = nil
 	w.EgressObservations = nil
+	w.ResolverObservations = nil
 	w.UpdatedAt = timestamppb.New(s.now())
 	return tx.PutWorkspace(w)
 }

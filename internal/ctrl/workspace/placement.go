@@ -50,6 +50,8 @@ type launchPlan struct {
 	node string
 	// egresses are the Egresses its network policy forwards through.
 	egresses []*nodev1.ResolvedEgress
+	// resolvers are the Resolvers its link DNS address forwards to.
+	resolvers []*nodev1.ResolvedResolver
 }
 
 // runPlacement drives create and start: resolve what boots, place the
@@ -158,6 +160,9 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 			return err
 		}
 		if plan.egresses, err = resolvedEgresses(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
+			return err
+		}
+		if plan.resolvers, err = resolvedResolvers(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
 			return err
 		}
 		w.UpdatedAt = timestamppb.New(s.now())
@@ -323,6 +328,7 @@ func (s *Service) startExecution(plan *launchPlan, nodeID, commandID string) *no
 		Hostname:      plan.w.GetWorkspaceId(),
 		NetworkPolicy: plan.w.GetSpec().GetNetworkPolicy(),
 		Egresses:      plan.egresses,
+		Resolvers:     plan.resolvers,
 	}
 	if plan.volume != nil {
 		start.Volume = volumeRef(plan.volume)
@@ -375,7 +381,8 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 		}
 		w.NetworkPolicyStatus = nil
 		if rev := status.GetAppliedNetworkPolicyRevision(); rev != 0 {
-			w.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: rev, AppliedAt: timestamppb.New(s.now()), Egresses: egressStatuses(start.GetEgresses())}
+			w.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: rev, AppliedAt: timestamppb.New(s.now()), Egresses: egressStatuses(start.GetEgresses()),
+				Resolvers: resolverStatuses(start.GetResolvers())}
 		}
 		w.Generation++
 		w.Failure = nil
@@ -402,6 +409,7 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 			w.Failure = failure
 			w.NetworkPolicyStatus = nil
+			w.EgressObservations, w.ResolverObservations = nil, nil
 			if d := w.GetDelivery(); d != nil {
 				// The start failed with its artifacts still arriving.
 				d.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_PREPARATION_FAILED

@@ -73,6 +73,7 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 		st.DrainingRevision = r.GetNetworkDrainingRevision()
 	}
 	w.EgressObservations = egressObservations(w.GetEgressObservations(), r.GetEgressFaults(), s.now())
+	w.ResolverObservations = resolverObservations(w.GetResolverObservations(), r.GetResolverFaults(), s.now())
 	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
 }
 

@@ -90,6 +90,7 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 	w.GuestObservation = nil
 	w.NetworkPolicyStatus = nil
 	w.EgressObservations = nil
+	w.ResolverObservations = nil
 	w.UpdatedAt = timestamppb.New(s.now())
 	return tx.PutWorkspace(w)
 }
@@ -105,12 +106,16 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	var w *ctrlv1.Workspace
 	var rt *storev1.WorkspaceRuntime
 	var egresses []*nodev1.ResolvedEgress
+	var resolvers []*nodev1.ResolvedResolver
 	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
 		if w, err = get(tx, id, false); err != nil {
 			return err
 		}
 		if egresses, err = resolvedEgresses(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
+			return err
+		}
+		if resolvers, err = resolvedResolvers(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
 			return err
 		}
 		rt, err = tx.GetRuntime(id, false)
@@ -135,7 +140,8 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	}
 	instance := rt.GetInstanceId()
 	answer, err := s.fleet.Await(ctx, wk, "network", rt.GetNodeId(),
-		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy(), Egresses: egresses, DrainSeconds: drain},
+		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy(), Egresses: egresses, Resolvers: resolvers,
+			DrainSeconds: drain},
 		ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK)
 	if answer == nil || err != nil {
 		return err
@@ -152,7 +158,7 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	return wk.Succeed(ctx, func(tx *store.Tx) error {
 		return s.setPolicyStatus(tx, id, instance, &ctrlv1.NetworkPolicyStatus{
 			AppliedRevision: result.GetAppliedRevision(), AppliedAt: timestamppb.New(s.now()), DrainingRevision: result.GetDrainingRevision(),
-			Egresses: egressStatuses(egresses),
+			Egresses: egressStatuses(egresses), Resolvers: resolverStatuses(resolvers),
 		})
 	})
 }

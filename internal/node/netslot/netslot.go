@@ -31,11 +31,13 @@ type Network interface {
 	Attach(ctx context.Context, instanceID string, policy Policy) (Attachment, error)
 }
 
-// Policy is what an attachment enforces: the Workspace's NetworkPolicy and
-// the Egresses it forwards through, as ctrl resolved them.
+// Policy is what an attachment enforces: the Workspace's NetworkPolicy,
+// the Egresses it forwards through and the Resolvers its link DNS address
+// forwards to, as ctrl resolved them.
 type Policy struct {
-	Network  *ctrlv1.NetworkPolicy
-	Egresses []*nodev1.ResolvedEgress
+	Network   *ctrlv1.NetworkPolicy
+	Egresses  []*nodev1.ResolvedEgress
+	Resolvers []*nodev1.ResolvedResolver
 }
 
 // Attachment is one execution's network.
@@ -62,6 +64,10 @@ type Attachment interface {
 	// EgressFaults are the Egresses whose connections fail now, each with
 	// the run of failures it is in; an Egress's next success clears it.
 	EgressFaults() []EgressFault
+	// ResolverFaults are the entries of the policy's resolvers whose
+	// upstream fails now, each with the run of failures it is in; the
+	// entry's next answered query clears it.
+	ResolverFaults() []ResolverFault
 	// Release undoes what Attach made; it is idempotent.
 	Release() error
 }
@@ -111,6 +117,17 @@ type Addressing struct {
 type EgressFault struct {
 	EgressID string
 	Kind     ctrlv1.EgressObservationKind
+	// Since is when the run began, on this host's clock.
+	Since   time.Time
+	Message string // the latest failure
+}
+
+// ResolverFault is the current run of failures of one entry of the
+// policy's resolvers.
+type ResolverFault struct {
+	ResolverID string
+	Path       *ctrlv1.ResolverPath
+	Kind       ctrlv1.ResolverObservationKind
 	// Since is when the run began, on this host's clock.
 	Since   time.Time
 	Message string // the latest failure

@@ -183,7 +183,11 @@ type StartExecution struct {
 	Hostname string `protobuf:"bytes,13,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	// egresses are the Egresses network_policy forwards through, as ctrl
 	// holds them when it sends the start.
-	Egresses      []*ResolvedEgress `protobuf:"bytes,14,rep,name=egresses,proto3" json:"egresses,omitempty"`
+	Egresses []*ResolvedEgress `protobuf:"bytes,14,rep,name=egresses,proto3" json:"egresses,omitempty"`
+	// resolvers are the Resolvers network_policy forwards the guest's DNS
+	// queries to, one for each entry of its resolvers, as ctrl holds them
+	// when it sends the start.
+	Resolvers     []*ResolvedResolver `protobuf:"bytes,15,rep,name=resolvers,proto3" json:"resolvers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -312,6 +316,13 @@ func (x *StartExecution) GetHostname() string {
 func (x *StartExecution) GetEgresses() []*ResolvedEgress {
 	if x != nil {
 		return x.Egresses
+	}
+	return nil
+}
+
+func (x *StartExecution) GetResolvers() []*ResolvedResolver {
+	if x != nil {
+		return x.Resolvers
 	}
 	return nil
 }
@@ -565,6 +576,8 @@ type ApplyNetworkPolicy struct {
 	NetworkPolicy *v1.NetworkPolicy      `protobuf:"bytes,2,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	// egresses are the Egresses network_policy forwards through.
 	Egresses []*ResolvedEgress `protobuf:"bytes,4,rep,name=egresses,proto3" json:"egresses,omitempty"`
+	// resolvers are the Resolvers network_policy's resolvers name.
+	Resolvers []*ResolvedResolver `protobuf:"bytes,5,rep,name=resolvers,proto3" json:"resolvers,omitempty"`
 	// drain_seconds is how long an open connection the new revision refuses
 	// is kept before it is closed (UpdateWorkspaceNetworkPolicy's).
 	DrainSeconds  uint32 `protobuf:"varint,3,opt,name=drain_seconds,json=drainSeconds,proto3" json:"drain_seconds,omitempty"`
@@ -619,6 +632,13 @@ func (x *ApplyNetworkPolicy) GetNetworkPolicy() *v1.NetworkPolicy {
 func (x *ApplyNetworkPolicy) GetEgresses() []*ResolvedEgress {
 	if x != nil {
 		return x.Egresses
+	}
+	return nil
+}
+
+func (x *ApplyNetworkPolicy) GetResolvers() []*ResolvedResolver {
+	if x != nil {
+		return x.Resolvers
 	}
 	return nil
 }
@@ -763,6 +783,157 @@ func (x *ResolvedEgress) GetSpec() *v1.EgressSpec {
 	return nil
 }
 
+// ResolvedResolver is one entry of a network policy's resolvers, with the
+// Resolver it names at the revision ctrl holds: the node's link DNS address
+// forwards the guest's queries to it on path.
+type ResolvedResolver struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ResolverId    string                 `protobuf:"bytes,1,opt,name=resolver_id,json=resolverId,proto3" json:"resolver_id,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Spec          *v1.ResolverSpec       `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	Path          *v1.ResolverPath       `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolvedResolver) Reset() {
+	*x = ResolvedResolver{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolvedResolver) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolvedResolver) ProtoMessage() {}
+
+func (x *ResolvedResolver) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolvedResolver.ProtoReflect.Descriptor instead.
+func (*ResolvedResolver) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResolvedResolver) GetResolverId() string {
+	if x != nil {
+		return x.ResolverId
+	}
+	return ""
+}
+
+func (x *ResolvedResolver) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ResolvedResolver) GetSpec() *v1.ResolverSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ResolvedResolver) GetPath() *v1.ResolverPath {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+// ResolverFault is the current run of failures of one entry of a network
+// policy's resolvers on a node: its upstream could not be asked. A fault of
+// the Egress on the way is an EgressFault instead.
+type ResolverFault struct {
+	state      protoimpl.MessageState     `protogen:"open.v1"`
+	ResolverId string                     `protobuf:"bytes,1,opt,name=resolver_id,json=resolverId,proto3" json:"resolver_id,omitempty"`
+	Path       *v1.ResolverPath           `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Kind       v1.ResolverObservationKind `protobuf:"varint,3,opt,name=kind,proto3,enum=kibotos.ctrl.v1.ResolverObservationKind" json:"kind,omitempty"`
+	// failing_since is when the run began, on the node's clock.
+	FailingSince  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolverFault) Reset() {
+	*x = ResolverFault{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolverFault) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolverFault) ProtoMessage() {}
+
+func (x *ResolverFault) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolverFault.ProtoReflect.Descriptor instead.
+func (*ResolverFault) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ResolverFault) GetResolverId() string {
+	if x != nil {
+		return x.ResolverId
+	}
+	return ""
+}
+
+func (x *ResolverFault) GetPath() *v1.ResolverPath {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *ResolverFault) GetKind() v1.ResolverObservationKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v1.ResolverObservationKind(0)
+}
+
+func (x *ResolverFault) GetFailingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailingSince
+	}
+	return nil
+}
+
+func (x *ResolverFault) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ApplyNetworkPolicyResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// applied_revision is the revision now in force.
@@ -776,7 +947,7 @@ type ApplyNetworkPolicyResult struct {
 
 func (x *ApplyNetworkPolicyResult) Reset() {
 	*x = ApplyNetworkPolicyResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +959,7 @@ func (x *ApplyNetworkPolicyResult) String() string {
 func (*ApplyNetworkPolicyResult) ProtoMessage() {}
 
 func (x *ApplyNetworkPolicyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +972,7 @@ func (x *ApplyNetworkPolicyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyNetworkPolicyResult.ProtoReflect.Descriptor instead.
 func (*ApplyNetworkPolicyResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApplyNetworkPolicyResult) GetAppliedRevision() uint64 {
@@ -829,7 +1000,7 @@ type StopResult struct {
 
 func (x *StopResult) Reset() {
 	*x = StopResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1012,7 @@ func (x *StopResult) String() string {
 func (*StopResult) ProtoMessage() {}
 
 func (x *StopResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1025,7 @@ func (x *StopResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResult.ProtoReflect.Descriptor instead.
 func (*StopResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StopResult) GetDurable() bool {
@@ -898,6 +1069,9 @@ type ExecutionReport struct {
 	// egress_faults are the Egresses of the execution's policy whose
 	// connections fail now, each with its current run of failures.
 	EgressFaults []*EgressFault `protobuf:"bytes,11,rep,name=egress_faults,json=egressFaults,proto3" json:"egress_faults,omitempty"`
+	// resolver_faults are the entries of the execution's policy's resolvers
+	// whose queries fail now, each with its current run of failures.
+	ResolverFaults []*ResolverFault `protobuf:"bytes,12,rep,name=resolver_faults,json=resolverFaults,proto3" json:"resolver_faults,omitempty"`
 	// volume is the node's judgment of the Volume the running execution has
 	// attached, which makes the node the Volume's holder; absent without a
 	// Volume. (Numbered from 20: the fields after memory are left to
@@ -909,7 +1083,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1095,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1108,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecutionReport) GetInstanceId() string {
@@ -1014,6 +1188,13 @@ func (x *ExecutionReport) GetEgressFaults() []*EgressFault {
 	return nil
 }
 
+func (x *ExecutionReport) GetResolverFaults() []*ResolverFault {
+	if x != nil {
+		return x.ResolverFaults
+	}
+	return nil
+}
+
 func (x *ExecutionReport) GetVolume() *VolumeReport {
 	if x != nil {
 		return x.Volume
@@ -1042,7 +1223,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1235,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1248,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VolumeReport) GetRef() *BlockFileRef {
@@ -1109,7 +1290,7 @@ type FetchArtifactRequest struct {
 
 func (x *FetchArtifactRequest) Reset() {
 	*x = FetchArtifactRequest{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1302,7 @@ func (x *FetchArtifactRequest) String() string {
 func (*FetchArtifactRequest) ProtoMessage() {}
 
 func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1315,7 @@ func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactRequest.ProtoReflect.Descriptor instead.
 func (*FetchArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FetchArtifactRequest) GetDigest() string {
@@ -1162,7 +1343,7 @@ type FetchArtifactResponse struct {
 
 func (x *FetchArtifactResponse) Reset() {
 	*x = FetchArtifactResponse{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1355,7 @@ func (x *FetchArtifactResponse) String() string {
 func (*FetchArtifactResponse) ProtoMessage() {}
 
 func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1368,7 @@ func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactResponse.ProtoReflect.Descriptor instead.
 func (*FetchArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FetchArtifactResponse) GetOffset() uint64 {
@@ -1215,12 +1396,12 @@ var File_kibotos_node_v1_execution_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
-	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ckibotos/ctrl/v1/egress.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
+	"\x1fkibotos/node/v1/execution.proto\x12\x0fkibotos.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ckibotos/ctrl/v1/egress.proto\x1a\x1ekibotos/ctrl/v1/resolver.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1ckibotos/guest/v1/agent.proto\x1a\x1dkibotos/node/v1/storage.proto\"U\n" +
 	"\bArtifact\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\x93\x05\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xd4\x05\n" +
 	"\x0eStartExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
@@ -1237,7 +1418,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\v \x01(\x04R\vmemoryBytes\x12E\n" +
 	"\x0enetwork_policy\x18\f \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12\x1a\n" +
 	"\bhostname\x18\r \x01(\tR\bhostname\x12;\n" +
-	"\begresses\x18\x0e \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\begresses\"\x99\x02\n" +
+	"\begresses\x18\x0e \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\begresses\x12?\n" +
+	"\tresolvers\x18\x0f \x03(\v2!.kibotos.node.v1.ResolvedResolverR\tresolvers\"\x99\x02\n" +
 	"\x0fExecutionStatus\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1255,12 +1437,13 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12'\n" +
-	"\x0ftimeout_seconds\x18\x03 \x01(\rR\x0etimeoutSeconds\"\xde\x01\n" +
+	"\x0ftimeout_seconds\x18\x03 \x01(\rR\x0etimeoutSeconds\"\x9f\x02\n" +
 	"\x12ApplyNetworkPolicy\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12E\n" +
 	"\x0enetwork_policy\x18\x02 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12;\n" +
-	"\begresses\x18\x04 \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\begresses\x12#\n" +
+	"\begresses\x18\x04 \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\begresses\x12?\n" +
+	"\tresolvers\x18\x05 \x03(\v2!.kibotos.node.v1.ResolvedResolverR\tresolvers\x12#\n" +
 	"\rdrain_seconds\x18\x03 \x01(\rR\fdrainSeconds\"\xc1\x01\n" +
 	"\vEgressFault\x12\x1b\n" +
 	"\tegress_id\x18\x01 \x01(\tR\begressId\x12:\n" +
@@ -1270,14 +1453,27 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x0eResolvedEgress\x12\x1b\n" +
 	"\tegress_id\x18\x01 \x01(\tR\begressId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12/\n" +
-	"\x04spec\x18\x03 \x01(\v2\x1b.kibotos.ctrl.v1.EgressSpecR\x04spec\"r\n" +
+	"\x04spec\x18\x03 \x01(\v2\x1b.kibotos.ctrl.v1.EgressSpecR\x04spec\"\xb5\x01\n" +
+	"\x10ResolvedResolver\x12\x1f\n" +
+	"\vresolver_id\x18\x01 \x01(\tR\n" +
+	"resolverId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x121\n" +
+	"\x04spec\x18\x03 \x01(\v2\x1d.kibotos.ctrl.v1.ResolverSpecR\x04spec\x121\n" +
+	"\x04path\x18\x04 \x01(\v2\x1d.kibotos.ctrl.v1.ResolverPathR\x04path\"\xfc\x01\n" +
+	"\rResolverFault\x12\x1f\n" +
+	"\vresolver_id\x18\x01 \x01(\tR\n" +
+	"resolverId\x121\n" +
+	"\x04path\x18\x02 \x01(\v2\x1d.kibotos.ctrl.v1.ResolverPathR\x04path\x12<\n" +
+	"\x04kind\x18\x03 \x01(\x0e2(.kibotos.ctrl.v1.ResolverObservationKindR\x04kind\x12?\n" +
+	"\rfailing_since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"r\n" +
 	"\x18ApplyNetworkPolicyResult\x12)\n" +
 	"\x10applied_revision\x18\x01 \x01(\x04R\x0fappliedRevision\x12+\n" +
 	"\x11draining_revision\x18\x02 \x01(\x04R\x10drainingRevision\"@\n" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xb2\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xfb\x04\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1295,7 +1491,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"comingBack\x12:\n" +
 	"\x19network_draining_revision\x18\n" +
 	" \x01(\x04R\x17networkDrainingRevision\x12A\n" +
-	"\regress_faults\x18\v \x03(\v2\x1c.kibotos.node.v1.EgressFaultR\fegressFaults\x125\n" +
+	"\regress_faults\x18\v \x03(\v2\x1c.kibotos.node.v1.EgressFaultR\fegressFaults\x12G\n" +
+	"\x0fresolver_faults\x18\f \x03(\v2\x1e.kibotos.node.v1.ResolverFaultR\x0eresolverFaults\x125\n" +
 	"\x06volume\x18\x14 \x01(\v2\x1d.kibotos.node.v1.VolumeReportR\x06volume\"\x9a\x01\n" +
 	"\fVolumeReport\x12/\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x18\n" +
@@ -1330,7 +1527,7 @@ func file_kibotos_node_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(ExecutionEnd)(0),                // 0: kibotos.node.v1.ExecutionEnd
 	(*Artifact)(nil),                 // 1: kibotos.node.v1.Artifact
@@ -1341,43 +1538,56 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*ApplyNetworkPolicy)(nil),       // 6: kibotos.node.v1.ApplyNetworkPolicy
 	(*EgressFault)(nil),              // 7: kibotos.node.v1.EgressFault
 	(*ResolvedEgress)(nil),           // 8: kibotos.node.v1.ResolvedEgress
-	(*ApplyNetworkPolicyResult)(nil), // 9: kibotos.node.v1.ApplyNetworkPolicyResult
-	(*StopResult)(nil),               // 10: kibotos.node.v1.StopResult
-	(*ExecutionReport)(nil),          // 11: kibotos.node.v1.ExecutionReport
-	(*VolumeReport)(nil),             // 12: kibotos.node.v1.VolumeReport
-	(*FetchArtifactRequest)(nil),     // 13: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),    // 14: kibotos.node.v1.FetchArtifactResponse
-	(*BlockFileRef)(nil),             // 15: kibotos.node.v1.BlockFileRef
-	(*v1.NetworkPolicy)(nil),         // 16: kibotos.ctrl.v1.NetworkPolicy
-	(v1.EgressObservationKind)(0),    // 17: kibotos.ctrl.v1.EgressObservationKind
-	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
-	(*v1.EgressSpec)(nil),            // 19: kibotos.ctrl.v1.EgressSpec
-	(*v11.MemoryReport)(nil),         // 20: kibotos.guest.v1.MemoryReport
+	(*ResolvedResolver)(nil),         // 9: kibotos.node.v1.ResolvedResolver
+	(*ResolverFault)(nil),            // 10: kibotos.node.v1.ResolverFault
+	(*ApplyNetworkPolicyResult)(nil), // 11: kibotos.node.v1.ApplyNetworkPolicyResult
+	(*StopResult)(nil),               // 12: kibotos.node.v1.StopResult
+	(*ExecutionReport)(nil),          // 13: kibotos.node.v1.ExecutionReport
+	(*VolumeReport)(nil),             // 14: kibotos.node.v1.VolumeReport
+	(*FetchArtifactRequest)(nil),     // 15: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),    // 16: kibotos.node.v1.FetchArtifactResponse
+	(*BlockFileRef)(nil),             // 17: kibotos.node.v1.BlockFileRef
+	(*v1.NetworkPolicy)(nil),         // 18: kibotos.ctrl.v1.NetworkPolicy
+	(v1.EgressObservationKind)(0),    // 19: kibotos.ctrl.v1.EgressObservationKind
+	(*timestamppb.Timestamp)(nil),    // 20: google.protobuf.Timestamp
+	(*v1.EgressSpec)(nil),            // 21: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),          // 22: kibotos.ctrl.v1.ResolverSpec
+	(*v1.ResolverPath)(nil),          // 23: kibotos.ctrl.v1.ResolverPath
+	(v1.ResolverObservationKind)(0),  // 24: kibotos.ctrl.v1.ResolverObservationKind
+	(*v11.MemoryReport)(nil),         // 25: kibotos.guest.v1.MemoryReport
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
 	1,  // 1: kibotos.node.v1.StartExecution.initrd:type_name -> kibotos.node.v1.Artifact
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
-	15, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
-	15, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
-	16, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	17, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
+	17, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
+	18, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
 	8,  // 6: kibotos.node.v1.StartExecution.egresses:type_name -> kibotos.node.v1.ResolvedEgress
-	16, // 7: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	8,  // 8: kibotos.node.v1.ApplyNetworkPolicy.egresses:type_name -> kibotos.node.v1.ResolvedEgress
-	17, // 9: kibotos.node.v1.EgressFault.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
-	18, // 10: kibotos.node.v1.EgressFault.failing_since:type_name -> google.protobuf.Timestamp
-	19, // 11: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	0,  // 12: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	20, // 13: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	18, // 14: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
-	7,  // 15: kibotos.node.v1.ExecutionReport.egress_faults:type_name -> kibotos.node.v1.EgressFault
-	12, // 16: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
-	15, // 17: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	9,  // 7: kibotos.node.v1.StartExecution.resolvers:type_name -> kibotos.node.v1.ResolvedResolver
+	18, // 8: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	8,  // 9: kibotos.node.v1.ApplyNetworkPolicy.egresses:type_name -> kibotos.node.v1.ResolvedEgress
+	9,  // 10: kibotos.node.v1.ApplyNetworkPolicy.resolvers:type_name -> kibotos.node.v1.ResolvedResolver
+	19, // 11: kibotos.node.v1.EgressFault.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	20, // 12: kibotos.node.v1.EgressFault.failing_since:type_name -> google.protobuf.Timestamp
+	21, // 13: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	22, // 14: kibotos.node.v1.ResolvedResolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	23, // 15: kibotos.node.v1.ResolvedResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	23, // 16: kibotos.node.v1.ResolverFault.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	24, // 17: kibotos.node.v1.ResolverFault.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
+	20, // 18: kibotos.node.v1.ResolverFault.failing_since:type_name -> google.protobuf.Timestamp
+	0,  // 19: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
+	25, // 20: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	20, // 21: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
+	7,  // 22: kibotos.node.v1.ExecutionReport.egress_faults:type_name -> kibotos.node.v1.EgressFault
+	10, // 23: kibotos.node.v1.ExecutionReport.resolver_faults:type_name -> kibotos.node.v1.ResolverFault
+	14, // 24: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	17, // 25: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
@@ -1392,7 +1602,7 @@ func file_kibotos_node_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_execution_proto_rawDesc), len(file_kibotos_node_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

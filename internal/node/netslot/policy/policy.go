@@ -10,8 +10,9 @@
 //   - DENY_ALL: nothing leaves; a query to the link DNS address is refused
 //     (the slot answers it REFUSED at once).
 //   - A query (UDP or TCP, port 53) to a link DNS address under
-//     PUBLIC_INTERNET is the slot's own (LinkDNS); allow and deny never act
-//     on it.
+//     PUBLIC_INTERNET is the slot's own (LinkDNS: it asks the policy's
+//     Resolver, or the deployment resolver); allow and deny never act on
+//     it.
 //   - Under PUBLIC_INTERNET only TCP and ICMP echo leave directly; every
 //     other UDP flow is refused.
 //   - A destination in deny and not in allow is refused. Each entry acts only
@@ -160,6 +161,10 @@ type Context struct {
 	// egress_id. A policy entry naming one that is missing here does not
 	// compile: the node must not apply an entry it cannot forward.
 	Egresses map[string]EgressRef
+	// Resolvers are the resolver_ids of the Resolvers the node has
+	// resolved for this slot; an entry of resolvers naming one missing
+	// here does not compile. The slot, not the engine, asks them.
+	Resolvers map[string]bool
 }
 
 // EgressRef is what the engine knows of a resolved Egress: which revision
@@ -169,8 +174,8 @@ type EgressRef struct {
 }
 
 // ErrForwarding is returned by Compile for a policy the node cannot forward
-// as written: resolvers (not built yet), or an egresses entry whose Egress
-// the node was not given. A policy the node cannot enforce must fail its
+// as written: a resolvers or egresses entry whose Resolver or Egress the
+// node was not given. A policy the node cannot enforce must fail its
 // application rather than run without its forwarding.
 var ErrForwarding = errors.New("forwarding not supported by this node")
 
@@ -212,11 +217,11 @@ func Compile(p *ctrlv1.NetworkPolicy, c Context) (*Policy, error) {
 	default:
 		return nil, fmt.Errorf("network policy mode %d is unknown", int32(out.mode))
 	}
-	if len(p.GetResolvers()) > 0 {
-		return nil, fmt.Errorf("resolvers: %w", ErrForwarding)
+	if out.denyAll() && len(p.GetAllow())+len(p.GetDeny())+len(p.GetEgresses())+len(p.GetResolvers()) > 0 {
+		return nil, errors.New("DENY_ALL takes no allow, deny, egresses or resolvers entries")
 	}
-	if out.denyAll() && len(p.GetAllow())+len(p.GetDeny())+len(p.GetEgresses()) > 0 {
-		return nil, errors.New("DENY_ALL takes no allow, deny or egresses entries")
+	if err := checkResolvers(p, c.Resolvers); err != nil {
+		return nil, err
 	}
 	var err error
 	if out.allow, err = parseList("allow", p.GetAllow()); err != nil {
@@ -229,6 +234,33 @@ func Compile(p *ctrlv1.NetworkPolicy, c Context) (*Policy, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// maxResolvers is the reference's limit on resolvers entries.
+const maxResolvers = 1
+
+// checkResolvers checks p's resolvers entries: each names a Resolver the
+// node was given and exactly one path, an Egress path one of p's egresses.
+func checkResolvers(p *ctrlv1.NetworkPolicy, known map[string]bool) error {
+	entries := p.GetResolvers()
+	if len(entries) > maxResolvers {
+		return fmt.Errorf("resolvers has %d entries; at most %d is accepted", len(entries), maxResolvers)
+	}
+	for i, r := range entries {
+		if !known[r.GetResolverId()] || r.GetResolverId() == "" {
+			return fmt.Errorf("resolvers[%d]: Resolver %q is not resolved on this node: %w", i, r.GetResolverId(), ErrForwarding)
+		}
+		switch k := r.GetPath().GetKind().(type) {
+		case *ctrlv1.ResolverPath_Direct:
+		case *ctrlv1.ResolverPath_EgressId:
+			if !slices.ContainsFunc(p.GetEgresses(), func(e *ctrlv1.NetworkPolicyEgress) bool { return e.GetEgressId() == k.EgressId }) {
+				return fmt.Errorf("resolvers[%d].path.egress_id: Egress %q is not in the policy's egresses", i, k.EgressId)
+			}
+		default:
+			return fmt.Errorf("resolvers[%d].path: no path selected", i)
+		}
+	}
+	return nil
 }
 
 // compileEgresses reads the egresses entries, each of whose Egress the node

@@ -25,8 +25,9 @@ var slotContext = policy.Context{
 		netip.MustParseAddr("::ffff:192.0.9.21"), // as net.Interface addresses come
 		netip.MustParseAddr("2606:4700:10::21"),
 	},
-	LinkDNS:  []netip.Addr{netip.MustParseAddr("10.0.2.3"), netip.MustParseAddr("fe80::1")},
-	Egresses: map[string]policy.EgressRef{"eg-office": {Revision: 3}},
+	LinkDNS:   []netip.Addr{netip.MustParseAddr("10.0.2.3"), netip.MustParseAddr("fe80::1")},
+	Egresses:  map[string]policy.EgressRef{"eg-office": {Revision: 3}},
+	Resolvers: map[string]bool{"rs-office": true},
 }
 
 func compile(t *testing.T, p *ctrlv1.NetworkPolicy) *policy.Policy {
@@ -228,6 +229,10 @@ func TestCompileRefuses(t *testing.T) {
 		{"DENY_ALL with egresses", egresses(denyAll, entry("eg-office", "10.0.0.0/8"))},
 		{"too many destinations", egresses(publicInternet, entry("eg-office", manyDestinations(257)...))},
 		{"resolvers", &ctrlv1.NetworkPolicy{Mode: publicInternet, Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: "r"}}}},
+		{"resolver without a path", resolvers(publicInternet, &ctrlv1.NetworkPolicyResolver{ResolverId: "rs-office"})},
+		{"resolver through an Egress the policy lacks", resolvers(publicInternet, throughEgress("rs-office", "eg-office"))},
+		{"two resolvers", resolvers(publicInternet, directResolver("rs-office"), directResolver("rs-office"))},
+		{"DENY_ALL with resolvers", resolvers(denyAll, directResolver("rs-office"))},
 	} {
 		if c, err := policy.Compile(tc.p, slotContext); err == nil {
 			t.Errorf("%s: Compile = %v, nil; want an error", tc.name, c)
@@ -242,6 +247,32 @@ func TestCompileRefuses(t *testing.T) {
 		}
 	}
 	compile(t, egresses(publicInternet, entry("eg-office", manyDestinations(256)...)))
+}
+
+// A resolvers entry compiles when its Resolver was resolved and its path is
+// direct or an Egress of the same policy; the engine answers its queries
+// LinkDNS as before (the slot asks the Resolver).
+func TestCompileResolvers(t *testing.T) {
+	viaEgress := egresses(publicInternet, entry("eg-office", "10.0.0.0/8"))
+	viaEgress.Resolvers = []*ctrlv1.NetworkPolicyResolver{throughEgress("rs-office", "eg-office")}
+	for _, p := range []*ctrlv1.NetworkPolicy{resolvers(publicInternet, directResolver("rs-office")), viaEgress} {
+		c := compile(t, p)
+		if d := c.Decide(policy.Flow{Proto: policy.UDP, Dst: netip.MustParseAddr("10.0.2.3"), Port: 53}); d.Kind != policy.LinkDNS {
+			t.Errorf("a query to the link DNS address under %v: %v, want LinkDNS", p, d)
+		}
+	}
+}
+
+func resolvers(mode ctrlv1.NetworkPolicyMode, entries ...*ctrlv1.NetworkPolicyResolver) *ctrlv1.NetworkPolicy {
+	return &ctrlv1.NetworkPolicy{Mode: mode, Resolvers: entries}
+}
+
+func directResolver(id string) *ctrlv1.NetworkPolicyResolver {
+	return &ctrlv1.NetworkPolicyResolver{ResolverId: id, Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}}
+}
+
+func throughEgress(id, egressID string) *ctrlv1.NetworkPolicyResolver {
+	return &ctrlv1.NetworkPolicyResolver{ResolverId: id, Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egressID}}}
 }
 
 func egresses(mode ctrlv1.NetworkPolicyMode, entries ...*ctrlv1.NetworkPolicyEgress) *ctrlv1.NetworkPolicy {

@@ -19,7 +19,6 @@ import (
 	"net/netip"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/internal/node/netslot/egress"
 )
 
 // Kind is why a query to the upstream failed.
@@ -118,9 +117,15 @@ func (d *direct) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, err
 // Through is the path through an Egress: connections are the dialer's
 // DialContext, datagrams its DialUDP (a SOCKS5 UDP association). Its
 // faults stay the Egress's (*egress.Error), never the upstream's.
-func Through(d *egress.Dialer) Path { return throughEgress{d} }
+func Through(d EgressDialer) Path { return throughEgress{d} }
 
-type throughEgress struct{ d *egress.Dialer }
+// EgressDialer is what Through needs of an Egress (*egress.Dialer).
+type EgressDialer interface {
+	DialContext(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+}
+
+type throughEgress struct{ d EgressDialer }
 
 func (t throughEgress) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
 	return t.d.DialContext(ctx, dst)

@@ -73,6 +73,10 @@ func (attachment) Draining() uint64 { return 0 }
 // EgressFaults implements netslot.Attachment: usernet forwards nowhere.
 func (attachment) EgressFaults() []netslot.EgressFault { return nil }
 
+// ResolverFaults implements netslot.Attachment: usernet is DENY_ALL only,
+// so it forwards no query.
+func (attachment) ResolverFaults() []netslot.ResolverFault { return nil }
+
 // Started implements netslot.Attachment: the network is inside the VMM.
 func (attachment) Started(string) {}
 

@@ -15,9 +15,8 @@ import (
 	"github.com/kibotos/kibotos/internal/node/netslot/policy"
 )
 
-// The link DNS service: UDP port 53 on the gateway addresses. (A TCP query
-// to them is a TCP flow like any other: the forwarder splices it to the
-// resolver when the policy says LinkDNS.)
+// The link DNS service: port 53 on the gateway addresses, over UDP and
+// TCP (handleTCP gives the slot a TCP flow to it the policy admits).
 const (
 	dnsPort = 53
 	// maxQueries bounds the guest's queries in flight; more wait.
@@ -26,6 +25,9 @@ const (
 	// it leaves unanswered is SERVFAIL to the guest, never retried
 	// elsewhere.
 	queryTimeout = 5 * time.Second
+	// tcpDNSIdle is how long a guest's TCP DNS connection may wait
+	// between queries before the slot closes it (RFC 7766 6.2.3).
+	tcpDNSIdle = 30 * time.Second
 )
 
 // serveDNS listens on the gateway addresses' port 53 inside the stack.
@@ -57,7 +59,7 @@ func (s *Slot) answerQueries(gw netip.Addr, conn *gonet.UDPConn) {
 		inflight <- struct{}{}
 		s.goRun(func() {
 			defer func() { <-inflight }()
-			answer := s.answer(gw, q)
+			answer := s.answer(gw, q, false)
 			if b, err := answer.Pack(); err == nil {
 				_, _ = conn.WriteTo(b, from)
 			}
@@ -65,26 +67,84 @@ func (s *Slot) answerQueries(gw netip.Addr, conn *gonet.UDPConn) {
 	}
 }
 
-// answer is the reply to q, sent to the link address gw: REFUSED when the
-// policy refuses it (DENY_ALL), else the first deployment resolver of gw's
-// family's answer, or SERVFAIL when there is none or it does not answer.
-func (s *Slot) answer(gw netip.Addr, q *dns.Msg) *dns.Msg {
-	d := s.policy.Load().Decide(policy.Flow{Proto: policy.UDP, Dst: gw, Port: dnsPort})
-	if d.Kind != policy.LinkDNS {
-		return new(dns.Msg).SetRcode(q, dns.RcodeRefused)
+// serveTCPDNS answers the length-prefixed queries of one guest TCP
+// connection to gw, each in turn, until the guest closes it, sends what
+// is not a query, or idles; the slot closing closes it.
+func (s *Slot) serveTCPDNS(gw netip.Addr, c net.Conn) {
+	stop := context.AfterFunc(s.ctx, func() { _ = c.Close() })
+	defer stop()
+	defer c.Close()
+	conn := &dns.Conn{Conn: c}
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(tcpDNSIdle))
+		q, err := conn.ReadMsg()
+		if err != nil || q.Response {
+			return
+		}
+		_ = c.SetWriteDeadline(time.Now().Add(queryTimeout))
+		if conn.WriteMsg(s.answer(gw, q, true)) != nil {
+			return
+		}
 	}
+}
+
+// answer is the reply to q, sent to the link address gw (over TCP when
+// overTCP): REFUSED when the policy refuses it (DENY_ALL); else the
+// policy's Resolver's answer when it has one, or SERVFAIL when that fails;
+// else the first deployment resolver of gw's family's answer, or SERVFAIL
+// when there is none or it does not answer.
+func (s *Slot) answer(gw netip.Addr, q *dns.Msg, overTCP bool) *dns.Msg {
+	for {
+		rev := s.policy.Load()
+		d := rev.Decide(policy.Flow{Proto: policy.UDP, Dst: gw, Port: dnsPort})
+		if d.Kind != policy.LinkDNS {
+			return new(dns.Msg).SetRcode(q, dns.RcodeRefused)
+		}
+		if rev.dns == nil {
+			return s.askDeployment(gw, q, overTCP)
+		}
+		if rev.dns.acquire() {
+			defer rev.dns.release()
+			return s.askResolver(rev.dns, q)
+		}
+		// Its revision was replaced meanwhile: the new one answers.
+	}
+}
+
+// askDeployment is the first deployment resolver of gw's family's answer
+// to q, asked over TCP when the guest asked over TCP (a UDP answer may be
+// truncated), or SERVFAIL.
+func (s *Slot) askDeployment(gw netip.Addr, q *dns.Msg, overTCP bool) *dns.Msg {
 	resolver, ok := s.resolverFor(gw)
 	if !ok {
 		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, queryTimeout)
 	defer cancel()
-	reply, err := s.exchange(ctx, resolver, q)
+	exchange := s.exchange
+	if overTCP {
+		exchange = s.exchangeTCP
+	}
+	reply, err := exchange(ctx, resolver, q)
 	if err != nil {
 		s.log.Debug("link DNS: resolver failed", "resolver", resolver, "err", err)
 		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
 	}
 	return reply
+}
+
+// exchangeTCP asks resolver q over a TCP connection of its own.
+func (s *Slot) exchangeTCP(ctx context.Context, resolver netip.AddrPort, q *dns.Msg) (*dns.Msg, error) {
+	c, err := s.uplink.DialTCP(ctx, resolver)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(deadline)
+	}
+	reply, _, err := (&dns.Client{Net: "tcp"}).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
+	return reply, err
 }
 
 // exchange sends q to resolver over the uplink and reads its reply, on a

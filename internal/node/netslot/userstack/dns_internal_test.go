@@ -40,7 +40,7 @@ func FuzzLinkDNSAnswer(f *testing.F) {
 			f.Fatal(err)
 		}
 		s := &Slot{ctx: context.Background()}
-		s.policy.Store(&revision{p, 1})
+		s.policy.Store(&revision{Policy: p, n: 1})
 		slots[rcode] = s
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -49,7 +49,7 @@ func FuzzLinkDNSAnswer(f *testing.F) {
 			return // dropped, as answerQueries drops it
 		}
 		for rcode, s := range slots {
-			a := s.answer(GatewayV4, q)
+			a := s.answer(GatewayV4, q, false)
 			if _, err := a.Pack(); err != nil {
 				t.Fatalf("the answer to %v does not pack: %v", q, err)
 			}

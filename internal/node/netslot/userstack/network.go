@@ -73,7 +73,7 @@ func (*Network) Name() string { return "userstack" }
 // first Attach and given policy on each (the next one's new flows follow
 // it). A policy the engine cannot compile is *netslot.Unenforceable.
 func (n *Network) Attach(_ context.Context, instanceID string, pol netslot.Policy) (netslot.Attachment, error) {
-	p, dialers, err := n.compile(pol)
+	p, dialers, r, err := n.compile(pol)
 	if err != nil {
 		return nil, err
 	}
@@ -82,13 +82,15 @@ func (n *Network) Attach(_ context.Context, instanceID string, pol netslot.Polic
 	defer n.mu.Unlock()
 	if a := n.slots[instanceID]; a != nil {
 		a.slot.SetEgresses(dialers)
-		a.slot.SetPolicy(p, rev, 0)
+		a.slot.SetPolicyWith(p, rev, r, 0)
+		a.keepResolverFaults(r)
 		return a, nil
 	}
 	log := n.cfg.Log.With("instance_id", instanceID)
-	a := &attachment{net: n, id: instanceID, log: log, done: make(chan struct{}), faults: map[string]*netslot.EgressFault{}}
+	a := &attachment{net: n, id: instanceID, log: log, done: make(chan struct{}), faults: map[string]*netslot.EgressFault{},
+		resolverFaults: map[string]*netslot.ResolverFault{}}
 	s, err := New(Config{Policy: p, Revision: rev, Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Egresses: dialers,
-		EgressResult: a.egressResult, Log: log})
+		EgressResult: a.egressResult, Resolver: r, ResolverResult: a.resolverResult, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -98,8 +100,9 @@ func (n *Network) Attach(_ context.Context, instanceID string, pol netslot.Polic
 }
 
 // compile is pol as this node's slots enforce it, with a dialer for each
-// Egress it names; a policy they cannot enforce is *netslot.Unenforceable.
-func (n *Network) compile(pol netslot.Policy) (*policy.Policy, map[string]EgressDialer, error) {
+// Egress it names and the Resolver its link DNS address forwards to (nil:
+// none); a policy they cannot enforce is *netslot.Unenforceable.
+func (n *Network) compile(pol netslot.Policy) (*policy.Policy, map[string]EgressDialer, *Resolver, error) {
 	unenforceable := func(err error) error {
 		return &netslot.Unenforceable{Mode: netslot.Mode(pol.Network), Why: err.Error()}
 	}
@@ -107,22 +110,31 @@ func (n *Network) compile(pol netslot.Policy) (*policy.Policy, map[string]Egress
 	dialers := map[string]EgressDialer{}
 	for _, e := range pol.Egresses {
 		d, err := egress.New(egress.Config{
-			Spec:   e.GetSpec(),
-			Lookup: net.DefaultResolver.LookupNetIP,
-			Check:  policy.DialCheck(n.cfg.Own),
-			Dial:   n.cfg.Uplink.DialTCP,
+			Spec:    e.GetSpec(),
+			Lookup:  net.DefaultResolver.LookupNetIP,
+			Check:   policy.DialCheck(n.cfg.Own),
+			Dial:    n.cfg.Uplink.DialTCP,
+			DialUDP: n.cfg.Uplink.DialUDP,
 		})
 		if err != nil {
-			return nil, nil, unenforceable(fmt.Errorf("egress %s: %w", e.GetEgressId(), err))
+			return nil, nil, nil, unenforceable(fmt.Errorf("egress %s: %w", e.GetEgressId(), err))
 		}
 		refs[e.GetEgressId()] = policy.EgressRef{Revision: e.GetRevision()}
 		dialers[e.GetEgressId()] = d
 	}
-	p, err := policy.Compile(pol.Network, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{n.LinkDNS()}, Egresses: refs})
-	if err != nil {
-		return nil, nil, unenforceable(err)
+	resolved := map[string]bool{}
+	for _, r := range pol.Resolvers {
+		resolved[r.GetResolverId()] = true
 	}
-	return p, dialers, nil
+	p, err := policy.Compile(pol.Network, policy.Context{Own: n.cfg.Own, LinkDNS: []netip.Addr{n.LinkDNS()}, Egresses: refs, Resolvers: resolved})
+	if err != nil {
+		return nil, nil, nil, unenforceable(err)
+	}
+	r, err := n.resolverOf(pol, dialers)
+	if err != nil {
+		return nil, nil, nil, unenforceable(err)
+	}
+	return p, dialers, r, nil
 }
 
 // attachment is one execution's slot.
@@ -136,8 +148,9 @@ type attachment struct {
 	done    chan struct{} // closed by Release
 	carried sync.WaitGroup
 
-	mu     sync.Mutex
-	faults map[string]*netslot.EgressFault // egress_id → its current run of failures
+	mu             sync.Mutex
+	faults         map[string]*netslot.EgressFault   // egress_id → its current run of failures
+	resolverFaults map[string]*netslot.ResolverFault // resolver_id → its entry's current run
 }
 
 // egressResult follows each Egress's run of failures: a fault of the
@@ -189,12 +202,13 @@ func (a *attachment) Guest() netslot.Addressing {
 // The new dialers are in place before the policy that names them, so no
 // new flow is forwarded to an Egress the slot cannot dial.
 func (a *attachment) Apply(_ context.Context, pol netslot.Policy, drain time.Duration) error {
-	p, dialers, err := a.net.compile(pol)
+	p, dialers, r, err := a.net.compile(pol)
 	if err != nil {
 		return err
 	}
 	a.slot.SetEgresses(dialers)
-	a.slot.SetPolicy(p, pol.Network.GetRevision(), drain)
+	a.slot.SetPolicyWith(p, pol.Network.GetRevision(), r, drain)
+	a.keepResolverFaults(r)
 	return nil
 }
 

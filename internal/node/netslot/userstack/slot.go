@@ -92,13 +92,22 @@ type Config struct {
 	// Egress (a nil error when it connected): what egress observations
 	// will be made of.
 	EgressResult func(egressID string, err error)
-	Log          *slog.Logger
+	// Resolver, when set, is the policy's Resolver: the link DNS address
+	// forwards to it instead of the deployment resolvers. SetPolicyWith
+	// replaces it with the policy.
+	Resolver *Resolver
+	// ResolverResult, when set, is told the result of every query asked
+	// of the Resolver: what resolver observations are made of.
+	ResolverResult func(r *Resolver, err error)
+	Log            *slog.Logger
 }
 
 // EgressDialer connects to a destination through one Egress
-// (*egress.Dialer). It never leaves directly.
+// (*egress.Dialer): TCP, and datagrams for a udp Resolver behind it (a
+// SOCKS5 UDP association). It never leaves directly.
 type EgressDialer interface {
 	DialContext(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
 }
 
 // Slot is one execution's network stack.
@@ -111,6 +120,8 @@ type Slot struct {
 	policy    atomic.Pointer[revision]
 	egresses  atomic.Pointer[map[string]EgressDialer]
 	onEgress  func(egressID string, err error)
+	// onResolver is Config.ResolverResult.
+	onResolver func(r *Resolver, err error)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -140,16 +151,17 @@ func New(cfg Config) (*Slot, error) {
 			NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 			TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 		}),
-		link:      channel.New(512, frameMTU, tcpip.LinkAddress(GatewayMAC)),
-		uplink:    cfg.Uplink,
-		resolvers: cfg.Resolvers,
-		log:       log,
-		onEgress:  cfg.EgressResult,
-		echoes:    make(chan struct{}, maxEchoes),
+		link:       channel.New(512, frameMTU, tcpip.LinkAddress(GatewayMAC)),
+		uplink:     cfg.Uplink,
+		resolvers:  cfg.Resolvers,
+		log:        log,
+		onEgress:   cfg.EgressResult,
+		onResolver: cfg.ResolverResult,
+		echoes:     make(chan struct{}, maxEchoes),
 	}
 	s.SetEgresses(cfg.Egresses)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.policy.Store(&revision{cfg.Policy, cfg.Revision})
+	s.policy.Store(&revision{Policy: cfg.Policy, n: cfg.Revision, dns: hold(cfg.Resolver)})
 	if err := s.configure(); err != nil {
 		s.stack.Destroy()
 		return nil, err
@@ -195,17 +207,28 @@ func (s *Slot) configure() error {
 	return s.serveDNS()
 }
 
-// revision is a policy in force and its number.
+// revision is a policy in force, its number, and the Resolver it forwards
+// the link DNS address's queries to (nil: the deployment resolvers): one
+// pointer, so a query sees a policy and its Resolver together.
 type revision struct {
 	*policy.Policy
-	n uint64
+	n   uint64
+	dns *heldResolver
 }
 
 // SetPolicy puts revision n of the policy in force: new flows follow it at
 // once, and an open connection it refuses is closed after drain (at once
-// when zero). One a later revision admits again is kept.
+// when zero). One a later revision admits again is kept. The link DNS
+// address forwards to the deployment resolvers under it.
 func (s *Slot) SetPolicy(p *policy.Policy, n uint64, drain time.Duration) {
-	s.policy.Store(&revision{p, n})
+	s.SetPolicyWith(p, n, nil, drain)
+}
+
+// SetPolicyWith is SetPolicy for a policy whose link DNS address forwards
+// to r (nil: the deployment resolvers). A query after it returned asks r;
+// the Resolver it replaces is closed once no query uses it.
+func (s *Slot) SetPolicyWith(p *policy.Policy, n uint64, r *Resolver, drain time.Duration) {
+	s.policy.Swap(&revision{Policy: p, n: n, dns: hold(r)}).dns.retire()
 	s.flows.redecide(p, n, drain)
 }
 
@@ -302,6 +325,7 @@ func (s *Slot) Close() error {
 	s.cancel()
 	s.flows.closeAll()
 	s.dnsConns.close()
+	s.policy.Load().dns.retire()
 	s.link.Close()
 	s.stack.Close()
 	s.wg.Wait()

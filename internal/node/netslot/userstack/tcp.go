@@ -2,7 +2,6 @@ package userstack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -37,6 +36,10 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
+	if d.Kind == policy.LinkDNS {
+		s.acceptTCPDNS(r, dst.Addr())
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.ctx, dialTimeout)
 	out, err := s.dial(ctx, d, dst)
 	cancel()
@@ -57,18 +60,28 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	s.goRun(func() { s.splice(t) })
 }
 
+// acceptTCPDNS completes a guest's TCP connection to the link DNS address
+// gw and answers its queries in the slot, as it answers them over UDP: so
+// they reach the policy's Resolver too, never a deployment resolver in its
+// place.
+func (s *Slot) acceptTCPDNS(r *tcp.ForwarderRequest, gw netip.Addr) {
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		r.Complete(true)
+		return
+	}
+	r.Complete(false)
+	c := gonet.NewTCPConn(&wq, ep)
+	s.goRun(func() { s.serveTCPDNS(gw, c) })
+}
+
 // dial connects an admitted flow to dst the way d says. A forwarded flow
 // goes through its Egress or nowhere: it never falls back to the uplink.
 func (s *Slot) dial(ctx context.Context, d policy.Decision, dst netip.AddrPort) (net.Conn, error) {
 	switch d.Kind {
 	case policy.Direct:
 		return s.uplink.DialTCP(ctx, dst)
-	case policy.LinkDNS:
-		resolver, ok := s.resolverFor(dst.Addr())
-		if !ok {
-			return nil, errors.New("no deployment resolver of the link DNS address's family")
-		}
-		return s.uplink.DialTCP(ctx, resolver)
 	case policy.Forward:
 		return s.forward(ctx, d.Egress, dst)
 	}

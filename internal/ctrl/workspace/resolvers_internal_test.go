@@ -1,0 +1,72 @@
+package workspace
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+)
+
+var (
+	viaDirect = &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}
+	viaEgress = &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: "egr-1"}}
+)
+
+const (
+	unreachable = ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_UPSTREAM_UNREACHABLE
+	timeout     = ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_UPSTREAM_TIMEOUT
+)
+
+// A node's resolver fault becomes an observation stamped with ctrl's
+// clock; the same run reported again keeps it as it was (observed_at and
+// message included); a new run (another kind, another failing_since, or
+// the entry on another path) is a new observation; an entry the node no
+// longer reports failing has none.
+func TestResolverObservationsFollowTheNodesRuns(t *testing.T) {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) // the node's clock
+	t0, t1 := since.Add(time.Hour), since.Add(2*time.Hour)
+	fault := func(path *ctrlv1.ResolverPath, kind ctrlv1.ResolverObservationKind, at time.Time, msg string) *nodev1.ResolverFault {
+		return &nodev1.ResolverFault{ResolverId: "rsv-1", Path: path, Kind: kind, FailingSince: timestamppb.New(at), Message: msg}
+	}
+
+	first := resolverObservations(nil, []*nodev1.ResolverFault{fault(viaDirect, unreachable, since, "refused")}, t0)
+	want := &ctrlv1.ResolverObservation{ResolverId: "rsv-1", Path: viaDirect, Kind: unreachable, FailingSince: timestamppb.New(since),
+		ObservedAt: timestamppb.New(t0), Message: "refused"}
+	if len(first) != 1 || !proto.Equal(first[0], want) {
+		t.Fatalf("a new run: %v, want %v", first, want)
+	}
+	if again := resolverObservations(first, []*nodev1.ResolverFault{fault(viaDirect, unreachable, since, "refused again")}, t1); len(again) != 1 || !proto.Equal(again[0], want) {
+		t.Errorf("the same run reported again: %v, want it unchanged %v", again, want)
+	}
+	for name, f := range map[string]*nodev1.ResolverFault{
+		"another kind":          fault(viaDirect, timeout, since, "timed out"),
+		"another failing_since": fault(viaDirect, unreachable, since.Add(time.Minute), "refused"),
+		"another path":          fault(viaEgress, unreachable, since, "refused"),
+	} {
+		got := resolverObservations(first, []*nodev1.ResolverFault{f}, t1)
+		if len(got) != 1 || !got[0].GetObservedAt().AsTime().Equal(t1) || got[0].GetKind() != f.GetKind() || !proto.Equal(got[0].GetPath(), f.GetPath()) {
+			t.Errorf("%s: %v, want a new observation at %v", name, got, t1)
+		}
+	}
+	if cleared := resolverObservations(first, nil, t1); len(cleared) != 0 {
+		t.Errorf("no fault reported: %v, want no observation", cleared)
+	}
+}
+
+// The status of each resolvers entry the node confirmed is the entry and
+// the Resolver revision ctrl sent with it.
+func TestResolverStatusesAreWhatWasSent(t *testing.T) {
+	sent := []*nodev1.ResolvedResolver{{ResolverId: "rsv-1", Revision: 4, Path: viaEgress, Spec: &ctrlv1.ResolverSpec{Address: "10.0.0.53:53"}}}
+	got := resolverStatuses(sent)
+	want := &ctrlv1.NetworkPolicyResolverStatus{ResolverId: "rsv-1", Path: viaEgress, AppliedRevision: 4}
+	if len(got) != 1 || !proto.Equal(got[0], want) {
+		t.Errorf("resolverStatuses = %v, want [%v]", got, want)
+	}
+	if got := resolverStatuses(nil); got != nil {
+		t.Errorf("no resolvers: %v, want none", got)
+	}
+}
