@@ -14,6 +14,9 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/node/netslot/egress/egresstest"
+	"github.com/kibotos/kibotos/internal/node/netslot/resolver/resolvertest"
+	"github.com/kibotos/kibotos/internal/node/netslot/userstack"
 	"github.com/kibotos/kibotos/internal/testenv/testnet"
 )
 
@@ -227,4 +230,75 @@ func (e *vmEnv) unavailableUpstream(id, resolverID string, srv *dns.Server, inet
 		t.Errorf("a query once the Resolver is back: %q", out)
 	}
 	waitLong(t, "the resolver fault cleared", func() bool { return len(e.workspace(id).GetResolverObservations()) == 0 })
+}
+
+// The upstream protocols from inside one real guest: a DNS-over-TLS
+// Resolver and a DNS-over-HTTPS one on the direct path (verified against
+// server_name with the test CA) answer the guest's queries, and a udp
+// Resolver in a private range answers through a SOCKS5 Egress with
+// udp_enabled, its datagrams relayed by a UDP association.
+func TestResolverProtocolsFromAGuest(t *testing.T) {
+	e := newVMEnv(t)
+	public, proxyAt, private := netip.MustParseAddr("1.0.0.1"), netip.MustParseAddrPort("8.8.8.9:1080"), netip.MustParseAddr("10.1.2.54")
+	inet := newInternet(t, public, proxyAt.Addr(), private)
+	upstream := resolvertest.Start(t, inet.Internet, public)
+	behind := resolvertest.Start(t, inet.Internet, private)
+	proxy := egresstest.SOCKS5UDP(t, inet.Internet, proxyAt, nil, nil, egresstest.UDPOptions{})
+	e.startInternetNodeWith(inet, "", t.TempDir(), userstack.NetworkConfig{
+		Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)}, RootCAs: upstream.CA.Pool})
+
+	create := func(commandID string, spec *ctrlv1.ResolverSpec) string {
+		res, err := e.resolvers().CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(commandID), Spec: spec}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.GetResolver().GetResolverId()
+	}
+	dotID := create("resolver-dot", &ctrlv1.ResolverSpec{Protocol: ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TLS,
+		Address: upstream.TLS.String(), ServerName: resolvertest.ServerName})
+	dohID := create("resolver-doh", &ctrlv1.ResolverSpec{Protocol: ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_HTTPS,
+		Url: upstream.URL, ServerName: resolvertest.ServerName})
+	udpID := create("resolver-behind", &ctrlv1.ResolverSpec{Protocol: ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_UDP, Address: behind.UDP.String()})
+	eg, err := e.c.Egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{
+		Command: cmd("resolver-udp-egress"),
+		Spec: &ctrlv1.EgressSpec{Protocol: ctrlv1.EgressProtocol_EGRESS_PROTOCOL_SOCKS5, Endpoint: proxy.Addr.String(),
+			Username: egresstest.User, Password: egresstest.Password, UdpEnabled: true},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressID := eg.Msg.GetEgress().GetEgressId()
+
+	req := createRequest("create-resolver-protocols")
+	req.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+		Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: dotID, Path: directResolverPath}}}
+	created, err := e.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	lookup := func(what string, from *resolvertest.Server) {
+		t.Helper()
+		before := from.Queries()
+		out, _ := e.c.Exec(t, id, "sh", "-c", "nslookup "+resolvertest.Name+" 2>&1")
+		if !strings.Contains(out, resolvertest.A.String()) || from.Queries() == before {
+			t.Errorf("a query with %s: %q (upstream queries %d → %d), want its answer %s", what, out, before, from.Queries(), resolvertest.A)
+		}
+	}
+	lookup("a DNS-over-TLS Resolver", upstream)
+
+	st := e.updatePolicy(id, 1, &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+		Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: dohID, Path: directResolverPath}}})
+	wantResolverStatus(t, st, dohID, directResolverPath)
+	lookup("a DNS-over-HTTPS Resolver", upstream)
+
+	st = e.updatePolicy(id, 2, &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+		Egresses:  []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{"10.1.2.0/24"}}},
+		Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: udpID, Path: resolverVia(egressID)}}})
+	wantResolverStatus(t, st, udpID, resolverVia(egressID))
+	lookup("a udp Resolver behind a SOCKS5 Egress (UDP ASSOCIATE)", behind)
+	if obs := e.workspace(id).GetEgressObservations(); len(obs) != 0 {
+		t.Errorf("egress observations after answers through it: %v", obs)
+	}
 }

@@ -143,7 +143,7 @@ func (n *Network) resolverOf(pol netslot.Policy, dialers map[string]EgressDialer
 	} else {
 		path = resolver.Direct(n.cfg.Uplink, policy.DialCheck(n.cfg.Own))
 	}
-	u, err := resolver.New(resolver.Config{Spec: pol.Resolvers[i].GetSpec(), Path: path})
+	u, err := resolver.New(resolver.Config{Spec: pol.Resolvers[i].GetSpec(), Path: path, RootCAs: n.cfg.RootCAs})
 	if err != nil {
 		return nil, fmt.Errorf("resolvers[0]: Resolver %q: %w", e.GetResolverId(), err)
 	}

@@ -2,6 +2,7 @@ package userstack
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,7 +34,10 @@ type NetworkConfig struct {
 	// first decides the family of the link DNS address: GatewayV4, or
 	// GatewayV6 (fe80::1) when it is IPv6.
 	Resolvers []netip.AddrPort
-	Log       *slog.Logger
+	// RootCAs verifies the TLS of Egress endpoints and of tls and https
+	// Resolvers; nil is the host's pool.
+	RootCAs *x509.CertPool
+	Log     *slog.Logger
 }
 
 // Network is a slot per execution: a netslot.Network.
@@ -111,6 +115,7 @@ func (n *Network) compile(pol netslot.Policy) (*policy.Policy, map[string]Egress
 	for _, e := range pol.Egresses {
 		d, err := egress.New(egress.Config{
 			Spec:    e.GetSpec(),
+			RootCAs: n.cfg.RootCAs,
 			Lookup:  net.DefaultResolver.LookupNetIP,
 			Check:   policy.DialCheck(n.cfg.Own),
 			Dial:    n.cfg.Uplink.DialTCP,
