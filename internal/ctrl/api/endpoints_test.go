@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,12 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	// Registers every generated file, so the test sees all services.
-	_ "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	_ "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	_ "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
@@ -202,5 +205,45 @@ func TestHealthAndReflectionOnEveryEndpoint(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A small answer is not gzipped even to a caller that accepts gzip; a
+// large one is (the threshold is 1 KiB).
+func TestOnlyLargeMessagesAreCompressed(t *testing.T) {
+	srv := newServer(t, api.NewWorkspaceHandler(newBackend(t)))
+	list := func() (encoding string, size int) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/kibotos.ctrl.v1.EgressService/ListEgresses", strings.NewReader(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/proto")
+		req.Header.Set("Accept-Encoding", "gzip") // set by hand: the client then leaves the body as sent
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("ListEgresses: %d %s", res.StatusCode, body)
+		}
+		return res.Header.Get("Content-Encoding"), len(body)
+	}
+	if enc, n := list(); enc != "" {
+		t.Errorf("an empty list (%d bytes) was sent with Content-Encoding %q", n, enc)
+	}
+	client := ctrlv1connect.NewEgressServiceClient(srv.Client(), srv.URL)
+	for i := range 40 {
+		if _, err := client.CreateEgress(context.Background(), connect.NewRequest(&ctrlv1.CreateEgressRequest{
+			Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("egress-%d", i)},
+			Spec:    &ctrlv1.EgressSpec{Protocol: ctrlv1.EgressProtocol_EGRESS_PROTOCOL_SOCKS5, Endpoint: fmt.Sprintf("proxy-%d.example.test:1080", i)},
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if enc, n := list(); enc != "gzip" {
+		t.Errorf("a list of 40 Egresses (%d bytes as sent) was sent with Content-Encoding %q, want gzip", n, enc)
 	}
 }
