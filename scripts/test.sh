@@ -57,3 +57,4 @@ for target in FuzzDecide FuzzParseEntry; do
 	go test -run '^$' -fuzz "^${target}\$" -fuzztime 5s ./internal/node/netslot/policy
 done
 go test -run '^$' -fuzz '^FuzzLinkDNSAnswer$' -fuzztime 5s ./internal/node/netslot/userstack
+go test -run '^$' -fuzz '^FuzzArchiveReader$' -fuzztime 5s ./internal/transfer/archive
