@@ -134,7 +134,7 @@ type Source struct {
 // Revision is a template or platform revision.
 type Revision struct {
 	Name     string `json:"name"`
-	Revision uint64 `json:"revision"`
+	Revision string `json:"revision"`
 	Digest   string `json:"digest"`
 }
 

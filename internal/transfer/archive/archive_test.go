@@ -49,7 +49,7 @@ func sparseFile(t testing.TB, path string, size int64, writes map[int64]int64) *
 func workspaceManifest() archive.Manifest {
 	return archive.Manifest{
 		Source:       archive.Source{Kind: archive.SourceWorkspace, ID: "ws-1", Spec: json.RawMessage(`{"template":{"name":"base"}}`)},
-		Template:     &archive.Revision{Name: "base", Revision: 3, Digest: "sha256:" + hex.EncodeToString(make([]byte, 32))},
+		Template:     &archive.Revision{Name: "base", Revision: "3", Digest: "sha256:" + hex.EncodeToString(make([]byte, 32))},
 		Completeness: "complete",
 		CreatedAt:    time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC),
 	}
@@ -119,7 +119,7 @@ func TestRoundTripSparseBlockFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(m.Source.Spec) != `{"template":{"name":"base"}}` || m.Template.Revision != 3 || len(m.Parts) != 2 {
+	if string(m.Source.Spec) != `{"template":{"name":"base"}}` || m.Template.Revision != "3" || len(m.Parts) != 2 {
 		t.Fatalf("manifest read back as %+v", m)
 	}
 	restored, err := os.Open(filepath.Join(out, "rootfs"))
