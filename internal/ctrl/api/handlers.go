@@ -17,6 +17,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
+	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 )
@@ -32,6 +33,8 @@ type Backend struct {
 	Pools      *pool.Service
 	// Egresses serves EgressService and ResolverService.
 	Egresses *egress.Service
+	// Transfers serves TransferService.
+	Transfers *transfer.Service
 }
 
 // respond wraps a domain answer in a Connect response.
