@@ -480,6 +480,11 @@ func TestProgressMovesDuringAnImport(t *testing.T) {
 	// Deleting an upload in progress is refused until it ends.
 	_, err := e.svc.DeleteTransfer(ctx, &ctrlv1.DeleteTransferRequest{Command: cmd("del"), TransferId: id})
 	wantCode(t, err, connect.CodeFailedPrecondition, "")
+	var ce *connect.Error
+	errors.As(err, &ce)
+	if d := errorDetail(t, ce); d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_DELETING_TRANSFER || !d.GetRetryable() {
+		t.Fatalf("refused delete's detail %v; want stage DELETING_TRANSFER, retryable", d)
+	}
 	g.send(a[half:])
 	close(g.ch)
 	tr, err := wait()
