@@ -683,3 +683,33 @@ func sortStrings(s []string) {
 		}
 	}
 }
+
+// A client that goes away mid-upload leaves a FAILED (CANCELLED,
+// retryable) Transfer and nothing of its bytes.
+func TestCancelledUploadFails(t *testing.T) {
+	e := sqlite(t)
+	a := makeArchive(t, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	next := stream(header("imp", a), a[:len(a)/2], 64<<10)
+	recv := func() (*ctrlv1.ImportTransferRequest, error) {
+		m, err := next()
+		if errors.Is(err, io.EOF) {
+			cancel()
+			return nil, connect.NewError(connect.CodeCanceled, cctx.Err())
+		}
+		return m, err
+	}
+	_, err := e.svc.ImportTransfer(cctx, recv)
+	wantCode(t, err, connect.CodeCanceled, "")
+	list, _ := e.svc.ListTransfers(ctx, &ctrlv1.ListTransfersRequest{})
+	if len(list.GetTransfers()) != 1 {
+		t.Fatalf("%d Transfers, want the FAILED one", len(list.GetTransfers()))
+	}
+	f := list.GetTransfers()[0].GetFailure()
+	if f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_CANCELLED || !f.GetRetryable() || f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_IMPORTING_TRANSFER {
+		t.Fatalf("failure %v; want CANCELLED, retryable, at IMPORTING_TRANSFER", f)
+	}
+	if files := e.files(t); len(files) != 0 {
+		t.Fatalf("a cancelled upload left %v", files)
+	}
+}
