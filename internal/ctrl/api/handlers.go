@@ -45,8 +45,8 @@ func respond[T any](msg *T, err error) (*connect.Response[T], error) {
 	return connect.NewResponse(msg), nil
 }
 
-// volumeHandler serves VolumeService; ExportVolume is not built (Transfers
-// are not).
+// volumeHandler serves VolumeService; ExportVolume is not built (it needs
+// a node to read the Volume's block file: docs/TRANSFER-FORMAT.md).
 type volumeHandler struct {
 	ctrlv1connect.UnimplementedVolumeServiceHandler
 	v *volume.Service
@@ -186,7 +186,8 @@ func (h nodeSessionHandler) Session(ctx context.Context, stream *connect.BidiStr
 }
 
 // workspaceHandler serves WorkspaceService; export and restore are not
-// built (Transfers are not).
+// built (they need a node that reaches the block files' pool:
+// docs/TRANSFER-FORMAT.md).
 type workspaceHandler struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	w *workspace.Service
