@@ -59,3 +59,4 @@ done
 go test -run '^$' -fuzz '^FuzzLinkDNSAnswer$' -fuzztime 5s ./internal/node/netslot/userstack
 go test -run '^$' -fuzz '^FuzzSOCKS5UDP$' -fuzztime 5s ./internal/node/netslot/egress
 go test -run '^$' -fuzz '^FuzzUpstreamAnswer$' -fuzztime 5s ./internal/node/netslot/resolver
+go test -run '^$' -fuzz '^FuzzArchiveReader$' -fuzztime 5s ./internal/transfer/archive

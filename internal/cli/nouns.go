@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"strconv"
 
 	"connectrpc.com/connect"
@@ -19,24 +18,11 @@ func clientNouns(out *outputFlag) []*cobra.Command {
 		newPoolNoun(out),
 		newTemplateCommand(out),
 		newPlatformCommand(out),
-		notBuiltNoun("transfer", "Download, upload and delete exported Workspaces and Volumes"),
+		newTransferCommand(out),
 		newEgressCommand(out),
 		newResolverCommand(out),
 		newOvercommitCommand(out),
 		newEnrollmentCommand(out),
-	}
-}
-
-// notBuiltNoun is a command group whose commands are not written yet. It says
-// so instead of pretending.
-func notBuiltNoun(use, short string) *cobra.Command {
-	return &cobra.Command{
-		Use:                use,
-		Short:              short + " (not built yet)",
-		DisableFlagParsing: true,
-		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("`kibotos %s` is not built yet", use)
-		},
 	}
 }
 

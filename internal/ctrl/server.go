@@ -26,6 +26,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
+	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/store"
@@ -139,6 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		var background sync.WaitGroup
 		defer background.Wait()
 		background.Go(func() { backend.api.Workspaces.RunExpiration(workCtx, time.Second, cfg.Logger) })
+		background.Go(func() { backend.api.Transfers.Run(workCtx, time.Second, cfg.Logger) })
 		background.Go(func() { backend.api.Fleet.PollOperations(workCtx, time.Second) })
 		background.Go(func() { backend.catalog.Run(workCtx) })
 		backend.runner.Run(workCtx)
@@ -268,9 +270,13 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend,
 			return pools
 		},
 	})
+	transfers, err := transfer.New(st, transfer.Config{Dir: filepath.Join(cfg.StateDir, "artifacts", "transfers")})
+	if err != nil {
+		return backend{}, err
+	}
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
-			Pools: pools, Egresses: egress.New(st)},
+			Pools: pools, Egresses: egress.New(st), Transfers: transfers},
 		runner:  runner,
 		catalog: cat,
 	}, nil

@@ -18,6 +18,7 @@ func TestStore(t *testing.T) {
 			storetest.RunStoragePools(t, b)
 			storetest.RunPlacement(t, b)
 			storetest.RunEgresses(t, b)
+			storetest.RunTransfers(t, b)
 		})
 	}
 }

@@ -65,7 +65,7 @@ func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.H
 	e := newEndpoint()
 	e.mount(ctrlv1connect.NewWorkspaceServiceHandler(workspaceHandler{w: b.Workspaces}, opts))
 	e.mount(ctrlv1connect.NewVolumeServiceHandler(volumeHandler{v: b.Volumes}, opts))
-	e.mount(ctrlv1connect.NewTransferServiceHandler(ctrlv1connect.UnimplementedTransferServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewTransferServiceHandler(transferHandler{t: b.Transfers}, opts))
 	e.mount(ctrlv1connect.NewEgressServiceHandler(egressHandler{e: b.Egresses}, opts))
 	e.mount(ctrlv1connect.NewResolverServiceHandler(resolverHandler{e: b.Egresses}, opts))
 	e.mount(ctrlv1connect.NewSessionServiceHandler(sessionHandler{s: b.Sessions}, opts))

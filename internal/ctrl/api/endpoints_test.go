@@ -28,6 +28,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
+	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/store/storetest"
@@ -49,8 +50,12 @@ func newBackend(t *testing.T) *api.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	transfers, err := transfer.New(st, transfer.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, ""), Catalog: cat,
-		Pools: pools, Egresses: egress.New(st)}
+		Pools: pools, Egresses: egress.New(st), Transfers: transfers}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service

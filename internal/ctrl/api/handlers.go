@@ -17,6 +17,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
+	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 )
@@ -32,6 +33,8 @@ type Backend struct {
 	Pools      *pool.Service
 	// Egresses serves EgressService and ResolverService.
 	Egresses *egress.Service
+	// Transfers serves TransferService.
+	Transfers *transfer.Service
 }
 
 // respond wraps a domain answer in a Connect response.
@@ -42,8 +45,8 @@ func respond[T any](msg *T, err error) (*connect.Response[T], error) {
 	return connect.NewResponse(msg), nil
 }
 
-// volumeHandler serves VolumeService; ExportVolume is not built (Transfers
-// are not).
+// volumeHandler serves VolumeService; ExportVolume is not built (it needs
+// a node to read the Volume's block file: docs/TRANSFER-FORMAT.md).
 type volumeHandler struct {
 	ctrlv1connect.UnimplementedVolumeServiceHandler
 	v *volume.Service
@@ -183,7 +186,8 @@ func (h nodeSessionHandler) Session(ctx context.Context, stream *connect.BidiStr
 }
 
 // workspaceHandler serves WorkspaceService; export and restore are not
-// built (Transfers are not).
+// built (they need a node that reaches the block files' pool:
+// docs/TRANSFER-FORMAT.md).
 type workspaceHandler struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	w *workspace.Service

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -225,7 +226,7 @@ func copyTo(ctx context.Context, in *os.File, tmp string, size int64, exts []ext
 }
 
 // writeNonZero writes buf at off, leaving blocks of zeros unwritten.
-func writeNonZero(out *os.File, buf []byte, off int64) error {
+func writeNonZero(out io.WriterAt, buf []byte, off int64) error {
 	for start := 0; start < len(buf); {
 		end := min(start+zeroBlock, len(buf))
 		if allZero(buf[start:end]) {
