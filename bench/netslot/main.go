@@ -303,8 +303,9 @@ func (openUserMode) Release() error { return nil }
 func (openUserMode) Apply(context.Context, netslot.Policy, time.Duration) error {
 	return errors.New("bench: no policy changes")
 }
-func (openUserMode) Draining() uint64                    { return 0 }
-func (openUserMode) EgressFaults() []netslot.EgressFault { return nil }
+func (openUserMode) Draining() uint64                         { return 0 }
+func (openUserMode) EgressDraining() []netslot.EgressDraining { return nil }
+func (openUserMode) EgressFaults() []netslot.EgressFault      { return nil }
 
 // round runs the three measures once in s's guest; keep adds them to its
 // samples.

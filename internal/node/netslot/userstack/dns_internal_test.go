@@ -40,7 +40,7 @@ func FuzzLinkDNSAnswer(f *testing.F) {
 			f.Fatal(err)
 		}
 		s := &Slot{ctx: context.Background()}
-		s.policy.Store(&revision{p, 1})
+		s.policy.Store(&revision{Policy: p, n: 1})
 		slots[rcode] = s
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

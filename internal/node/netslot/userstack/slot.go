@@ -85,8 +85,9 @@ type Config struct {
 	// link DNS address goes to the first of its family.
 	Resolvers []netip.AddrPort
 	// Egresses dial through the Egresses the policy forwards to, by
-	// egress_id; SetEgresses replaces them. A Forward decision naming one
-	// that is missing here resets the guest's connection.
+	// egress_id; SetEgresses replaces them for the next SetPolicy. A
+	// Forward decision naming one that is missing here resets the guest's
+	// connection.
 	Egresses map[string]EgressDialer
 	// EgressResult, when set, is told the result of every dial through an
 	// Egress (a nil error when it connected): what egress observations
@@ -109,7 +110,8 @@ type Slot struct {
 	resolvers []netip.AddrPort
 	log       *slog.Logger
 	policy    atomic.Pointer[revision]
-	egresses  atomic.Pointer[map[string]EgressDialer]
+	egresses  atomic.Pointer[map[string]EgressDialer] // for the next SetPolicy
+	revisions atomic.Uint64                           // how many SetPolicy made
 	onEgress  func(egressID string, err error)
 
 	ctx    context.Context // ends at Close
@@ -149,7 +151,7 @@ func New(cfg Config) (*Slot, error) {
 	}
 	s.SetEgresses(cfg.Egresses)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.policy.Store(&revision{cfg.Policy, cfg.Revision})
+	s.policy.Store(s.revision(cfg.Policy, cfg.Revision))
 	if err := s.configure(); err != nil {
 		s.stack.Destroy()
 		return nil, err
@@ -195,22 +197,35 @@ func (s *Slot) configure() error {
 	return s.serveDNS()
 }
 
-// revision is a policy in force and its number.
+// revision is a policy in force, its number, and the Egress dialers its
+// Forward decisions use: one value, so a new flow is never decided by one
+// revision of an Egress and dialled through another.
 type revision struct {
 	*policy.Policy
-	n uint64
+	n       uint64
+	dialers map[string]EgressDialer
+	seq     uint64 // orders the revisions this slot put in force
 }
 
-// SetPolicy puts revision n of the policy in force: new flows follow it at
-// once, and an open connection it refuses is closed after drain (at once
-// when zero). One a later revision admits again is kept.
+// revision is p, number n, with the dialers SetEgresses gave last.
+func (s *Slot) revision(p *policy.Policy, n uint64) *revision {
+	return &revision{Policy: p, n: n, dialers: *s.egresses.Load(), seq: s.revisions.Add(1)}
+}
+
+// SetPolicy puts revision n of the policy in force, with the dialers
+// SetEgresses gave last: new flows follow it at once, and an open
+// connection it refuses, or moves to another path (another Egress, or
+// another revision of its Egress), keeps its path and is reset after drain
+// (at once when zero). One a later revision admits again is kept.
 func (s *Slot) SetPolicy(p *policy.Policy, n uint64, drain time.Duration) {
-	s.policy.Store(&revision{p, n})
-	s.flows.redecide(p, n, drain)
+	rev := s.revision(p, n)
+	s.policy.Store(rev)
+	s.flows.redecide(rev, drain)
 }
 
-// SetEgresses replaces the Egress dialers new forwarded flows use; open
-// ones keep theirs. Give the dialers a policy names before the policy.
+// SetEgresses replaces the Egress dialers new forwarded flows use from the
+// next SetPolicy on; open ones keep theirs. Give the dialers a policy names
+// before the policy.
 func (s *Slot) SetEgresses(m map[string]EgressDialer) {
 	m = maps.Clone(m)
 	s.egresses.Store(&m)
@@ -219,6 +234,11 @@ func (s *Slot) SetEgresses(m map[string]EgressDialer) {
 // Draining is the earliest policy revision whose connections are still
 // open though a later one refused them; zero when there are none.
 func (s *Slot) Draining() uint64 { return s.flows.draining() }
+
+// EgressDraining is, by egress_id, the earliest revision of each Egress
+// whose connections are still open though the Egress moved to a later
+// revision; an Egress with none is absent.
+func (s *Slot) EgressDraining() map[string]uint64 { return s.flows.egressDraining() }
 
 // Serve carries frames between the stack and conn (QEMU's end of the
 // stream) until either ends: it returns nil when conn reached its end or
