@@ -268,9 +268,11 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend,
 			return pools
 		},
 	})
+	egresses := egress.New(st)
+	egresses.SetRunner(runner)
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
-			Pools: pools, Egresses: egress.New(st)},
+			Pools: pools, Egresses: egresses},
 		runner:  runner,
 		catalog: cat,
 	}, nil
