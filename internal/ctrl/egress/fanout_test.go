@@ -2,10 +2,12 @@ package egress_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -95,6 +97,13 @@ func restartedCtrl(t *testing.T, st *store.Store) *command.Runner {
 // Egress revision drained. It returns what the node was sent.
 func answerNode(t *testing.T, st *store.Store, runner *command.Runner) *nodev1.ApplyNetworkPolicy {
 	t.Helper()
+	return answerNodeWith(t, st, runner, nil)
+}
+
+// answerNodeWith answers as answerNode does, or, with a failure, fails the
+// operation with its code and message.
+func answerNodeWith(t *testing.T, st *store.Store, runner *command.Runner, failure *connect.Error) *nodev1.ApplyNetworkPolicy {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		var sent *nodev1.ApplyNetworkPolicy
@@ -118,6 +127,10 @@ func answerNode(t *testing.T, st *store.Store, runner *command.Runner) *nodev1.A
 				return err
 			}
 			op.State, op.Result, commandID = storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED, body, op.GetCommandId()
+			if failure != nil {
+				op.State, op.Result = storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED, nil
+				op.Code, op.Message = uint32(failure.Code()), failure.Message()
+			}
 			return tx.PutNodeOperation(op)
 		})
 		if err != nil {
@@ -222,5 +235,35 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition, not waiting for readiness
+	}
+}
+
+// A node that cannot apply the Egress's new revision fails the follow-up
+// at FAILURE_STAGE_APPLYING_NETWORK and leaves the status as it was: the
+// node keeps the policy in force, so applied_revision stays the old one.
+func TestAFailedEgressApplicationKeepsTheStatus(t *testing.T) {
+	e := sqlite(t)
+	eg := e.createEgress(t, "eg", socks(false), nil)
+	w, err := e.createWorkspace("ws-run", policy(eg.GetEgressId(), "", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.running(t, w.GetWorkspaceId(), "ws-run")
+	moved := socks(false)
+	moved.Endpoint = "moved.example:1080"
+	if _, err := e.eg.UpdateEgress(ctx, &ctrlv1.UpdateEgressRequest{Command: cmd("move"), EgressId: eg.GetEgressId(), ExpectedRevision: 1, Spec: moved}); err != nil {
+		t.Fatal(err)
+	}
+	runner := restartedCtrl(t, e.store)
+	answerNodeWith(t, e.store, runner, connect.NewError(connect.CodeUnimplemented, errors.New("apply the network policy: unenforceable")))
+	followUp := egress.FollowUpID(eg.GetEgressId(), 2, w.GetWorkspaceId())
+	waitFor(t, "the follow-up to fail", func() bool {
+		return e.command(t, followUp).GetState() == storev1.CommandState_COMMAND_STATE_FAILED
+	})
+	if f := e.command(t, followUp).GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK {
+		t.Errorf("failure %v, want FAILURE_STAGE_APPLYING_NETWORK", f)
+	}
+	if st := e.workspace(t, w.GetWorkspaceId()).GetNetworkPolicyStatus(); st.GetAppliedRevision() != 1 || len(st.GetEgresses()) != 1 || st.GetEgresses()[0].GetAppliedRevision() != 1 {
+		t.Errorf("network_policy_status after the failure: %v, want it as it was (the Egress at 1)", st)
 	}
 }
