@@ -111,26 +111,11 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 // start carries the policy.
 func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	id := wk.Command().GetTargetId()
-	var w *ctrlv1.Workspace
-	var rt *storev1.WorkspaceRuntime
-	var egresses []*nodev1.ResolvedEgress
-	var earlier *store.CommandRow
-	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
-		var err error
-		if w, err = get(tx, id, false); err != nil {
-			return err
-		}
-		if egresses, err = resolvedEgresses(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
-			return err
-		}
-		if earlier, err = earlierApplication(tx, id, wk.Command().GetCommandId()); err != nil {
-			return err
-		}
-		rt, err = tx.GetRuntime(id, false)
-		return err
-	}); err != nil {
+	ps, err := s.policyState(ctx, id, wk.Command().GetCommandId())
+	if err != nil {
 		return err
 	}
+	w, rt, egresses, earlier := ps.w, ps.rt, ps.egresses, ps.earlier
 	sent := wk.Command().GetNodeId() != "" // an earlier step sent it: collect that answer
 	switch st := w.GetState(); {
 	case st == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || st == ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
@@ -169,6 +154,33 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 			Egresses: confirmedEgresses(result.GetEgresses()),
 		})
 	})
+}
+
+// policyState is what a policy application reads at the start of a step.
+type policyState struct {
+	w        *ctrlv1.Workspace
+	rt       *storev1.WorkspaceRuntime
+	egresses []*nodev1.ResolvedEgress // the policy's, at their current revisions
+	earlier  *store.CommandRow        // an application admitted before, unfinished
+}
+
+func (s *Service) policyState(ctx context.Context, id, commandID string) (policyState, error) {
+	var ps policyState
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		if ps.w, err = get(tx, id, false); err != nil {
+			return err
+		}
+		if ps.egresses, err = resolvedEgresses(tx, ps.w.GetSpec().GetNetworkPolicy()); err != nil {
+			return err
+		}
+		if ps.earlier, err = earlierApplication(tx, id, commandID); err != nil {
+			return err
+		}
+		ps.rt, err = tx.GetRuntime(id, false)
+		return err
+	})
+	return ps, err
 }
 
 // policyDrain is the drain_seconds of the command wk runs: of the policy
