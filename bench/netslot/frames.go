@@ -82,9 +82,10 @@ func (a *framedAttachment) Started(runDir string) {
 func (*framedAttachment) Apply(context.Context, netslot.Policy, time.Duration) error {
 	return errors.New("bench: no policy changes")
 }
-func (*framedAttachment) Draining() uint64                        { return 0 }
-func (*framedAttachment) EgressFaults() []netslot.EgressFault     { return nil }
-func (*framedAttachment) ResolverFaults() []netslot.ResolverFault { return nil }
+func (*framedAttachment) Draining() uint64                         { return 0 }
+func (*framedAttachment) EgressDraining() []netslot.EgressDraining { return nil }
+func (*framedAttachment) EgressFaults() []netslot.EgressFault      { return nil }
+func (*framedAttachment) ResolverFaults() []netslot.ResolverFault  { return nil }
 
 func (a *framedAttachment) Release() error {
 	close(a.done)

@@ -24,7 +24,10 @@
 //
 // The slot's guest reaches 8.8.4.4 (TCP) and its link DNS address, the
 // gateway 10.0.2.2, which the slot answers through the deployment resolver
-// 9.9.9.9, all in the test internet. The user-mode network is QEMU's
+// 9.9.9.9, all in the test internet. In the same rounds it measures TCP
+// connect and throughput again to 8.8.4.5, the same servers, which its
+// policy sends through a SOCKS5 Egress at 8.8.8.8:1080 there (egress.go;
+// not with -frames). The user-mode network is QEMU's
 // without restrict=on, for this benchmark only (the node always restricts
 // it), so that slirp forwards the gateway 10.0.2.2 to the host's
 // 127.0.0.1, where the same servers listen; its DNS queries go to them as
@@ -49,7 +52,6 @@ import (
 	"strings"
 	"time"
 
-	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
 	"github.com/kibotos/kibotos/internal/node/netslot/userstack"
@@ -119,8 +121,18 @@ type subject struct {
 	// uplink has no namespace does not pay: samples of it, slot only.
 	nsCost func() time.Duration
 	// clock is the slot's frame clock, with -frames.
-	clock   *frameClock
+	clock *frameClock
+	// egress is the path through the slot's Egress; nil for the
+	// user-mode network and with -frames.
+	egress  *egressPath
 	samples samples
+}
+
+// egressPath is what a guest dials through the slot's Egress: forwardedHost's
+// servers.
+type egressPath struct {
+	srv           *servers
+	connect, sink string
 }
 
 // samples are a subject's measurements over the counted rounds.
@@ -138,6 +150,9 @@ type samples struct {
 	slotTCP, slotDNS []time.Duration
 	// nsCost, sampled after each round.
 	nsCost []time.Duration
+	// Through the Egress: connect latency, the sink's first to last
+	// byte, the guest's send to the sink's "ok".
+	egConnect, egTransfer, egGuestSend []time.Duration
 }
 
 func run(c config) (err error) {
@@ -197,7 +212,7 @@ func run(c config) (err error) {
 // slotSubject boots the VM on a network slot whose uplink is in a new test
 // internet holding the servers and the resolver.
 func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, accel qemu.Accel) (*subject, func(), error) {
-	inet, err := testnet.Open(publicHost, resolverHost)
+	inet, err := testnet.Open(publicHost, resolverHost, egressAt.Addr(), forwardedHost)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -212,7 +227,22 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 		_ = inet.Close()
 		return nil, nil, err
 	}
-	closeAll := func() { res.close(); srv.close(); _ = inet.Close() }
+	fwd, err := startServers(inet.Run, forwardedHost, 0)
+	if err != nil {
+		res.close()
+		srv.close()
+		_ = inet.Close()
+		return nil, nil, err
+	}
+	proxy, err := startSOCKS5(inet.Run)
+	if err != nil {
+		fwd.close()
+		res.close()
+		srv.close()
+		_ = inet.Close()
+		return nil, nil, err
+	}
+	closeAll := func() { _ = proxy.Close(); fwd.close(); res.close(); srv.close(); _ = inet.Close() }
 	uplink := &timedUplink{HostUplink: inet.Uplink()}
 	network, err := userstack.NewNetwork(userstack.NetworkConfig{
 		Uplink: uplink, Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)},
@@ -231,7 +261,7 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 			att, clock = fa, fa.clock
 		}
 	} else {
-		att, err = network.Attach(ctx, "bench-slot", netslot.Policy{Network: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}})
+		att, err = network.Attach(ctx, "bench-slot", slotPolicy())
 	}
 	if err != nil {
 		closeAll()
@@ -253,6 +283,10 @@ func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, acce
 		connect: netip.AddrPortFrom(publicHost, port(srv.connect)).String(),
 		sink:    netip.AddrPortFrom(publicHost, port(srv.sink)).String(),
 		dnsQ:    netip.AddrPortFrom(userstack.GatewayV4, 53).String(),
+	}
+	if !c.frames {
+		s.egress = &egressPath{srv: fwd, connect: netip.AddrPortFrom(forwardedHost, port(fwd.connect)).String(),
+			sink: netip.AddrPortFrom(forwardedHost, port(fwd.sink)).String()}
 	}
 	return s, func() { _ = v.Kill(); _ = att.Release(); closeAll() }, nil
 }
@@ -303,9 +337,10 @@ func (openUserMode) Release() error { return nil }
 func (openUserMode) Apply(context.Context, netslot.Policy, time.Duration) error {
 	return errors.New("bench: no policy changes")
 }
-func (openUserMode) Draining() uint64                        { return 0 }
-func (openUserMode) EgressFaults() []netslot.EgressFault     { return nil }
-func (openUserMode) ResolverFaults() []netslot.ResolverFault { return nil }
+func (openUserMode) Draining() uint64                         { return 0 }
+func (openUserMode) EgressDraining() []netslot.EgressDraining { return nil }
+func (openUserMode) EgressFaults() []netslot.EgressFault      { return nil }
+func (openUserMode) ResolverFaults() []netslot.ResolverFault  { return nil }
 
 // round runs the three measures once in s's guest; keep adds them to its
 // samples.
@@ -340,7 +375,7 @@ func (s *subject) round(ctx context.Context, c config, keep bool) error {
 	if err != nil {
 		return err
 	}
-	t, guest, qemuCPU, selfCPU, err := s.send(ctx, c.bytes)
+	t, guest, qemuCPU, selfCPU, err := s.send(ctx, s.sink, s.srv, c.bytes)
 	if err != nil {
 		return err
 	}
@@ -356,23 +391,44 @@ func (s *subject) round(ctx context.Context, c config, keep bool) error {
 		s.samples.qemuCPU = append(s.samples.qemuCPU, qemuCPU)
 		s.samples.selfCPU = append(s.samples.selfCPU, selfCPU)
 	}
+	if s.egress != nil {
+		return s.egressRound(ctx, c, keep)
+	}
 	return nil
 }
 
-// send sends bytes to the sink and returns what the sink saw, the guest's
-// own time, and the CPU time QEMU and this process used meanwhile.
-func (s *subject) send(ctx context.Context, bytes int) (transfer, time.Duration, time.Duration, time.Duration, error) {
+// egressRound measures TCP connect and throughput through the Egress.
+func (s *subject) egressRound(ctx context.Context, c config, keep bool) error {
+	connect, err := s.probe(ctx, "connect", s.egress.connect, c.connects)
+	if err != nil {
+		return fmt.Errorf("through the Egress: %w", err)
+	}
+	t, guest, _, _, err := s.send(ctx, s.egress.sink, s.egress.srv, c.bytes)
+	if err != nil {
+		return fmt.Errorf("through the Egress: %w", err)
+	}
+	if keep {
+		s.samples.egConnect = append(s.samples.egConnect, connect...)
+		s.samples.egTransfer = append(s.samples.egTransfer, t.last.Sub(t.first))
+		s.samples.egGuestSend = append(s.samples.egGuestSend, guest)
+	}
+	return nil
+}
+
+// send sends bytes to sink (srv's) and returns what the sink saw, the
+// guest's own time, and the CPU time QEMU and this process used meanwhile.
+func (s *subject) send(ctx context.Context, sink string, srv *servers, bytes int) (transfer, time.Duration, time.Duration, time.Duration, error) {
 	q0, self0 := cpuTime(s.vm.PID), cpuTime(os.Getpid())
-	guest, err := s.probe(ctx, "send", s.sink, bytes)
+	guest, err := s.probe(ctx, "send", sink, bytes)
 	q1, self1 := cpuTime(s.vm.PID), cpuTime(os.Getpid())
 	if err != nil {
 		return transfer{}, 0, 0, 0, err
 	}
 	var t transfer
 	select {
-	case t = <-s.srv.transfers:
+	case t = <-srv.transfers:
 	case <-time.After(30 * time.Second):
-		return transfer{}, 0, 0, 0, fmt.Errorf("the guest's send to %s ended, the sink reported nothing", s.sink)
+		return transfer{}, 0, 0, 0, fmt.Errorf("the guest's send to %s ended, the sink reported nothing", sink)
 	}
 	if t.err != nil || t.bytes != int64(bytes) {
 		return transfer{}, 0, 0, 0, fmt.Errorf("the sink read %d of %d bytes: %v", t.bytes, bytes, t.err)

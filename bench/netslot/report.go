@@ -45,6 +45,10 @@ func roundLine(c config, subjects ...*subject) string {
 		out = append(out, fmt.Sprintf("%s: connect p50 %s, %.1f MiB/s, DNS p50 %s", s.name,
 			ms(nearestRank(x.connect[len(x.connect)-c.connects:], 50)), rate(c.bytes, x.transfer[len(x.transfer)-1]),
 			ms(nearestRank(x.dns[len(x.dns)-c.queries:], 50))))
+		if len(x.egConnect) >= c.connects && len(x.egTransfer) > 0 {
+			out = append(out, fmt.Sprintf("%s via the Egress: connect p50 %s, %.1f MiB/s", s.name,
+				ms(nearestRank(x.egConnect[len(x.egConnect)-c.connects:], 50)), rate(c.bytes, x.egTransfer[len(x.egTransfer)-1])))
+		}
 	}
 	return strings.Join(out, " | ")
 }
@@ -108,6 +112,27 @@ func report(w io.Writer, in reportInput) {
 	}
 	fmt.Fprintf(w, "CPU time per %d MiB sent (p50 of rounds; /proc, 10 ms ticks): slot: QEMU %s, this process (the slot, its uplink and the sink) %s | usernet: QEMU (slirp inside) %s, this process (the sink) %s\n",
 		c.bytes/mib, ms(nearestRank(s.qemuCPU, 50)), ms(nearestRank(s.selfCPU, 50)), ms(nearestRank(u.qemuCPU, 50)), ms(nearestRank(u.selfCPU, 50)))
+	if len(s.egConnect) > 0 {
+		egressReport(w, c, s)
+	}
+}
+
+// egressReport is the slot's guest direct beside through its SOCKS5
+// Egress, in the same rounds: the ratio is the Egress's cost over direct.
+func egressReport(w io.Writer, c config, s samples) {
+	fmt.Fprintf(w, "\nthe slot's guest, directly (%s) and through a SOCKS5 Egress (%s, github.com/armon/go-socks5 with a password, in the test internet), same servers, same rounds:\n", publicHost, egressAt)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "measure\tdirect p50\tdirect p90\tEgress p50\tEgress p90\tEgress / direct (p50)\t")
+	a, b := nearestRank(s.connect, 50), nearestRank(s.egConnect, 50)
+	fmt.Fprintf(tw, "TCP connect\t%s\t%s\t%s\t%s\t%.2f\t\n", ms(a), ms(nearestRank(s.connect, 90)), ms(b), ms(nearestRank(s.egConnect, 90)), b.Seconds()/a.Seconds())
+	throughput := func(name string, direct, egress []time.Duration) {
+		d, e := nearestRank(direct, 50), nearestRank(egress, 50)
+		fmt.Fprintf(tw, "%s\t%.1f MiB/s\t%.1f MiB/s\t%.1f MiB/s\t%.1f MiB/s\t%.2f\t\n", name,
+			rate(c.bytes, d), rate(c.bytes, nearestRank(direct, 90)), rate(c.bytes, e), rate(c.bytes, nearestRank(egress, 90)), e.Seconds()/d.Seconds())
+	}
+	throughput("TCP guest → host (sink's first → last byte)", s.transfer, s.egTransfer)
+	throughput("TCP guest → host (guest: dial → sink's ok)", s.guestSend, s.egGuestSend)
+	tw.Flush()
 }
 
 func yes(ratio float64) string {

@@ -276,7 +276,7 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend,
 	}
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
-			Pools: pools, Egresses: egress.New(st), Transfers: transfers},
+			Pools: pools, Egresses: egress.New(st, runner), Transfers: transfers},
 		runner:  runner,
 		catalog: cat,
 	}, nil

@@ -438,6 +438,7 @@ func (e *vmSet) reports() (reports []*nodev1.ExecutionReport, endedIDs []string)
 			}
 			if x.net != nil {
 				r.NetworkDrainingRevision = x.net.Draining()
+				r.EgressDraining = egressDraining(x.net)
 				for _, f := range x.net.EgressFaults() {
 					r.EgressFaults = append(r.EgressFaults, &nodev1.EgressFault{
 						EgressId: f.EgressID, Kind: f.Kind, FailingSince: timestamppb.New(f.Since), Message: f.Message,
@@ -1273,7 +1274,31 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 		e.a.log.Warn("cannot write the execution record", "instance_id", id, "err", err)
 	}
 	e.a.log.Info("network policy applied", "instance_id", id, "revision", pol.GetRevision(), "mode", netslot.Mode(pol), "drain_seconds", op.GetDrainSeconds())
-	return resultOf(&nodev1.ApplyNetworkPolicyResult{AppliedRevision: pol.GetRevision(), DrainingRevision: att.Draining()})
+	return resultOf(&nodev1.ApplyNetworkPolicyResult{AppliedRevision: pol.GetRevision(), DrainingRevision: att.Draining(),
+		Egresses: appliedEgresses(op.GetEgresses(), att)})
+}
+
+// appliedEgresses are the Egresses att now forwards through (those of the
+// policy it applied), with the revisions of each it still drains.
+func appliedEgresses(applied []*nodev1.ResolvedEgress, att netslot.Attachment) []*nodev1.AppliedEgress {
+	draining := map[string]uint64{}
+	for _, d := range att.EgressDraining() {
+		draining[d.EgressID] = d.Revision
+	}
+	out := make([]*nodev1.AppliedEgress, 0, len(applied))
+	for _, e := range applied {
+		out = append(out, &nodev1.AppliedEgress{EgressId: e.GetEgressId(), AppliedRevision: e.GetRevision(), DrainingRevision: draining[e.GetEgressId()]})
+	}
+	return out
+}
+
+// egressDraining is att's EgressDraining as an execution report says it.
+func egressDraining(att netslot.Attachment) []*nodev1.EgressDraining {
+	var out []*nodev1.EgressDraining
+	for _, d := range att.EgressDraining() {
+		out = append(out, &nodev1.EgressDraining{EgressId: d.EgressID, Revision: d.Revision})
+	}
+	return out
 }
 
 // policyOf is what an attachment enforces for op.

@@ -55,7 +55,7 @@ func newBackend(t *testing.T) *api.Backend {
 		t.Fatal(err)
 	}
 	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, ""), Catalog: cat,
-		Pools: pools, Egresses: egress.New(st), Transfers: transfers}
+		Pools: pools, Egresses: egress.New(st, runner), Transfers: transfers}
 }
 
 // methodsOf lists "/pkg.Service/Method" for every method of every service

@@ -3,9 +3,11 @@
 // them, keeps an Egress's password write-only, refuses to delete one a
 // policy uses, and checks a policy's references to them.
 //
-// Every mutation is final at admission: nothing runs on a node here. An
-// Egress update stores its drain_seconds with the new revision
-// (store.EgressRecord) for the nodes forwarding through it.
+// Every mutation is final at admission. An Egress update that changes the
+// Egress stores its drain_seconds with the new revision
+// (store.EgressRecord) and, in the same transaction, admits a follow-up
+// command (KindApplyEgressUpdate) for each Workspace whose running
+// execution forwards through it; the Workspace domain applies those.
 package egress
 
 import (
@@ -44,10 +46,12 @@ const (
 type Service struct {
 	store *store.Store
 	now   func() time.Time
+	kick  Kicker // nil: the runner polls
 }
 
-// New makes the Egress and Resolver domain on s.
-func New(s *store.Store) *Service { return &Service{store: s, now: time.Now} }
+// New makes the Egress and Resolver domain on s; kick is woken after a
+// follow-up command is admitted (nil: the runner finds it at its next poll).
+func New(s *store.Store, kick Kicker) *Service { return &Service{store: s, now: time.Now, kick: kick} }
 
 func newID(prefix string) string {
 	b := make([]byte, 8)
@@ -182,8 +186,11 @@ func list[T any](ctx context.Context, s *Service, selector string, size uint32, 
 }
 
 // UpdateEgress replaces an Egress's spec, CAS on revision. A change
-// increases the revision by one and stores drain_seconds with it; the same
-// spec (password included) changes nothing.
+// increases the revision by one, stores drain_seconds with it and admits
+// its application to every running execution whose policy names the
+// Egress (admitFollowUps); the call completes once that is admitted, and
+// NetworkPolicyEgressStatus.applied_revision moves as each node confirms.
+// The same spec (password included) changes nothing.
 func (s *Service) UpdateEgress(ctx context.Context, req *ctrlv1.UpdateEgressRequest) (*ctrlv1.UpdateEgressResponse, error) {
 	if err := checkEgressSpec("spec", req.GetSpec()); err != nil {
 		return nil, err
@@ -191,7 +198,9 @@ func (s *Service) UpdateEgress(ctx context.Context, req *ctrlv1.UpdateEgressRequ
 	if req.GetDrainSeconds() > MaxDrainSeconds {
 		return nil, apierr.Invalid("drain_seconds", "must be at most %d", MaxDrainSeconds)
 	}
-	return admit(ctx, s, req.GetCommand(), kindUpdateEgress, commandInput(req), func(tx *store.Tx, now time.Time) (string, *ctrlv1.UpdateEgressResponse, error) {
+	followUps := false
+	res, err := admit(ctx, s, req.GetCommand(), kindUpdateEgress, commandInput(req), func(tx *store.Tx, now time.Time) (string, *ctrlv1.UpdateEgressResponse, error) {
+		followUps = false // a raced admission runs this again
 		r, err := getEgress(tx, req.GetEgressId(), true)
 		if err != nil {
 			return "", nil, err
@@ -209,9 +218,16 @@ func (s *Service) UpdateEgress(ctx context.Context, req *ctrlv1.UpdateEgressRequ
 			if err := tx.PutEgress(r); err != nil {
 				return "", nil, err
 			}
+			if followUps, err = admitFollowUps(tx, now, e, req.GetDrainSeconds()); err != nil {
+				return "", nil, err
+			}
 		}
 		return e.GetEgressId(), &ctrlv1.UpdateEgressResponse{Egress: view(e)}, nil
 	})
+	if err == nil && followUps && s.kick != nil {
+		s.kick.Kick()
+	}
+	return res, err
 }
 
 // mutable refuses a deleted record and a stale expected revision.

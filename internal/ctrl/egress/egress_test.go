@@ -42,7 +42,7 @@ func newEnv(t *testing.T, b storetest.Backend) *env {
 	storetest.PutNodeWithPool(t, st, "node-a", "pool-a")
 	storetest.PutReadyTemplate(t, st, "busybox", "1", true)
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
-	return &env{store: st, eg: egress.New(st), ws: workspace.New(st, f, vols, runner)}
+	return &env{store: st, eg: egress.New(st, runner), ws: workspace.New(st, f, vols, runner)}
 }
 
 func sqlite(t *testing.T) *env {

@@ -71,10 +71,24 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 	if st := w.GetNetworkPolicyStatus(); st != nil {
 		// Connections a policy change refused close as their drain ends.
 		st.DrainingRevision = r.GetNetworkDrainingRevision()
+		observeEgressDraining(st, r.GetEgressDraining())
 	}
 	w.EgressObservations = egressObservations(w.GetEgressObservations(), r.GetEgressFaults(), s.now())
 	w.ResolverObservations = resolverObservations(w.GetResolverObservations(), r.GetResolverFaults(), s.now())
 	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
+}
+
+// observeEgressDraining sets each Egress's draining_revision from the
+// node's report: the connections an UpdateEgress moved off close as its
+// drain ends. applied_revision is left as the node confirmed it.
+func observeEgressDraining(st *ctrlv1.NetworkPolicyStatus, draining []*nodev1.EgressDraining) {
+	by := map[string]uint64{}
+	for _, d := range draining {
+		by[d.GetEgressId()] = d.GetRevision()
+	}
+	for _, e := range st.GetEgresses() {
+		e.DrainingRevision = by[e.GetEgressId()]
+	}
 }
 
 // withGuestObservation is w with the guest observation r makes at now. A

@@ -2,6 +2,8 @@ package workspace
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -95,52 +98,41 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 	return tx.PutWorkspace(w)
 }
 
-// runPolicy applies the Workspace's network policy, as it stands now, to
-// its running execution. network_policy_status says the revision the node
-// confirmed; a failed application leaves none (the command says why, at
-// FAILURE_STAGE_APPLYING_NETWORK). A Workspace still starting is waited
-// for (its start may carry an older revision); with no execution running
-// there is nothing to apply: the next start carries the policy.
+// runPolicy applies the Workspace's network policy, as it stands now (its
+// Egresses at their current revisions), to its running execution: for an
+// UpdateWorkspaceNetworkPolicy, and for an UpdateEgress's follow-up
+// (egress.KindApplyEgressUpdate), which sends the same policy revision with
+// the Egress's new one. network_policy_status says what the node confirmed.
+// A failed policy application leaves none (the command says why, at
+// FAILURE_STAGE_APPLYING_NETWORK); a failed Egress update leaves the status
+// as it was, as the node leaves the policy in force. A Workspace still
+// starting is waited for (its start may carry older revisions), and so is
+// an earlier application still in progress, so that the node gets them in
+// order; with no execution running there is nothing to apply: the next
+// start carries the policy.
 func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	id := wk.Command().GetTargetId()
-	var w *ctrlv1.Workspace
-	var rt *storev1.WorkspaceRuntime
-	var egresses []*nodev1.ResolvedEgress
-	var resolvers []*nodev1.ResolvedResolver
-	if err := s.store.Tx(ctx, func(tx *store.Tx) error {
-		var err error
-		if w, err = get(tx, id, false); err != nil {
-			return err
-		}
-		if egresses, err = resolvedEgresses(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
-			return err
-		}
-		if resolvers, err = resolvedResolvers(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
-			return err
-		}
-		rt, err = tx.GetRuntime(id, false)
-		return err
-	}); err != nil {
-		return err
-	}
-	switch st := w.GetState(); {
-	case st == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || st == ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
-		return wk.Wait(ctx, "the Workspace to finish starting", policyRetry)
-	case st != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "",
-		w.GetNetworkPolicyStatus().GetAppliedRevision() >= w.GetSpec().GetNetworkPolicy().GetRevision():
-		return wk.Succeed(ctx, func(*store.Tx) error { return nil }) // nothing runs, or it is in force already
-	}
-	req, err := wk.Request()
+	ps, err := s.policyState(ctx, id, wk.Command().GetCommandId())
 	if err != nil {
 		return err
 	}
-	var drain uint32
-	if r, ok := req.(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest); ok {
-		drain = r.GetDrainSeconds()
+	w, rt, egresses, earlier := ps.w, ps.rt, ps.egresses, ps.earlier
+	sent := wk.Command().GetNodeId() != "" // an earlier step sent it: collect that answer
+	switch st := w.GetState(); {
+	case st == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || st == ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
+		return wk.Wait(ctx, "the Workspace to finish starting", policyRetry)
+	case !sent && (st != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "" || inForce(w, egresses)):
+		return wk.Succeed(ctx, func(*store.Tx) error { return nil }) // nothing runs, or it is in force already
+	case !sent && earlier != nil:
+		return wk.Wait(ctx, fmt.Sprintf("the earlier network policy application %s", earlier.GetCommandId()), policyRetry)
+	}
+	drain, err := policyDrain(wk)
+	if err != nil {
+		return err
 	}
 	instance := rt.GetInstanceId()
 	answer, err := s.fleet.Await(ctx, wk, "network", rt.GetNodeId(),
-		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy(), Egresses: egresses, Resolvers: resolvers,
+		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy(), Egresses: egresses, Resolvers: ps.resolvers,
 			DrainSeconds: drain},
 		ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK)
 	if answer == nil || err != nil {
@@ -148,6 +140,9 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	}
 	if answer.Failure != nil {
 		return wk.Fail(ctx, answer.Failure, func(tx *store.Tx) error {
+			if wk.Command().GetKind() == egress.KindApplyEgressUpdate {
+				return nil // the node keeps the policy in force, and so does the status
+			}
 			return s.setPolicyStatus(tx, id, instance, nil)
 		})
 	}
@@ -158,9 +153,102 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	return wk.Succeed(ctx, func(tx *store.Tx) error {
 		return s.setPolicyStatus(tx, id, instance, &ctrlv1.NetworkPolicyStatus{
 			AppliedRevision: result.GetAppliedRevision(), AppliedAt: timestamppb.New(s.now()), DrainingRevision: result.GetDrainingRevision(),
-			Egresses: egressStatuses(egresses), Resolvers: resolverStatuses(resolvers),
+			Egresses: confirmedEgresses(result.GetEgresses()), Resolvers: resolverStatuses(ps.resolvers),
 		})
 	})
+}
+
+// policyState is what a policy application reads at the start of a step.
+type policyState struct {
+	w         *ctrlv1.Workspace
+	rt        *storev1.WorkspaceRuntime
+	egresses  []*nodev1.ResolvedEgress   // the policy's, at their current revisions
+	resolvers []*nodev1.ResolvedResolver // likewise
+	earlier   *store.CommandRow          // an application admitted before, unfinished
+}
+
+func (s *Service) policyState(ctx context.Context, id, commandID string) (policyState, error) {
+	var ps policyState
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		if ps.w, err = get(tx, id, false); err != nil {
+			return err
+		}
+		if ps.egresses, err = resolvedEgresses(tx, ps.w.GetSpec().GetNetworkPolicy()); err != nil {
+			return err
+		}
+		if ps.resolvers, err = resolvedResolvers(tx, ps.w.GetSpec().GetNetworkPolicy()); err != nil {
+			return err
+		}
+		if ps.earlier, err = earlierApplication(tx, id, commandID); err != nil {
+			return err
+		}
+		ps.rt, err = tx.GetRuntime(id, false)
+		return err
+	})
+	return ps, err
+}
+
+// policyDrain is the drain_seconds of the command wk runs: of the policy
+// update, or of the Egress update.
+func policyDrain(wk *command.Work) (uint32, error) {
+	req, err := wk.Request()
+	if err != nil {
+		return 0, err
+	}
+	switch r := req.(type) {
+	case *ctrlv1.UpdateWorkspaceNetworkPolicyRequest:
+		return r.GetDrainSeconds(), nil
+	case *ctrlv1.UpdateEgressRequest:
+		return r.GetDrainSeconds(), nil
+	}
+	return 0, nil
+}
+
+// inForce: the node confirmed w's policy revision and every Egress's
+// current revision (egresses) already.
+func inForce(w *ctrlv1.Workspace, egresses []*nodev1.ResolvedEgress) bool {
+	st := w.GetNetworkPolicyStatus()
+	if st.GetAppliedRevision() < w.GetSpec().GetNetworkPolicy().GetRevision() {
+		return false
+	}
+	applied := map[string]uint64{}
+	for _, e := range st.GetEgresses() {
+		applied[e.GetEgressId()] = e.GetAppliedRevision()
+	}
+	for _, e := range egresses {
+		if applied[e.GetEgressId()] < e.GetRevision() {
+			return false
+		}
+	}
+	return true
+}
+
+// earlierApplication is an unfinished policy application on the Workspace
+// admitted before the command commandID, nil when there is none: the
+// oldest unfinished command on it, when it applies a policy.
+func earlierApplication(tx *store.Tx, workspaceID, commandID string) (*store.CommandRow, error) {
+	c, err := tx.ActiveCommandOn(workspaceID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil || c.GetCommandId() == commandID {
+		return nil, err
+	}
+	if k := c.GetKind(); k == kindPolicy || k == egress.KindApplyEgressUpdate {
+		return c, nil
+	}
+	return nil, nil
+}
+
+// confirmedEgresses are the node's confirmation of the Egresses in force
+// as the Workspace's status says them.
+func confirmedEgresses(applied []*nodev1.AppliedEgress) []*ctrlv1.NetworkPolicyEgressStatus {
+	var out []*ctrlv1.NetworkPolicyEgressStatus
+	for _, e := range applied {
+		out = append(out, &ctrlv1.NetworkPolicyEgressStatus{EgressId: e.GetEgressId(), AppliedRevision: e.GetAppliedRevision(), DrainingRevision: e.GetDrainingRevision()})
+	}
+	return out
 }
 
 // policyRetry is how soon a policy update waiting for a start looks again

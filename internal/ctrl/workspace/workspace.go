@@ -57,6 +57,7 @@ func New(s *store.Store, f *fleet.Fleet, v *volume.Service, r Runner) *Service {
 	r.Handle(kindStart, w.runPlacement)
 	r.Handle(kindStop, w.runStop)
 	r.Handle(kindPolicy, w.runPolicy)
+	r.Handle(egress.KindApplyEgressUpdate, w.runPolicy)
 	r.Handle(kindDelete, w.runDelete)
 	return w
 }
@@ -83,6 +84,8 @@ var commandKinds = map[string]ctrlv1.WorkspaceCommandKind{
 	kindLayer: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_RESIZE_WRITABLE_LAYER, kindPolicy: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
 	kindLabels: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_LABELS, kindAnnotations: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_ANNOTATIONS,
 	kindExpiration: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_EXPIRATION,
+	// An Egress update's application changes the policy in force too.
+	egress.KindApplyEgressUpdate: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
 }
 
 func newID() string {

@@ -61,6 +61,10 @@ type Attachment interface {
 	// open though a later revision refused them (they close when their
 	// drain ends); zero when none are.
 	Draining() uint64
+	// EgressDraining are the Egresses whose connections of an earlier
+	// revision are still open (they close when the drain of the update
+	// that moved the Egress on ends), ordered by egress_id.
+	EgressDraining() []EgressDraining
 	// EgressFaults are the Egresses whose connections fail now, each with
 	// the run of failures it is in; an Egress's next success clears it.
 	EgressFaults() []EgressFault
@@ -111,6 +115,13 @@ type Addressing struct {
 	// default gateway (link-local or in AddressV6); zero: no IPv6.
 	AddressV6 netip.Prefix
 	GatewayV6 netip.Addr
+}
+
+// EgressDraining is an Egress with connections of an earlier revision
+// still open: Revision is the earliest of them.
+type EgressDraining struct {
+	EgressID string
+	Revision uint64
 }
 
 // EgressFault is the current run of failures of one Egress.

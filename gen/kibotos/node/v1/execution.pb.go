@@ -941,8 +941,12 @@ type ApplyNetworkPolicyResult struct {
 	// draining_revision is the earliest revision whose connections are still
 	// open though a later one refused them; zero when none are.
 	DrainingRevision uint64 `protobuf:"varint,2,opt,name=draining_revision,json=drainingRevision,proto3" json:"draining_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// egresses are the Egresses of the applied policy as the node now has
+	// them: ctrl's NetworkPolicyEgressStatus comes from this confirmation,
+	// never from what it sent.
+	Egresses      []*AppliedEgress `protobuf:"bytes,3,rep,name=egresses,proto3" json:"egresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyNetworkPolicyResult) Reset() {
@@ -989,6 +993,131 @@ func (x *ApplyNetworkPolicyResult) GetDrainingRevision() uint64 {
 	return 0
 }
 
+func (x *ApplyNetworkPolicyResult) GetEgresses() []*AppliedEgress {
+	if x != nil {
+		return x.Egresses
+	}
+	return nil
+}
+
+// AppliedEgress is one Egress of the policy in force on an execution.
+type AppliedEgress struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	EgressId string                 `protobuf:"bytes,1,opt,name=egress_id,json=egressId,proto3" json:"egress_id,omitempty"`
+	// applied_revision is the Egress revision new connections use.
+	AppliedRevision uint64 `protobuf:"varint,2,opt,name=applied_revision,json=appliedRevision,proto3" json:"applied_revision,omitempty"`
+	// draining_revision is the earliest earlier revision of this Egress
+	// whose connections are still open, being drained; zero when none are.
+	DrainingRevision uint64 `protobuf:"varint,3,opt,name=draining_revision,json=drainingRevision,proto3" json:"draining_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AppliedEgress) Reset() {
+	*x = AppliedEgress{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedEgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedEgress) ProtoMessage() {}
+
+func (x *AppliedEgress) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedEgress.ProtoReflect.Descriptor instead.
+func (*AppliedEgress) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AppliedEgress) GetEgressId() string {
+	if x != nil {
+		return x.EgressId
+	}
+	return ""
+}
+
+func (x *AppliedEgress) GetAppliedRevision() uint64 {
+	if x != nil {
+		return x.AppliedRevision
+	}
+	return 0
+}
+
+func (x *AppliedEgress) GetDrainingRevision() uint64 {
+	if x != nil {
+		return x.DrainingRevision
+	}
+	return 0
+}
+
+// EgressDraining is an Egress with connections of an earlier revision
+// still open, being drained: revision is the earliest of them.
+type EgressDraining struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EgressId      string                 `protobuf:"bytes,1,opt,name=egress_id,json=egressId,proto3" json:"egress_id,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressDraining) Reset() {
+	*x = EgressDraining{}
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressDraining) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressDraining) ProtoMessage() {}
+
+func (x *EgressDraining) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressDraining.ProtoReflect.Descriptor instead.
+func (*EgressDraining) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *EgressDraining) GetEgressId() string {
+	if x != nil {
+		return x.EgressId
+	}
+	return ""
+}
+
+func (x *EgressDraining) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type StopResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// durable is true when the guest confirmed it synced and unmounted.
@@ -1000,7 +1129,7 @@ type StopResult struct {
 
 func (x *StopResult) Reset() {
 	*x = StopResult{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1141,7 @@ func (x *StopResult) String() string {
 func (*StopResult) ProtoMessage() {}
 
 func (x *StopResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1154,7 @@ func (x *StopResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResult.ProtoReflect.Descriptor instead.
 func (*StopResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StopResult) GetDurable() bool {
@@ -1072,6 +1201,10 @@ type ExecutionReport struct {
 	// resolver_faults are the entries of the execution's policy's resolvers
 	// whose queries fail now, each with its current run of failures.
 	ResolverFaults []*ResolverFault `protobuf:"bytes,12,rep,name=resolver_faults,json=resolverFaults,proto3" json:"resolver_faults,omitempty"`
+	// egress_draining are the Egresses whose connections of an earlier
+	// revision are still open (an UpdateEgress's drain), as it is now; an
+	// Egress with none is absent.
+	EgressDraining []*EgressDraining `protobuf:"bytes,13,rep,name=egress_draining,json=egressDraining,proto3" json:"egress_draining,omitempty"`
 	// volume is the node's judgment of the Volume the running execution has
 	// attached, which makes the node the Volume's holder; absent without a
 	// Volume. (Numbered from 20: the fields after memory are left to
@@ -1083,7 +1216,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1228,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1241,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecutionReport) GetInstanceId() string {
@@ -1195,6 +1328,13 @@ func (x *ExecutionReport) GetResolverFaults() []*ResolverFault {
 	return nil
 }
 
+func (x *ExecutionReport) GetEgressDraining() []*EgressDraining {
+	if x != nil {
+		return x.EgressDraining
+	}
+	return nil
+}
+
 func (x *ExecutionReport) GetVolume() *VolumeReport {
 	if x != nil {
 		return x.Volume
@@ -1223,7 +1363,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1375,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[13]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1388,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VolumeReport) GetRef() *BlockFileRef {
@@ -1290,7 +1430,7 @@ type FetchArtifactRequest struct {
 
 func (x *FetchArtifactRequest) Reset() {
 	*x = FetchArtifactRequest{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[14]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1442,7 @@ func (x *FetchArtifactRequest) String() string {
 func (*FetchArtifactRequest) ProtoMessage() {}
 
 func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[14]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1455,7 @@ func (x *FetchArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactRequest.ProtoReflect.Descriptor instead.
 func (*FetchArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FetchArtifactRequest) GetDigest() string {
@@ -1343,7 +1483,7 @@ type FetchArtifactResponse struct {
 
 func (x *FetchArtifactResponse) Reset() {
 	*x = FetchArtifactResponse{}
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[15]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1495,7 @@ func (x *FetchArtifactResponse) String() string {
 func (*FetchArtifactResponse) ProtoMessage() {}
 
 func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_execution_proto_msgTypes[15]
+	mi := &file_kibotos_node_v1_execution_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1508,7 @@ func (x *FetchArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchArtifactResponse.ProtoReflect.Descriptor instead.
 func (*FetchArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_node_v1_execution_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FetchArtifactResponse) GetOffset() uint64 {
@@ -1466,14 +1606,22 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\v2\x1d.kibotos.ctrl.v1.ResolverPathR\x04path\x12<\n" +
 	"\x04kind\x18\x03 \x01(\x0e2(.kibotos.ctrl.v1.ResolverObservationKindR\x04kind\x12?\n" +
 	"\rfailing_since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"r\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xae\x01\n" +
 	"\x18ApplyNetworkPolicyResult\x12)\n" +
 	"\x10applied_revision\x18\x01 \x01(\x04R\x0fappliedRevision\x12+\n" +
-	"\x11draining_revision\x18\x02 \x01(\x04R\x10drainingRevision\"@\n" +
+	"\x11draining_revision\x18\x02 \x01(\x04R\x10drainingRevision\x12:\n" +
+	"\begresses\x18\x03 \x03(\v2\x1e.kibotos.node.v1.AppliedEgressR\begresses\"\x84\x01\n" +
+	"\rAppliedEgress\x12\x1b\n" +
+	"\tegress_id\x18\x01 \x01(\tR\begressId\x12)\n" +
+	"\x10applied_revision\x18\x02 \x01(\x04R\x0fappliedRevision\x12+\n" +
+	"\x11draining_revision\x18\x03 \x01(\x04R\x10drainingRevision\"I\n" +
+	"\x0eEgressDraining\x12\x1b\n" +
+	"\tegress_id\x18\x01 \x01(\tR\begressId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"@\n" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xfb\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xc5\x05\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1492,7 +1640,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x19network_draining_revision\x18\n" +
 	" \x01(\x04R\x17networkDrainingRevision\x12A\n" +
 	"\regress_faults\x18\v \x03(\v2\x1c.kibotos.node.v1.EgressFaultR\fegressFaults\x12G\n" +
-	"\x0fresolver_faults\x18\f \x03(\v2\x1e.kibotos.node.v1.ResolverFaultR\x0eresolverFaults\x125\n" +
+	"\x0fresolver_faults\x18\f \x03(\v2\x1e.kibotos.node.v1.ResolverFaultR\x0eresolverFaults\x12H\n" +
+	"\x0fegress_draining\x18\r \x03(\v2\x1f.kibotos.node.v1.EgressDrainingR\x0eegressDraining\x125\n" +
 	"\x06volume\x18\x14 \x01(\v2\x1d.kibotos.node.v1.VolumeReportR\x06volume\"\x9a\x01\n" +
 	"\fVolumeReport\x12/\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x18\n" +
@@ -1527,7 +1676,7 @@ func file_kibotos_node_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_kibotos_node_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(ExecutionEnd)(0),                // 0: kibotos.node.v1.ExecutionEnd
 	(*Artifact)(nil),                 // 1: kibotos.node.v1.Artifact
@@ -1541,53 +1690,57 @@ var file_kibotos_node_v1_execution_proto_goTypes = []any{
 	(*ResolvedResolver)(nil),         // 9: kibotos.node.v1.ResolvedResolver
 	(*ResolverFault)(nil),            // 10: kibotos.node.v1.ResolverFault
 	(*ApplyNetworkPolicyResult)(nil), // 11: kibotos.node.v1.ApplyNetworkPolicyResult
-	(*StopResult)(nil),               // 12: kibotos.node.v1.StopResult
-	(*ExecutionReport)(nil),          // 13: kibotos.node.v1.ExecutionReport
-	(*VolumeReport)(nil),             // 14: kibotos.node.v1.VolumeReport
-	(*FetchArtifactRequest)(nil),     // 15: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),    // 16: kibotos.node.v1.FetchArtifactResponse
-	(*BlockFileRef)(nil),             // 17: kibotos.node.v1.BlockFileRef
-	(*v1.NetworkPolicy)(nil),         // 18: kibotos.ctrl.v1.NetworkPolicy
-	(v1.EgressObservationKind)(0),    // 19: kibotos.ctrl.v1.EgressObservationKind
-	(*timestamppb.Timestamp)(nil),    // 20: google.protobuf.Timestamp
-	(*v1.EgressSpec)(nil),            // 21: kibotos.ctrl.v1.EgressSpec
-	(*v1.ResolverSpec)(nil),          // 22: kibotos.ctrl.v1.ResolverSpec
-	(*v1.ResolverPath)(nil),          // 23: kibotos.ctrl.v1.ResolverPath
-	(v1.ResolverObservationKind)(0),  // 24: kibotos.ctrl.v1.ResolverObservationKind
-	(*v11.MemoryReport)(nil),         // 25: kibotos.guest.v1.MemoryReport
+	(*AppliedEgress)(nil),            // 12: kibotos.node.v1.AppliedEgress
+	(*EgressDraining)(nil),           // 13: kibotos.node.v1.EgressDraining
+	(*StopResult)(nil),               // 14: kibotos.node.v1.StopResult
+	(*ExecutionReport)(nil),          // 15: kibotos.node.v1.ExecutionReport
+	(*VolumeReport)(nil),             // 16: kibotos.node.v1.VolumeReport
+	(*FetchArtifactRequest)(nil),     // 17: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),    // 18: kibotos.node.v1.FetchArtifactResponse
+	(*BlockFileRef)(nil),             // 19: kibotos.node.v1.BlockFileRef
+	(*v1.NetworkPolicy)(nil),         // 20: kibotos.ctrl.v1.NetworkPolicy
+	(v1.EgressObservationKind)(0),    // 21: kibotos.ctrl.v1.EgressObservationKind
+	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
+	(*v1.EgressSpec)(nil),            // 23: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),          // 24: kibotos.ctrl.v1.ResolverSpec
+	(*v1.ResolverPath)(nil),          // 25: kibotos.ctrl.v1.ResolverPath
+	(v1.ResolverObservationKind)(0),  // 26: kibotos.ctrl.v1.ResolverObservationKind
+	(*v11.MemoryReport)(nil),         // 27: kibotos.guest.v1.MemoryReport
 }
 var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	1,  // 0: kibotos.node.v1.StartExecution.kernel:type_name -> kibotos.node.v1.Artifact
 	1,  // 1: kibotos.node.v1.StartExecution.initrd:type_name -> kibotos.node.v1.Artifact
 	1,  // 2: kibotos.node.v1.StartExecution.template_root:type_name -> kibotos.node.v1.Artifact
-	17, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
-	17, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
-	18, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	19, // 3: kibotos.node.v1.StartExecution.layer:type_name -> kibotos.node.v1.BlockFileRef
+	19, // 4: kibotos.node.v1.StartExecution.volume:type_name -> kibotos.node.v1.BlockFileRef
+	20, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
 	8,  // 6: kibotos.node.v1.StartExecution.egresses:type_name -> kibotos.node.v1.ResolvedEgress
 	9,  // 7: kibotos.node.v1.StartExecution.resolvers:type_name -> kibotos.node.v1.ResolvedResolver
-	18, // 8: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	20, // 8: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
 	8,  // 9: kibotos.node.v1.ApplyNetworkPolicy.egresses:type_name -> kibotos.node.v1.ResolvedEgress
 	9,  // 10: kibotos.node.v1.ApplyNetworkPolicy.resolvers:type_name -> kibotos.node.v1.ResolvedResolver
-	19, // 11: kibotos.node.v1.EgressFault.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
-	20, // 12: kibotos.node.v1.EgressFault.failing_since:type_name -> google.protobuf.Timestamp
-	21, // 13: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	22, // 14: kibotos.node.v1.ResolvedResolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	23, // 15: kibotos.node.v1.ResolvedResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	23, // 16: kibotos.node.v1.ResolverFault.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	24, // 17: kibotos.node.v1.ResolverFault.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
-	20, // 18: kibotos.node.v1.ResolverFault.failing_since:type_name -> google.protobuf.Timestamp
-	0,  // 19: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	25, // 20: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	20, // 21: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
-	7,  // 22: kibotos.node.v1.ExecutionReport.egress_faults:type_name -> kibotos.node.v1.EgressFault
-	10, // 23: kibotos.node.v1.ExecutionReport.resolver_faults:type_name -> kibotos.node.v1.ResolverFault
-	14, // 24: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
-	17, // 25: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	21, // 11: kibotos.node.v1.EgressFault.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	22, // 12: kibotos.node.v1.EgressFault.failing_since:type_name -> google.protobuf.Timestamp
+	23, // 13: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	24, // 14: kibotos.node.v1.ResolvedResolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	25, // 15: kibotos.node.v1.ResolvedResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	25, // 16: kibotos.node.v1.ResolverFault.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	26, // 17: kibotos.node.v1.ResolverFault.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
+	22, // 18: kibotos.node.v1.ResolverFault.failing_since:type_name -> google.protobuf.Timestamp
+	12, // 19: kibotos.node.v1.ApplyNetworkPolicyResult.egresses:type_name -> kibotos.node.v1.AppliedEgress
+	0,  // 20: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
+	27, // 21: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	22, // 22: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
+	7,  // 23: kibotos.node.v1.ExecutionReport.egress_faults:type_name -> kibotos.node.v1.EgressFault
+	10, // 24: kibotos.node.v1.ExecutionReport.resolver_faults:type_name -> kibotos.node.v1.ResolverFault
+	13, // 25: kibotos.node.v1.ExecutionReport.egress_draining:type_name -> kibotos.node.v1.EgressDraining
+	16, // 26: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	19, // 27: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
@@ -1602,7 +1755,7 @@ func file_kibotos_node_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_execution_proto_rawDesc), len(file_kibotos_node_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -121,13 +121,16 @@ func (r Reason) String() string {
 // it (DenyList) or the destinations entry that covers it (Forward,
 // Forwarded), Range the registry row (HardDeny), and Egress the egress_id
 // it is forwarded through (Forward) or would be (Forwarded); each is zero
-// otherwise.
+// otherwise. EgressRevision is that Egress's revision the slot's dialer
+// uses (Context.Egresses): part of a forwarded flow's path, so a flow of
+// one revision drains when the Egress moves to the next.
 type Decision struct {
-	Kind   Kind
-	Reason Reason
-	Entry  netip.Prefix
-	Range  Range
-	Egress string
+	Kind           Kind
+	Reason         Reason
+	Entry          netip.Prefix
+	Range          Range
+	Egress         string
+	EgressRevision uint64
 }
 
 func (d Decision) String() string {
@@ -168,7 +171,8 @@ type Context struct {
 }
 
 // EgressRef is what the engine knows of a resolved Egress: which revision
-// of it the slot's dialer uses (reported back, never decided on).
+// of it the slot's dialer uses (carried in a Forward decision, never
+// decided on).
 type EgressRef struct {
 	Revision uint64
 }
@@ -199,6 +203,7 @@ type Policy struct {
 // forwardEntry is one egresses entry: its destinations leave through egress.
 type forwardEntry struct {
 	egress       string
+	revision     uint64 // of the Egress, as the node has it
 	destinations []netip.Prefix
 }
 
@@ -271,7 +276,8 @@ func compileEgresses(entries []*ctrlv1.NetworkPolicyEgress, known map[string]Egr
 	}
 	out := make([]forwardEntry, 0, len(entries))
 	for i, e := range entries {
-		if _, ok := known[e.GetEgressId()]; !ok || e.GetEgressId() == "" {
+		ref, ok := known[e.GetEgressId()]
+		if !ok || e.GetEgressId() == "" {
 			return nil, fmt.Errorf("egresses[%d]: Egress %q is not resolved on this node: %w", i, e.GetEgressId(), ErrForwarding)
 		}
 		if n := len(e.GetDestinations()); n == 0 || n > maxDestinations {
@@ -281,7 +287,7 @@ func compileEgresses(entries []*ctrlv1.NetworkPolicyEgress, known map[string]Egr
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, forwardEntry{egress: e.GetEgressId(), destinations: dsts})
+		out = append(out, forwardEntry{egress: e.GetEgressId(), revision: ref.Revision, destinations: dsts})
 	}
 	return out, nil
 }
@@ -332,24 +338,24 @@ func (p *Policy) Decide(f Flow) Decision {
 	}
 	// Forwarded traffic leaves from the Egress's network, so the hard
 	// deny (which guards the node's) does not apply to it.
-	if egress, entry, ok := p.forwarded(f.Dst); ok {
+	if e, entry, ok := p.forwarded(f.Dst); ok {
 		if f.Proto == TCP {
-			return Decision{Kind: Forward, Entry: entry, Egress: egress}
+			return Decision{Kind: Forward, Entry: entry, Egress: e.egress, EgressRevision: e.revision}
 		}
-		return Decision{Kind: Refuse, Reason: Forwarded, Entry: entry, Egress: egress}
+		return Decision{Kind: Refuse, Reason: Forwarded, Entry: entry, Egress: e.egress}
 	}
 	return p.direct(f.Dst)
 }
 
 // forwarded is the egresses entry whose destinations cover dst, and the
 // destination that does (the first; destinations are a set).
-func (p *Policy) forwarded(dst netip.Addr) (string, netip.Prefix, bool) {
+func (p *Policy) forwarded(dst netip.Addr) (forwardEntry, netip.Prefix, bool) {
 	for _, e := range p.forward {
 		if i := slices.IndexFunc(e.destinations, func(d netip.Prefix) bool { return d.Contains(dst) }); i >= 0 {
-			return e.egress, e.destinations[i], true
+			return e, e.destinations[i], true
 		}
 	}
-	return "", netip.Prefix{}, false
+	return forwardEntry{}, netip.Prefix{}, false
 }
 
 // isLinkDNS: DNS over UDP or TCP to one of the slot's link DNS addresses.

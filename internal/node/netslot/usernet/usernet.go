@@ -70,6 +70,10 @@ func (attachment) Apply(_ context.Context, policy netslot.Policy, _ time.Duratio
 // Draining implements netslot.Attachment.
 func (attachment) Draining() uint64 { return 0 }
 
+// EgressDraining implements netslot.Attachment: usernet forwards through
+// no Egress.
+func (attachment) EgressDraining() []netslot.EgressDraining { return nil }
+
 // EgressFaults implements netslot.Attachment: usernet forwards nowhere.
 func (attachment) EgressFaults() []netslot.EgressFault { return nil }
 

@@ -12,14 +12,20 @@ import (
 
 // tcpFlow is one guest TCP connection the slot carries to the world.
 type tcpFlow struct {
-	flow         policy.Flow
-	decision     policy.Decision // its path: direct, link DNS, or through which Egress
-	revision     uint64          // the policy revision that admitted it
+	flow policy.Flow
+	// decision is its path: direct, link DNS, or through which Egress at
+	// which of its revisions.
+	decision     policy.Decision
+	admittedBy   *revision // the policy in force that admitted it
 	guest, world net.Conn
 	endpoint     tcpip.Endpoint // the guest side's, to reset it
 
 	// guarded by flowSet.mu
-	drain *time.Timer // closes it; nil while no revision refuses it
+	drain *time.Timer // resets it; nil while no revision moves it
+	// egressMoved: what drains it is only its Egress's new revision (the
+	// policy still sends it through the same Egress), which the
+	// Egress's draining revision reports rather than the policy's.
+	egressMoved bool
 }
 
 func (f *tcpFlow) close() {
@@ -45,8 +51,7 @@ type flowSet struct {
 	// latest is the last redecide: a flow an older revision admitted that
 	// is added after it (its handshake raced the change) is decided by it.
 	latest struct {
-		p     *policy.Policy
-		n     uint64
+		rev   *revision
 		drain time.Duration
 	}
 }
@@ -78,8 +83,8 @@ func (f *flowSet) addTCP(t *tcpFlow) bool {
 		f.tcp = map[*tcpFlow]struct{}{}
 	}
 	f.tcp[t] = struct{}{}
-	if l := f.latest; l.p != nil && t.revision < l.n && !samePath(t.decision, l.p.Decide(t.flow)) {
-		t.drain = time.AfterFunc(l.drain, t.reset)
+	if l := f.latest; l.rev != nil && t.admittedBy.seq < l.rev.seq {
+		f.redecideOne(t, l.rev, l.drain)
 	}
 	return true
 }
@@ -94,43 +99,78 @@ func (f *flowSet) removeTCP(t *tcpFlow) {
 	delete(f.tcp, t)
 }
 
-// redecide asks p about every open flow: one it refuses, or sends another
-// way (directly instead of through an Egress, or through another), keeps
-// its path and is closed after drain; one it admits again on its own path
-// stops draining.
-func (f *flowSet) redecide(p *policy.Policy, n uint64, drain time.Duration) {
+// redecide asks rev about every open flow: one it refuses, or sends
+// another way (directly instead of through an Egress, through another
+// Egress, or through another revision of the same one), keeps its path
+// and is reset after drain; one it admits again on its own path stops
+// draining.
+func (f *flowSet) redecide(rev *revision, drain time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.latest.p, f.latest.n, f.latest.drain = p, n, drain
+	f.latest.rev, f.latest.drain = rev, drain
 	for t := range f.tcp {
-		admitted := samePath(t.decision, p.Decide(t.flow))
-		switch {
-		case admitted && t.drain != nil:
-			t.drain.Stop()
-			t.drain = nil
-		case !admitted && t.drain == nil:
-			t.drain = time.AfterFunc(drain, t.reset)
-		}
+		f.redecideOne(t, rev, drain)
 	}
 }
 
-// samePath: decision now admits a flow the way it was admitted.
-func samePath(was, now policy.Decision) bool {
-	return now.Kind != policy.Refuse && now.Kind == was.Kind && now.Egress == was.Egress
+// redecideOne is redecide of one flow; f.mu is held.
+func (f *flowSet) redecideOne(t *tcpFlow, rev *revision, drain time.Duration) {
+	now := rev.Decide(t.flow)
+	admitted := samePath(t.decision, now)
+	switch {
+	case admitted && t.drain != nil:
+		t.drain.Stop()
+		t.drain = nil
+	case !admitted && t.drain == nil:
+		t.drain = time.AfterFunc(drain, t.reset)
+	}
+	t.egressMoved = !admitted && onlyEgressRevision(t.decision, now)
 }
 
-// draining is the earliest revision of a flow being drained, zero when
-// none is.
+// samePath: decision now admits a flow the way it was admitted, through
+// the same revision of the same Egress when it was forwarded.
+func samePath(was, now policy.Decision) bool {
+	return now.Kind != policy.Refuse && now.Kind == was.Kind && now.Egress == was.Egress && now.EgressRevision == was.EgressRevision
+}
+
+// onlyEgressRevision: both forward through the same Egress, at different
+// revisions of it.
+func onlyEgressRevision(was, now policy.Decision) bool {
+	return was.Kind == policy.Forward && now.Kind == policy.Forward && was.Egress == now.Egress && was.EgressRevision != now.EgressRevision
+}
+
+// draining is the earliest policy revision of a flow a later policy
+// revision moved and that is being drained, zero when none is. A flow
+// only its Egress's new revision moved counts in egressDraining instead.
 func (f *flowSet) draining() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var earliest uint64
 	for t := range f.tcp {
-		if t.drain != nil && (earliest == 0 || t.revision < earliest) {
-			earliest = t.revision
+		if t.drain != nil && !t.egressMoved && (earliest == 0 || t.admittedBy.n < earliest) {
+			earliest = t.admittedBy.n
 		}
 	}
 	return earliest
+}
+
+// egressDraining is, by egress_id, the earliest revision of each Egress
+// whose flows are being drained because the Egress moved to a later one;
+// an Egress with none is absent.
+func (f *flowSet) egressDraining() map[string]uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]uint64{}
+	for t := range f.tcp {
+		if t.drain == nil || !t.egressMoved {
+			continue
+		}
+		id, r := t.decision.Egress, t.decision.EgressRevision
+		if cur, ok := out[id]; !ok || r < cur {
+			out[id] = r
+		}
+	}
+	return out
 }
 
 func (f *flowSet) closeAll() {

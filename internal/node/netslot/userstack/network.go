@@ -220,6 +220,16 @@ func (a *attachment) Apply(_ context.Context, pol netslot.Policy, drain time.Dur
 // Draining implements netslot.Attachment.
 func (a *attachment) Draining() uint64 { return a.slot.Draining() }
 
+// EgressDraining implements netslot.Attachment.
+func (a *attachment) EgressDraining() []netslot.EgressDraining {
+	var out []netslot.EgressDraining
+	for id, r := range a.slot.EgressDraining() {
+		out = append(out, netslot.EgressDraining{EgressID: id, Revision: r})
+	}
+	slices.SortFunc(out, func(x, y netslot.EgressDraining) int { return strings.Compare(x.EgressID, y.EgressID) })
+	return out
+}
+
 // Started implements netslot.Attachment: it connects to QEMU's socket in
 // runDir, and again whenever the connection ends, until Release.
 func (a *attachment) Started(runDir string) {

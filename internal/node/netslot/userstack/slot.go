@@ -85,8 +85,9 @@ type Config struct {
 	// link DNS address goes to the first of its family.
 	Resolvers []netip.AddrPort
 	// Egresses dial through the Egresses the policy forwards to, by
-	// egress_id; SetEgresses replaces them. A Forward decision naming one
-	// that is missing here resets the guest's connection.
+	// egress_id; SetEgresses replaces them for the next SetPolicy. A
+	// Forward decision naming one that is missing here resets the guest's
+	// connection.
 	Egresses map[string]EgressDialer
 	// EgressResult, when set, is told the result of every dial through an
 	// Egress (a nil error when it connected): what egress observations
@@ -118,7 +119,8 @@ type Slot struct {
 	resolvers []netip.AddrPort
 	log       *slog.Logger
 	policy    atomic.Pointer[revision]
-	egresses  atomic.Pointer[map[string]EgressDialer]
+	egresses  atomic.Pointer[map[string]EgressDialer] // for the next SetPolicy
+	revisions atomic.Uint64                           // how many SetPolicy made
 	onEgress  func(egressID string, err error)
 	// onResolver is Config.ResolverResult.
 	onResolver func(r *Resolver, err error)
@@ -161,7 +163,7 @@ func New(cfg Config) (*Slot, error) {
 	}
 	s.SetEgresses(cfg.Egresses)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.policy.Store(&revision{Policy: cfg.Policy, n: cfg.Revision, dns: hold(cfg.Resolver)})
+	s.policy.Store(s.revision(cfg.Policy, cfg.Revision, cfg.Resolver))
 	if err := s.configure(); err != nil {
 		s.stack.Destroy()
 		return nil, err
@@ -207,19 +209,31 @@ func (s *Slot) configure() error {
 	return s.serveDNS()
 }
 
-// revision is a policy in force, its number, and the Resolver it forwards
-// the link DNS address's queries to (nil: the deployment resolvers): one
-// pointer, so a query sees a policy and its Resolver together.
+// revision is a policy in force, its number, the Egress dialers its
+// Forward decisions use, and the Resolver it forwards the link DNS
+// address's queries to (nil: the deployment resolvers): one value, so a new
+// flow is never decided by one revision of an Egress and dialled through
+// another, and a query sees a policy and its Resolver together.
 type revision struct {
 	*policy.Policy
-	n   uint64
-	dns *heldResolver
+	n       uint64
+	dialers map[string]EgressDialer
+	seq     uint64 // orders the revisions this slot put in force
+	dns     *heldResolver
 }
 
-// SetPolicy puts revision n of the policy in force: new flows follow it at
-// once, and an open connection it refuses is closed after drain (at once
-// when zero). One a later revision admits again is kept. The link DNS
-// address forwards to the deployment resolvers under it.
+// revision is p, number n, forwarding to r, with the dialers SetEgresses
+// gave last.
+func (s *Slot) revision(p *policy.Policy, n uint64, r *Resolver) *revision {
+	return &revision{Policy: p, n: n, dialers: *s.egresses.Load(), seq: s.revisions.Add(1), dns: hold(r)}
+}
+
+// SetPolicy puts revision n of the policy in force, with the dialers
+// SetEgresses gave last: new flows follow it at once, and an open
+// connection it refuses, or moves to another path (another Egress, or
+// another revision of its Egress), keeps its path and is reset after drain
+// (at once when zero). One a later revision admits again is kept. The link
+// DNS address forwards to the deployment resolvers under it.
 func (s *Slot) SetPolicy(p *policy.Policy, n uint64, drain time.Duration) {
 	s.SetPolicyWith(p, n, nil, drain)
 }
@@ -228,12 +242,14 @@ func (s *Slot) SetPolicy(p *policy.Policy, n uint64, drain time.Duration) {
 // to r (nil: the deployment resolvers). A query after it returned asks r;
 // the Resolver it replaces is closed once no query uses it.
 func (s *Slot) SetPolicyWith(p *policy.Policy, n uint64, r *Resolver, drain time.Duration) {
-	s.policy.Swap(&revision{Policy: p, n: n, dns: hold(r)}).dns.retire()
-	s.flows.redecide(p, n, drain)
+	rev := s.revision(p, n, r)
+	s.policy.Swap(rev).dns.retire()
+	s.flows.redecide(rev, drain)
 }
 
-// SetEgresses replaces the Egress dialers new forwarded flows use; open
-// ones keep theirs. Give the dialers a policy names before the policy.
+// SetEgresses replaces the Egress dialers new forwarded flows use from the
+// next SetPolicy on; open ones keep theirs. Give the dialers a policy names
+// before the policy.
 func (s *Slot) SetEgresses(m map[string]EgressDialer) {
 	m = maps.Clone(m)
 	s.egresses.Store(&m)
@@ -242,6 +258,11 @@ func (s *Slot) SetEgresses(m map[string]EgressDialer) {
 // Draining is the earliest policy revision whose connections are still
 // open though a later one refused them; zero when there are none.
 func (s *Slot) Draining() uint64 { return s.flows.draining() }
+
+// EgressDraining is, by egress_id, the earliest revision of each Egress
+// whose connections are still open though the Egress moved to a later
+// revision; an Egress with none is absent.
+func (s *Slot) EgressDraining() map[string]uint64 { return s.flows.egressDraining() }
 
 // Serve carries frames between the stack and conn (QEMU's end of the
 // stream) until either ends: it returns nil when conn reached its end or

@@ -41,7 +41,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, dialTimeout)
-	out, err := s.dial(ctx, d, dst)
+	out, err := s.dial(ctx, rev, d, dst)
 	cancel()
 	if err != nil {
 		s.log.Debug("tcp dial failed", "dst", dst, "decision", d.String(), "err", err)
@@ -56,7 +56,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	r.Complete(false)
-	t := &tcpFlow{flow: flow, decision: d, revision: rev.n, guest: gonet.NewTCPConn(&wq, ep), world: out, endpoint: ep}
+	t := &tcpFlow{flow: flow, decision: d, admittedBy: rev, guest: gonet.NewTCPConn(&wq, ep), world: out, endpoint: ep}
 	s.goRun(func() { s.splice(t) })
 }
 
@@ -76,22 +76,23 @@ func (s *Slot) acceptTCPDNS(r *tcp.ForwarderRequest, gw netip.Addr) {
 	s.goRun(func() { s.serveTCPDNS(gw, c) })
 }
 
-// dial connects an admitted flow to dst the way d says. A forwarded flow
-// goes through its Egress or nowhere: it never falls back to the uplink.
-func (s *Slot) dial(ctx context.Context, d policy.Decision, dst netip.AddrPort) (net.Conn, error) {
+// dial connects an admitted flow to dst the way d (rev's decision) says. A
+// forwarded flow goes through its Egress or nowhere: it never falls back to
+// the uplink.
+func (s *Slot) dial(ctx context.Context, rev *revision, d policy.Decision, dst netip.AddrPort) (net.Conn, error) {
 	switch d.Kind {
 	case policy.Direct:
 		return s.uplink.DialTCP(ctx, dst)
 	case policy.Forward:
-		return s.forward(ctx, d.Egress, dst)
+		return s.forward(ctx, rev, d.Egress, dst)
 	}
 	return nil, fmt.Errorf("decision %v dials nothing", d)
 }
 
-// forward dials dst through the Egress named egressID and reports the
-// result.
-func (s *Slot) forward(ctx context.Context, egressID string, dst netip.AddrPort) (net.Conn, error) {
-	dialer, ok := (*s.egresses.Load())[egressID]
+// forward dials dst through rev's dialer of the Egress named egressID and
+// reports the result.
+func (s *Slot) forward(ctx context.Context, rev *revision, egressID string, dst netip.AddrPort) (net.Conn, error) {
+	dialer, ok := rev.dialers[egressID]
 	if !ok {
 		return nil, fmt.Errorf("egress %q has no dialer in this slot", egressID)
 	}

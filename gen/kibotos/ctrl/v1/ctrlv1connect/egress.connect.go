@@ -57,6 +57,16 @@ type EgressServiceClient interface {
 	CreateEgress(context.Context, *connect.Request[v1.CreateEgressRequest]) (*connect.Response[v1.CreateEgressResponse], error)
 	GetEgress(context.Context, *connect.Request[v1.GetEgressRequest]) (*connect.Response[v1.GetEgressResponse], error)
 	ListEgresses(context.Context, *connect.Request[v1.ListEgressesRequest]) (*connect.Response[v1.ListEgressesResponse], error)
+	// UpdateEgress completes once the new revision is stored and its
+	// application admitted: a change admits, in the same transaction, one
+	// durable command per Workspace whose policy names the Egress and that
+	// runs (or is starting), which sends its node ApplyNetworkPolicy with the
+	// same policy revision, the Egress's new revision and this call's
+	// drain_seconds; a ctrl restart or a node out of reach delays it, never
+	// loses it. NetworkPolicyEgressStatus.applied_revision moves on each
+	// node's confirmation; until then new connections there keep the
+	// revision before. A Workspace started later gets the current revision.
+	// (designed here)
 	UpdateEgress(context.Context, *connect.Request[v1.UpdateEgressRequest]) (*connect.Response[v1.UpdateEgressResponse], error)
 	DeleteEgress(context.Context, *connect.Request[v1.DeleteEgressRequest]) (*connect.Response[v1.DeleteEgressResponse], error)
 }
@@ -144,6 +154,16 @@ type EgressServiceHandler interface {
 	CreateEgress(context.Context, *connect.Request[v1.CreateEgressRequest]) (*connect.Response[v1.CreateEgressResponse], error)
 	GetEgress(context.Context, *connect.Request[v1.GetEgressRequest]) (*connect.Response[v1.GetEgressResponse], error)
 	ListEgresses(context.Context, *connect.Request[v1.ListEgressesRequest]) (*connect.Response[v1.ListEgressesResponse], error)
+	// UpdateEgress completes once the new revision is stored and its
+	// application admitted: a change admits, in the same transaction, one
+	// durable command per Workspace whose policy names the Egress and that
+	// runs (or is starting), which sends its node ApplyNetworkPolicy with the
+	// same policy revision, the Egress's new revision and this call's
+	// drain_seconds; a ctrl restart or a node out of reach delays it, never
+	// loses it. NetworkPolicyEgressStatus.applied_revision moves on each
+	// node's confirmation; until then new connections there keep the
+	// revision before. A Workspace started later gets the current revision.
+	// (designed here)
 	UpdateEgress(context.Context, *connect.Request[v1.UpdateEgressRequest]) (*connect.Response[v1.UpdateEgressResponse], error)
 	DeleteEgress(context.Context, *connect.Request[v1.DeleteEgressRequest]) (*connect.Response[v1.DeleteEgressResponse], error)
 }
