@@ -218,7 +218,7 @@ func (s *Service) UpdateEgress(ctx context.Context, req *ctrlv1.UpdateEgressRequ
 			if err := tx.PutEgress(r); err != nil {
 				return "", nil, err
 			}
-			if followUps, err = admitFollowUps(tx, now, e, req.GetDrainSeconds()); err != nil {
+			if followUps, err = admitFollowUps(tx, now, egressFollowUp(e, req.GetDrainSeconds())); err != nil {
 				return "", nil, err
 			}
 		}

@@ -22,7 +22,7 @@ import (
 )
 
 // running makes the Workspace id AVAILABLE with an execution on node-a, its
-// policy confirmed with each Egress at revision 1, as a finished create
+// policy confirmed with each Egress and Resolver at revision 1, as a finished create
 // leaves it (the create command is ended: no runner of this test places).
 func (e *env) running(t *testing.T, id, createCommand string) string {
 	t.Helper()
@@ -44,6 +44,9 @@ func (e *env) running(t *testing.T, id, createCommand string) string {
 		st := &ctrlv1.NetworkPolicyStatus{AppliedRevision: w.GetSpec().GetNetworkPolicy().GetRevision()}
 		for _, eg := range w.GetSpec().GetNetworkPolicy().GetEgresses() {
 			st.Egresses = append(st.Egresses, &ctrlv1.NetworkPolicyEgressStatus{EgressId: eg.GetEgressId(), AppliedRevision: 1})
+		}
+		for _, r := range w.GetSpec().GetNetworkPolicy().GetResolvers() {
+			st.Resolvers = append(st.Resolvers, &ctrlv1.NetworkPolicyResolverStatus{ResolverId: r.GetResolverId(), Path: r.GetPath(), AppliedRevision: 1})
 		}
 		w.NetworkPolicyStatus = st
 		if err := tx.PutWorkspace(w); err != nil {
@@ -265,5 +268,67 @@ func TestAFailedEgressApplicationKeepsTheStatus(t *testing.T) {
 	}
 	if st := e.workspace(t, w.GetWorkspaceId()).GetNetworkPolicyStatus(); st.GetAppliedRevision() != 1 || len(st.GetEgresses()) != 1 || st.GetEgresses()[0].GetAppliedRevision() != 1 {
 		t.Errorf("network_policy_status after the failure: %v, want it as it was (the Egress at 1)", st)
+	}
+}
+
+// An UpdateResolver that changes the Resolver reaches the running
+// executions whose policy names it as an UpdateEgress does: a follow-up
+// for the running Workspace only, which a ctrl started after the admission
+// drives; node-a is sent the same policy revision with the Resolver's new
+// revision and spec, and NetworkPolicyResolverStatus.applied_revision
+// moves on the node's confirmation.
+func TestAResolverUpdateReachesRunningExecutions(t *testing.T) {
+	e := sqlite(t)
+	spec := &ctrlv1.ResolverSpec{Protocol: ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP, Address: "9.9.9.9:53"}
+	r := e.createResolver(t, "rs", spec, nil)
+	run, err := e.createWorkspace("ws-run", policy("", r.GetResolverId(), true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	instance := e.running(t, run.GetWorkspaceId(), "ws-run")
+	stopped, err := e.createWorkspace("ws-stopped", policy("", r.GetResolverId(), true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tx(t, func(tx *store.Tx) error {
+		w, err := tx.GetWorkspace(stopped.GetWorkspaceId(), true)
+		if err != nil {
+			return err
+		}
+		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
+		return tx.PutWorkspace(w)
+	})
+
+	moved := &ctrlv1.ResolverSpec{Protocol: ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP, Address: "9.9.9.10:53"}
+	res, err := e.eg.UpdateResolver(ctx, &ctrlv1.UpdateResolverRequest{Command: cmd("move"), ResolverId: r.GetResolverId(), ExpectedRevision: 1, Spec: moved})
+	if err != nil || res.GetResolver().GetRevision() != 2 {
+		t.Fatalf("UpdateResolver: %v %v", res, err)
+	}
+	followUp := egress.ResolverFollowUpID(r.GetResolverId(), 2, run.GetWorkspaceId())
+	if c := e.command(t, followUp); c.GetKind() != egress.KindApplyResolverUpdate || c.GetTargetId() != run.GetWorkspaceId() {
+		t.Fatalf("follow-up %s: %v", followUp, c.Command)
+	}
+	e.tx(t, func(tx *store.Tx) error {
+		if c, err := tx.GetCommand(egress.ResolverFollowUpID(r.GetResolverId(), 2, stopped.GetWorkspaceId()), false); err == nil {
+			t.Errorf("a follow-up for the stopped Workspace: %v", c.Command)
+		}
+		return nil
+	})
+	if st := e.workspace(t, run.GetWorkspaceId()).GetNetworkPolicyStatus(); st.GetResolvers()[0].GetAppliedRevision() != 1 {
+		t.Errorf("applied_revision before any node confirmed: %v, want 1", st)
+	}
+
+	runner := restartedCtrl(t, e.store)
+	sent := answerNode(t, e.store, runner)
+	if sent.GetInstanceId() != instance || sent.GetNetworkPolicy().GetRevision() != 1 || len(sent.GetResolvers()) != 1 ||
+		sent.GetResolvers()[0].GetRevision() != 2 || sent.GetResolvers()[0].GetSpec().GetAddress() != moved.GetAddress() {
+		t.Errorf("node-a was sent %v; want policy revision 1 of %s with the Resolver at revision 2 (its new address)", sent, instance)
+	}
+	waitFor(t, "the follow-up to succeed", func() bool {
+		return e.command(t, followUp).GetState() == storev1.CommandState_COMMAND_STATE_SUCCEEDED
+	})
+	st := e.workspace(t, run.GetWorkspaceId()).GetNetworkPolicyStatus()
+	if st.GetAppliedRevision() != 1 || len(st.GetResolvers()) != 1 || st.GetResolvers()[0].GetAppliedRevision() != 2 {
+		t.Errorf("network_policy_status %v, want revision 1 with the Resolver applied at 2", st)
 	}
 }

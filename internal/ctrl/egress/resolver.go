@@ -61,12 +61,18 @@ func (s *Service) ListResolvers(ctx context.Context, req *ctrlv1.ListResolversRe
 }
 
 // UpdateResolver replaces a Resolver's spec, CAS on revision. A change
-// increases the revision by one; the same spec changes nothing.
+// increases the revision by one and admits its application to every
+// running execution whose policy names the Resolver, as UpdateEgress does
+// (KindApplyResolverUpdate); the call completes once that is admitted, and
+// NetworkPolicyResolverStatus.applied_revision moves as each node confirms.
+// The same spec changes nothing.
 func (s *Service) UpdateResolver(ctx context.Context, req *ctrlv1.UpdateResolverRequest) (*ctrlv1.UpdateResolverResponse, error) {
 	if err := checkResolverSpec("spec", req.GetSpec()); err != nil {
 		return nil, err
 	}
-	return admit(ctx, s, req.GetCommand(), kindUpdateResolver, req, func(tx *store.Tx, now time.Time) (string, *ctrlv1.UpdateResolverResponse, error) {
+	followUps := false
+	res, err := admit(ctx, s, req.GetCommand(), kindUpdateResolver, req, func(tx *store.Tx, now time.Time) (string, *ctrlv1.UpdateResolverResponse, error) {
+		followUps = false // a raced admission runs this again
 		r, err := getResolver(tx, req.GetResolverId(), true)
 		if err != nil {
 			return "", nil, err
@@ -82,9 +88,16 @@ func (s *Service) UpdateResolver(ctx context.Context, req *ctrlv1.UpdateResolver
 			if err := tx.PutResolver(r); err != nil {
 				return "", nil, err
 			}
+			if followUps, err = admitFollowUps(tx, now, resolverFollowUp(r)); err != nil {
+				return "", nil, err
+			}
 		}
 		return r.GetResolverId(), &ctrlv1.UpdateResolverResponse{Resolver: r}, nil
 	})
+	if err == nil && followUps && s.kick != nil {
+		s.kick.Kick()
+	}
+	return res, err
 }
 
 // DeleteResolver marks a Resolver deleted, unless a Workspace's policy

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -102,7 +104,8 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 // Egresses at their current revisions), to its running execution: for an
 // UpdateWorkspaceNetworkPolicy, and for an UpdateEgress's follow-up
 // (egress.KindApplyEgressUpdate), which sends the same policy revision with
-// the Egress's new one. network_policy_status says what the node confirmed.
+// the Egress's new one, and likewise for an UpdateResolver's
+// (egress.KindApplyResolverUpdate). network_policy_status says what the node confirmed.
 // A failed policy application leaves none (the command says why, at
 // FAILURE_STAGE_APPLYING_NETWORK); a failed Egress update leaves the status
 // as it was, as the node leaves the policy in force. A Workspace still
@@ -121,7 +124,7 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	switch st := w.GetState(); {
 	case st == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || st == ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
 		return wk.Wait(ctx, "the Workspace to finish starting", policyRetry)
-	case !sent && (st != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "" || inForce(w, egresses)):
+	case !sent && (st != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "" || inForce(w, egresses, ps.resolvers)):
 		return wk.Succeed(ctx, func(*store.Tx) error { return nil }) // nothing runs, or it is in force already
 	case !sent && earlier != nil:
 		return wk.Wait(ctx, fmt.Sprintf("the earlier network policy application %s", earlier.GetCommandId()), policyRetry)
@@ -140,7 +143,7 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	}
 	if answer.Failure != nil {
 		return wk.Fail(ctx, answer.Failure, func(tx *store.Tx) error {
-			if wk.Command().GetKind() == egress.KindApplyEgressUpdate {
+			if k := wk.Command().GetKind(); k == egress.KindApplyEgressUpdate || k == egress.KindApplyResolverUpdate {
 				return nil // the node keeps the policy in force, and so does the status
 			}
 			return s.setPolicyStatus(tx, id, instance, nil)
@@ -205,9 +208,9 @@ func policyDrain(wk *command.Work) (uint32, error) {
 	return 0, nil
 }
 
-// inForce: the node confirmed w's policy revision and every Egress's
-// current revision (egresses) already.
-func inForce(w *ctrlv1.Workspace, egresses []*nodev1.ResolvedEgress) bool {
+// inForce: the node confirmed w's policy revision and every Egress's and
+// Resolver's current revision already.
+func inForce(w *ctrlv1.Workspace, egresses []*nodev1.ResolvedEgress, resolvers []*nodev1.ResolvedResolver) bool {
 	st := w.GetNetworkPolicyStatus()
 	if st.GetAppliedRevision() < w.GetSpec().GetNetworkPolicy().GetRevision() {
 		return false
@@ -218,6 +221,14 @@ func inForce(w *ctrlv1.Workspace, egresses []*nodev1.ResolvedEgress) bool {
 	}
 	for _, e := range egresses {
 		if applied[e.GetEgressId()] < e.GetRevision() {
+			return false
+		}
+	}
+	for _, r := range resolvers {
+		i := slices.IndexFunc(st.GetResolvers(), func(s *ctrlv1.NetworkPolicyResolverStatus) bool {
+			return s.GetResolverId() == r.GetResolverId() && proto.Equal(s.GetPath(), r.GetPath())
+		})
+		if i < 0 || st.GetResolvers()[i].GetAppliedRevision() < r.GetRevision() {
 			return false
 		}
 	}
@@ -235,7 +246,7 @@ func earlierApplication(tx *store.Tx, workspaceID, commandID string) (*store.Com
 	if err != nil || c.GetCommandId() == commandID {
 		return nil, err
 	}
-	if k := c.GetKind(); k == kindPolicy || k == egress.KindApplyEgressUpdate {
+	if k := c.GetKind(); k == kindPolicy || k == egress.KindApplyEgressUpdate || k == egress.KindApplyResolverUpdate {
 		return c, nil
 	}
 	return nil, nil

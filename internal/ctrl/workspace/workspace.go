@@ -58,6 +58,7 @@ func New(s *store.Store, f *fleet.Fleet, v *volume.Service, r Runner) *Service {
 	r.Handle(kindStop, w.runStop)
 	r.Handle(kindPolicy, w.runPolicy)
 	r.Handle(egress.KindApplyEgressUpdate, w.runPolicy)
+	r.Handle(egress.KindApplyResolverUpdate, w.runPolicy)
 	r.Handle(kindDelete, w.runDelete)
 	return w
 }
@@ -85,7 +86,8 @@ var commandKinds = map[string]ctrlv1.WorkspaceCommandKind{
 	kindLabels: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_LABELS, kindAnnotations: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_ANNOTATIONS,
 	kindExpiration: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_EXPIRATION,
 	// An Egress update's application changes the policy in force too.
-	egress.KindApplyEgressUpdate: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
+	egress.KindApplyEgressUpdate:   ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
+	egress.KindApplyResolverUpdate: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
 }
 
 func newID() string {

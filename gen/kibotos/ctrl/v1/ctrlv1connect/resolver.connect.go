@@ -58,6 +58,14 @@ type ResolverServiceClient interface {
 	CreateResolver(context.Context, *connect.Request[v1.CreateResolverRequest]) (*connect.Response[v1.CreateResolverResponse], error)
 	GetResolver(context.Context, *connect.Request[v1.GetResolverRequest]) (*connect.Response[v1.GetResolverResponse], error)
 	ListResolvers(context.Context, *connect.Request[v1.ListResolversRequest]) (*connect.Response[v1.ListResolversResponse], error)
+	// UpdateResolver replaces a Resolver's spec (CAS on revision). Like
+	// UpdateEgress it completes once admitted: a change admits, in the same
+	// transaction, a durable command per Workspace whose policy names the
+	// Resolver and that runs (or is starting), which sends its node
+	// ApplyNetworkPolicy with the same policy revision and the Resolver's new
+	// revision; NetworkPolicyResolverStatus.applied_revision moves on each
+	// node's confirmation. A query is its own exchange, so nothing drains.
+	// (designed here)
 	UpdateResolver(context.Context, *connect.Request[v1.UpdateResolverRequest]) (*connect.Response[v1.UpdateResolverResponse], error)
 	DeleteResolver(context.Context, *connect.Request[v1.DeleteResolverRequest]) (*connect.Response[v1.DeleteResolverResponse], error)
 }
@@ -145,6 +153,14 @@ type ResolverServiceHandler interface {
 	CreateResolver(context.Context, *connect.Request[v1.CreateResolverRequest]) (*connect.Response[v1.CreateResolverResponse], error)
 	GetResolver(context.Context, *connect.Request[v1.GetResolverRequest]) (*connect.Response[v1.GetResolverResponse], error)
 	ListResolvers(context.Context, *connect.Request[v1.ListResolversRequest]) (*connect.Response[v1.ListResolversResponse], error)
+	// UpdateResolver replaces a Resolver's spec (CAS on revision). Like
+	// UpdateEgress it completes once admitted: a change admits, in the same
+	// transaction, a durable command per Workspace whose policy names the
+	// Resolver and that runs (or is starting), which sends its node
+	// ApplyNetworkPolicy with the same policy revision and the Resolver's new
+	// revision; NetworkPolicyResolverStatus.applied_revision moves on each
+	// node's confirmation. A query is its own exchange, so nothing drains.
+	// (designed here)
 	UpdateResolver(context.Context, *connect.Request[v1.UpdateResolverRequest]) (*connect.Response[v1.UpdateResolverResponse], error)
 	DeleteResolver(context.Context, *connect.Request[v1.DeleteResolverRequest]) (*connect.Response[v1.DeleteResolverResponse], error)
 }
