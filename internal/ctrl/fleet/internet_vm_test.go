@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -342,8 +343,9 @@ func serveDNS(t *testing.T, inet *internet, addr netip.AddrPort, a string) {
 
 // The hard deny covers ctrl's and the node's own addresses (Own; public
 // ones here, as a node on the internet has): a guest's connection to one
-// is refused at once and never reached, allow included, while the public
-// host beside it is reached.
+// is refused at once and never reached, allow included, and so is one to
+// ctrl's ports at the gateway or at loopback, while the public host beside
+// them is reached.
 func TestTheNodesOwnAddressesAreHardDenied(t *testing.T) {
 	e := newVMEnv(t)
 	inet := newInternet(t)
@@ -367,6 +369,21 @@ func TestTheNodesOwnAddressesAreHardDenied(t *testing.T) {
 		}
 		if n := inet.accepted[own.String()].Load(); n != 0 {
 			t.Errorf("the node's own %s accepted %d connections", own, n)
+		}
+	}
+	// ctrl's ports, as a guest could try them: at the gateway (QEMU's
+	// user-mode network would lead there to the host's loopback) and at
+	// the host's loopback itself. The slot is its own host: both refused.
+	for _, ep := range []string{e.c.Ctrl.Client.WorkspaceEndpoint, e.c.Ctrl.Client.OperatorEndpoint, e.c.Ctrl.NodeEndpoint} {
+		u, err := url.Parse(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, host := range []string{userstack.GatewayV4.String(), u.Hostname()} {
+			out, code := e.c.Exec(t, id, "sh", "-c", "nc -w 10 "+host+" "+u.Port()+" </dev/null; echo nc=$?")
+			if !strings.Contains(out, "nc=1") {
+				t.Errorf("TCP to ctrl's port %s at %s: exit %d %q, want refused", u.Port(), host, code, out)
+			}
 		}
 	}
 	if out, code := e.c.Exec(t, id, "sh", "-c", "echo through | nc -w 10 "+echoHost.String()+" 80"); code != 0 || out != "through\n" {
