@@ -50,10 +50,10 @@ func handlerOptions(interceptors []connect.Interceptor) connect.HandlerOption {
 	return connect.WithHandlerOptions(connect.WithInterceptors(interceptors...), connect.WithCompressMinBytes(compressMinBytes))
 }
 
-// handler adds health and reflection for the mounted services.
+// handler adds health, and reflection of the mounted services only.
 func (e *endpoint) handler() http.Handler {
 	e.mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(e.services...)))
-	reflector := grpcreflect.NewStaticReflector(e.services...)
+	reflector := newReflector(e.services)
 	e.mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	e.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	return e.mux
