@@ -64,3 +64,14 @@ func TestReadFileWithoutLengthIsCapped(t *testing.T) {
 		t.Errorf("length 1000 of /dev/zero: %d bytes, %v", len(data), err)
 	}
 }
+
+// The agent reads no message larger than guest.MaxMessageBytes: a larger
+// one is resource_exhausted, and the file is not written.
+func TestOversizedMessageIsResourceExhausted(t *testing.T) {
+	c, root := fileAgent(t)
+	_, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/big"}, make([]byte, guest.MaxMessageBytes+1))
+	wantErr(t, "a message over the limit", err, connect.CodeResourceExhausted, "")
+	if _, serr := os.Stat(filepath.Join(root, "big")); serr == nil {
+		t.Error("the file was written")
+	}
+}

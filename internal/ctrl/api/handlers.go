@@ -32,6 +32,10 @@ type Backend struct {
 	Pools      *pool.Service
 	// Egresses serves EgressService and ResolverService.
 	Egresses *egress.Service
+	// MaxMessageBytes is the largest request message any endpoint reads
+	// (a unary request, each message of a stream); zero is
+	// DefaultMaxMessageBytes.
+	MaxMessageBytes int
 }
 
 // respond wraps a domain answer in a Connect response.
