@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,8 +9,11 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -77,5 +81,52 @@ func TestCreateBindsTheRequestedPlatformKey(t *testing.T) {
 	}
 	if w.GetSpec().GetLaunchRef() == "" {
 		t.Errorf("a create naming PlatformKey default is bound to no Launch: %v", w.GetSpec())
+	}
+}
+
+// A refusal counts the nodes lacking a required capability like every
+// other reason, in SQL past the named ones, and in placement's order:
+// after block files, before pools and room.
+func TestARefusalCountsNodesLackingARequiredCapability(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			f, st := storeFleet(t, b)
+			withKVM := func(n *operatorv1.NodeRegistration) {
+				n.Observation.Capabilities = append(n.Observation.Capabilities, capability.AccelKVM)
+			}
+			var nodes []*operatorv1.NodeRegistration
+			for i := range 10 {
+				nodes = append(nodes, liveNode(fmt.Sprintf("n-%02d", i), nil))
+			}
+			nodes = append(nodes, liveNode("n-10", withKVM), liveNode("n-11", noBlocks))
+			mustTx(t, st, func(tx *store.Tx) error {
+				for _, n := range nodes {
+					if err := tx.PutNode(n); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			var refusal *fleet.Refusal
+			mustTx(t, st, func(tx *store.Tx) error {
+				placed, why, err := f.Place(tx, fleet.Placement{WorkspaceID: "ws-1", InstanceID: "ws-1.1", CPUMillis: 1000, MemoryBytes: 1 << 30,
+					Pools: []string{"pool-a"}, Capabilities: []string{capability.AccelKVM}})
+				if placed != nil {
+					t.Fatalf("placed on %s", placed.NodeID)
+				}
+				refusal = why
+				return err
+			})
+			named := ""
+			for i := range 8 {
+				named += fmt.Sprintf("n-%02d: does not offer required capability accel.kvm; ", i)
+			}
+			want := "no node can run it (1000 cpu_millis, 1024 MiB): " + named +
+				"and 4 more: 1 handling no block files, 2 lacking a required capability, 1 without the room"
+			// n-10 offers it and lacks only room: resource_exhausted.
+			if refusal.Reason != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED || refusal.Message != want {
+				t.Errorf("refusal %v %q,\nwant RESOURCE_EXHAUSTED %q", refusal.Reason, refusal.Message, want)
+			}
+		})
 	}
 }
