@@ -79,6 +79,8 @@ func TestUnauthenticatedBodiesAreRefusedUnread(t *testing.T) {
 		{"unknown session token, a data-plane call", srv.Client.WorkspaceEndpoint + "/kibotos.ctrl.v1.FileService/StatFile", "kbt_nope", http.StatusUnauthorized},
 		{"no credential, operator endpoint", srv.Client.OperatorEndpoint + "/kibotos.operator.v1.NodeRegistrationService/ListNodeRegistrations", "", http.StatusUnauthorized},
 		{"a workspace key, operator endpoint", srv.Client.OperatorEndpoint + "/kibotos.operator.v1.NodeRegistrationService/ListNodeRegistrations", srv.Client.Token, http.StatusForbidden},
+		{"no node credential, node endpoint", srv.NodeEndpoint + "/kibotos.node.v1.NodeSessionService/FetchArtifact", "", http.StatusUnauthorized},
+		{"an unknown node credential, node endpoint", srv.NodeEndpoint + "/kibotos.node.v1.NodeSessionService/FetchArtifact", "kbt_nope", http.StatusUnauthorized},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := &zeros{left: size}

@@ -159,7 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// the interceptors check each call in full.
 		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint},
 		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
-		{"node", api.NewNodeHandler(backend.api), &s.NodeEndpoint},
+		{"node", auth.Gate(api.NewNodeHandler(backend.api), backend.api.Fleet.Gate()), &s.NodeEndpoint},
 	}
 	for i, l := range listeners {
 		ln := lns[i]
