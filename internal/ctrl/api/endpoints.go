@@ -52,7 +52,7 @@ const DefaultMaxMessageBytes = 8 << 20
 
 // handlerOptions are every endpoint's: its interceptors, the compression
 // threshold and the message limit (a larger message is resource_exhausted,
-// naming the limit, without being read further).
+// naming the limit; Connect discards the rest of it without keeping it).
 func handlerOptions(b *Backend, interceptors []connect.Interceptor) connect.HandlerOption {
 	limit := b.MaxMessageBytes
 	if limit <= 0 {

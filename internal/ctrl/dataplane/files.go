@@ -63,11 +63,11 @@ type readBudget struct {
 }
 
 func (b *readBudget) take(m *ctrlv1.ReadFileResponse) error {
-	if info := m.GetInfo(); info != nil && !b.opened {
+	if !b.opened { // the first message carries the file's info
 		b.opened = true
 		b.limit = b.length
 		if b.limit == 0 {
-			b.limit = info.GetSizeBytes() + guest.ReadToEndSlack
+			b.limit = m.GetInfo().GetSizeBytes() + guest.ReadToEndSlack
 		}
 	}
 	b.sent += uint64(len(m.GetData()))
