@@ -29,3 +29,21 @@ const (
 // Providers are the capabilities of every VM provider: a node with any
 // of them runs executions.
 var Providers = []string{QEMU, Sim}
+
+// known are every capability a node may advertise: what a Workspace's
+// capabilities.required may name.
+var known = append([]string{BlockFile, AccelKVM, AccelTCG}, Providers...)
+
+// Known says whether c is in the vocabulary. A Workspace requiring one
+// that is not is invalid_argument; one nobody offers fails placement.
+func Known(c string) bool {
+	for _, k := range known {
+		if k == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Vocabulary lists the known capabilities, for error messages.
+func Vocabulary() []string { return append([]string(nil), known...) }

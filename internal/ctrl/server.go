@@ -52,7 +52,13 @@ type Config struct {
 	// for its move to settle; zero is pool.MoveWait (one minute, as the
 	// API reference says). Tests shorten it.
 	MoveWait time.Duration
-	Logger   *slog.Logger
+	// MaxMessageBytes is the largest request message an endpoint reads: a
+	// unary request, each message of a stream (uploads stream chunks of
+	// at most 4 MiB). A larger one is resource_exhausted naming the
+	// limit. Zero is api.DefaultMaxMessageBytes (8 MiB); flag
+	// --max-message-bytes.
+	MaxMessageBytes int
+	Logger          *slog.Logger
 }
 
 // Server is a running ctrl.
@@ -151,9 +157,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		handler http.Handler
 		url     *string
 	}{
-		{"workspace", api.NewWorkspaceHandler(backend.api, backend.api.Sessions.Interceptor(keys)), &s.Client.WorkspaceEndpoint},
-		{"operator", api.NewOperatorHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
-		{"node", api.NewNodeHandler(backend.api), &s.NodeEndpoint},
+		// Gate checks credentials from the headers before a body is read;
+		// the interceptors check each call in full.
+		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint},
+		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
+		{"node", auth.Gate(api.NewNodeHandler(backend.api), backend.api.Fleet.Gate()), &s.NodeEndpoint},
 	}
 	for i, l := range listeners {
 		ln := lns[i]
@@ -276,7 +284,7 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend,
 	}
 	return backend{
 		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
-			Pools: pools, Egresses: egress.New(st, runner), Transfers: transfers},
+			Pools: pools, Egresses: egress.New(st, runner), Transfers: transfers, MaxMessageBytes: cfg.MaxMessageBytes},
 		runner:  runner,
 		catalog: cat,
 	}, nil

@@ -64,9 +64,14 @@ type Agent struct {
 
 var _ guestv1connect.GuestAgentServiceHandler = (*Agent)(nil)
 
+// MaxMessageBytes bounds each request message the agent reads (Connect
+// reads any size by default): the node relays ctrl's calls, whose own
+// limit is 8 MiB by default, and file data is at most 1 MiB a message.
+const MaxMessageBytes = 8 << 20
+
 // Handler returns the HTTP handler of the service.
 func (a *Agent) Handler() http.Handler {
-	path, h := guestv1connect.NewGuestAgentServiceHandler(a)
+	path, h := guestv1connect.NewGuestAgentServiceHandler(a, connect.WithReadMaxBytes(MaxMessageBytes))
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	return mux

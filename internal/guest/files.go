@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -75,6 +76,10 @@ func fsError(field string, err error) error {
 		return codeErr(connect.CodeResourceExhausted, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, field, "%s", msg)
 	case unix.ENAMETOOLONG, unix.EINVAL:
 		return invalid(field, "%s", msg)
+	case unix.EIO:
+		// The guest's storage failed the read or write: not the agent's
+		// bug (internal), and a retry may not help.
+		return codeErr(connect.CodeDataLoss, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, field, "%s", msg)
 	}
 	return connect.NewError(connect.CodeInternal, err)
 }
@@ -202,6 +207,9 @@ func (a *Agent) ReadFile(ctx context.Context, req *connect.Request[guestv1.ReadF
 	if err != nil {
 		return err
 	}
+	if err := checkReadRange(r); err != nil {
+		return err
+	}
 	u, err := a.lookupUser("user", r.GetUser())
 	if err != nil {
 		return err
@@ -221,21 +229,56 @@ func (a *Agent) ReadFile(ctx context.Context, req *connect.Request[guestv1.ReadF
 	if err := out.Send(&guestv1.ReadFileResponse{Response: &ctrlv1.ReadFileResponse{Info: a.fileInfo(r.GetPath(), fi, nil, nil), Offset: r.GetOffset()}}); err != nil {
 		return err
 	}
-	var src io.Reader = io.NewSectionReader(f, int64(r.GetOffset()), 1<<62)
-	if r.GetLength() > 0 {
-		src = io.LimitReader(src, int64(r.GetLength()))
+	return sendFile(ctx, f, r.GetOffset(), readLimit(r.GetLength(), fi.Size()), r.GetLength() == 0, out)
+}
+
+// ReadToEndSlack bounds a ReadFile without length: it reads to the end,
+// but at most this far past the size the file had when it was opened. A
+// file that grows while it is read, or never ends (/dev/zero, a pipe),
+// ends the call with out_of_range there instead of streaming for ever.
+// Documented in file.proto (ReadFileRequest.length) and RELIABILITY.md.
+const ReadToEndSlack = 64 << 20
+
+// checkReadRange refuses numbers the agent cannot seek or count to: both
+// are uint64 on the wire, files are at most MaxInt64 bytes.
+func checkReadRange(r *ctrlv1.ReadFileRequest) error {
+	if r.GetOffset() > math.MaxInt64 {
+		return invalid("offset", "%d is past the largest file offset, %d", r.GetOffset(), int64(math.MaxInt64))
 	}
-	offset := r.GetOffset()
+	if r.GetLength() > math.MaxInt64 {
+		return invalid("length", "%d is more than the most a read can return, %d", r.GetLength(), int64(math.MaxInt64))
+	}
+	return nil
+}
+
+// readLimit is the most bytes a read sends: length, or without one the
+// size at open plus ReadToEndSlack.
+func readLimit(length uint64, size int64) int64 {
+	if length > 0 {
+		return int64(length)
+	}
+	return max(size, 0) + ReadToEndSlack
+}
+
+// sendFile streams limit bytes of f from offset, in chunks. capped says
+// limit is ReadToEndSlack's: reaching it with more to read is out_of_range.
+func sendFile(ctx context.Context, f *os.File, offset uint64, limit int64, capped bool, out *connect.ServerStream[guestv1.ReadFileResponse]) error {
+	src := io.LimitReader(io.NewSectionReader(f, int64(offset), math.MaxInt64-int64(offset)), limit)
 	buf := make([]byte, readChunk)
-	for ctx.Err() == nil {
+	for sent := int64(0); ctx.Err() == nil; {
 		n, err := io.ReadFull(src, buf)
 		if n > 0 {
 			if err := out.Send(&guestv1.ReadFileResponse{Response: &ctrlv1.ReadFileResponse{Offset: offset, Data: buf[:n]}}); err != nil {
 				return err
 			}
 			offset += uint64(n)
+			sent += int64(n)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			if capped && sent == limit && moreAt(f, offset) {
+				return codeErr(connect.CodeOutOfRange, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "length",
+					"the file went on past %d bytes (its size when opened plus %d): read it in ranges with offset and length", limit, ReadToEndSlack)
+			}
 			return nil
 		}
 		if err != nil {
@@ -243,6 +286,13 @@ func (a *Agent) ReadFile(ctx context.Context, req *connect.Request[guestv1.ReadF
 		}
 	}
 	return ctx.Err()
+}
+
+// moreAt says whether f has a byte at offset.
+func moreAt(f *os.File, offset uint64) bool {
+	var b [1]byte
+	n, _ := f.ReadAt(b[:], int64(offset))
+	return n > 0
 }
 
 // WriteFile writes a client stream to a file: atomically through a

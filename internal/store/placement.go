@@ -483,9 +483,11 @@ const (
 	UnfitClockSkewed  Unfit = "clock_skewed"
 	UnfitNoVMs        Unfit = "no_vms"
 	UnfitNoBlockFiles Unfit = "no_block_files"
-	UnfitPool         Unfit = "pool"
-	UnfitMemoryTight  Unfit = "memory_tight"
-	UnfitRoom         Unfit = "room"
+	// UnfitCapability: the node lacks a capability the Workspace requires.
+	UnfitCapability  Unfit = "capability"
+	UnfitPool        Unfit = "pool"
+	UnfitMemoryTight Unfit = "memory_tight"
+	UnfitRoom        Unfit = "room"
 	// UnfitNone: the node meets every constraint (its room was taken by a
 	// concurrent placement, say).
 	UnfitNone Unfit = "none"
@@ -499,6 +501,8 @@ type UnfitQuery struct {
 	// a node needs one of them. BlockFileCapability it needs too.
 	VMCapabilities      []string
 	BlockFileCapability string
+	// Capabilities the Workspace requires: a node needs every one.
+	Capabilities []string
 	// Pools are the pools the node must report available.
 	Pools    []string
 	Request  Resources
@@ -543,6 +547,7 @@ func (t *Tx) CountUnfit(q UnfitQuery) (map[Unfit]int, error) {
 	add("clock_skewed = 1", UnfitClockSkewed)
 	add("NOT "+anyOf("capabilities", q.VMCapabilities), UnfitNoVMs)
 	add("NOT "+allOf("capabilities", []string{q.BlockFileCapability}), UnfitNoBlockFiles)
+	add("NOT "+allOf("capabilities", q.Capabilities), UnfitCapability)
 	var pools []string
 	for _, p := range q.Pools {
 		if p != "" {

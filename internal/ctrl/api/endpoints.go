@@ -44,16 +44,28 @@ func (e *endpoint) mount(path string, h http.Handler) {
 // benchmark (issue 15). Large ones (lists, file chunks) still are.
 const compressMinBytes = 1024
 
-// handlerOptions are every endpoint's: its interceptors and the
-// compression threshold.
-func handlerOptions(interceptors []connect.Interceptor) connect.HandlerOption {
-	return connect.WithHandlerOptions(connect.WithInterceptors(interceptors...), connect.WithCompressMinBytes(compressMinBytes))
+// DefaultMaxMessageBytes bounds each request message ctrl reads: Connect
+// reads none by default, so a 300 MiB GetVolume was read (and kept) before
+// its 401. Uploads stream chunks of at most catalog.MaxChunk (4 MiB) and
+// file writes of 1 MiB, which fit with room for their framing.
+const DefaultMaxMessageBytes = 8 << 20
+
+// handlerOptions are every endpoint's: its interceptors, the compression
+// threshold and the message limit (a larger message is resource_exhausted,
+// naming the limit; Connect discards the rest of it without keeping it).
+func handlerOptions(b *Backend, interceptors []connect.Interceptor) connect.HandlerOption {
+	limit := b.MaxMessageBytes
+	if limit <= 0 {
+		limit = DefaultMaxMessageBytes
+	}
+	return connect.WithHandlerOptions(connect.WithInterceptors(interceptors...), connect.WithCompressMinBytes(compressMinBytes),
+		connect.WithReadMaxBytes(limit))
 }
 
-// handler adds health and reflection for the mounted services.
+// handler adds health, and reflection of the mounted services only.
 func (e *endpoint) handler() http.Handler {
 	e.mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(e.services...)))
-	reflector := grpcreflect.NewStaticReflector(e.services...)
+	reflector := newReflector(e.services)
 	e.mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	e.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	return e.mux
@@ -61,7 +73,7 @@ func (e *endpoint) handler() http.Handler {
 
 // NewWorkspaceHandler serves kibotos.ctrl.v1: the Native Workspace endpoint.
 func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
-	opts := handlerOptions(interceptors)
+	opts := handlerOptions(b, interceptors)
 	e := newEndpoint()
 	e.mount(ctrlv1connect.NewWorkspaceServiceHandler(workspaceHandler{w: b.Workspaces}, opts))
 	e.mount(ctrlv1connect.NewVolumeServiceHandler(volumeHandler{v: b.Volumes}, opts))
@@ -79,7 +91,7 @@ func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.H
 
 // NewOperatorHandler serves kibotos.operator.v1: the Operator endpoint.
 func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
-	opts := handlerOptions(interceptors)
+	opts := handlerOptions(b, interceptors)
 	e := newEndpoint()
 	e.mount(operatorv1connect.NewNodeRegistrationServiceHandler(nodeRegistrationHandler{f: b.Fleet, p: b.Pools, w: b.Workspaces}, opts))
 	e.mount(operatorv1connect.NewTemplateCatalogServiceHandler(templateCatalogHandler{c: b.Catalog}, opts))
@@ -92,7 +104,7 @@ func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Ha
 // control sessions on. Nodes authenticate with an enrollment grant (Enroll),
 // then with their own credential (Session).
 func NewNodeHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
-	opts := handlerOptions(interceptors)
+	opts := handlerOptions(b, interceptors)
 	e := newEndpoint()
 	e.mount(nodev1connect.NewNodeSessionServiceHandler(nodeSessionHandler{f: b.Fleet}, opts))
 	return e.handler()

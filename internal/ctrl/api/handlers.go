@@ -35,6 +35,10 @@ type Backend struct {
 	Egresses *egress.Service
 	// Transfers serves TransferService.
 	Transfers *transfer.Service
+	// MaxMessageBytes is the largest request message any endpoint reads
+	// (a unary request, each message of a stream); zero is
+	// DefaultMaxMessageBytes.
+	MaxMessageBytes int
 }
 
 // respond wraps a domain answer in a Connect response.

@@ -9,6 +9,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/guest"
 )
 
 // Files serves FileService by relaying each call to the guest agent, which
@@ -42,7 +43,42 @@ func (f *Files) ReadFile(ctx context.Context, req *connect.Request[ctrlv1.ReadFi
 		return stageOf(err, stageRead)
 	}
 	defer in.Close()
-	return relayStream(in, (*guestv1.ReadFileResponse).GetResponse, out.Send, stageRead)
+	budget := readBudget{length: req.Msg.GetLength()}
+	return relayStream(in, (*guestv1.ReadFileResponse).GetResponse, func(m *ctrlv1.ReadFileResponse) error {
+		if err := budget.take(m); err != nil {
+			return err
+		}
+		return out.Send(m)
+	}, stageRead)
+}
+
+// readBudget holds a ReadFile to its limits at ctrl too, whatever the
+// guest sends: a guest agent of an older platform streams /dev/zero for
+// ever, and a guest is the tenant's machine. The limits are the guest's
+// (internal/guest, ReadFile): length, or without one the file's size
+// when opened plus guest.ReadToEndSlack.
+type readBudget struct {
+	length, limit, sent uint64
+	opened              bool
+}
+
+func (b *readBudget) take(m *ctrlv1.ReadFileResponse) error {
+	if !b.opened { // the first message carries the file's info
+		b.opened = true
+		b.limit = b.length
+		if b.limit == 0 {
+			b.limit = m.GetInfo().GetSizeBytes() + guest.ReadToEndSlack
+		}
+	}
+	b.sent += uint64(len(m.GetData()))
+	if b.sent <= b.limit {
+		return nil
+	}
+	if b.length > 0 {
+		return failed(stageRead, ctrlv1.FailureReason_FAILURE_REASON_INTERNAL, connect.CodeInternal, "the guest sent more than the %d bytes asked for", b.length)
+	}
+	return apierr.New(connect.CodeOutOfRange, &ctrlv1.ErrorDetail{Stage: stageRead, Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, Field: "length"},
+		"the file went on past %d bytes (its size when opened plus %d): read it in ranges with offset and length", b.limit, guest.ReadToEndSlack)
 }
 
 // WriteFile relays a client stream of a file's bytes to the guest as they

@@ -23,6 +23,9 @@ type Placement struct {
 	// Node, when set, is the only candidate (CreateWorkspaceOnNode,
 	// StartWorkspaceOnNode).
 	Node string
+	// Capabilities are the Workspace's capabilities.required: a node
+	// advertising every one is a candidate.
+	Capabilities []string
 }
 
 // Placed is the node a placement chose, and that node's own default pool.
@@ -163,7 +166,7 @@ func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now tim
 		return r, nil
 	}
 	counts, err := tx.CountUnfit(store.UnfitQuery{
-		LiveSince: liveSince, VMCapabilities: capability.Providers, BlockFileCapability: capability.BlockFile,
+		LiveSince: liveSince, VMCapabilities: capability.Providers, BlockFileCapability: capability.BlockFile, Capabilities: p.Capabilities,
 		Pools: p.Pools, Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Defaults: defaults,
 	})
 	if err != nil {
@@ -219,6 +222,7 @@ var unfitOrder = []struct {
 	{store.UnfitClockSkewed, "with a clock beyond the allowed skew"},
 	{store.UnfitNoVMs, "running no VMs"},
 	{store.UnfitNoBlockFiles, "handling no block files"},
+	{store.UnfitCapability, "lacking a required capability"},
 	{store.UnfitPool, "not reaching every storage pool"},
 	{store.UnfitMemoryTight, "with tight host memory"},
 	{store.UnfitRoom, "without the room"},
@@ -257,6 +261,11 @@ func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveSin
 		return store.UnfitNoVMs, "runs no VMs (capability " + capability.QEMU + ")"
 	case !row.Has(capability.BlockFile):
 		return store.UnfitNoBlockFiles, "handles no block files (capability " + capability.BlockFile + ")"
+	}
+	for _, c := range p.Capabilities {
+		if !row.Has(c) {
+			return store.UnfitCapability, "does not offer required capability " + c
+		}
 	}
 	for _, pool := range p.Pools {
 		if pool != "" && !row.Reaches(pool) {

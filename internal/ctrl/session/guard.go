@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -59,6 +61,32 @@ func CallerSession(ctx context.Context) (string, bool) {
 // token expires and ends when the session is revoked.
 func (s *Service) Interceptor(keys *auth.Keyring) connect.Interceptor {
 	return &guard{s: s, keys: keys, apiKey: auth.NewInterceptor(keys, auth.ScopeWorkspace)}
+}
+
+// Gate is the Native Workspace endpoint's check before a body is read
+// (auth.Gate): an API key of scope workspace, or, for a procedure that
+// admits sessions, the token of a data-plane session that exists. Whether
+// that session still works, and for which Workspace, the interceptor
+// checks once the first message is read.
+func (s *Service) Gate(keys *auth.Keyring) auth.Check {
+	g := &guard{s: s, keys: keys}
+	apiKey := auth.HeaderCheck(keys, auth.ScopeWorkspace)
+	return func(ctx context.Context, procedure string, header http.Header) error {
+		token := bearer(header)
+		if _, ok := g.sessionCall(procedure, token); !ok {
+			return apiKey(ctx, procedure, header)
+		}
+		err := s.store.Tx(ctx, func(tx *store.Tx) error {
+			_, err := tx.DataPlaneSessionByToken(auth.HashToken(token))
+			return err
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return denied(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
+		} else if err != nil {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("checking the session token: %w", err))
+		}
+		return nil
+	}
 }
 
 type guard struct {

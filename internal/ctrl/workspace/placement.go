@@ -236,6 +236,7 @@ func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan)
 	p := fleet.Placement{
 		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), wk.Command().GetCommandId()),
 		CPUMillis: res.GetCpuMillis(), MemoryBytes: res.GetMemoryBytes(), Pools: []string{plan.runtime.GetLayerPool()}, Node: plan.node,
+		Capabilities: plan.w.GetSpec().GetCapabilities().GetRequired(),
 	}
 	if plan.volume != nil {
 		p.Pools = append(p.Pools, plan.volume.GetSpec().GetStoragePool())

@@ -3,10 +3,12 @@ package workspace
 import (
 	"fmt"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 )
 
@@ -170,6 +172,32 @@ func checkTemplate(field string, s *ctrlv1.TemplateSelector) error {
 		if len(v) > 253 || strings.ContainsAny(v, " /\x00") {
 			return apierr.Invalid(fmt.Sprintf("%s.%s", field, name), "is not a template name")
 		}
+	}
+	return nil
+}
+
+// checkCapabilities refuses a capability outside the one vocabulary
+// (internal/capability): no node could ever offer it. A known one nobody
+// offers is admitted and fails placement.
+func checkCapabilities(field string, c *ctrlv1.CapabilityRequirements) error {
+	for i, name := range c.GetRequired() {
+		if !capability.Known(name) {
+			return apierr.Invalid(fmt.Sprintf("%s.required[%d]", field, i), "%q is not a capability; known: %s",
+				name, strings.Join(capability.Vocabulary(), ", "))
+		}
+	}
+	return nil
+}
+
+// platformKeyPattern is the catalog's rule for PlatformKey names
+// (internal/ctrl/catalog, keyPattern).
+var platformKeyPattern = regexp.MustCompile(`^[a-z][a-z0-9.-]{0,62}$`)
+
+// checkPlatformKey validates a requested PlatformKey's name; empty
+// selects the deployment's default.
+func checkPlatformKey(field, key string) error {
+	if key != "" && !platformKeyPattern.MatchString(key) {
+		return apierr.Invalid(field, "%q is not a PlatformKey name (1 to 63 characters of lowercase letters, digits, '.' and '-', starting with a letter)", key)
 	}
 	return nil
 }

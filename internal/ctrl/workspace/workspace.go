@@ -127,6 +127,12 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 	if err := checkResources("spec.resources", spec.GetResources()); err != nil {
 		return nil, err
 	}
+	if err := checkCapabilities("spec.capabilities", spec.GetCapabilities()); err != nil {
+		return nil, err
+	}
+	if err := checkPlatformKey("spec.platform_key", spec.GetPlatformKey()); err != nil {
+		return nil, err
+	}
 	binding, err := normalizeBinding("spec.volume", spec.GetVolume(), true)
 	if err != nil {
 		return nil, err
@@ -165,13 +171,17 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 			if err != nil {
 				return command.Effect{}, err
 			}
+			launchRef, err := requestedLaunch(tx, "spec.platform_key", spec.GetPlatformKey())
+			if err != nil {
+				return command.Effect{}, err
+			}
 			w := &ctrlv1.Workspace{
 				WorkspaceId: newID(), State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING,
 				CreatedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now),
 				Labels: spec.GetLabels(), Annotations: spec.GetAnnotations(), LabelsRevision: 1, AnnotationsRevision: 1,
 				Spec: &ctrlv1.WorkspaceSpec{
 					Template: ref, Resources: spec.GetResources(), Capabilities: spec.GetCapabilities(),
-					ResourcesRevision: 1, BindingRevision: 1, LaunchBindingVersion: 1,
+					ResourcesRevision: 1, BindingRevision: 1, LaunchBindingVersion: 1, LaunchRef: launchRef,
 				},
 			}
 			policy.Revision = 1
@@ -384,4 +394,27 @@ func commandView(c *storev1.Command) *ctrlv1.WorkspaceCommand {
 		Progress: c.GetProgress(), WaitingFor: c.GetWaitingFor(), Failure: c.GetFailure(),
 		AdmittedAt: c.GetAdmittedAt(), UpdatedAt: c.GetUpdatedAt(), CompletedAt: c.GetCompletedAt(),
 	}
+}
+
+// requestedLaunch is the current default Launch of the PlatformKey a
+// create names, bound at admission: a key that does not exist is
+// not_found, one without a Launch failed_precondition. No key ("") binds
+// the deployment default's at placement (resolve).
+func requestedLaunch(tx *store.Tx, field, key string) (string, error) {
+	if key == "" {
+		return "", nil
+	}
+	if _, err := tx.GetPlatformKey(key, false); errors.Is(err, store.ErrNotFound) {
+		return "", apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field},
+			"%s: PlatformKey %q not found", field, key)
+	} else if err != nil {
+		return "", err
+	}
+	l, err := tx.DefaultLaunch(key)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", apierr.Precondition(&ctrlv1.ErrorDetail{Field: field}, "%s: PlatformKey %q has no Launch yet: register a platform on it", field, key)
+	} else if err != nil {
+		return "", err
+	}
+	return l.GetLaunchRef(), nil
 }

@@ -126,6 +126,11 @@ func TestCreateValidation(t *testing.T) {
 			s.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
 				Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: "eg-1", Destinations: []string{"10.0.0.0/8"}}}}
 		}), connect.CodeNotFound, "spec.network_policy.egresses[0].egress_id"},
+		{"an unknown capability", with(func(s *ctrlv1.WorkspaceCreateSpec) {
+			s.Capabilities = &ctrlv1.CapabilityRequirements{Required: []string{"provider.qemu", "provider.nope"}}
+		}), connect.CodeInvalidArgument, "spec.capabilities.required[1]"},
+		{"a platform_key that is no name", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.PlatformKey = "../x" }), connect.CodeInvalidArgument, "spec.platform_key"},
+		{"a platform_key that does not exist", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.PlatformKey = "nope" }), connect.CodeNotFound, "spec.platform_key"},
 		{"bad label value", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Labels = map[string]string{"a": "has space"} }), connect.CodeInvalidArgument, `spec.labels["a"]`},
 		{"expiration in the past", with(func(s *ctrlv1.WorkspaceCreateSpec) {
 			s.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, Deadline: past}

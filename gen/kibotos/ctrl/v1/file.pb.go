@@ -539,9 +539,14 @@ type ReadFileRequest struct {
 	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
 	Path        string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// offset is the first byte to read. At or past the end, the stream carries
-	// only `info`.
+	// only `info`. Above 2^63-1 it is invalid_argument.
 	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
-	// length is the most bytes to read; zero reads to the end.
+	// length is the most bytes to read; above 2^63-1 it is invalid_argument.
+	// Zero reads to the end, but at most 64 MiB past the size the file had
+	// when it was opened: a file that keeps growing or never ends (a device
+	// such as /dev/zero, a pipe) ends the call there with out_of_range
+	// (field `length`, stage FAILURE_STAGE_READING_FILE); read such files
+	// in ranges. An I/O error reading the file is data_loss.
 	Length        uint64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
 	User          string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields

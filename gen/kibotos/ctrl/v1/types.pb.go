@@ -1993,8 +1993,12 @@ func (x *ResourceRequest) GetWritableLayerCapacityBytes() uint64 {
 }
 
 // CapabilityRequirements names node capabilities a Workspace needs (for
-// example "provider.qemu", "volume.storage_pool"). Placement only considers
-// nodes advertising every one; an unknown capability is invalid_argument.
+// example "provider.qemu", "accel.kvm"; the vocabulary is
+// internal/capability: storage.block_file, accel.kvm, accel.tcg,
+// provider.qemu, provider.sim). Placement only considers nodes advertising
+// every one: when none does, the start fails at FAILURE_STAGE_PLACING
+// (FAILURE_REASON_UNAVAILABLE) naming the capability; an unknown
+// capability is invalid_argument naming capabilities.required[i].
 // (designed here)
 type CapabilityRequirements struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2875,8 +2879,9 @@ type WorkspaceCreateSpec struct {
 	Volume       *WorkspaceVolumeBinding `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
 	Capabilities *CapabilityRequirements `protobuf:"bytes,4,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// platform_key selects the PlatformKey whose current default Launch the
-	// Workspace binds to; empty selects the deployment's default PlatformKey.
-	// (designed here)
+	// Workspace binds to, at admission; empty selects the deployment's default
+	// PlatformKey. A malformed key is invalid_argument, one that does not exist
+	// not_found, one without a Launch failed_precondition. (designed here)
 	PlatformKey string `protobuf:"bytes,5,opt,name=platform_key,json=platformKey,proto3" json:"platform_key,omitempty"`
 	// network_policy on input: an unset policy is DENY_ALL. (numbered here)
 	NetworkPolicy *NetworkPolicy `protobuf:"bytes,6,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
