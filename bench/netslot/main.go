@@ -36,11 +36,11 @@
 //
 // After each round (with -resolvers, the default; not with -frames) the
 // slot's guest measures DNS once more per Resolver protocol
-// (resolvers.go): the slot's policy is given, in turn (Apply, as a
-// running execution's update), a Resolver of resolvertest's at 9.9.9.53
-// over udp, tcp, tls and https directly, and over udp and tcp through the
-// Egress (with UDP ASSOCIATE), and no Resolver (the
-// deployment resolver) as the baseline; -queries queries each, the order
+// (resolvers.go): the slot's policy is given in turn (Apply, as a running
+// execution's update is) a Resolver asking resolvertest's servers at
+// 9.9.9.53 over udp, tcp, tls and https directly, and over udp and tcp
+// through the Egress (UDP ASSOCIATE for udp), and no Resolver (the
+// deployment resolver) as the baseline: -queries queries each, the order
 // reversed every other round.
 //
 // The rounds alternate which network goes first (slot, user-mode; then
