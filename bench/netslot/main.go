@@ -34,6 +34,15 @@
 // ordinary UDP through slirp, the path its own DNS address 10.0.2.3 takes
 // to the host's resolver.
 //
+// After each round (with -resolvers, the default; not with -frames) the
+// slot's guest measures DNS once more per Resolver protocol
+// (resolvers.go): the slot's policy is given in turn (Apply, as a running
+// execution's update is) a Resolver asking resolvertest's servers at
+// 9.9.9.53 over udp, tcp, tls and https directly, and over udp and tcp
+// through the Egress (UDP ASSOCIATE for udp), and no Resolver (the
+// deployment resolver) as the baseline: -queries queries each, the order
+// reversed every other round.
+//
 // The rounds alternate which network goes first (slot, user-mode; then
 // user-mode, slot; ...), one measure at a time, so that both see the same
 // machine; one warm-up round is not counted.
@@ -41,6 +50,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,6 +58,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,7 +82,7 @@ type config struct {
 	rounds, connects, queries, bytes int
 	memoryMiB                        uint64
 	accel                            string
-	keep, frames                     bool
+	keep, frames, resolvers          bool
 }
 
 func main() {
@@ -83,6 +94,7 @@ func main() {
 	flag.Uint64Var(&c.memoryMiB, "memory", 256, "guest memory in MiB")
 	flag.StringVar(&c.accel, "accel", "auto", "auto (the node's probe), tcg or kvm")
 	flag.BoolVar(&c.frames, "frames", false, "serve the slot on a stream that clocks its frames, for the slot's own time of a connect and a query (costs the slot a copy per frame)")
+	flag.BoolVar(&c.resolvers, "resolvers", true, "also measure the slot's DNS per Resolver protocol (udp, tcp, tls, https; udp and tcp through an Egress) beside the deployment resolver (not with -frames)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the temporary directory (consoles, artifacts) at the end")
 	flag.Parse()
 	if c.rounds < 1 || c.connects < 1 || c.queries < 1 || c.bytes < 1 || (c.accel != "auto" && c.accel != "tcg" && c.accel != "kvm") {
@@ -124,8 +136,13 @@ type subject struct {
 	clock *frameClock
 	// egress is the path through the slot's Egress; nil for the
 	// user-mode network and with -frames.
-	egress  *egressPath
-	samples samples
+	egress *egressPath
+	// resolvers are the Resolvers the slot's link DNS address is given
+	// in turn on att; nil for the user-mode network, with -frames and
+	// with -resolvers=false.
+	resolvers *resolverBench
+	att       netslot.Attachment
+	samples   samples
 }
 
 // egressPath is what a guest dials through the slot's Egress: forwardedHost's
@@ -188,10 +205,14 @@ func run(c config) (err error) {
 	defer closeUser()
 
 	progress("warm-up round (not counted)")
+	warm := config{connects: 5, queries: 5, bytes: min(c.bytes, 4*mib)}
 	for _, s := range []*subject{slot, user} {
-		if err := s.round(ctx, config{connects: 5, queries: 5, bytes: min(c.bytes, 4*mib)}, false); err != nil {
+		if err := s.round(ctx, warm, false); err != nil {
 			return fmt.Errorf("warm-up of %s: %w", s.name, err)
 		}
+	}
+	if err := slot.resolverRound(ctx, warm, 0, false); err != nil {
+		return fmt.Errorf("warm-up of the slot's Resolvers: %w", err)
 	}
 	for r := range c.rounds {
 		order := []*subject{slot, user}
@@ -203,92 +224,134 @@ func run(c config) (err error) {
 				return fmt.Errorf("round %d, %s: %w", r+1, s.name, err)
 			}
 		}
+		if err := slot.resolverRound(ctx, c, r, true); err != nil {
+			return fmt.Errorf("round %d, the slot's Resolvers: %w", r+1, err)
+		}
 		progress("round %d/%d: %s", r+1, c.rounds, roundLine(c, slot, user))
+		if slot.resolvers != nil {
+			progress("round %d/%d: %s", r+1, c.rounds, resolverLine(c, slot.resolvers))
+		}
 	}
 	report(os.Stdout, reportInput{cfg: c, accel: accel, why: why, kernel: art.platform.KernelVersion, slot: slot, user: user})
 	return nil
 }
 
+// slotInternet is the slot's test internet and what runs in it.
+type slotInternet struct {
+	inet          *testnet.Internet
+	srv, res, fwd *servers
+	resolvers     *resolverBench // nil without -resolvers or with -frames
+	rootCAs       *x509.CertPool
+	closers       []func()
+}
+
+func (n *slotInternet) close() {
+	for _, c := range slices.Backward(n.closers) {
+		c()
+	}
+}
+
+// openSlotInternet makes the test internet and starts the servers, the
+// deployment resolver, the Egress and (with -resolvers) the Resolvers.
+func openSlotInternet(c config) (_ *slotInternet, err error) {
+	inet, err := testnet.Open(publicHost, resolverHost, egressAt.Addr(), forwardedHost, upstreamHost)
+	if err != nil {
+		return nil, err
+	}
+	n := &slotInternet{inet: inet, closers: []func(){func() { _ = inet.Close() }}}
+	defer func() {
+		if err != nil {
+			n.close()
+		}
+	}()
+	start := func(host netip.Addr, dnsPort uint16) (*servers, error) {
+		s, err := startServers(inet.Run, host, dnsPort)
+		if err == nil {
+			n.closers = append(n.closers, s.close)
+		}
+		return s, err
+	}
+	if n.srv, err = start(publicHost, 0); err != nil {
+		return nil, err
+	}
+	if n.res, err = start(resolverHost, 53); err != nil {
+		return nil, err
+	}
+	if n.fwd, err = start(forwardedHost, 0); err != nil {
+		return nil, err
+	}
+	proxy, err := startSOCKS5(inet)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, func() { _ = proxy.Close() })
+	if c.resolvers && !c.frames {
+		if n.resolvers, n.rootCAs, err = startResolvers(inet); err != nil {
+			return nil, err
+		}
+		n.closers = append(n.closers, n.resolvers.close)
+	}
+	return n, nil
+}
+
 // slotSubject boots the VM on a network slot whose uplink is in a new test
 // internet holding the servers and the resolver.
 func slotSubject(ctx context.Context, art *artifacts, tmp string, c config, accel qemu.Accel) (*subject, func(), error) {
-	inet, err := testnet.Open(publicHost, resolverHost, egressAt.Addr(), forwardedHost)
+	n, err := openSlotInternet(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := startServers(inet.Run, publicHost, 0)
+	uplink := &timedUplink{HostUplink: n.inet.Uplink()}
+	att, clock, err := attachSlot(ctx, c, n, uplink)
 	if err != nil {
-		_ = inet.Close()
-		return nil, nil, err
-	}
-	res, err := startServers(inet.Run, resolverHost, 53)
-	if err != nil {
-		srv.close()
-		_ = inet.Close()
-		return nil, nil, err
-	}
-	fwd, err := startServers(inet.Run, forwardedHost, 0)
-	if err != nil {
-		res.close()
-		srv.close()
-		_ = inet.Close()
-		return nil, nil, err
-	}
-	proxy, err := startSOCKS5(inet.Run)
-	if err != nil {
-		fwd.close()
-		res.close()
-		srv.close()
-		_ = inet.Close()
-		return nil, nil, err
-	}
-	closeAll := func() { _ = proxy.Close(); fwd.close(); res.close(); srv.close(); _ = inet.Close() }
-	uplink := &timedUplink{HostUplink: inet.Uplink()}
-	network, err := userstack.NewNetwork(userstack.NetworkConfig{
-		Uplink: uplink, Resolvers: []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)},
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		closeAll()
-		return nil, nil, err
-	}
-	var att netslot.Attachment
-	var clock *frameClock
-	if c.frames {
-		var fa *framedAttachment
-		fa, err = newFramedAttachment(uplink, []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)})
-		if fa != nil {
-			att, clock = fa, fa.clock
-		}
-	} else {
-		att, err = network.Attach(ctx, "bench-slot", slotPolicy())
-	}
-	if err != nil {
-		closeAll()
+		n.close()
 		return nil, nil, err
 	}
 	v, err := boot(ctx, art, tmp, "slot", att, c.memoryMiB, accel)
 	if err != nil {
 		_ = att.Release()
-		closeAll()
+		n.close()
 		return nil, nil, fmt.Errorf("boot on the slot: %w", err)
 	}
 	s := &subject{
-		name: "slot", vm: v, srv: srv, uplink: uplink, clock: clock,
+		name: "slot", vm: v, srv: n.srv, uplink: uplink, clock: clock, resolvers: n.resolvers, att: att,
 		nsCost: func() time.Duration {
 			t0 := time.Now()
-			_ = inet.Run(func() error { return nil })
+			_ = n.inet.Run(func() error { return nil })
 			return time.Since(t0)
 		},
-		connect: netip.AddrPortFrom(publicHost, port(srv.connect)).String(),
-		sink:    netip.AddrPortFrom(publicHost, port(srv.sink)).String(),
+		connect: netip.AddrPortFrom(publicHost, port(n.srv.connect)).String(),
+		sink:    netip.AddrPortFrom(publicHost, port(n.srv.sink)).String(),
 		dnsQ:    netip.AddrPortFrom(userstack.GatewayV4, 53).String(),
 	}
 	if !c.frames {
-		s.egress = &egressPath{srv: fwd, connect: netip.AddrPortFrom(forwardedHost, port(fwd.connect)).String(),
-			sink: netip.AddrPortFrom(forwardedHost, port(fwd.sink)).String()}
+		s.egress = &egressPath{srv: n.fwd, connect: netip.AddrPortFrom(forwardedHost, port(n.fwd.connect)).String(),
+			sink: netip.AddrPortFrom(forwardedHost, port(n.fwd.sink)).String()}
 	}
-	return s, func() { _ = v.Kill(); _ = att.Release(); closeAll() }, nil
+	return s, func() { _ = v.Kill(); _ = att.Release(); n.close() }, nil
+}
+
+// attachSlot is the slot's attachment: userstack.NewNetwork's, under
+// slotPolicy, or with
+// -frames a Slot on a stream that clocks its frames.
+func attachSlot(ctx context.Context, c config, n *slotInternet, uplink *timedUplink) (netslot.Attachment, *frameClock, error) {
+	deployment := []netip.AddrPort{netip.AddrPortFrom(resolverHost, 53)}
+	if c.frames {
+		fa, err := newFramedAttachment(uplink, deployment)
+		if err != nil {
+			return nil, nil, err
+		}
+		return fa, fa.clock, nil
+	}
+	network, err := userstack.NewNetwork(userstack.NetworkConfig{
+		Uplink: uplink, Resolvers: deployment, RootCAs: n.rootCAs,
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	att, err := network.Attach(ctx, "bench-slot", slotPolicy())
+	return att, nil, err
 }
 
 // usernetSubject boots the VM on QEMU's user-mode network, unrestricted,
@@ -397,6 +460,15 @@ func (s *subject) round(ctx context.Context, c config, keep bool) error {
 	return nil
 }
 
+// resolverRound is round r of the slot's DNS per Resolver (resolvers.go);
+// nothing for a subject without Resolvers.
+func (s *subject) resolverRound(ctx context.Context, c config, r int, keep bool) error {
+	if s.resolvers == nil {
+		return nil
+	}
+	return s.resolvers.round(ctx, s, s.att, r, c.queries, keep)
+}
+
 // egressRound measures TCP connect and throughput through the Egress.
 func (s *subject) egressRound(ctx context.Context, c config, keep bool) error {
 	connect, err := s.probe(ctx, "connect", s.egress.connect, c.connects)
@@ -439,9 +511,9 @@ func (s *subject) send(ctx context.Context, sink string, srv *servers, bytes int
 // probe runs the guest's probe and reads its TSC ticks as durations. A sum
 // longer than the exec itself took on the host's clock would mean the rate
 // is wrong: an error.
-func (s *subject) probe(ctx context.Context, measure, addr string, n int) ([]time.Duration, error) {
+func (s *subject) probe(ctx context.Context, measure, addr string, n int, more ...string) ([]time.Duration, error) {
 	t0 := time.Now()
-	out, err := execIn(ctx, s.vm, "/bin/netprobe", measure, addr, strconv.Itoa(n))
+	out, err := execIn(ctx, s.vm, append([]string{"/bin/netprobe", measure, addr, strconv.Itoa(n)}, more...)...)
 	wall := time.Since(t0)
 	if err != nil {
 		return nil, err

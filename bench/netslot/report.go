@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kibotos/kibotos/internal/node/netslot/resolver/resolvertest"
+	"github.com/kibotos/kibotos/internal/node/netslot/userstack"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
@@ -115,12 +117,41 @@ func report(w io.Writer, in reportInput) {
 	if len(s.egConnect) > 0 {
 		egressReport(w, c, s)
 	}
+	if b := in.slot.resolvers; b != nil && len(b.paths[0].samples) > 0 {
+		resolverReport(w, c, b)
+	}
+}
+
+// resolverReport is the slot's guest's DNS through each Resolver beside
+// the deployment resolver, in the same rounds: the ratio is the path's
+// cost over the baseline's.
+func resolverReport(w io.Writer, c config, b *resolverBench) {
+	fmt.Fprintf(w, "\nthe slot's guest's DNS queries to its link DNS address %s, %d a round per path (A %s, a new UDP socket each), the policy's Resolver in turn (Apply before each path's queries; the order reversed every other round): resolvertest's servers at %s, directly or through the Egress at %s (UDP ASSOCIATE for udp); the baseline is the deployment resolver %s:\n",
+		userstack.GatewayV4, c.queries, resolvertest.Name, upstreamHost, egressAt, resolverHost)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tp50\tp90\t/ baseline (p50)\t/ baseline (p90)\t")
+	base := b.paths[0].samples
+	b50, b90 := nearestRank(base, 50), nearestRank(base, 90)
+	for _, p := range b.paths {
+		p50, p90 := nearestRank(p.samples, 50), nearestRank(p.samples, 90)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t\n", p.name, ms(p50), ms(p90), p50.Seconds()/b50.Seconds(), p90.Seconds()/b90.Seconds())
+	}
+	tw.Flush()
+}
+
+// resolverLine is the latest round of the slot's Resolvers, for progress.
+func resolverLine(c config, b *resolverBench) string {
+	var out []string
+	for _, p := range b.paths {
+		out = append(out, fmt.Sprintf("%s %s", p.name, ms(nearestRank(p.samples[len(p.samples)-c.queries:], 50))))
+	}
+	return "DNS p50: " + strings.Join(out, ", ")
 }
 
 // egressReport is the slot's guest direct beside through its SOCKS5
 // Egress, in the same rounds: the ratio is the Egress's cost over direct.
 func egressReport(w io.Writer, c config, s samples) {
-	fmt.Fprintf(w, "\nthe slot's guest, directly (%s) and through a SOCKS5 Egress (%s, github.com/armon/go-socks5 with a password, in the test internet), same servers, same rounds:\n", publicHost, egressAt)
+	fmt.Fprintf(w, "\nthe slot's guest, directly (%s) and through a SOCKS5 Egress (%s, github.com/armon/go-socks5 with a password and egresstest's UDP ASSOCIATE, in the test internet), same servers, same rounds:\n", publicHost, egressAt)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "measure\tdirect p50\tdirect p90\tEgress p50\tEgress p90\tEgress / direct (p50)\t")
 	a, b := nearestRank(s.connect, 50), nearestRank(s.egConnect, 50)

@@ -17,9 +17,10 @@
 //	probe send ADDR BYTES  BYTES to ADDR on one connection, then the write
 //	                       side closed; timed to the server's "ok" (it
 //	                       times its own first to last byte too)
-//	probe dns ADDR N       N A queries for bench.test. to the DNS server
-//	                       ADDR over UDP, one at a time, each from a new
-//	                       socket (as a resolver library does)
+//	probe dns ADDR N [NAME]
+//	                       N A queries for NAME (bench.test.) to the DNS
+//	                       server ADDR over UDP, one at a time, each from a
+//	                       new socket (as a resolver library does)
 package main
 
 import (
@@ -35,8 +36,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: probe connect|send|dns ADDR N")
+	if len(os.Args) != 4 && (len(os.Args) != 5 || os.Args[1] != "dns") {
+		fmt.Fprintln(os.Stderr, "usage: probe connect|send ADDR N, or probe dns ADDR N [NAME]")
 		os.Exit(2)
 	}
 	n, err := strconv.Atoi(os.Args[3])
@@ -53,7 +54,11 @@ func main() {
 		d, err = send(addr, n)
 		out = []string{d.String()}
 	case "dns":
-		out, err = queries(addr, n)
+		name := "bench.test."
+		if len(os.Args) == 5 {
+			name = os.Args[4]
+		}
+		out, err = queries(addr, n, name)
 	default:
 		err = fmt.Errorf("unknown measure %q", os.Args[1])
 	}
@@ -120,11 +125,11 @@ func send(addr string, total int) (ticks, error) {
 	return since(t0), nil
 }
 
-func queries(addr string, n int) ([]string, error) {
+func queries(addr string, n int, name string) ([]string, error) {
 	client := &dns.Client{Net: "udp", Timeout: timeout}
 	out := make([]string, n)
 	for i := range n {
-		q := new(dns.Msg).SetQuestion("bench.test.", dns.TypeA)
+		q := new(dns.Msg).SetQuestion(dns.Fqdn(name), dns.TypeA)
 		t0 := rdtsc()
 		r, _, err := client.Exchange(q, addr)
 		out[i] = since(t0).String()

@@ -15,6 +15,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -43,7 +44,19 @@ type CA struct {
 // NewCA makes a CA; its Pool trusts only it.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key := newKey(t)
+	ca, err := OpenCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// OpenCA is NewCA for a program (a benchmark): a failure is its error.
+func OpenCA() (*CA, error) {
+	key, err := newKey()
+	if err != nil {
+		return nil, err
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "kibotos test CA"},
@@ -55,22 +68,34 @@ func NewCA(t testing.TB) *CA {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("test CA: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("test CA: %w", err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
-	return &CA{Pool: pool, cert: cert, key: key}
+	return &CA{Pool: pool, cert: cert, key: key}, nil
 }
 
 // Server issues a server certificate for name (a DNS name, or an IP
 // address the certificate then names).
 func (ca *CA) Server(t testing.TB, name string) tls.Certificate {
 	t.Helper()
-	key := newKey(t)
+	cert, err := ca.Issue(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// Issue is Server for a program: a failure is its error.
+func (ca *CA) Issue(name string) (tls.Certificate, error) {
+	key, err := newKey()
+	if err != nil {
+		return tls.Certificate{}, err
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: name},
@@ -85,17 +110,17 @@ func (ca *CA) Server(t testing.TB, name string) tls.Certificate {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		t.Fatal(err)
+		return tls.Certificate{}, fmt.Errorf("certificate for %q: %w", name, err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
+func newKey() (*ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("test key: %w", err)
 	}
-	return key
+	return key, nil
 }
 
 // Dial is where a test endpoint connects on a client's behalf.

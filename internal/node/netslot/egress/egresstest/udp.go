@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -42,6 +43,7 @@ type UDPServer struct {
 
 	mu    sync.Mutex
 	ctrls map[string]net.Conn // control connections by the client's address
+	ln    net.Listener
 }
 
 // EndAssociations closes every control connection, which ends their
@@ -62,15 +64,25 @@ func (s *UDPServer) EndAssociations() {
 // serves the association on the request's connection here.
 func SOCKS5UDP(t testing.TB, ns Netns, addr netip.AddrPort, cert *tls.Certificate, dial Dial, opt UDPOptions) *UDPServer {
 	t.Helper()
-	var l net.Listener
-	if err := ns.Run(func() (err error) { l, err = net.Listen("tcp", addr.String()); return err }); err != nil {
+	s, err := OpenSOCKS5UDP(ns, addr, cert, dial, opt)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close() })
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// OpenSOCKS5UDP is SOCKS5UDP for a program (a benchmark): a failure is its
+// error, and Close stops the server.
+func OpenSOCKS5UDP(ns Netns, addr netip.AddrPort, cert *tls.Certificate, dial Dial, opt UDPOptions) (*UDPServer, error) {
+	var l net.Listener
+	if err := ns.Run(func() (err error) { l, err = net.Listen("tcp", addr.String()); return err }); err != nil {
+		return nil, fmt.Errorf("SOCKS5 server on %s: %w", addr, err)
+	}
+	s := &UDPServer{Addr: netip.MustParseAddrPort(l.Addr().String()), ctrls: map[string]net.Conn{}, ln: l}
 	if cert != nil {
 		l = tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{*cert}})
 	}
-	s := &UDPServer{Addr: netip.MustParseAddrPort(l.Addr().String()), ctrls: map[string]net.Conn{}}
 	srv, err := socks5.New(&socks5.Config{
 		Credentials: socks5.StaticCredentials{User: Password},
 		Dial:        dial,
@@ -79,11 +91,18 @@ func SOCKS5UDP(t testing.TB, ns Netns, addr netip.AddrPort, cert *tls.Certificat
 		Logger:      log.New(io.Discard, "", 0),
 	})
 	if err != nil {
-		t.Fatal(err)
+		_ = l.Close()
+		return nil, fmt.Errorf("SOCKS5 server on %s: %w", addr, err)
 	}
 	go s.serve(l, srv)
-	t.Cleanup(s.EndAssociations)
-	return s
+	return s, nil
+}
+
+// Close stops accepting and ends the associations.
+func (s *UDPServer) Close() error {
+	err := s.ln.Close()
+	s.EndAssociations()
+	return err
 }
 
 func (s *UDPServer) serve(l net.Listener, srv *socks5.Server) {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -81,33 +82,39 @@ func (s *Server) Queries() int64 { return s.queries.Load() }
 // tcp on one port, DoT and DoH on ports of their own.
 func Start(t testing.TB, ns Netns, ip netip.Addr) *Server {
 	t.Helper()
-	s := &Server{CA: egresstest.NewCA(t)}
-	good, wrong := s.CA.Server(t, ServerName), s.CA.Server(t, "other.test")
+	s, err := Open(ns, ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Open is Start for a program (a benchmark): a failure is its error, and
+// the servers run until Close.
+func Open(ns Netns, ip netip.Addr) (*Server, error) {
+	ca, err := egresstest.OpenCA()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{CA: ca}
+	good, err := ca.Issue(ServerName)
+	if err != nil {
+		return nil, err
+	}
+	wrong, err := ca.Issue("other.test")
+	if err != nil {
+		return nil, err
+	}
 	tlsConf := &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		if Mode(s.mode.Load()) == WrongCert {
 			return &wrong, nil
 		}
 		return &good, nil
 	}}
-	bind := netip.AddrPortFrom(ip, 0)
-	var pc net.PacketConn
-	var tcpL, dotL, dohL net.Listener
-	if err := ns.Run(func() (err error) {
-		if pc, err = net.ListenPacket("udp", bind.String()); err != nil {
-			return err
-		}
-		// tcp on udp's port, as a DNS server is: a truncated udp answer
-		// is asked again there.
-		if tcpL, err = net.Listen("tcp", pc.LocalAddr().String()); err != nil {
-			return err
-		}
-		if dotL, err = net.Listen("tcp", bind.String()); err != nil {
-			return err
-		}
-		dohL, err = net.Listen("tcp", bind.String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	pc, tcpL, dotL, dohL, err := listen(ns, netip.AddrPortFrom(ip, 0))
+	if err != nil {
+		return nil, fmt.Errorf("resolvertest on %s: %w", ip, err)
 	}
 	s.UDP, s.TCP = addrOf(pc.LocalAddr()), addrOf(tcpL.Addr())
 	s.TLS = addrOf(dotL.Addr())
@@ -126,11 +133,43 @@ func Start(t testing.TB, ns Netns, ip netip.Addr) *Server {
 	s.http = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), TLSConfig: tlsConf,
 		ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = s.http.ServeTLS(dohL, "", "") }()
-	t.Cleanup(s.Stop)
-	return s
+	return s, nil
+}
+
+// listen makes the servers' sockets in ns on bind: a failure closes the
+// ones already made.
+func listen(ns Netns, bind netip.AddrPort) (pc net.PacketConn, tcpL, dotL, dohL net.Listener, err error) {
+	var made []io.Closer
+	err = ns.Run(func() (err error) {
+		if pc, err = net.ListenPacket("udp", bind.String()); err != nil {
+			return err
+		}
+		made = append(made, pc)
+		// tcp on udp's port, as a DNS server is: a truncated udp answer
+		// is asked again there.
+		if tcpL, err = net.Listen("tcp", pc.LocalAddr().String()); err != nil {
+			return err
+		}
+		made = append(made, tcpL)
+		if dotL, err = net.Listen("tcp", bind.String()); err != nil {
+			return err
+		}
+		made = append(made, dotL)
+		dohL, err = net.Listen("tcp", bind.String())
+		return err
+	})
+	if err != nil {
+		for _, c := range made {
+			_ = c.Close()
+		}
+	}
+	return pc, tcpL, dotL, dohL, err
 }
 
 func addrOf(a net.Addr) netip.AddrPort { return netip.MustParseAddrPort(a.String()) }
+
+// Close is Stop, as an io.Closer.
+func (s *Server) Close() error { s.Stop(); return nil }
 
 // Stop closes every server: the upstream is then unreachable.
 func (s *Server) Stop() {
