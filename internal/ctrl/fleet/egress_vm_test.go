@@ -154,8 +154,12 @@ func TestAnEgressFaultIsObservedUntilItsNextSuccess(t *testing.T) {
 	waitLong(t, "two more observations", func() bool {
 		return e.c.Registration(t, "node-a").GetObservation().GetObservationVersion() >= version+2
 	})
-	if obs := e.workspace(id).GetEgressObservations(); len(obs) != 1 || !proto.Equal(obs[0], first) {
+	w := e.workspace(id)
+	if obs := w.GetEgressObservations(); len(obs) != 1 || !proto.Equal(obs[0], first) {
 		t.Errorf("egress observations while the failures go on: %v, want %v unchanged", obs, first)
+	}
+	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || w.GetGeneration() != 1 {
+		t.Errorf("a Workspace with an egress observation: %v at generation %d, want it AVAILABLE at 1 (an observation is not a state)", w.GetState(), w.GetGeneration())
 	}
 
 	startSOCKS5(t, inet.Internet, proxyAt)

@@ -379,3 +379,30 @@ func TestNewRefuses(t *testing.T) {
 		}
 	}
 }
+
+// Queries asked at once, as a guest's resolver asks A and AAAA together,
+// each get their own answer, on a fresh upstream of every protocol (the
+// first queries race to make its connections).
+func TestConcurrentQueriesGetTheirOwnAnswers(t *testing.T) {
+	w := newWorld(t)
+	for name, spec := range specs(w.public) {
+		t.Run(name, func(t *testing.T) {
+			for range 20 {
+				u := newUpstream(t, spec, resolver.Direct(w.up, allowAll), w.public, 5*time.Second)
+				var wg sync.WaitGroup
+				for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeTXT} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						reply, err := ask(u, resolvertest.Name, qt)
+						if err != nil || len(reply.Answer) != 1 || reply.Answer[0].Header().Rrtype != qt {
+							t.Errorf("%s: %v, %v; want one answer of that type", dns.TypeToString[qt], reply, err)
+						}
+					}()
+				}
+				wg.Wait()
+				_ = u.Close()
+			}
+		})
+	}
+}
