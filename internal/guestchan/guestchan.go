@@ -59,7 +59,7 @@ func ServePort(ctx context.Context, path string, h http.Handler, onError func(er
 // Serve serves h on the streams open returns until ctx ends: one HTTP/2
 // connection at a time, a new one whenever the previous breaks.
 func Serve(ctx context.Context, open func() (io.ReadWriteCloser, error), h http.Handler, onError func(error)) error {
-	srv := &http2.Server{}
+	srv := &http2.Server{MaxReadFrameSize: MaxFrameSize}
 	for ctx.Err() == nil {
 		f, err := open()
 		if err != nil {
@@ -102,7 +102,7 @@ func Client(socketPath string) *http.Client {
 			if err != nil {
 				return nil, err
 			}
-			hc, err := hostHandshake(conn)
+			hc, err := hostHandshake(ctx, conn)
 			if err != nil {
 				conn.Close()
 				return nil, err

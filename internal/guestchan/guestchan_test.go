@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,5 +88,100 @@ func TestHandshakeSkipsLeftoversAndQueuedSyncs(t *testing.T) {
 	res, err := client.Ping(callCtx, connect.NewRequest(&guestv1.PingRequest{}))
 	if err != nil || res.Msg.GetBootId() != "boot-1" {
 		t.Fatalf("ping through leftovers: %v %v", res, err)
+	}
+}
+
+// chardev is QEMU's host end of one virtio-serial port: host connections
+// come and go on a unix socket, one at a time, while the guest's port is
+// one stream for the VM's whole life. Bytes the guest writes while no host
+// is connected are dropped.
+type chardev struct {
+	mu   sync.Mutex
+	host net.Conn
+}
+
+// serve joins ln's connections, one after another, to port.
+func (d *chardev) serve(ln net.Listener, port net.Conn) {
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := port.Read(buf)
+			if err != nil {
+				return
+			}
+			d.mu.Lock()
+			if d.host != nil {
+				_, _ = d.host.Write(buf[:n])
+			}
+			d.mu.Unlock()
+		}
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		d.mu.Lock()
+		d.host = c
+		d.mu.Unlock()
+		_, _ = io.Copy(port, c)
+		d.mu.Lock()
+		d.host = nil
+		d.mu.Unlock()
+		_ = c.Close()
+	}
+}
+
+// A host connection that ended in the middle of an HTTP/2 frame, before
+// the guest saw it end, does not keep the next one out: the guest's
+// HTTP/2 server would read the next host's handshake as the rest of that
+// frame (up to its largest frame), and the node agent restarted meanwhile
+// would wait for ever. (It did, once in CI: a StartExecution after an
+// agent restart found the guest silent for three minutes.)
+func TestAHostThatLeftInTheMiddleOfAFrameDoesNotKeepTheNextOut(t *testing.T) {
+	sock, ln := listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	guestEnd, portEnd := net.Pipe()
+	t.Cleanup(func() { guestEnd.Close(); portEnd.Close() })
+	go (&chardev{}).serve(ln, portEnd)
+	_, h := guestv1connect.NewGuestAgentServiceHandler(agent{})
+	port := struct {
+		io.Reader
+		io.Writer
+		io.Closer
+	}{guestEnd, guestEnd, io.NopCloser(nil)} // the guest reopens the same port
+	go guestchan.Serve(ctx, func() (io.ReadWriteCloser, error) { return port, nil }, h, nil)
+
+	// The first host: the handshake, HTTP/2's preface and SETTINGS, then
+	// the header of a 16,000-byte DATA frame and 100 bytes of it.
+	first, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(first, "\x00KIBOTOS-SYNC:first\n"); err != nil {
+		t.Fatal(err)
+	}
+	ack := make([]byte, len("\x00KIBOTOS-ACK:first\n"))
+	if _, err := io.ReadFull(first, ack); err != nil || string(ack) != "\x00KIBOTOS-ACK:first\n" {
+		t.Fatalf("the first host's handshake: %q %v", ack, err)
+	}
+	frames := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	frames = append(frames, 0, 0, 0, 4, 0, 0, 0, 0, 0)         // SETTINGS, empty
+	frames = append(frames, 0, 0x3e, 0x80, 0, 0, 0, 0, 0, 1)   // DATA, 16,000 bytes, stream 1
+	frames = append(frames, bytes.Repeat([]byte{'x'}, 100)...) // of which 100
+	if _, err := first.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Close()
+
+	hc := guestchan.Client(sock)
+	defer hc.CloseIdleConnections()
+	client := guestv1connect.NewGuestAgentServiceClient(hc, guestchan.BaseURL)
+	callCtx, callCancel := context.WithTimeout(ctx, 10*time.Second) // the old frame held 500 s of SYNCs
+	defer callCancel()
+	res, err := client.Ping(callCtx, connect.NewRequest(&guestv1.PingRequest{}))
+	if err != nil || res.Msg.GetBootId() != "boot-1" {
+		t.Fatalf("ping from the next host: %v %v", res, err)
 	}
 }

@@ -3,6 +3,7 @@ package guestchan
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -23,6 +24,19 @@ var (
 	syncPrefix = []byte("\x00KIBOTOS-SYNC:")
 	ackPrefix  = []byte("\x00KIBOTOS-ACK:")
 )
+
+// MaxFrameSize is the largest HTTP/2 frame the guest reads (the least
+// HTTP/2 allows). The host opens every connection with more zero bytes
+// than that and a frame header: a guest whose HTTP/2 server is still in
+// the middle of a frame of the previous host connection (the port's
+// stream outlives it, and the guest may not have seen it end) reads them
+// as the rest of that frame and then as an invalid one, and so ends that
+// connection at once and finds the handshake, instead of reading the new
+// host's SYNCs as frame bytes for minutes.
+const MaxFrameSize = 16 << 10
+
+// flush is what the host sends before its first SYNC.
+var flush = make([]byte, MaxFrameSize+9)
 
 // HandshakeTimeout bounds how long the host waits for the guest's ACK. A
 // guest under TCG on a loaded host can take well over 10 s to get to it
@@ -51,16 +65,20 @@ func scanFor(r *bufio.Reader, prefix []byte) (string, error) {
 	return line[:len(line)-1], nil
 }
 
-// hostHandshake opens a connection from the host: SYNC until ACK.
-func hostHandshake(conn net.Conn) (net.Conn, error) {
+// hostHandshake opens a connection from the host: the flush, then SYNC
+// until ACK, or until ctx ends.
+func hostHandshake(ctx context.Context, conn net.Conn) (net.Conn, error) {
 	nonceBytes := make([]byte, 8)
 	if _, err := rand.Read(nonceBytes); err != nil {
 		return nil, err
 	}
 	nonce := hex.EncodeToString(nonceBytes)
+	if _, err := conn.Write(flush); err != nil {
+		return nil, err
+	}
 	r := bufio.NewReader(conn)
 	deadline := time.Now().Add(HandshakeTimeout)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if _, err := conn.Write(append(append([]byte{}, syncPrefix...), nonce+"\n"...)); err != nil {
 			return nil, err
 		}
