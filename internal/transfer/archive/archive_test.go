@@ -122,13 +122,20 @@ func TestRoundTripSparseBlockFile(t *testing.T) {
 	if string(m.Source.Spec) != `{"template":{"name":"base"}}` || m.Template.Revision != "3" || len(m.Parts) != 2 {
 		t.Fatalf("manifest read back as %+v", m)
 	}
-	restored, err := os.Open(filepath.Join(out, "rootfs"))
+	sameRestored(t, out, src, blob)
+}
+
+// sameRestored checks that dir holds the part rootfs as src, content and
+// holes, and the part template-image as blob.
+func sameRestored(t *testing.T, dir string, src, blob *os.File) {
+	t.Helper()
+	restored, err := os.Open(filepath.Join(dir, "rootfs"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer restored.Close()
 	sameSparseContent(t, src, restored)
-	restoredBlob, err := os.ReadFile(filepath.Join(out, "template-image"))
+	restoredBlob, err := os.ReadFile(filepath.Join(dir, "template-image"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 	"hash"
 	"io"
 	"os"
-
-	"github.com/kibotos/kibotos/internal/node/blockfile"
 )
 
 // readChunk is how much of a part one read takes.
@@ -44,110 +42,53 @@ type Written struct {
 // ErrSourceChanged. m.Parts is replaced by the parts of in. The writer
 // refuses to write what a reader with the default limits would refuse.
 func Write(ctx context.Context, w io.Writer, m Manifest, in []Input) (*Written, error) {
-	plans := make([]plan, len(in))
 	m.Parts = make([]Part, len(in))
+	bodies := make([]body, len(in))
 	for i, p := range in {
-		var err error
-		if plans[i], err = describe(ctx, p); err != nil {
+		b, err := NewBody(p)
+		if err == nil {
+			_, err = b.Stream(ctx, io.Discard)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("part %s: %w", p.Name, err)
 		}
-		m.Parts[i] = plans[i].part
+		m.Parts[i], bodies[i] = b.Part, b
 	}
+	return frame(ctx, w, m, bodies)
+}
+
+// body is a part's body as the framing copies it: a file read through its
+// Body's plan (Write), or an encoded body staged in a file (Assemble).
+// stream writes it and returns its length, which with its digest the
+// framing checks against the manifest's entry.
+type body interface {
+	stream(ctx context.Context, w io.Writer) (uint64, error)
+}
+
+// frame writes the archive of m, whose Parts describe bodies in order.
+func frame(ctx context.Context, w io.Writer, m Manifest, bodies []body) (*Written, error) {
 	if err := m.validate(Limits{}.withDefaults()); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(m)
+	mj, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest: %w", err)
 	}
-	if len(body) > DefaultMaxManifestBytes {
-		return nil, fmt.Errorf("%w: manifest of %d bytes, at most %d", ErrLimit, len(body), DefaultMaxManifestBytes)
+	if len(mj) > DefaultMaxManifestBytes {
+		return nil, fmt.Errorf("%w: manifest of %d bytes, at most %d", ErrLimit, len(mj), DefaultMaxManifestBytes)
 	}
 	out := newHashWriter(w)
-	out.header(len(body))
-	out.write(body)
-	for i, p := range plans {
-		if err := out.part(ctx, uint32(i), p); err != nil {
-			return nil, fmt.Errorf("part %s: %w", p.part.Name, err)
+	out.header(len(mj))
+	out.write(mj)
+	for i, b := range bodies {
+		if err := out.part(ctx, uint32(i), m.Parts[i], b); err != nil {
+			return nil, fmt.Errorf("part %s: %w", m.Parts[i].Name, err)
 		}
 	}
-	if err := out.trailer(uint32(len(plans))); err != nil {
+	if err := out.trailer(uint32(len(bodies))); err != nil {
 		return nil, err
 	}
 	return &Written{Manifest: m, Size: out.n, Digest: digestString(out.whole.Sum(nil))}, nil
-}
-
-// plan is a part as described: what the manifest says and where its bytes are.
-type plan struct {
-	part Part
-	file *os.File
-	exts []blockfile.Extent
-}
-
-// describe reads p once for its extents, size and digest.
-func describe(ctx context.Context, p Input) (plan, error) {
-	fi, err := p.File.Stat()
-	if err != nil {
-		return plan{}, err
-	}
-	if !fi.Mode().IsRegular() {
-		return plan{}, fmt.Errorf("%s is not a regular file", p.File.Name())
-	}
-	size := fi.Size()
-	pl := plan{part: Part{Name: p.Name, Kind: p.Kind, LogicalSize: uint64(size)}, file: p.File}
-	switch p.Kind {
-	case KindBlock:
-		if pl.exts, err = blockfile.DataExtents(p.File, size); err != nil {
-			return plan{}, err
-		}
-		pl.part.Extents = uint32(len(pl.exts))
-		if len(pl.exts) > DefaultMaxExtents {
-			return plan{}, fmt.Errorf("%w: %d extents, at most %d", ErrLimit, len(pl.exts), DefaultMaxExtents)
-		}
-	case KindBlob:
-		pl.exts = []blockfile.Extent{{Off: 0, Len: size}}
-	default:
-		return plan{}, fmt.Errorf("kind %q is not block or blob", p.Kind)
-	}
-	h := sha256.New()
-	n, err := pl.stream(ctx, h)
-	if err != nil {
-		return plan{}, err
-	}
-	pl.part.Size, pl.part.Digest = n, digestString(h.Sum(nil))
-	return pl, nil
-}
-
-// stream writes the part's body to w and returns its length.
-func (pl plan) stream(ctx context.Context, w io.Writer) (uint64, error) {
-	var n uint64
-	buf := make([]byte, readChunk)
-	for _, e := range pl.exts {
-		if pl.part.Kind == KindBlock {
-			var hdr [extentHeaderLen]byte
-			binary.BigEndian.PutUint64(hdr[:8], uint64(e.Off))
-			binary.BigEndian.PutUint64(hdr[8:], uint64(e.Len))
-			if _, err := w.Write(hdr[:]); err != nil {
-				return 0, err
-			}
-			n += extentHeaderLen
-		}
-		for off := e.Off; off < e.Off+e.Len; {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			k := min(int64(len(buf)), e.Off+e.Len-off)
-			if _, err := pl.file.ReadAt(buf[:k], off); err != nil {
-				return 0, fmt.Errorf("read %s at %d: %w", pl.file.Name(), off, err)
-			}
-			if _, err := w.Write(buf[:k]); err != nil {
-				return 0, err
-			}
-			off += k
-			n += uint64(k)
-		}
-	}
-	return n, nil
 }
 
 // hashWriter writes an archive, hashing it for the trailer and whole.
@@ -186,20 +127,21 @@ func (h *hashWriter) header(manifestLen int) {
 	h.write(b[:])
 }
 
-// part frames and streams one part, checking its digest again.
-func (h *hashWriter) part(ctx context.Context, index uint32, p plan) error {
-	var b [partHeaderSize]byte
-	copy(b[:], partTag)
-	binary.BigEndian.PutUint32(b[4:], index)
-	binary.BigEndian.PutUint64(b[8:], p.part.Size)
-	h.write(b[:])
+// part frames and streams one part, checking its length and digest
+// against p again: the manifest, already written, vouches for them.
+func (h *hashWriter) part(ctx context.Context, index uint32, p Part, b body) error {
+	var hdr [partHeaderSize]byte
+	copy(hdr[:], partTag)
+	binary.BigEndian.PutUint32(hdr[4:], index)
+	binary.BigEndian.PutUint64(hdr[8:], p.Size)
+	h.write(hdr[:])
 	sum := sha256.New()
-	n, err := p.stream(ctx, io.MultiWriter(h, sum))
+	n, err := b.stream(ctx, io.MultiWriter(h, sum))
 	if err != nil {
 		return err
 	}
-	if n != p.part.Size || digestString(sum.Sum(nil)) != p.part.Digest {
-		return ErrSourceChanged
+	if d := digestString(sum.Sum(nil)); n != p.Size || d != p.Digest {
+		return fmt.Errorf("%w: body of %d bytes, %s; the manifest says %d, %s", ErrSourceChanged, n, d, p.Size, p.Digest)
 	}
 	return h.err
 }
