@@ -133,6 +133,11 @@ func objectKey(cmd *nodev1.NodeCommand) string {
 		if body.UnmarshalTo(&op) == nil {
 			return blockFileKey(copyTarget(&op))
 		}
+	case exportBlockFileName:
+		var op nodev1.ExportBlockFile
+		if body.UnmarshalTo(&op) == nil {
+			return blockFileKey(op.GetRef())
+		}
 	case startExecutionName:
 		var op nodev1.StartExecution
 		if body.UnmarshalTo(&op) == nil {
@@ -216,6 +221,7 @@ var (
 	ensureBlockFileName    = nameOf((*nodev1.EnsureBlockFile)(nil))
 	removeBlockFileName    = nameOf((*nodev1.RemoveBlockFile)(nil))
 	copyBlockFileName      = nameOf((*nodev1.CopyBlockFile)(nil))
+	exportBlockFileName    = nameOf((*nodev1.ExportBlockFile)(nil))
 	startExecutionName     = nameOf((*nodev1.StartExecution)(nil))
 	stopExecutionName      = nameOf((*nodev1.StopExecution)(nil))
 	applyNetworkPolicyName = nameOf((*nodev1.ApplyNetworkPolicy)(nil))
@@ -255,6 +261,12 @@ func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Comm
 			return failure("", connect.CodeInvalidArgument, "CopyBlockFile: "+err.Error())
 		}
 		return a.copyBlockFile(ctx, cmd.GetOperationId(), &op)
+	case exportBlockFileName:
+		var op nodev1.ExportBlockFile
+		if err := body.UnmarshalTo(&op); err != nil {
+			return failure("", connect.CodeInvalidArgument, "ExportBlockFile: "+err.Error())
+		}
+		return a.exportBlockFile(ctx, cmd.GetOperationId(), &op)
 	case startExecutionName:
 		var op nodev1.StartExecution
 		if err := body.UnmarshalTo(&op); err != nil {

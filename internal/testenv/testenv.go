@@ -37,6 +37,7 @@ type Cluster struct {
 	Volumes    ctrlv1connect.VolumeServiceClient
 	Workspaces ctrlv1connect.WorkspaceServiceClient
 	Egresses   ctrlv1connect.EgressServiceClient
+	Transfers  ctrlv1connect.TransferServiceClient
 	Nodes      operatorv1connect.NodeRegistrationServiceClient
 	Enrollment operatorv1connect.EnrollmentServiceClient
 	log        *slog.Logger
@@ -89,6 +90,7 @@ func New(t testing.TB, opts ...Option) *Cluster {
 		Volumes:    ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Workspaces: ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Egresses:   ctrlv1connect.NewEgressServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
+		Transfers:  ctrlv1connect.NewTransferServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Nodes:      operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
 		Enrollment: operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
 		log:        cfg.Logger,

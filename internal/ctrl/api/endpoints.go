@@ -75,8 +75,8 @@ func (e *endpoint) handler() http.Handler {
 func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := handlerOptions(b, interceptors)
 	e := newEndpoint()
-	e.mount(ctrlv1connect.NewWorkspaceServiceHandler(workspaceHandler{w: b.Workspaces}, opts))
-	e.mount(ctrlv1connect.NewVolumeServiceHandler(volumeHandler{v: b.Volumes}, opts))
+	e.mount(ctrlv1connect.NewWorkspaceServiceHandler(workspaceHandler{w: b.Workspaces, t: b.Transfers}, opts))
+	e.mount(ctrlv1connect.NewVolumeServiceHandler(volumeHandler{v: b.Volumes, t: b.Transfers}, opts))
 	e.mount(ctrlv1connect.NewTransferServiceHandler(transferHandler{t: b.Transfers}, opts))
 	e.mount(ctrlv1connect.NewEgressServiceHandler(egressHandler{e: b.Egresses}, opts))
 	e.mount(ctrlv1connect.NewResolverServiceHandler(resolverHandler{e: b.Egresses}, opts))
@@ -106,6 +106,6 @@ func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Ha
 func NewNodeHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := handlerOptions(b, interceptors)
 	e := newEndpoint()
-	e.mount(nodev1connect.NewNodeSessionServiceHandler(nodeSessionHandler{f: b.Fleet}, opts))
+	e.mount(nodev1connect.NewNodeSessionServiceHandler(nodeSessionHandler{f: b.Fleet, t: b.Transfers}, opts))
 	return e.handler()
 }

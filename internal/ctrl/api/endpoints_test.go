@@ -50,7 +50,7 @@ func newBackend(t *testing.T) *api.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	transfers, err := transfer.New(st, transfer.Config{Dir: t.TempDir()})
+	transfers, err := transfer.New(st, transfer.Config{Dir: t.TempDir()}, transfer.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,11 +49,15 @@ func respond[T any](msg *T, err error) (*connect.Response[T], error) {
 	return connect.NewResponse(msg), nil
 }
 
-// volumeHandler serves VolumeService; ExportVolume is not built (it needs
-// a node to read the Volume's block file: docs/TRANSFER-FORMAT.md).
+// volumeHandler serves VolumeService; the Transfer domain exports.
 type volumeHandler struct {
 	ctrlv1connect.UnimplementedVolumeServiceHandler
 	v *volume.Service
+	t *transfer.Service
+}
+
+func (h volumeHandler) ExportVolume(ctx context.Context, req *connect.Request[ctrlv1.ExportVolumeRequest]) (*connect.Response[ctrlv1.ExportVolumeResponse], error) {
+	return respond(h.t.ExportVolume(ctx, req.Msg))
 }
 
 func (h volumeHandler) CreateVolume(ctx context.Context, req *connect.Request[ctrlv1.CreateVolumeRequest]) (*connect.Response[ctrlv1.CreateVolumeResponse], error) {
@@ -175,6 +179,15 @@ func (h enrollmentHandler) RevokeEnrollmentGrant(ctx context.Context, req *conne
 type nodeSessionHandler struct {
 	nodev1connect.UnimplementedNodeSessionServiceHandler
 	f *fleet.Fleet
+	t *transfer.Service
+}
+
+func (h nodeSessionHandler) UploadTransferPart(ctx context.Context, stream *connect.ClientStream[nodev1.UploadTransferPartRequest]) (*connect.Response[nodev1.UploadTransferPartResponse], error) {
+	nodeID, err := h.f.AuthenticateNode(ctx, stream.RequestHeader())
+	if err != nil {
+		return nil, err
+	}
+	return respond(h.t.ReceivePart(ctx, nodeID, func() (*nodev1.UploadTransferPartRequest, error) { return received(stream) }))
 }
 
 func (h nodeSessionHandler) Enroll(ctx context.Context, req *connect.Request[nodev1.EnrollRequest]) (*connect.Response[nodev1.EnrollResponse], error) {
@@ -189,12 +202,16 @@ func (h nodeSessionHandler) Session(ctx context.Context, stream *connect.BidiStr
 	return h.f.Session(ctx, stream)
 }
 
-// workspaceHandler serves WorkspaceService; export and restore are not
-// built (they need a node that reaches the block files' pool:
-// docs/TRANSFER-FORMAT.md).
+// workspaceHandler serves WorkspaceService; the Transfer domain exports.
+// RestoreWorkspace is not built (docs/TRANSFER-FORMAT.md).
 type workspaceHandler struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	w *workspace.Service
+	t *transfer.Service
+}
+
+func (h workspaceHandler) ExportWorkspace(ctx context.Context, req *connect.Request[ctrlv1.ExportWorkspaceRequest]) (*connect.Response[ctrlv1.ExportWorkspaceResponse], error) {
+	return respond(h.t.ExportWorkspace(ctx, req.Msg))
 }
 
 func (h workspaceHandler) CreateWorkspace(ctx context.Context, req *connect.Request[ctrlv1.CreateWorkspaceRequest]) (*connect.Response[ctrlv1.CreateWorkspaceResponse], error) {

@@ -26,15 +26,18 @@ func (h transferHandler) DownloadTransfer(ctx context.Context, req *connect.Requ
 }
 
 func (h transferHandler) ImportTransfer(ctx context.Context, stream *connect.ClientStream[ctrlv1.ImportTransferRequest]) (*connect.Response[ctrlv1.ImportTransferResponse], error) {
-	return respond(h.t.ImportTransfer(ctx, func() (*ctrlv1.ImportTransferRequest, error) {
-		if stream.Receive() {
-			return stream.Msg(), nil
-		}
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, io.EOF
-	}))
+	return respond(h.t.ImportTransfer(ctx, func() (*ctrlv1.ImportTransferRequest, error) { return received(stream) }))
+}
+
+// received is a client stream's next message, io.EOF after the last.
+func received[T any](stream *connect.ClientStream[T]) (*T, error) {
+	if stream.Receive() {
+		return stream.Msg(), nil
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return nil, io.EOF
 }
 
 func (h transferHandler) DeleteTransfer(ctx context.Context, req *connect.Request[ctrlv1.DeleteTransferRequest]) (*connect.Response[ctrlv1.DeleteTransferResponse], error) {

@@ -184,6 +184,12 @@ func (f *Fleet) endSession(nodeID string, why error) {
 	}
 }
 
+// AuthenticateNode checks a node call's credentials (a call beside the
+// session, such as UploadTransferPart) and returns the node's id.
+func (f *Fleet) AuthenticateNode(ctx context.Context, header http.Header) (string, error) {
+	return f.authenticate(ctx, header.Get("Authorization"), header.Get(HeaderNodeID))
+}
+
 func (f *Fleet) authenticate(ctx context.Context, authorization, nodeID string) (string, error) {
 	credential, ok := strings.CutPrefix(authorization, "Bearer ")
 	if !ok || nodeID == "" {

@@ -138,7 +138,7 @@ func volumeToMove(tx *store.Tx, id string) (*moved, error) {
 // layerToMove reads a Workspace's placed writable layer, with its bound
 // Volume's pool.
 func layerToMove(tx *store.Tx, id string) (*moved, error) {
-	w, err := liveWorkspace(tx, id)
+	w, err := LiveWorkspace(tx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +248,7 @@ func (s *Service) admitMove(tx *store.Tx, m *moved, target, commandID string) er
 		return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedVolume: m.volume},
 			"volume %s is %s; only an AVAILABLE Volume moves", m.target, m.volume.GetState())
 	}
-	if err := noExecution(tx, m.workspace); err != nil {
+	if err := NoExecution(tx, m.workspace); err != nil {
 		return err
 	}
 	p, err := read(tx, target, true)
@@ -288,10 +288,10 @@ func (s *Service) admitMove(tx *store.Tx, m *moved, target, commandID string) er
 	return tx.PutPoolMove(store.PoolMove{ObjectKey: m.key, CommandID: commandID, SourcePool: m.pool, TargetPool: target, CapacityBytes: m.capacity})
 }
 
-// noExecution refuses a move while the Workspace has an execution: only a
+// NoExecution refuses a move or an export while the Workspace has an execution: only a
 // STOPPED Workspace, or a FAILED one whose execution was released, has
 // none.
-func noExecution(tx *store.Tx, workspaceID string) error {
+func NoExecution(tx *store.Tx, workspaceID string) error {
 	if workspaceID == "" {
 		return nil
 	}

@@ -192,9 +192,9 @@ func volumeIn(tx *store.Tx, id string) (*operatorv1.StoragePoolObject, error) {
 	return o, withMove(tx, o)
 }
 
-// liveWorkspace reads a Workspace whose deletion was not admitted; any
+// LiveWorkspace reads a Workspace whose deletion was not admitted; any
 // other is not_found.
-func liveWorkspace(tx *store.Tx, id string) (*ctrlv1.Workspace, error) {
+func LiveWorkspace(tx *store.Tx, id string) (*ctrlv1.Workspace, error) {
 	w, err := tx.GetWorkspace(id, false)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -211,7 +211,7 @@ func liveWorkspace(tx *store.Tx, id string) (*ctrlv1.Workspace, error) {
 // exist, whose deletion was admitted, or whose layer is not placed (never,
 // or not again since its pool was lost) is not_found.
 func layerIn(tx *store.Tx, id string) (*operatorv1.StoragePoolObject, error) {
-	if _, err := liveWorkspace(tx, id); err != nil {
+	if _, err := LiveWorkspace(tx, id); err != nil {
 		return nil, err
 	}
 	rt, err := tx.GetRuntime(id, false)

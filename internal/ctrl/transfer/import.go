@@ -55,7 +55,7 @@ func (s *Service) ImportTransfer(ctx context.Context, recv Recv) (*ctrlv1.Import
 				return "", nil, err
 			}
 			return tr.GetTransferId(), &ctrlv1.ImportTransferResponse{Transfer: tr}, nil
-		})
+		}, false)
 	if err != nil {
 		return nil, err
 	}

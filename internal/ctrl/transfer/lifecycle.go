@@ -97,7 +97,7 @@ func (s *Service) DeleteTransfer(ctx context.Context, req *ctrlv1.DeleteTransfer
 				}
 			}
 			return tr.GetTransferId(), &ctrlv1.DeleteTransferResponse{Transfer: tr}, nil
-		})
+		}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +199,7 @@ func (s *Service) Sweep(ctx context.Context) error {
 	for _, tr := range importing {
 		errs = append(errs, s.failStalled(ctx, tr, now))
 	}
+	errs = append(errs, s.sweepStaged(ctx))
 	return errors.Join(errs...)
 }
 

@@ -6,8 +6,8 @@
 // DownloadTransfer (resumable from an offset), deletes them, and expires
 // them at their deadline.
 //
-// Export and restore need a node that reaches a block file's pool; they
-// are not built yet (docs/TRANSFER-FORMAT.md says how they will be).
+// Exports have a node that reaches a block file's pool send it
+// (export.go); restore is not built yet (docs/TRANSFER-FORMAT.md).
 //
 // A Transfer's archive is <dir>/<transfer_id>.archive once verified, and
 // <dir>/<transfer_id>.partial while it arrives: only this process writes
@@ -31,6 +31,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/labels"
 	"github.com/kibotos/kibotos/internal/ctrl/page"
 	"github.com/kibotos/kibotos/internal/store"
@@ -74,10 +75,19 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Service is TransferService.
+// Deps are what exports need beside the store: the command runner that
+// drives them and the fleet that reaches the nodes holding block files.
+type Deps struct {
+	Runner *command.Runner
+	Fleet  *fleet.Fleet
+}
+
+// Service is TransferService, and the exports of WorkspaceService and
+// VolumeService.
 type Service struct {
 	store *store.Store
 	cfg   Config
+	deps  Deps
 
 	mu sync.Mutex
 	// active are the uploads this process is receiving, by transfer_id:
@@ -86,8 +96,8 @@ type Service struct {
 }
 
 // New makes the Transfer domain on s, creating cfg.Dir and removing the
-// partial uploads a previous run left.
-func New(s *store.Store, cfg Config) (*Service, error) {
+// partial uploads a previous run left. With deps.Runner it drives exports.
+func New(s *store.Store, cfg Config, deps Deps) (*Service, error) {
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
 	}
@@ -112,7 +122,12 @@ func New(s *store.Store, cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("remove a partial upload: %w", err)
 		}
 	}
-	return &Service{store: s, cfg: cfg, active: map[string]bool{}}, nil
+	svc := &Service{store: s, cfg: cfg, deps: deps, active: map[string]bool{}}
+	if deps.Runner != nil {
+		deps.Runner.Handle(KindExportWorkspace, svc.runExport)
+		deps.Runner.Handle(KindExportVolume, svc.runExport)
+	}
+	return svc, nil
 }
 
 const (
@@ -179,7 +194,7 @@ func (s *Service) update(ctx context.Context, id string, fn func(r *store.Transf
 // admit admits a command whose first effect is written by effect; fresh
 // says whether this call admitted it (false: a replay).
 func admit[R proto.Message](ctx context.Context, s *Service, field string, cmd *ctrlv1.CommandMetadata, kind string, req proto.Message,
-	effect func(tx *store.Tx, now time.Time) (string, R, error)) (res R, fresh bool, err error) {
+	effect func(tx *store.Tx, now time.Time) (string, R, error), long bool) (res R, fresh bool, err error) {
 	if err := command.ValidateID(field, cmd); err != nil {
 		return res, false, err
 	}
@@ -189,7 +204,7 @@ func admit[R proto.Message](ctx context.Context, s *Service, field string, cmd *
 		out, err := command.Admit(tx, now, cmd.GetCommandId(), kind, req, func() (command.Effect, error) {
 			fresh = true
 			target, r, err := effect(tx, now)
-			return command.Effect{Target: target, Result: r}, err
+			return command.Effect{Target: target, Result: r, Long: long}, err
 		})
 		if err == nil {
 			res = out.(R)

@@ -67,7 +67,7 @@ func newEnv(t *testing.T, b storetest.Backend) *env {
 // open makes a Service on e's store and directory, as a ctrl start does.
 func (e *env) open(t *testing.T) *transfer.Service {
 	t.Helper()
-	svc, err := transfer.New(e.store, transfer.Config{Dir: e.dir, Retention: retention, StallTimeout: time.Minute, Now: e.clock.Now})
+	svc, err := transfer.New(e.store, transfer.Config{Dir: e.dir, Retention: retention, StallTimeout: time.Minute, Now: e.clock.Now}, transfer.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,6 +152,15 @@ func (s *Service) volumeUsable(tx *store.Tx, w *ctrlv1.Workspace) error {
 			Stage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST, ObservedWorkspace: w,
 		}, "the bound Volume %s is LOST: bind another Volume or delete the Workspace", vol.GetVolumeId())
 	}
+	if c, err := tx.ActiveCommandOn(vol.GetVolumeId()); err == nil {
+		// An export (or a resize) of the Volume reads or changes its
+		// block file: no execution may hold it meanwhile.
+		return apierr.New(connect.CodeUnavailable, &ctrlv1.ErrorDetail{
+			Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, CommandId: c.GetCommandId(), ObservedWorkspace: w,
+		}, "the bound Volume %s has command %s (%s) in progress; retry when it is over", vol.GetVolumeId(), c.GetCommandId(), c.GetKind())
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
 	return pool.NotMoving(tx, vol.GetVolumeId())
 }
 

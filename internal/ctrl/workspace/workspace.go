@@ -31,6 +31,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
 	"github.com/kibotos/kibotos/internal/ctrl/page"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
+	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -88,6 +89,7 @@ var commandKinds = map[string]ctrlv1.WorkspaceCommandKind{
 	// An Egress update's application changes the policy in force too.
 	egress.KindApplyEgressUpdate:   ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
 	egress.KindApplyResolverUpdate: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
+	transfer.KindExportWorkspace:   ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_EXPORT,
 }
 
 func newID() string {

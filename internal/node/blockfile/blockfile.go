@@ -468,3 +468,27 @@ func (e *ToolError) Error() string {
 }
 
 func (e *ToolError) Unwrap() error { return e.Err }
+
+// Read opens the block file read-only and hands it to fn, holding the
+// file's lock meanwhile so that no operation of this Manager changes it
+// under fn (an export reads it whole, twice). A missing file is
+// ErrMissing.
+func (m *Manager) Read(ref Ref, fn func(f *os.File) error) error {
+	path, err := ref.Path()
+	if err != nil {
+		return err
+	}
+	if err := checkPool(ref.PoolDir); err != nil {
+		return err
+	}
+	defer m.lock(path)()
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s", ErrMissing, path)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return fn(f)
+}

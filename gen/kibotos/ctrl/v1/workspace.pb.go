@@ -1901,6 +1901,10 @@ type ExportWorkspaceRequest struct {
 	// include_writable_layer also captures the BEST_EFFORT tier; the Volume is
 	// always captured when there is one.
 	IncludeWritableLayer bool `protobuf:"varint,3,opt,name=include_writable_layer,json=includeWritableLayer,proto3" json:"include_writable_layer,omitempty"`
+	// include_template_image also carries the Template revision's root image
+	// in the archive, so that a deployment that lacks the revision can
+	// restore from it. (designed here)
+	IncludeTemplateImage bool `protobuf:"varint,4,opt,name=include_template_image,json=includeTemplateImage,proto3" json:"include_template_image,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -1952,6 +1956,13 @@ func (x *ExportWorkspaceRequest) GetWorkspaceId() string {
 func (x *ExportWorkspaceRequest) GetIncludeWritableLayer() bool {
 	if x != nil {
 		return x.IncludeWritableLayer
+	}
+	return false
+}
+
+func (x *ExportWorkspaceRequest) GetIncludeTemplateImage() bool {
+	if x != nil {
+		return x.IncludeTemplateImage
 	}
 	return false
 }
@@ -2246,11 +2257,12 @@ const file_kibotos_ctrl_v1_workspace_proto_rawDesc = "" +
 	"\x1cexpected_expiration_revision\x18\x03 \x01(\x04R\x1aexpectedExpirationRevision\x12B\n" +
 	"\x06change\x18\x04 \x01(\v2*.kibotos.ctrl.v1.WorkspaceExpirationChangeR\x06change\"]\n" +
 	"!UpdateWorkspaceExpirationResponse\x128\n" +
-	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xad\x01\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xe3\x01\n" +
 	"\x16ExportWorkspaceRequest\x12:\n" +
 	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
 	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x124\n" +
-	"\x16include_writable_layer\x18\x03 \x01(\bR\x14includeWritableLayer\"\x8d\x01\n" +
+	"\x16include_writable_layer\x18\x03 \x01(\bR\x14includeWritableLayer\x124\n" +
+	"\x16include_template_image\x18\x04 \x01(\bR\x14includeTemplateImage\"\x8d\x01\n" +
 	"\x17ExportWorkspaceResponse\x125\n" +
 	"\btransfer\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TransferR\btransfer\x12;\n" +
 	"\acommand\x18\x02 \x01(\v2!.kibotos.ctrl.v1.WorkspaceCommandR\acommand\"\xb0\x01\n" +

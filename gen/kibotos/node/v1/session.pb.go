@@ -1300,6 +1300,212 @@ func (x *CommandResult) GetResult() *anypb.Any {
 	return nil
 }
 
+// UploadTransferPartHeader opens a part's upload.
+type UploadTransferPartHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operation_id is the ExportBlockFile operation this part answers.
+	OperationId string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	TransferId  string `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	Part        string `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
+	// size_bytes is the body's length.
+	SizeBytes     uint64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTransferPartHeader) Reset() {
+	*x = UploadTransferPartHeader{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTransferPartHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTransferPartHeader) ProtoMessage() {}
+
+func (x *UploadTransferPartHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTransferPartHeader.ProtoReflect.Descriptor instead.
+func (*UploadTransferPartHeader) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *UploadTransferPartHeader) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *UploadTransferPartHeader) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *UploadTransferPartHeader) GetPart() string {
+	if x != nil {
+		return x.Part
+	}
+	return ""
+}
+
+func (x *UploadTransferPartHeader) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+type UploadTransferPartRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Message:
+	//
+	//	*UploadTransferPartRequest_Header
+	//	*UploadTransferPartRequest_Data
+	Message       isUploadTransferPartRequest_Message `protobuf_oneof:"message"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTransferPartRequest) Reset() {
+	*x = UploadTransferPartRequest{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTransferPartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTransferPartRequest) ProtoMessage() {}
+
+func (x *UploadTransferPartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTransferPartRequest.ProtoReflect.Descriptor instead.
+func (*UploadTransferPartRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *UploadTransferPartRequest) GetMessage() isUploadTransferPartRequest_Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *UploadTransferPartRequest) GetHeader() *UploadTransferPartHeader {
+	if x != nil {
+		if x, ok := x.Message.(*UploadTransferPartRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *UploadTransferPartRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Message.(*UploadTransferPartRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isUploadTransferPartRequest_Message interface {
+	isUploadTransferPartRequest_Message()
+}
+
+type UploadTransferPartRequest_Header struct {
+	Header *UploadTransferPartHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type UploadTransferPartRequest_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*UploadTransferPartRequest_Header) isUploadTransferPartRequest_Message() {}
+
+func (*UploadTransferPartRequest_Data) isUploadTransferPartRequest_Message() {}
+
+type UploadTransferPartResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SizeBytes uint64                 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// digest is "sha256:<hex>" of the bytes ctrl received.
+	Digest        string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTransferPartResponse) Reset() {
+	*x = UploadTransferPartResponse{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTransferPartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTransferPartResponse) ProtoMessage() {}
+
+func (x *UploadTransferPartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTransferPartResponse.ProtoReflect.Descriptor instead.
+func (*UploadTransferPartResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *UploadTransferPartResponse) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *UploadTransferPartResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 var File_kibotos_node_v1_session_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_session_proto_rawDesc = "" +
@@ -1410,15 +1616,31 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12,\n" +
-	"\x06result\x18\x04 \x01(\v2\x14.google.protobuf.AnyR\x06result*\x8f\x01\n" +
+	"\x06result\x18\x04 \x01(\v2\x14.google.protobuf.AnyR\x06result\"\x91\x01\n" +
+	"\x18UploadTransferPartHeader\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\x12\x12\n" +
+	"\x04part\x18\x03 \x01(\tR\x04part\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x04R\tsizeBytes\"\x81\x01\n" +
+	"\x19UploadTransferPartRequest\x12C\n" +
+	"\x06header\x18\x01 \x01(\v2).kibotos.node.v1.UploadTransferPartHeaderH\x00R\x06header\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\t\n" +
+	"\amessage\"S\n" +
+	"\x1aUploadTransferPartResponse\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x04R\tsizeBytes\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest*\x8f\x01\n" +
 	"\x14ClockSynchronization\x12%\n" +
 	"!CLOCK_SYNCHRONIZATION_UNSPECIFIED\x10\x00\x12&\n" +
 	"\"CLOCK_SYNCHRONIZATION_SYNCHRONIZED\x10\x01\x12(\n" +
-	"$CLOCK_SYNCHRONIZATION_UNSYNCHRONIZED\x10\x022\x93\x02\n" +
+	"$CLOCK_SYNCHRONIZATION_UNSYNCHRONIZED\x10\x022\x84\x03\n" +
 	"\x12NodeSessionService\x12I\n" +
 	"\x06Enroll\x12\x1e.kibotos.node.v1.EnrollRequest\x1a\x1f.kibotos.node.v1.EnrollResponse\x12P\n" +
 	"\aSession\x12\x1f.kibotos.node.v1.SessionRequest\x1a .kibotos.node.v1.SessionResponse(\x010\x01\x12`\n" +
-	"\rFetchArtifact\x12%.kibotos.node.v1.FetchArtifactRequest\x1a&.kibotos.node.v1.FetchArtifactResponse0\x01B7Z5github.com/kibotos/kibotos/gen/kibotos/node/v1;nodev1b\x06proto3"
+	"\rFetchArtifact\x12%.kibotos.node.v1.FetchArtifactRequest\x1a&.kibotos.node.v1.FetchArtifactResponse0\x01\x12o\n" +
+	"\x12UploadTransferPart\x12*.kibotos.node.v1.UploadTransferPartRequest\x1a+.kibotos.node.v1.UploadTransferPartResponse(\x01B7Z5github.com/kibotos/kibotos/gen/kibotos/node/v1;nodev1b\x06proto3"
 
 var (
 	file_kibotos_node_v1_session_proto_rawDescOnce sync.Once
@@ -1433,66 +1655,72 @@ func file_kibotos_node_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_kibotos_node_v1_session_proto_goTypes = []any{
-	(ClockSynchronization)(0),      // 0: kibotos.node.v1.ClockSynchronization
-	(*EnrollRequest)(nil),          // 1: kibotos.node.v1.EnrollRequest
-	(*EnrollResponse)(nil),         // 2: kibotos.node.v1.EnrollResponse
-	(*SessionRequest)(nil),         // 3: kibotos.node.v1.SessionRequest
-	(*ExecutionProgress)(nil),      // 4: kibotos.node.v1.ExecutionProgress
-	(*SessionResponse)(nil),        // 5: kibotos.node.v1.SessionResponse
-	(*NodeHello)(nil),              // 6: kibotos.node.v1.NodeHello
-	(*SessionWelcome)(nil),         // 7: kibotos.node.v1.SessionWelcome
-	(*HostResources)(nil),          // 8: kibotos.node.v1.HostResources
-	(*StoragePoolDeclaration)(nil), // 9: kibotos.node.v1.StoragePoolDeclaration
-	(*NodeObservation)(nil),        // 10: kibotos.node.v1.NodeObservation
-	(*CachedArtifact)(nil),         // 11: kibotos.node.v1.CachedArtifact
-	(*ClockProbe)(nil),             // 12: kibotos.node.v1.ClockProbe
-	(*ClockReply)(nil),             // 13: kibotos.node.v1.ClockReply
-	(*NodeCommand)(nil),            // 14: kibotos.node.v1.NodeCommand
-	(*CommandResult)(nil),          // 15: kibotos.node.v1.CommandResult
-	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
-	(*CopyProgress)(nil),           // 17: kibotos.node.v1.CopyProgress
-	(*durationpb.Duration)(nil),    // 18: google.protobuf.Duration
-	(*ExecutionReport)(nil),        // 19: kibotos.node.v1.ExecutionReport
-	(*anypb.Any)(nil),              // 20: google.protobuf.Any
-	(*FetchArtifactRequest)(nil),   // 21: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),  // 22: kibotos.node.v1.FetchArtifactResponse
+	(ClockSynchronization)(0),          // 0: kibotos.node.v1.ClockSynchronization
+	(*EnrollRequest)(nil),              // 1: kibotos.node.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 2: kibotos.node.v1.EnrollResponse
+	(*SessionRequest)(nil),             // 3: kibotos.node.v1.SessionRequest
+	(*ExecutionProgress)(nil),          // 4: kibotos.node.v1.ExecutionProgress
+	(*SessionResponse)(nil),            // 5: kibotos.node.v1.SessionResponse
+	(*NodeHello)(nil),                  // 6: kibotos.node.v1.NodeHello
+	(*SessionWelcome)(nil),             // 7: kibotos.node.v1.SessionWelcome
+	(*HostResources)(nil),              // 8: kibotos.node.v1.HostResources
+	(*StoragePoolDeclaration)(nil),     // 9: kibotos.node.v1.StoragePoolDeclaration
+	(*NodeObservation)(nil),            // 10: kibotos.node.v1.NodeObservation
+	(*CachedArtifact)(nil),             // 11: kibotos.node.v1.CachedArtifact
+	(*ClockProbe)(nil),                 // 12: kibotos.node.v1.ClockProbe
+	(*ClockReply)(nil),                 // 13: kibotos.node.v1.ClockReply
+	(*NodeCommand)(nil),                // 14: kibotos.node.v1.NodeCommand
+	(*CommandResult)(nil),              // 15: kibotos.node.v1.CommandResult
+	(*UploadTransferPartHeader)(nil),   // 16: kibotos.node.v1.UploadTransferPartHeader
+	(*UploadTransferPartRequest)(nil),  // 17: kibotos.node.v1.UploadTransferPartRequest
+	(*UploadTransferPartResponse)(nil), // 18: kibotos.node.v1.UploadTransferPartResponse
+	(*timestamppb.Timestamp)(nil),      // 19: google.protobuf.Timestamp
+	(*CopyProgress)(nil),               // 20: kibotos.node.v1.CopyProgress
+	(*durationpb.Duration)(nil),        // 21: google.protobuf.Duration
+	(*ExecutionReport)(nil),            // 22: kibotos.node.v1.ExecutionReport
+	(*anypb.Any)(nil),                  // 23: google.protobuf.Any
+	(*FetchArtifactRequest)(nil),       // 24: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),      // 25: kibotos.node.v1.FetchArtifactResponse
 }
 var file_kibotos_node_v1_session_proto_depIdxs = []int32{
-	16, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
+	19, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
 	6,  // 1: kibotos.node.v1.SessionRequest.hello:type_name -> kibotos.node.v1.NodeHello
 	10, // 2: kibotos.node.v1.SessionRequest.observation:type_name -> kibotos.node.v1.NodeObservation
 	13, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
 	15, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
 	4,  // 5: kibotos.node.v1.SessionRequest.execution_progress:type_name -> kibotos.node.v1.ExecutionProgress
-	17, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
+	20, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
 	7,  // 7: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
 	12, // 8: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
 	14, // 9: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
 	8,  // 10: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
 	9,  // 11: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	18, // 12: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
-	16, // 13: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
-	16, // 14: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
+	21, // 12: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
+	19, // 13: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
+	19, // 14: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
 	9,  // 15: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	19, // 16: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
+	22, // 16: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
 	11, // 17: kibotos.node.v1.NodeObservation.artifacts:type_name -> kibotos.node.v1.CachedArtifact
-	16, // 18: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
+	19, // 18: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
 	0,  // 19: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
-	20, // 20: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
-	20, // 21: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
-	1,  // 22: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
-	3,  // 23: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
-	21, // 24: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
-	2,  // 25: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
-	5,  // 26: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
-	22, // 27: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
-	25, // [25:28] is the sub-list for method output_type
-	22, // [22:25] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	23, // 20: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
+	23, // 21: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
+	16, // 22: kibotos.node.v1.UploadTransferPartRequest.header:type_name -> kibotos.node.v1.UploadTransferPartHeader
+	1,  // 23: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
+	3,  // 24: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
+	24, // 25: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
+	17, // 26: kibotos.node.v1.NodeSessionService.UploadTransferPart:input_type -> kibotos.node.v1.UploadTransferPartRequest
+	2,  // 27: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
+	5,  // 28: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
+	25, // 29: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
+	18, // 30: kibotos.node.v1.NodeSessionService.UploadTransferPart:output_type -> kibotos.node.v1.UploadTransferPartResponse
+	27, // [27:31] is the sub-list for method output_type
+	23, // [23:27] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_session_proto_init() }
@@ -1517,13 +1745,17 @@ func file_kibotos_node_v1_session_proto_init() {
 	}
 	file_kibotos_node_v1_session_proto_msgTypes[8].OneofWrappers = []any{}
 	file_kibotos_node_v1_session_proto_msgTypes[9].OneofWrappers = []any{}
+	file_kibotos_node_v1_session_proto_msgTypes[16].OneofWrappers = []any{
+		(*UploadTransferPartRequest_Header)(nil),
+		(*UploadTransferPartRequest_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_session_proto_rawDesc), len(file_kibotos_node_v1_session_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -498,6 +498,152 @@ func (x *CopyProgress) GetTotalBytes() uint64 {
 	return 0
 }
 
+// ExportBlockFile sends a block file to ctrl as one part of a Transfer
+// archive, for ExportWorkspace and ExportVolume: the node reads the file's
+// data extents (SEEK_DATA/SEEK_HOLE, rounded out to 4 KiB blocks) and
+// streams the part's body (docs/TRANSFER-FORMAT.md: each extent's offset
+// and length, then its bytes) with NodeSessionService.UploadTransferPart,
+// hashing it as it goes. ctrl frames the parts into the archive. The file
+// must not change meanwhile: ctrl exports only objects no execution holds.
+// Idempotent: sent again, the part is streamed again. Result:
+// BlockFileExported. Codes: not_found when the file is missing or the pool
+// is not declared here, unavailable when the upload did not reach ctrl.
+type ExportBlockFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *BlockFileRef          `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// transfer_id is the Transfer the part belongs to.
+	TransferId string `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// part is the part's name in the archive ("volume", "layer").
+	Part          string `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportBlockFile) Reset() {
+	*x = ExportBlockFile{}
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportBlockFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportBlockFile) ProtoMessage() {}
+
+func (x *ExportBlockFile) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportBlockFile.ProtoReflect.Descriptor instead.
+func (*ExportBlockFile) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_storage_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExportBlockFile) GetRef() *BlockFileRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *ExportBlockFile) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *ExportBlockFile) GetPart() string {
+	if x != nil {
+		return x.Part
+	}
+	return ""
+}
+
+// BlockFileExported is a part ctrl received whole.
+type BlockFileExported struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// size_bytes is the part's body on the wire (extent headers included).
+	SizeBytes uint64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// logical_size_bytes is the block file's size.
+	LogicalSizeBytes uint64 `protobuf:"varint,2,opt,name=logical_size_bytes,json=logicalSizeBytes,proto3" json:"logical_size_bytes,omitempty"`
+	// extents is how many extents the body holds.
+	Extents uint32 `protobuf:"varint,3,opt,name=extents,proto3" json:"extents,omitempty"`
+	// digest is "sha256:<hex>" of the body, as the node computed it and ctrl
+	// confirmed.
+	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockFileExported) Reset() {
+	*x = BlockFileExported{}
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockFileExported) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockFileExported) ProtoMessage() {}
+
+func (x *BlockFileExported) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockFileExported.ProtoReflect.Descriptor instead.
+func (*BlockFileExported) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_storage_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *BlockFileExported) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *BlockFileExported) GetLogicalSizeBytes() uint64 {
+	if x != nil {
+		return x.LogicalSizeBytes
+	}
+	return 0
+}
+
+func (x *BlockFileExported) GetExtents() uint32 {
+	if x != nil {
+		return x.Extents
+	}
+	return 0
+}
+
+func (x *BlockFileExported) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 var File_kibotos_node_v1_storage_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_storage_proto_rawDesc = "" +
@@ -527,7 +673,18 @@ const file_kibotos_node_v1_storage_proto_rawDesc = "" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12!\n" +
 	"\fcopied_bytes\x18\x02 \x01(\x04R\vcopiedBytes\x12\x1f\n" +
 	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
-	"totalBytes*p\n" +
+	"totalBytes\"w\n" +
+	"\x0fExportBlockFile\x12/\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\x12\x12\n" +
+	"\x04part\x18\x03 \x01(\tR\x04part\"\x92\x01\n" +
+	"\x11BlockFileExported\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x04R\tsizeBytes\x12,\n" +
+	"\x12logical_size_bytes\x18\x02 \x01(\x04R\x10logicalSizeBytes\x12\x18\n" +
+	"\aextents\x18\x03 \x01(\rR\aextents\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest*p\n" +
 	"\rBlockFileKind\x12\x1f\n" +
 	"\x1bBLOCK_FILE_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16BLOCK_FILE_KIND_VOLUME\x10\x01\x12\"\n" +
@@ -546,16 +703,18 @@ func file_kibotos_node_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_kibotos_node_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_kibotos_node_v1_storage_proto_goTypes = []any{
-	(BlockFileKind)(0),      // 0: kibotos.node.v1.BlockFileKind
-	(*BlockFileRef)(nil),    // 1: kibotos.node.v1.BlockFileRef
-	(*EnsureBlockFile)(nil), // 2: kibotos.node.v1.EnsureBlockFile
-	(*RemoveBlockFile)(nil), // 3: kibotos.node.v1.RemoveBlockFile
-	(*BlockFileStatus)(nil), // 4: kibotos.node.v1.BlockFileStatus
-	(*CopyBlockFile)(nil),   // 5: kibotos.node.v1.CopyBlockFile
-	(*BlockFileCopied)(nil), // 6: kibotos.node.v1.BlockFileCopied
-	(*CopyProgress)(nil),    // 7: kibotos.node.v1.CopyProgress
+	(BlockFileKind)(0),        // 0: kibotos.node.v1.BlockFileKind
+	(*BlockFileRef)(nil),      // 1: kibotos.node.v1.BlockFileRef
+	(*EnsureBlockFile)(nil),   // 2: kibotos.node.v1.EnsureBlockFile
+	(*RemoveBlockFile)(nil),   // 3: kibotos.node.v1.RemoveBlockFile
+	(*BlockFileStatus)(nil),   // 4: kibotos.node.v1.BlockFileStatus
+	(*CopyBlockFile)(nil),     // 5: kibotos.node.v1.CopyBlockFile
+	(*BlockFileCopied)(nil),   // 6: kibotos.node.v1.BlockFileCopied
+	(*CopyProgress)(nil),      // 7: kibotos.node.v1.CopyProgress
+	(*ExportBlockFile)(nil),   // 8: kibotos.node.v1.ExportBlockFile
+	(*BlockFileExported)(nil), // 9: kibotos.node.v1.BlockFileExported
 }
 var file_kibotos_node_v1_storage_proto_depIdxs = []int32{
 	0, // 0: kibotos.node.v1.BlockFileRef.kind:type_name -> kibotos.node.v1.BlockFileKind
@@ -563,11 +722,12 @@ var file_kibotos_node_v1_storage_proto_depIdxs = []int32{
 	1, // 2: kibotos.node.v1.RemoveBlockFile.ref:type_name -> kibotos.node.v1.BlockFileRef
 	1, // 3: kibotos.node.v1.CopyBlockFile.source:type_name -> kibotos.node.v1.BlockFileRef
 	4, // 4: kibotos.node.v1.BlockFileCopied.target:type_name -> kibotos.node.v1.BlockFileStatus
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	1, // 5: kibotos.node.v1.ExportBlockFile.ref:type_name -> kibotos.node.v1.BlockFileRef
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_storage_proto_init() }
@@ -581,7 +741,7 @@ func file_kibotos_node_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_storage_proto_rawDesc), len(file_kibotos_node_v1_storage_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -83,6 +83,13 @@ type VolumeServiceClient interface {
 	// annotations_revision.
 	UpdateVolumeAnnotations(context.Context, *connect.Request[v1.UpdateVolumeAnnotationsRequest]) (*connect.Response[v1.UpdateVolumeAnnotationsResponse], error)
 	// ExportVolume captures a Volume no execution holds into a Transfer.
+	//
+	// (designed here) Like ExportWorkspace, a long command, here on the
+	// Volume: the call answers the Transfer EXPORTING, which ends COMPLETE or
+	// FAILED at FAILURE_STAGE_EXPORTING_WORKSPACE. Only an AVAILABLE Volume
+	// exports (failed_precondition otherwise: attached, deleted, lost); one
+	// with a command in progress, or moving, answers unavailable, and the
+	// Workspace bound to it does not start until the export ends.
 	ExportVolume(context.Context, *connect.Request[v1.ExportVolumeRequest]) (*connect.Response[v1.ExportVolumeResponse], error)
 }
 
@@ -223,6 +230,13 @@ type VolumeServiceHandler interface {
 	// annotations_revision.
 	UpdateVolumeAnnotations(context.Context, *connect.Request[v1.UpdateVolumeAnnotationsRequest]) (*connect.Response[v1.UpdateVolumeAnnotationsResponse], error)
 	// ExportVolume captures a Volume no execution holds into a Transfer.
+	//
+	// (designed here) Like ExportWorkspace, a long command, here on the
+	// Volume: the call answers the Transfer EXPORTING, which ends COMPLETE or
+	// FAILED at FAILURE_STAGE_EXPORTING_WORKSPACE. Only an AVAILABLE Volume
+	// exports (failed_precondition otherwise: attached, deleted, lost); one
+	// with a command in progress, or moving, answers unavailable, and the
+	// Workspace bound to it does not start until the export ends.
 	ExportVolume(context.Context, *connect.Request[v1.ExportVolumeRequest]) (*connect.Response[v1.ExportVolumeResponse], error)
 }
 

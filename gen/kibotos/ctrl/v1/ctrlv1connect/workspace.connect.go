@@ -134,6 +134,19 @@ type WorkspaceServiceClient interface {
 	UpdateWorkspaceExpiration(context.Context, *connect.Request[v1.UpdateWorkspaceExpirationRequest]) (*connect.Response[v1.UpdateWorkspaceExpirationResponse], error)
 	// ExportWorkspace captures a STOPPED Workspace (its writable layer and
 	// Volume) into a Transfer, with progress on the Transfer.
+	//
+	// (designed here) It is a long command on the Workspace: the call answers
+	// at once with the Transfer EXPORTING and the command; the Transfer is
+	// then COMPLETE, or FAILED at FAILURE_STAGE_EXPORTING_WORKSPACE with a
+	// reason. Only a Workspace with no execution exports (STOPPED, or FAILED
+	// with its execution released): failed_precondition otherwise. While the
+	// Workspace or its Volume has a command in progress or moves between
+	// pools the call answers unavailable; while the export runs, it holds
+	// the Workspace and its Volume the same way (a start, delete, move or
+	// resize answers unavailable until it ends). The archive holds the
+	// WorkspaceSpec, the template and platform revisions by digest, the
+	// Volume and (include_writable_layer) the layer an earlier start
+	// placed, sparse (docs/TRANSFER-FORMAT.md).
 	ExportWorkspace(context.Context, *connect.Request[v1.ExportWorkspaceRequest]) (*connect.Response[v1.ExportWorkspaceResponse], error)
 	// RestoreWorkspace creates a new Workspace from a Transfer.
 	RestoreWorkspace(context.Context, *connect.Request[v1.RestoreWorkspaceRequest]) (*connect.Response[v1.RestoreWorkspaceResponse], error)
@@ -397,6 +410,19 @@ type WorkspaceServiceHandler interface {
 	UpdateWorkspaceExpiration(context.Context, *connect.Request[v1.UpdateWorkspaceExpirationRequest]) (*connect.Response[v1.UpdateWorkspaceExpirationResponse], error)
 	// ExportWorkspace captures a STOPPED Workspace (its writable layer and
 	// Volume) into a Transfer, with progress on the Transfer.
+	//
+	// (designed here) It is a long command on the Workspace: the call answers
+	// at once with the Transfer EXPORTING and the command; the Transfer is
+	// then COMPLETE, or FAILED at FAILURE_STAGE_EXPORTING_WORKSPACE with a
+	// reason. Only a Workspace with no execution exports (STOPPED, or FAILED
+	// with its execution released): failed_precondition otherwise. While the
+	// Workspace or its Volume has a command in progress or moves between
+	// pools the call answers unavailable; while the export runs, it holds
+	// the Workspace and its Volume the same way (a start, delete, move or
+	// resize answers unavailable until it ends). The archive holds the
+	// WorkspaceSpec, the template and platform revisions by digest, the
+	// Volume and (include_writable_layer) the layer an earlier start
+	// placed, sparse (docs/TRANSFER-FORMAT.md).
 	ExportWorkspace(context.Context, *connect.Request[v1.ExportWorkspaceRequest]) (*connect.Response[v1.ExportWorkspaceResponse], error)
 	// RestoreWorkspace creates a new Workspace from a Transfer.
 	RestoreWorkspace(context.Context, *connect.Request[v1.RestoreWorkspaceRequest]) (*connect.Response[v1.RestoreWorkspaceResponse], error)

@@ -48,6 +48,9 @@ const (
 	// NodeSessionServiceFetchArtifactProcedure is the fully-qualified name of the NodeSessionService's
 	// FetchArtifact RPC.
 	NodeSessionServiceFetchArtifactProcedure = "/kibotos.node.v1.NodeSessionService/FetchArtifact"
+	// NodeSessionServiceUploadTransferPartProcedure is the fully-qualified name of the
+	// NodeSessionService's UploadTransferPart RPC.
+	NodeSessionServiceUploadTransferPartProcedure = "/kibotos.node.v1.NodeSessionService/UploadTransferPart"
 )
 
 // NodeSessionServiceClient is a client for the kibotos.node.v1.NodeSessionService service.
@@ -79,6 +82,15 @@ type NodeSessionServiceClient interface {
 	// and initramfs, a template's root image) to a node that needs it.
 	// Authenticated like Session. An unknown digest is not_found.
 	FetchArtifact(context.Context, *connect.Request[v1.FetchArtifactRequest]) (*connect.ServerStreamForClient[v1.FetchArtifactResponse], error)
+	// UploadTransferPart streams one part of a Transfer archive that an
+	// ExportBlockFile operation asked this node for: the first message is
+	// the header, the others the body's bytes in order. Authenticated like
+	// Session. ctrl takes it only for an operation it handed this node that
+	// is still pending (failed_precondition otherwise), keeps it once its
+	// length matches the header's (invalid_argument otherwise) and answers
+	// the length and digest it received, which the node checks against its
+	// own before it answers the operation.
+	UploadTransferPart(context.Context) *connect.ClientStreamForClient[v1.UploadTransferPartRequest, v1.UploadTransferPartResponse]
 }
 
 // NewNodeSessionServiceClient constructs a client for the kibotos.node.v1.NodeSessionService
@@ -110,14 +122,21 @@ func NewNodeSessionServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(nodeSessionServiceMethods.ByName("FetchArtifact")),
 			connect.WithClientOptions(opts...),
 		),
+		uploadTransferPart: connect.NewClient[v1.UploadTransferPartRequest, v1.UploadTransferPartResponse](
+			httpClient,
+			baseURL+NodeSessionServiceUploadTransferPartProcedure,
+			connect.WithSchema(nodeSessionServiceMethods.ByName("UploadTransferPart")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeSessionServiceClient implements NodeSessionServiceClient.
 type nodeSessionServiceClient struct {
-	enroll        *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
-	session       *connect.Client[v1.SessionRequest, v1.SessionResponse]
-	fetchArtifact *connect.Client[v1.FetchArtifactRequest, v1.FetchArtifactResponse]
+	enroll             *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
+	session            *connect.Client[v1.SessionRequest, v1.SessionResponse]
+	fetchArtifact      *connect.Client[v1.FetchArtifactRequest, v1.FetchArtifactResponse]
+	uploadTransferPart *connect.Client[v1.UploadTransferPartRequest, v1.UploadTransferPartResponse]
 }
 
 // Enroll calls kibotos.node.v1.NodeSessionService.Enroll.
@@ -133,6 +152,11 @@ func (c *nodeSessionServiceClient) Session(ctx context.Context) *connect.BidiStr
 // FetchArtifact calls kibotos.node.v1.NodeSessionService.FetchArtifact.
 func (c *nodeSessionServiceClient) FetchArtifact(ctx context.Context, req *connect.Request[v1.FetchArtifactRequest]) (*connect.ServerStreamForClient[v1.FetchArtifactResponse], error) {
 	return c.fetchArtifact.CallServerStream(ctx, req)
+}
+
+// UploadTransferPart calls kibotos.node.v1.NodeSessionService.UploadTransferPart.
+func (c *nodeSessionServiceClient) UploadTransferPart(ctx context.Context) *connect.ClientStreamForClient[v1.UploadTransferPartRequest, v1.UploadTransferPartResponse] {
+	return c.uploadTransferPart.CallClientStream(ctx)
 }
 
 // NodeSessionServiceHandler is an implementation of the kibotos.node.v1.NodeSessionService service.
@@ -164,6 +188,15 @@ type NodeSessionServiceHandler interface {
 	// and initramfs, a template's root image) to a node that needs it.
 	// Authenticated like Session. An unknown digest is not_found.
 	FetchArtifact(context.Context, *connect.Request[v1.FetchArtifactRequest], *connect.ServerStream[v1.FetchArtifactResponse]) error
+	// UploadTransferPart streams one part of a Transfer archive that an
+	// ExportBlockFile operation asked this node for: the first message is
+	// the header, the others the body's bytes in order. Authenticated like
+	// Session. ctrl takes it only for an operation it handed this node that
+	// is still pending (failed_precondition otherwise), keeps it once its
+	// length matches the header's (invalid_argument otherwise) and answers
+	// the length and digest it received, which the node checks against its
+	// own before it answers the operation.
+	UploadTransferPart(context.Context, *connect.ClientStream[v1.UploadTransferPartRequest]) (*connect.Response[v1.UploadTransferPartResponse], error)
 }
 
 // NewNodeSessionServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -191,6 +224,12 @@ func NewNodeSessionServiceHandler(svc NodeSessionServiceHandler, opts ...connect
 		connect.WithSchema(nodeSessionServiceMethods.ByName("FetchArtifact")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeSessionServiceUploadTransferPartHandler := connect.NewClientStreamHandler(
+		NodeSessionServiceUploadTransferPartProcedure,
+		svc.UploadTransferPart,
+		connect.WithSchema(nodeSessionServiceMethods.ByName("UploadTransferPart")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.node.v1.NodeSessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeSessionServiceEnrollProcedure:
@@ -199,6 +238,8 @@ func NewNodeSessionServiceHandler(svc NodeSessionServiceHandler, opts ...connect
 			nodeSessionServiceSessionHandler.ServeHTTP(w, r)
 		case NodeSessionServiceFetchArtifactProcedure:
 			nodeSessionServiceFetchArtifactHandler.ServeHTTP(w, r)
+		case NodeSessionServiceUploadTransferPartProcedure:
+			nodeSessionServiceUploadTransferPartHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -218,4 +259,8 @@ func (UnimplementedNodeSessionServiceHandler) Session(context.Context, *connect.
 
 func (UnimplementedNodeSessionServiceHandler) FetchArtifact(context.Context, *connect.Request[v1.FetchArtifactRequest], *connect.ServerStream[v1.FetchArtifactResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.node.v1.NodeSessionService.FetchArtifact is not implemented"))
+}
+
+func (UnimplementedNodeSessionServiceHandler) UploadTransferPart(context.Context, *connect.ClientStream[v1.UploadTransferPartRequest]) (*connect.Response[v1.UploadTransferPartResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.node.v1.NodeSessionService.UploadTransferPart is not implemented"))
 }

@@ -1,0 +1,202 @@
+package transfer_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/store/storetest"
+	"github.com/kibotos/kibotos/internal/testenv"
+	"github.com/kibotos/kibotos/internal/transfer/archive"
+)
+
+// fleet is a real ctrl on one database kind with one real node agent
+// declaring one pool: what an export needs to read a block file.
+type fleet struct {
+	t     *testing.T
+	c     *testenv.Cluster
+	node  *testenv.Node
+	state string // ctrl's state directory
+}
+
+func newFleet(t *testing.T, b storetest.Backend) *fleet {
+	dsn, state := b.DSN(t), t.TempDir()
+	c := testenv.New(t, testenv.FastFleet(), func(cfg *ctrl.Config) { cfg.Database, cfg.StateDir = dsn, state })
+	n := c.StartNode(t, "node-a", "", t.TempDir())
+	c.EnsureCapacity(t, "default", 1<<30)
+	return &fleet{t: t, c: c, node: n, state: state}
+}
+
+// volume creates an AVAILABLE Volume of capacity and returns its id.
+func (f *fleet) volume(commandID string, capacity uint64) string {
+	f.t.Helper()
+	res, err := f.c.Volumes.CreateVolume(ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{
+		Command: cmd(commandID), Spec: &ctrlv1.VolumeSpec{CapacityBytes: capacity},
+	}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	id := res.Msg.GetVolume().GetVolumeId()
+	testenv.WaitFor(f.t, "volume "+id+" AVAILABLE", func() bool {
+		got, err := f.c.Volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
+		return err == nil && got.Msg.GetVolume().GetState() == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+	})
+	return id
+}
+
+func (f *fleet) export(commandID, volumeID string) (*ctrlv1.Transfer, error) {
+	res, err := f.c.Volumes.ExportVolume(ctx, connect.NewRequest(&ctrlv1.ExportVolumeRequest{Command: cmd(commandID), VolumeId: volumeID}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg.GetTransfer(), nil
+}
+
+// settled waits until Transfer id is no longer EXPORTING.
+func (f *fleet) settled(id string) *ctrlv1.Transfer {
+	f.t.Helper()
+	var tr *ctrlv1.Transfer
+	testenv.WaitFor(f.t, "transfer "+id+" settled", func() bool {
+		res, err := f.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: id}))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		tr = res.Msg.GetTransfer()
+		return tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING
+	})
+	return tr
+}
+
+func (f *fleet) download(id string) []byte {
+	f.t.Helper()
+	stream, err := f.c.Transfers.DownloadTransfer(ctx, connect.NewRequest(&ctrlv1.DownloadTransferRequest{TransferId: id}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for stream.Receive() {
+		buf.Write(stream.Msg().GetData())
+	}
+	if err := stream.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// scribble writes a few MiB at far-apart offsets of a block file, as a
+// guest would, and returns the file's content.
+func scribble(t *testing.T, path string) []byte {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, off := range []int64{8 << 20, 40 << 20, 100 << 20} {
+		if _, err := f.WriteAt(bytes.Repeat([]byte(fmt.Sprintf("kibotos %d ", i)), 1<<17), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// An exported Volume is a COMPLETE Transfer whose archive carries the
+// block file's used blocks only and restores to the same bytes; the
+// manifest names the Volume; a replay answers the same Transfer, other
+// input under the same command id is already_exists.
+func TestExportVolumeCarriesItsBlocks(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			f := newFleet(t, b)
+			id := f.volume("vol-1", 128<<20)
+			want := scribble(t, f.node.PoolFile(id))
+
+			tr, err := f.export("export-1", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING || tr.GetManifest().GetSourceVolumeId() != id ||
+				tr.GetManifest().GetVolumeCapacityBytes() != 128<<20 {
+				t.Fatalf("admitted transfer %v", tr)
+			}
+			if again, err := f.export("export-1", id); err != nil || again.GetTransferId() != tr.GetTransferId() {
+				t.Fatalf("replay: %v, %v", again, err)
+			}
+			if _, err := f.export("export-1", "vol-other"); connect.CodeOf(err) != connect.CodeAlreadyExists {
+				t.Fatalf("same command id, other volume: %v", err)
+			}
+
+			done := f.settled(tr.GetTransferId())
+			m := done.GetManifest()
+			if done.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE || m.GetCompleteness() != ctrlv1.Completeness_COMPLETENESS_COMPLETE ||
+				done.GetDoneBytes() != m.GetSizeBytes() || done.GetTotalBytes() != m.GetSizeBytes() || m.GetCreatedAt() == nil {
+				t.Fatalf("settled transfer %v", done)
+			}
+			data := f.download(tr.GetTransferId())
+			if uint64(len(data)) != m.GetSizeBytes() || fmt.Sprintf("sha256:%x", sha256.Sum256(data)) != m.GetDigest() {
+				t.Fatalf("downloaded %d bytes; manifest says %d bytes, %s", len(data), m.GetSizeBytes(), m.GetDigest())
+			}
+			// Sparse: the archive is the few MiB written (and what mkfs
+			// wrote), not the 128 MiB the Volume declares.
+			if len(data) > 32<<20 {
+				t.Errorf("archive of %d bytes for a Volume with about 3 MiB written", len(data))
+			}
+			dir := t.TempDir()
+			if _, err := archive.Extract(bytes.NewReader(data), dir, archive.Limits{}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, "volume"))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("the archive's volume part differs from the block file (%v)", err)
+			}
+			if leftovers, _ := filepath.Glob(filepath.Join(f.state, "artifacts", "transfers", "*.parts")); len(leftovers) != 0 {
+				t.Errorf("staged parts left: %v", leftovers)
+			}
+		})
+	}
+}
+
+// Refusals change nothing: a missing Volume is not_found, a missing id
+// invalid_argument; an export holds the Volume (a resize or another export
+// answers unavailable until it ended).
+func TestExportVolumeRefusals(t *testing.T) {
+	f := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	if _, err := f.export("x-1", ""); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("no volume_id: %v", err)
+	}
+	if _, err := f.export("x-2", "vol-nope"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("missing volume: %v", err)
+	}
+	if _, err := f.export("", "vol-nope"); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("no command id: %v", err)
+	}
+	id := f.volume("vol-1", 64<<20)
+	f.node.Stop(t) // the export cannot end while no node reaches the pool
+	tr, err := f.export("export-1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.export("export-2", id); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("a second export while the first runs: %v", err)
+	}
+	_, err = f.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("resize-1"), VolumeId: id, CapacityBytes: 128 << 20}))
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("a resize while the export runs: %v", err)
+	}
+	if _, err := f.c.Transfers.DeleteTransfer(ctx, connect.NewRequest(&ctrlv1.DeleteTransferRequest{Command: cmd("del-1"), TransferId: tr.GetTransferId()})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("deleting an EXPORTING transfer: %v", err)
+	}
+}
