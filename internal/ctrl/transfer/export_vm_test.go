@@ -1,0 +1,132 @@
+package transfer_test
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/store/storetest"
+	"github.com/kibotos/kibotos/internal/testenv"
+	"github.com/kibotos/kibotos/internal/transfer/archive"
+)
+
+// vmWait bounds what waits for a VM to boot under TCG on a loaded machine.
+const vmWait = 4 * time.Minute
+
+func (f *fleet) workspace(id string) *ctrlv1.Workspace {
+	f.t.Helper()
+	res, err := f.c.Workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return res.Msg.GetWorkspace()
+}
+
+func (f *fleet) waitWorkspace(id string, want ctrlv1.WorkspaceState) {
+	f.t.Helper()
+	deadline := time.Now().Add(vmWait)
+	for w := f.workspace(id); w.GetState() != want; w = f.workspace(id) {
+		if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED || time.Now().After(deadline) {
+			f.t.Fatalf("workspace %s is %v (failure %v), want %v", id, w.GetState(), w.GetFailure(), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// catFrom reads a file out of an ext4 image without mounting it.
+func catFrom(t *testing.T, image, path string) string {
+	t.Helper()
+	out, err := exec.Command("debugfs", "-R", "cat "+path, image).Output()
+	if err != nil {
+		t.Fatalf("debugfs cat %s in %s: %v", path, image, err)
+	}
+	return string(out)
+}
+
+// A stopped Workspace on a real microVM exports with what its guest wrote
+// in / (the writable layer's overlay upper directory) and in its Volume;
+// the command is the Workspace's EXPORT, and the archive's manifest names
+// the Workspace, its template and resources.
+func TestExportWorkspaceCarriesTheGuestsData(t *testing.T) {
+	if _, err := exec.LookPath("debugfs"); err != nil {
+		t.Fatal("debugfs (e2fsprogs) is needed to read the exported images")
+	}
+	f := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	t.Cleanup(f.node.PowerOff)
+	f.c.BootableCatalog(t)
+	res, err := f.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: cmd("create-1"),
+		Spec: &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerCapacityBytes: 256 << 20},
+			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: 64 << 20}, MountPath: "/data"},
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Msg.GetWorkspace().GetWorkspaceId()
+	f.waitWorkspace(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, code := f.c.Exec(t, id, "sh", "-c", "echo in-the-layer > /kept && echo in-the-volume > /data/kept && sync"); code != 0 {
+		t.Fatalf("writing in the guest: %d %s", code, out)
+	}
+	if _, err := f.c.Workspaces.ExportWorkspace(ctx, connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{Command: cmd("export-running"), WorkspaceId: id})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("exporting a running Workspace: %v, want failed_precondition", err)
+	}
+	if _, err := f.c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd("stop-1"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	f.waitWorkspace(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+
+	exp, err := f.c.Workspaces.ExportWorkspace(ctx, connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{
+		Command: cmd("export-1"), WorkspaceId: id, IncludeWritableLayer: true,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := exp.Msg.GetCommand(); c.GetKind() != ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_EXPORT || c.GetWorkspaceId() != id {
+		t.Errorf("export command %v", c)
+	}
+	tr := f.settled(exp.Msg.GetTransfer().GetTransferId())
+	m := tr.GetManifest()
+	if tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE || m.GetSourceWorkspaceId() != id || m.GetTemplate().GetTemplate() == "" ||
+		m.GetResources().GetMemoryBytes() != 256<<20 || m.GetVolumeCapacityBytes() != 64<<20 {
+		t.Fatalf("exported transfer %v", tr)
+	}
+	cmdRes, err := f.c.Workspaces.GetWorkspaceCommand(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: id, CommandId: "export-1"}))
+	if err != nil || cmdRes.Msg.GetCommand().GetState() != ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED {
+		t.Errorf("the export command once the Transfer is COMPLETE: %v %v", cmdRes, err)
+	}
+
+	dir := t.TempDir()
+	manifest, err := archive.Extract(bytes.NewReader(f.download(tr.GetTransferId())), dir, archive.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if manifest.Source.Kind != archive.SourceWorkspace || manifest.Source.ID != id || manifest.Template == nil || manifest.Template.Digest == "" || manifest.Platform == nil || len(manifest.Parts) != 2 {
+		t.Fatalf("archive manifest %+v", manifest)
+	}
+	if got := strings.TrimSpace(catFrom(t, filepath.Join(dir, "layer"), "/upper/kept")); got != "in-the-layer" {
+		t.Errorf("/kept in the exported layer: %q", got)
+	}
+	if got := strings.TrimSpace(catFrom(t, filepath.Join(dir, "volume"), "/kept")); got != "in-the-volume" {
+		t.Errorf("/data/kept in the exported Volume: %q", got)
+	}
+	// The export over, the Workspace starts again as it was.
+	if _, err := f.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-2"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	f.waitWorkspace(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, _ := f.c.Exec(t, id, "cat", "/kept", "/data/kept"); out != "in-the-layer\nin-the-volume\n" {
+		t.Errorf("after the export the guest reads %q", out)
+	}
+	testenv.WaitFor(t, "nothing staged left", func() bool {
+		left, _ := filepath.Glob(filepath.Join(f.state, "artifacts", "transfers", "*.parts"))
+		return len(left) == 0
+	})
+}
