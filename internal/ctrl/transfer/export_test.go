@@ -3,15 +3,19 @@ package transfer_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
 	"github.com/kibotos/kibotos/internal/transfer/archive"
@@ -198,5 +202,35 @@ func TestExportVolumeRefusals(t *testing.T) {
 	}
 	if _, err := f.c.Transfers.DeleteTransfer(ctx, connect.NewRequest(&ctrlv1.DeleteTransferRequest{Command: cmd("del-1"), TransferId: tr.GetTransferId()})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("deleting an EXPORTING transfer: %v", err)
+	}
+}
+
+// While a Volume moves between pools it is not exported: the export answers
+// unavailable naming the move's command, and admits nothing.
+func TestExportWaitsForAMove(t *testing.T) {
+	dsn := storetest.SQLiteDSN(t)
+	c := testenv.New(t, testenv.FastFleet(), testenv.WithMoveWait(100*time.Millisecond), func(cfg *ctrl.Config) { cfg.Database = dsn })
+	n := c.StartNodeWithPools(t, "node-a", "", node.Pool{Name: "pool-a", Dir: t.TempDir(), Default: true}, node.Pool{Name: "pool-b", Dir: t.TempDir()})
+	c.EnsureCapacity(t, "pool-a", 1<<30)
+	c.EnsureCapacity(t, "pool-b", 1<<30)
+	f := &fleet{t: t, c: c, node: n}
+	id := f.volume("vol-1", 64<<20)
+	n.Stop(t) // the move cannot settle while no node copies it
+	_, err := c.Nodes.MoveVolume(ctx, connect.NewRequest(&operatorv1.MoveVolumeRequest{Command: cmd("move-1"), VolumeId: id, StoragePool: "pool-b"}))
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("a move with no node to copy it: %v, want unavailable while it has not settled", err)
+	}
+	_, err = f.export("export-1", id)
+	var ce *connect.Error
+	if connect.CodeOf(err) != connect.CodeUnavailable || !errors.As(err, &ce) || len(ce.Details()) == 0 {
+		t.Fatalf("exporting a moving Volume: %v, want unavailable with details", err)
+	}
+	d, _ := ce.Details()[0].Value()
+	if d.(*ctrlv1.ErrorDetail).GetCommandId() != "move-1" {
+		t.Errorf("the refusal names command %v, want move-1", d)
+	}
+	list, err := c.Transfers.ListTransfers(ctx, connect.NewRequest(&ctrlv1.ListTransfersRequest{}))
+	if err != nil || len(list.Msg.GetTransfers()) != 0 {
+		t.Errorf("transfers after a refused export: %v %v", list, err)
 	}
 }
