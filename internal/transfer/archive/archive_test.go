@@ -82,16 +82,7 @@ func size(t testing.TB, f *os.File) int64 {
 // used blocks, and the restored file has the same content and holes.
 func TestRoundTripSparseBlockFile(t *testing.T) {
 	dir := t.TempDir()
-	writes := map[int64]int64{0: mib, 300 * mib: 2 * mib, 700*mib + 4*kib: 512 * kib, gib - 64*kib: 64 * kib}
-	src := sparseFile(t, filepath.Join(dir, "src"), gib, writes)
-	blob := sparseFile(t, filepath.Join(dir, "image"), 10*kib+3, map[int64]int64{0: 10*kib + 3})
-
-	var buf bytes.Buffer
-	w, err := archive.Write(context.Background(), &buf, workspaceManifest(),
-		[]archive.Input{{Name: "rootfs", Kind: archive.KindBlock, File: src}, {Name: "template-image", Kind: archive.KindBlob, File: blob}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, blob, buf, w := writeSample(t, dir)
 	used := usedBytes(t, src)
 	if used > 4*mib || used < 3*mib {
 		t.Fatalf("source uses %d bytes; the test meant a few MiB", used)
@@ -123,6 +114,23 @@ func TestRoundTripSparseBlockFile(t *testing.T) {
 		t.Fatalf("manifest read back as %+v", m)
 	}
 	sameRestored(t, out, src, blob)
+}
+
+// writeSample writes in dir a 1 GiB sparse file holding a few MiB of data
+// in 4 places and a small blob, and an archive of them as the parts rootfs
+// (block) and template-image (blob).
+func writeSample(t *testing.T, dir string) (src, blob *os.File, buf *bytes.Buffer, w *archive.Written) {
+	t.Helper()
+	writes := map[int64]int64{0: mib, 300 * mib: 2 * mib, 700*mib + 4*kib: 512 * kib, gib - 64*kib: 64 * kib}
+	src = sparseFile(t, filepath.Join(dir, "src"), gib, writes)
+	blob = sparseFile(t, filepath.Join(dir, "image"), 10*kib+3, map[int64]int64{0: 10*kib + 3})
+	buf = &bytes.Buffer{}
+	w, err := archive.Write(context.Background(), buf, workspaceManifest(),
+		[]archive.Input{{Name: "rootfs", Kind: archive.KindBlock, File: src}, {Name: "template-image", Kind: archive.KindBlob, File: blob}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, blob, buf, w
 }
 
 // sameRestored checks that dir holds the part rootfs as src, content and

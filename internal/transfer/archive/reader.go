@@ -62,19 +62,31 @@ func Verify(r io.Reader, lim Limits) (*Manifest, error) { return Read(r, lim, ni
 // reader reads the archive, hashing what the trailer's digest covers.
 type reader struct {
 	r *bufio.Reader
+	// h hashes every byte read; nil where nothing is hashed (a manifest
+	// Locate reads, a body ReadBody reads, whose digest is its own).
 	h hash.Hash
+	// n counts the bytes read.
+	n int64
 }
 
-// full reads exactly len(b) bytes into b, hashing them.
+// full reads exactly len(b) bytes into b, hashing and counting them.
 func (in *reader) full(b []byte) error {
 	if _, err := io.ReadFull(in.r, b); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return ErrTruncated
-		}
-		return err
+		return truncated(err)
 	}
-	in.h.Write(b)
+	if in.h != nil {
+		in.h.Write(b)
+	}
+	in.n += int64(len(b))
 	return nil
+}
+
+// truncated is err of a read that ended early as ErrTruncated.
+func truncated(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return ErrTruncated
+	}
+	return err
 }
 
 func (in *reader) header(lim Limits) (*Manifest, error) {
@@ -156,6 +168,13 @@ func (in *reader) part(index uint32, p Part, sink Sink) error {
 	if size := binary.BigEndian.Uint64(b[4:]); size != p.Size {
 		return fmt.Errorf("%w: frame of %d bytes, the manifest declares %d", ErrPartSize, size, p.Size)
 	}
+	return in.body(p, sink)
+}
+
+// body reads and verifies the body of part p, its frame header already
+// read, into sink: Truncate to its logical size first, then its non-zero
+// blocks. It takes p.Size bytes of in at most.
+func (in *reader) body(p Part, sink Sink) (err error) {
 	if sink != nil {
 		if err := sink.Truncate(int64(p.LogicalSize)); err != nil {
 			return err

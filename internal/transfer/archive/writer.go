@@ -130,10 +130,7 @@ func (h *hashWriter) header(manifestLen int) {
 // part frames and streams one part, checking its length and digest
 // against p again: the manifest, already written, vouches for them.
 func (h *hashWriter) part(ctx context.Context, index uint32, p Part, b body) error {
-	var hdr [partHeaderSize]byte
-	copy(hdr[:], partTag)
-	binary.BigEndian.PutUint32(hdr[4:], index)
-	binary.BigEndian.PutUint64(hdr[8:], p.Size)
+	hdr := partFrame(index, p.Size)
 	h.write(hdr[:])
 	sum := sha256.New()
 	n, err := b.stream(ctx, io.MultiWriter(h, sum))
@@ -146,10 +143,25 @@ func (h *hashWriter) part(ctx context.Context, index uint32, p Part, b body) err
 	return h.err
 }
 
-func (h *hashWriter) trailer(parts uint32) error {
-	var b [8]byte
+// partFrame is the frame header of part index, size bytes long.
+func partFrame(index uint32, size uint64) [partHeaderSize]byte {
+	var hdr [partHeaderSize]byte
+	copy(hdr[:], partTag)
+	binary.BigEndian.PutUint32(hdr[4:], index)
+	binary.BigEndian.PutUint64(hdr[8:], size)
+	return hdr
+}
+
+// trailerFrame is the trailer's tag and part count, before its digest.
+func trailerFrame(parts uint32) [trailerSize - sha256.Size]byte {
+	var b [trailerSize - sha256.Size]byte
 	copy(b[:], trailerTag)
 	binary.BigEndian.PutUint32(b[4:], parts)
+	return b
+}
+
+func (h *hashWriter) trailer(parts uint32) error {
+	b := trailerFrame(parts)
 	h.write(b[:])
 	sum := h.trail.Sum(nil)
 	h.write(sum)
