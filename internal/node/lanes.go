@@ -138,6 +138,11 @@ func objectKey(cmd *nodev1.NodeCommand) string {
 		if body.UnmarshalTo(&op) == nil {
 			return blockFileKey(op.GetRef())
 		}
+	case importBlockFileName:
+		var op nodev1.ImportBlockFile
+		if body.UnmarshalTo(&op) == nil {
+			return blockFileKey(op.GetRef())
+		}
 	case startExecutionName:
 		var op nodev1.StartExecution
 		if body.UnmarshalTo(&op) == nil {
@@ -222,6 +227,7 @@ var (
 	removeBlockFileName    = nameOf((*nodev1.RemoveBlockFile)(nil))
 	copyBlockFileName      = nameOf((*nodev1.CopyBlockFile)(nil))
 	exportBlockFileName    = nameOf((*nodev1.ExportBlockFile)(nil))
+	importBlockFileName    = nameOf((*nodev1.ImportBlockFile)(nil))
 	startExecutionName     = nameOf((*nodev1.StartExecution)(nil))
 	stopExecutionName      = nameOf((*nodev1.StopExecution)(nil))
 	applyNetworkPolicyName = nameOf((*nodev1.ApplyNetworkPolicy)(nil))
@@ -267,6 +273,12 @@ func (a *agent) apply(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Comm
 			return failure("", connect.CodeInvalidArgument, "ExportBlockFile: "+err.Error())
 		}
 		return a.exportBlockFile(ctx, cmd.GetOperationId(), &op)
+	case importBlockFileName:
+		var op nodev1.ImportBlockFile
+		if err := body.UnmarshalTo(&op); err != nil {
+			return failure("", connect.CodeInvalidArgument, "ImportBlockFile: "+err.Error())
+		}
+		return a.importBlockFile(ctx, cmd.GetOperationId(), &op)
 	case startExecutionName:
 		var op nodev1.StartExecution
 		if err := body.UnmarshalTo(&op); err != nil {

@@ -182,6 +182,14 @@ type nodeSessionHandler struct {
 	t *transfer.Service
 }
 
+func (h nodeSessionHandler) FetchTransferPart(ctx context.Context, req *connect.Request[nodev1.FetchTransferPartRequest], stream *connect.ServerStream[nodev1.FetchTransferPartResponse]) error {
+	nodeID, err := h.f.AuthenticateNode(ctx, req.Header())
+	if err != nil {
+		return err
+	}
+	return h.t.ServePart(ctx, nodeID, req.Msg, stream.Send)
+}
+
 func (h nodeSessionHandler) UploadTransferPart(ctx context.Context, stream *connect.ClientStream[nodev1.UploadTransferPartRequest]) (*connect.Response[nodev1.UploadTransferPartResponse], error) {
 	nodeID, err := h.f.AuthenticateNode(ctx, stream.RequestHeader())
 	if err != nil {
@@ -203,11 +211,14 @@ func (h nodeSessionHandler) Session(ctx context.Context, stream *connect.BidiStr
 }
 
 // workspaceHandler serves WorkspaceService; the Transfer domain exports.
-// RestoreWorkspace is not built (docs/TRANSFER-FORMAT.md).
 type workspaceHandler struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	w *workspace.Service
 	t *transfer.Service
+}
+
+func (h workspaceHandler) RestoreWorkspace(ctx context.Context, req *connect.Request[ctrlv1.RestoreWorkspaceRequest]) (*connect.Response[ctrlv1.RestoreWorkspaceResponse], error) {
+	return respond(h.w.Restore(ctx, req.Msg))
 }
 
 func (h workspaceHandler) ExportWorkspace(ctx context.Context, req *connect.Request[ctrlv1.ExportWorkspaceRequest]) (*connect.Response[ctrlv1.ExportWorkspaceResponse], error) {

@@ -2,6 +2,8 @@ package transfer_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -129,4 +131,60 @@ func TestExportWorkspaceCarriesTheGuestsData(t *testing.T) {
 		left, _ := filepath.Glob(filepath.Join(f.state, "artifacts", "transfers", "*.parts"))
 		return len(left) == 0
 	})
+
+	restoreElsewhere(t, f.download(tr.GetTransferId()), id)
+}
+
+// restoreElsewhere imports an archive into a second ctrl with its own node
+// and state, restores it there and reads the guest's data back: the layer
+// continues (retention CONTINUED) and the Volume is a new one.
+func restoreElsewhere(t *testing.T, data []byte, sourceID string) {
+	g := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	t.Cleanup(g.node.PowerOff)
+	g.c.BootableCatalog(t)
+	up := g.c.Transfers.ImportTransfer(ctx)
+	sum := sha256.Sum256(data)
+	if err := up.Send(&ctrlv1.ImportTransferRequest{Part: &ctrlv1.ImportTransferRequest_Header{Header: &ctrlv1.ImportTransferHeader{
+		Command: cmd("import-1"), SizeBytes: uint64(len(data)), Digest: fmt.Sprintf("sha256:%x", sum),
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(data); off += 1 << 20 {
+		if err := up.Send(&ctrlv1.ImportTransferRequest{Part: &ctrlv1.ImportTransferRequest_Data{Data: data[off:min(off+1<<20, len(data))]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	imported, err := up.CloseAndReceive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trID := imported.Msg.GetTransfer().GetTransferId()
+
+	res, err := g.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-1"), TransferId: trID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := res.Msg.GetWorkspace()
+	if c := res.Msg.GetCommand(); c.GetKind() != ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_RESTORE || w.GetWorkspaceId() == sourceID ||
+		w.GetSpec().GetResources().GetMemoryBytes() != 256<<20 || w.GetSpec().GetVolume().GetMountPath() != "/data" {
+		t.Fatalf("restore admitted %v, command %v", w, c)
+	}
+	if again, err := g.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-1"), TransferId: trID})); err != nil ||
+		again.Msg.GetWorkspace().GetWorkspaceId() != w.GetWorkspaceId() {
+		t.Fatalf("replay: %v %v", again, err)
+	}
+	g.waitWorkspace(w.GetWorkspaceId(), ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, _ := g.c.Exec(t, w.GetWorkspaceId(), "cat", "/kept", "/data/kept"); out != "in-the-layer\nin-the-volume\n" {
+		t.Errorf("the restored guest reads %q", out)
+	}
+	restored := g.workspace(w.GetWorkspaceId())
+	for _, tier := range restored.GetRetentionTiers() {
+		if tier.GetKind() == ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT && tier.GetContinuity() != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED {
+			t.Errorf("BEST_EFFORT tier of the restored Workspace: %v, want CONTINUED", tier)
+		}
+	}
+	got, err := g.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: trID}))
+	if err != nil || got.Msg.GetTransfer().GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORED {
+		t.Errorf("the Transfer after the restore: %v %v", got, err)
+	}
 }

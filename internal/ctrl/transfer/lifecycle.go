@@ -16,12 +16,17 @@ import (
 	"github.com/kibotos/kibotos/internal/store"
 )
 
-// downloadable says whether a Transfer's archive is complete and kept.
+// downloadable says whether a Transfer's archive is complete and kept: it
+// downloads and restores.
 func downloadable(st ctrlv1.TransferState) bool {
-	return st == ctrlv1.TransferState_TRANSFER_STATE_COMPLETE || st == ctrlv1.TransferState_TRANSFER_STATE_IMPORTED
+	switch st {
+	case ctrlv1.TransferState_TRANSFER_STATE_COMPLETE, ctrlv1.TransferState_TRANSFER_STATE_IMPORTED, ctrlv1.TransferState_TRANSFER_STATE_RESTORED:
+		return true
+	}
+	return false
 }
 
-// DownloadTransfer streams a COMPLETE or IMPORTED Transfer's archive from
+// DownloadTransfer streams a COMPLETE, IMPORTED or RESTORED Transfer's archive from
 // req.offset to its end, each chunk with its offset, so that a download cut
 // short resumes where it stopped.
 func (s *Service) DownloadTransfer(ctx context.Context, req *ctrlv1.DownloadTransferRequest, send func(*ctrlv1.DownloadTransferResponse) error) error {
@@ -30,7 +35,7 @@ func (s *Service) DownloadTransfer(ctx context.Context, req *ctrlv1.DownloadTran
 		return err
 	}
 	if !downloadable(tr.GetState()) {
-		return apierr.Precondition(nil, "transfer %s is %s: only a COMPLETE or IMPORTED Transfer can be downloaded",
+		return apierr.Precondition(nil, "transfer %s is %s: only a COMPLETE, IMPORTED or RESTORED Transfer can be downloaded",
 			tr.GetTransferId(), stateName(tr.GetState()))
 	}
 	size := tr.GetManifest().GetSizeBytes()

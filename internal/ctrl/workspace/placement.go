@@ -60,8 +60,11 @@ type launchPlan struct {
 func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 	plan, wait, err := s.plan(ctx, wk)
 	stage := ctrlv1.FailureStage_FAILURE_STAGE_STARTING
-	if wk.Command().GetKind() == kindCreate {
+	switch wk.Command().GetKind() {
+	case kindCreate:
 		stage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING
+	case kindRestore:
+		stage = restoreStage
 	}
 	if v := plan.GetVolume(); err == nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
 		// Its pool was declared lost while the start waited.
@@ -88,6 +91,11 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 			return s.failStart(ctx, wk, poolRefusal.Failure(ctrlv1.FailureStage_FAILURE_STAGE_PLACING, s.now()))
 		case refusal != nil:
 			return s.placementRefused(ctx, wk, refusal)
+		}
+	}
+	if wk.Command().GetKind() == kindRestore {
+		if done, err := s.importParts(ctx, wk, plan, nodeID); !done || err != nil {
+			return err
 		}
 	}
 	if v := plan.volume; v != nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING {
@@ -121,7 +129,12 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 	if err := answer.Result.UnmarshalTo(status); err != nil {
 		return err
 	}
-	return wk.Succeed(ctx, func(tx *store.Tx) error { return s.started(tx, plan, nodeID, start, status) })
+	return wk.Succeed(ctx, func(tx *store.Tx) error {
+		if err := s.started(tx, plan, nodeID, start, status); err != nil {
+			return err
+		}
+		return s.endRestore(tx, wk, true)
+	})
 }
 
 // GetVolume is the bound Volume, nil for none (or no plan).
@@ -405,6 +418,9 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 			if err := f(tx); err != nil {
 				return err
 			}
+		}
+		if err := s.endRestore(tx, wk, false); err != nil {
+			return err
 		}
 		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) {
 			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED

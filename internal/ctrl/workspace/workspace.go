@@ -55,6 +55,7 @@ type Service struct {
 func New(s *store.Store, f *fleet.Fleet, v *volume.Service, r Runner) *Service {
 	w := &Service{store: s, fleet: f, volumes: v, runner: r, now: time.Now}
 	r.Handle(kindCreate, w.runPlacement)
+	r.Handle(kindRestore, w.runPlacement)
 	r.Handle(kindStart, w.runPlacement)
 	r.Handle(kindStop, w.runStop)
 	r.Handle(kindPolicy, w.runPolicy)
@@ -67,6 +68,7 @@ func New(s *store.Store, f *fleet.Fleet, v *volume.Service, r Runner) *Service {
 // Command kinds of this domain.
 const (
 	kindCreate      = "CreateWorkspace"
+	kindRestore     = "RestoreWorkspace"
 	kindStart       = "StartWorkspace"
 	kindStop        = "StopWorkspace"
 	kindDelete      = "DeleteWorkspace"
@@ -80,7 +82,7 @@ const (
 )
 
 var commandKinds = map[string]ctrlv1.WorkspaceCommandKind{
-	kindCreate: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE, kindStart: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_START,
+	kindCreate: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE, kindRestore: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_RESTORE, kindStart: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_START,
 	kindStop: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_STOP, kindDelete: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_DELETE,
 	kindMemory: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_MEMORY, kindBinding: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_VOLUME_BINDING,
 	kindLayer: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_RESIZE_WRITABLE_LAYER, kindPolicy: ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_UPDATE_NETWORK_POLICY,
@@ -119,6 +121,27 @@ func (s *Service) Create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 // create admits req under the command input given (req itself, or the
 // ...OnNode request around it), placed on nodeID only when it is set.
 func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest, input proto.Message, nodeID string) (*ctrlv1.CreateWorkspaceResponse, error) {
+	res, err := s.admitCreate(ctx, req, input, nodeID, creation{kind: kindCreate,
+		respond: func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message {
+			return &ctrlv1.CreateWorkspaceResponse{Workspace: w, Command: c}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*ctrlv1.CreateWorkspaceResponse), nil
+}
+
+// creation is how a command that makes a Workspace is admitted: its kind,
+// what else its admission writes (in the same transaction, before the
+// Workspace) and its response.
+type creation struct {
+	kind    string
+	also    func(tx *store.Tx, now time.Time) error
+	respond func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message
+}
+
+// admitCreate validates req and admits it as c says.
+func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest, input proto.Message, nodeID string, c creation) (proto.Message, error) {
 	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
 		return nil, err
 	}
@@ -160,11 +183,16 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 			return nil, err
 		}
 	}
-	var res *ctrlv1.CreateWorkspaceResponse
+	var res proto.Message
 	err = command.Do(ctx, s.store, func(tx *store.Tx) error {
-		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), kindCreate, input, func() (command.Effect, error) {
+		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), c.kind, input, func() (command.Effect, error) {
 			if err := registered(tx, nodeID); err != nil {
 				return command.Effect{}, err
+			}
+			if c.also != nil {
+				if err := c.also(tx, now); err != nil {
+					return command.Effect{}, err
+				}
 			}
 			if err := egress.CheckPolicyReferences(tx, "spec.network_policy", policy); err != nil {
 				return command.Effect{}, err
@@ -197,11 +225,11 @@ func (s *Service) create(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest
 			if err := tx.PutWorkspace(w); err != nil {
 				return command.Effect{}, err
 			}
-			res := &ctrlv1.CreateWorkspaceResponse{Workspace: s.view(tx, w), Command: admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), kindCreate, now)}
+			res := c.respond(s.view(tx, w), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
 			return command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}, nil
 		})
 		if err == nil {
-			res = out.(*ctrlv1.CreateWorkspaceResponse)
+			res = out
 		}
 		return err
 	})

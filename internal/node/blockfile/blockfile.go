@@ -492,3 +492,64 @@ func (m *Manager) Read(ref Ref, fn func(f *os.File) error) error {
 	defer f.Close()
 	return fn(f)
 }
+
+// Import makes the block file from content fill writes into a fresh
+// temporary file (fill truncates it to its size and writes its blocks), and
+// renames it into place only once fill returned nil, so the file's name
+// only ever holds a complete import. Idempotent: a block file already in
+// place is the answer, untouched. The result must hold an ext4 filesystem,
+// as every block file does; one that does not is removed and refused
+// (ErrInvalid).
+func (m *Manager) Import(ctx context.Context, ref Ref, fill func(f *os.File) error) (_ Status, err error) {
+	path, err := ref.Path()
+	if err != nil {
+		return Status{}, err
+	}
+	if err := checkPool(ref.PoolDir); err != nil {
+		return Status{}, err
+	}
+	defer m.lock(path)()
+	if st, err := Stat(path); err != nil || st.Exists {
+		return st, err
+	}
+	if err := os.Mkdir(filepath.Dir(path), 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		return Status{}, err
+	}
+	tmp := tempName(path)
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Status{}, err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return Status{}, err
+	}
+	err = fill(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	if _, err := FilesystemBytes(tmp); err != nil {
+		return Status{}, fmt.Errorf("%w: the imported content is not an ext4 filesystem: %v", ErrInvalid, err)
+	}
+	if err := fsutil.SyncFile(tmp); err != nil {
+		return Status{}, err
+	}
+	// A grow marker of an earlier file by that name belongs to no file now.
+	if err := os.Remove(growMarker(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Status{}, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return Status{}, err
+	}
+	if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
+		return Status{}, err
+	}
+	return Stat(path)
+}

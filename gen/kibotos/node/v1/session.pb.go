@@ -1506,6 +1506,207 @@ func (x *UploadTransferPartResponse) GetDigest() string {
 	return ""
 }
 
+type FetchTransferPartRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operation_id is the ImportBlockFile operation the part is for.
+	OperationId string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// offset resumes an interrupted fetch within the body.
+	Offset        uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchTransferPartRequest) Reset() {
+	*x = FetchTransferPartRequest{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchTransferPartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchTransferPartRequest) ProtoMessage() {}
+
+func (x *FetchTransferPartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchTransferPartRequest.ProtoReflect.Descriptor instead.
+func (*FetchTransferPartRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *FetchTransferPartRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *FetchTransferPartRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+type FetchTransferPartResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// part is set on the first message: the body's description.
+	Part          *TransferPart `protobuf:"bytes,1,opt,name=part,proto3" json:"part,omitempty"`
+	Offset        uint64        `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data          []byte        `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchTransferPartResponse) Reset() {
+	*x = FetchTransferPartResponse{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchTransferPartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchTransferPartResponse) ProtoMessage() {}
+
+func (x *FetchTransferPartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchTransferPartResponse.ProtoReflect.Descriptor instead.
+func (*FetchTransferPartResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *FetchTransferPartResponse) GetPart() *TransferPart {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *FetchTransferPartResponse) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *FetchTransferPartResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// TransferPart is a part as the archive's manifest describes it.
+type TransferPart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// kind is "block" or "blob".
+	Kind             string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	SizeBytes        uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	LogicalSizeBytes uint64 `protobuf:"varint,4,opt,name=logical_size_bytes,json=logicalSizeBytes,proto3" json:"logical_size_bytes,omitempty"`
+	Extents          uint32 `protobuf:"varint,5,opt,name=extents,proto3" json:"extents,omitempty"`
+	Digest           string `protobuf:"bytes,6,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TransferPart) Reset() {
+	*x = TransferPart{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferPart) ProtoMessage() {}
+
+func (x *TransferPart) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferPart.ProtoReflect.Descriptor instead.
+func (*TransferPart) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TransferPart) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TransferPart) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *TransferPart) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *TransferPart) GetLogicalSizeBytes() uint64 {
+	if x != nil {
+		return x.LogicalSizeBytes
+	}
+	return 0
+}
+
+func (x *TransferPart) GetExtents() uint32 {
+	if x != nil {
+		return x.Extents
+	}
+	return 0
+}
+
+func (x *TransferPart) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 var File_kibotos_node_v1_session_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_session_proto_rawDesc = "" +
@@ -1631,16 +1832,32 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"\x1aUploadTransferPartResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x04R\tsizeBytes\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\tR\x06digest*\x8f\x01\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\"U\n" +
+	"\x18FetchTransferPartRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\"z\n" +
+	"\x19FetchTransferPartResponse\x121\n" +
+	"\x04part\x18\x01 \x01(\v2\x1d.kibotos.node.v1.TransferPartR\x04part\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xb5\x01\n" +
+	"\fTransferPart\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12,\n" +
+	"\x12logical_size_bytes\x18\x04 \x01(\x04R\x10logicalSizeBytes\x12\x18\n" +
+	"\aextents\x18\x05 \x01(\rR\aextents\x12\x16\n" +
+	"\x06digest\x18\x06 \x01(\tR\x06digest*\x8f\x01\n" +
 	"\x14ClockSynchronization\x12%\n" +
 	"!CLOCK_SYNCHRONIZATION_UNSPECIFIED\x10\x00\x12&\n" +
 	"\"CLOCK_SYNCHRONIZATION_SYNCHRONIZED\x10\x01\x12(\n" +
-	"$CLOCK_SYNCHRONIZATION_UNSYNCHRONIZED\x10\x022\x84\x03\n" +
+	"$CLOCK_SYNCHRONIZATION_UNSYNCHRONIZED\x10\x022\xf2\x03\n" +
 	"\x12NodeSessionService\x12I\n" +
 	"\x06Enroll\x12\x1e.kibotos.node.v1.EnrollRequest\x1a\x1f.kibotos.node.v1.EnrollResponse\x12P\n" +
 	"\aSession\x12\x1f.kibotos.node.v1.SessionRequest\x1a .kibotos.node.v1.SessionResponse(\x010\x01\x12`\n" +
 	"\rFetchArtifact\x12%.kibotos.node.v1.FetchArtifactRequest\x1a&.kibotos.node.v1.FetchArtifactResponse0\x01\x12o\n" +
-	"\x12UploadTransferPart\x12*.kibotos.node.v1.UploadTransferPartRequest\x1a+.kibotos.node.v1.UploadTransferPartResponse(\x01B7Z5github.com/kibotos/kibotos/gen/kibotos/node/v1;nodev1b\x06proto3"
+	"\x12UploadTransferPart\x12*.kibotos.node.v1.UploadTransferPartRequest\x1a+.kibotos.node.v1.UploadTransferPartResponse(\x01\x12l\n" +
+	"\x11FetchTransferPart\x12).kibotos.node.v1.FetchTransferPartRequest\x1a*.kibotos.node.v1.FetchTransferPartResponse0\x01B7Z5github.com/kibotos/kibotos/gen/kibotos/node/v1;nodev1b\x06proto3"
 
 var (
 	file_kibotos_node_v1_session_proto_rawDescOnce sync.Once
@@ -1655,7 +1872,7 @@ func file_kibotos_node_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(ClockSynchronization)(0),          // 0: kibotos.node.v1.ClockSynchronization
 	(*EnrollRequest)(nil),              // 1: kibotos.node.v1.EnrollRequest
@@ -1676,51 +1893,57 @@ var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(*UploadTransferPartHeader)(nil),   // 16: kibotos.node.v1.UploadTransferPartHeader
 	(*UploadTransferPartRequest)(nil),  // 17: kibotos.node.v1.UploadTransferPartRequest
 	(*UploadTransferPartResponse)(nil), // 18: kibotos.node.v1.UploadTransferPartResponse
-	(*timestamppb.Timestamp)(nil),      // 19: google.protobuf.Timestamp
-	(*CopyProgress)(nil),               // 20: kibotos.node.v1.CopyProgress
-	(*durationpb.Duration)(nil),        // 21: google.protobuf.Duration
-	(*ExecutionReport)(nil),            // 22: kibotos.node.v1.ExecutionReport
-	(*anypb.Any)(nil),                  // 23: google.protobuf.Any
-	(*FetchArtifactRequest)(nil),       // 24: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),      // 25: kibotos.node.v1.FetchArtifactResponse
+	(*FetchTransferPartRequest)(nil),   // 19: kibotos.node.v1.FetchTransferPartRequest
+	(*FetchTransferPartResponse)(nil),  // 20: kibotos.node.v1.FetchTransferPartResponse
+	(*TransferPart)(nil),               // 21: kibotos.node.v1.TransferPart
+	(*timestamppb.Timestamp)(nil),      // 22: google.protobuf.Timestamp
+	(*CopyProgress)(nil),               // 23: kibotos.node.v1.CopyProgress
+	(*durationpb.Duration)(nil),        // 24: google.protobuf.Duration
+	(*ExecutionReport)(nil),            // 25: kibotos.node.v1.ExecutionReport
+	(*anypb.Any)(nil),                  // 26: google.protobuf.Any
+	(*FetchArtifactRequest)(nil),       // 27: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),      // 28: kibotos.node.v1.FetchArtifactResponse
 }
 var file_kibotos_node_v1_session_proto_depIdxs = []int32{
-	19, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
+	22, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
 	6,  // 1: kibotos.node.v1.SessionRequest.hello:type_name -> kibotos.node.v1.NodeHello
 	10, // 2: kibotos.node.v1.SessionRequest.observation:type_name -> kibotos.node.v1.NodeObservation
 	13, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
 	15, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
 	4,  // 5: kibotos.node.v1.SessionRequest.execution_progress:type_name -> kibotos.node.v1.ExecutionProgress
-	20, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
+	23, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
 	7,  // 7: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
 	12, // 8: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
 	14, // 9: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
 	8,  // 10: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
 	9,  // 11: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	21, // 12: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
-	19, // 13: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
-	19, // 14: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
+	24, // 12: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
+	22, // 13: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
+	22, // 14: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
 	9,  // 15: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	22, // 16: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
+	25, // 16: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
 	11, // 17: kibotos.node.v1.NodeObservation.artifacts:type_name -> kibotos.node.v1.CachedArtifact
-	19, // 18: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
+	22, // 18: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
 	0,  // 19: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
-	23, // 20: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
-	23, // 21: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
+	26, // 20: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
+	26, // 21: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
 	16, // 22: kibotos.node.v1.UploadTransferPartRequest.header:type_name -> kibotos.node.v1.UploadTransferPartHeader
-	1,  // 23: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
-	3,  // 24: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
-	24, // 25: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
-	17, // 26: kibotos.node.v1.NodeSessionService.UploadTransferPart:input_type -> kibotos.node.v1.UploadTransferPartRequest
-	2,  // 27: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
-	5,  // 28: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
-	25, // 29: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
-	18, // 30: kibotos.node.v1.NodeSessionService.UploadTransferPart:output_type -> kibotos.node.v1.UploadTransferPartResponse
-	27, // [27:31] is the sub-list for method output_type
-	23, // [23:27] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	21, // 23: kibotos.node.v1.FetchTransferPartResponse.part:type_name -> kibotos.node.v1.TransferPart
+	1,  // 24: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
+	3,  // 25: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
+	27, // 26: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
+	17, // 27: kibotos.node.v1.NodeSessionService.UploadTransferPart:input_type -> kibotos.node.v1.UploadTransferPartRequest
+	19, // 28: kibotos.node.v1.NodeSessionService.FetchTransferPart:input_type -> kibotos.node.v1.FetchTransferPartRequest
+	2,  // 29: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
+	5,  // 30: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
+	28, // 31: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
+	18, // 32: kibotos.node.v1.NodeSessionService.UploadTransferPart:output_type -> kibotos.node.v1.UploadTransferPartResponse
+	20, // 33: kibotos.node.v1.NodeSessionService.FetchTransferPart:output_type -> kibotos.node.v1.FetchTransferPartResponse
+	29, // [29:34] is the sub-list for method output_type
+	24, // [24:29] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_session_proto_init() }
@@ -1755,7 +1978,7 @@ func file_kibotos_node_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_session_proto_rawDesc), len(file_kibotos_node_v1_session_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

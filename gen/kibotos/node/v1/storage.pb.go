@@ -644,6 +644,76 @@ func (x *BlockFileExported) GetDigest() string {
 	return ""
 }
 
+// ImportBlockFile makes the block file ref from one part of a Transfer
+// archive, for RestoreWorkspace: the node fetches the part's body with
+// NodeSessionService.FetchTransferPart, writes its non-zero blocks into a
+// temporary file of the part's logical size (sparse), verifies the body's
+// extents and digest against part_digest, and only then renames it into
+// place. Idempotent: a block file already in place is the answer (only a
+// verified import ever takes its name). Result: BlockFileStatus. Codes:
+// not_found when the pool is not declared here, data_loss when the body
+// does not verify, unavailable when ctrl could not be reached.
+type ImportBlockFile struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Ref        *BlockFileRef          `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	TransferId string                 `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// part is the part's name in the archive ("volume", "layer").
+	Part          string `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportBlockFile) Reset() {
+	*x = ImportBlockFile{}
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportBlockFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportBlockFile) ProtoMessage() {}
+
+func (x *ImportBlockFile) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_storage_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportBlockFile.ProtoReflect.Descriptor instead.
+func (*ImportBlockFile) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_storage_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ImportBlockFile) GetRef() *BlockFileRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *ImportBlockFile) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *ImportBlockFile) GetPart() string {
+	if x != nil {
+		return x.Part
+	}
+	return ""
+}
+
 var File_kibotos_node_v1_storage_proto protoreflect.FileDescriptor
 
 const file_kibotos_node_v1_storage_proto_rawDesc = "" +
@@ -684,7 +754,12 @@ const file_kibotos_node_v1_storage_proto_rawDesc = "" +
 	"size_bytes\x18\x01 \x01(\x04R\tsizeBytes\x12,\n" +
 	"\x12logical_size_bytes\x18\x02 \x01(\x04R\x10logicalSizeBytes\x12\x18\n" +
 	"\aextents\x18\x03 \x01(\rR\aextents\x12\x16\n" +
-	"\x06digest\x18\x04 \x01(\tR\x06digest*p\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest\"w\n" +
+	"\x0fImportBlockFile\x12/\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\x12\x12\n" +
+	"\x04part\x18\x03 \x01(\tR\x04part*p\n" +
 	"\rBlockFileKind\x12\x1f\n" +
 	"\x1bBLOCK_FILE_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16BLOCK_FILE_KIND_VOLUME\x10\x01\x12\"\n" +
@@ -703,7 +778,7 @@ func file_kibotos_node_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_kibotos_node_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_kibotos_node_v1_storage_proto_goTypes = []any{
 	(BlockFileKind)(0),        // 0: kibotos.node.v1.BlockFileKind
 	(*BlockFileRef)(nil),      // 1: kibotos.node.v1.BlockFileRef
@@ -715,6 +790,7 @@ var file_kibotos_node_v1_storage_proto_goTypes = []any{
 	(*CopyProgress)(nil),      // 7: kibotos.node.v1.CopyProgress
 	(*ExportBlockFile)(nil),   // 8: kibotos.node.v1.ExportBlockFile
 	(*BlockFileExported)(nil), // 9: kibotos.node.v1.BlockFileExported
+	(*ImportBlockFile)(nil),   // 10: kibotos.node.v1.ImportBlockFile
 }
 var file_kibotos_node_v1_storage_proto_depIdxs = []int32{
 	0, // 0: kibotos.node.v1.BlockFileRef.kind:type_name -> kibotos.node.v1.BlockFileKind
@@ -723,11 +799,12 @@ var file_kibotos_node_v1_storage_proto_depIdxs = []int32{
 	1, // 3: kibotos.node.v1.CopyBlockFile.source:type_name -> kibotos.node.v1.BlockFileRef
 	4, // 4: kibotos.node.v1.BlockFileCopied.target:type_name -> kibotos.node.v1.BlockFileStatus
 	1, // 5: kibotos.node.v1.ExportBlockFile.ref:type_name -> kibotos.node.v1.BlockFileRef
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1, // 6: kibotos.node.v1.ImportBlockFile.ref:type_name -> kibotos.node.v1.BlockFileRef
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_storage_proto_init() }
@@ -741,7 +818,7 @@ func file_kibotos_node_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_storage_proto_rawDesc), len(file_kibotos_node_v1_storage_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

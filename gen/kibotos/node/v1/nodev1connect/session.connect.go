@@ -51,6 +51,9 @@ const (
 	// NodeSessionServiceUploadTransferPartProcedure is the fully-qualified name of the
 	// NodeSessionService's UploadTransferPart RPC.
 	NodeSessionServiceUploadTransferPartProcedure = "/kibotos.node.v1.NodeSessionService/UploadTransferPart"
+	// NodeSessionServiceFetchTransferPartProcedure is the fully-qualified name of the
+	// NodeSessionService's FetchTransferPart RPC.
+	NodeSessionServiceFetchTransferPartProcedure = "/kibotos.node.v1.NodeSessionService/FetchTransferPart"
 )
 
 // NodeSessionServiceClient is a client for the kibotos.node.v1.NodeSessionService service.
@@ -91,6 +94,12 @@ type NodeSessionServiceClient interface {
 	// the length and digest it received, which the node checks against its
 	// own before it answers the operation.
 	UploadTransferPart(context.Context) *connect.ClientStreamForClient[v1.UploadTransferPartRequest, v1.UploadTransferPartResponse]
+	// FetchTransferPart streams one part's body of a Transfer archive that an
+	// ImportBlockFile operation asked this node for, from offset. The first
+	// message carries the part's description (what the body must verify
+	// against). Authenticated like Session; refused (failed_precondition) for
+	// an operation ctrl did not hand this node or that was answered.
+	FetchTransferPart(context.Context, *connect.Request[v1.FetchTransferPartRequest]) (*connect.ServerStreamForClient[v1.FetchTransferPartResponse], error)
 }
 
 // NewNodeSessionServiceClient constructs a client for the kibotos.node.v1.NodeSessionService
@@ -128,6 +137,12 @@ func NewNodeSessionServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(nodeSessionServiceMethods.ByName("UploadTransferPart")),
 			connect.WithClientOptions(opts...),
 		),
+		fetchTransferPart: connect.NewClient[v1.FetchTransferPartRequest, v1.FetchTransferPartResponse](
+			httpClient,
+			baseURL+NodeSessionServiceFetchTransferPartProcedure,
+			connect.WithSchema(nodeSessionServiceMethods.ByName("FetchTransferPart")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -137,6 +152,7 @@ type nodeSessionServiceClient struct {
 	session            *connect.Client[v1.SessionRequest, v1.SessionResponse]
 	fetchArtifact      *connect.Client[v1.FetchArtifactRequest, v1.FetchArtifactResponse]
 	uploadTransferPart *connect.Client[v1.UploadTransferPartRequest, v1.UploadTransferPartResponse]
+	fetchTransferPart  *connect.Client[v1.FetchTransferPartRequest, v1.FetchTransferPartResponse]
 }
 
 // Enroll calls kibotos.node.v1.NodeSessionService.Enroll.
@@ -157,6 +173,11 @@ func (c *nodeSessionServiceClient) FetchArtifact(ctx context.Context, req *conne
 // UploadTransferPart calls kibotos.node.v1.NodeSessionService.UploadTransferPart.
 func (c *nodeSessionServiceClient) UploadTransferPart(ctx context.Context) *connect.ClientStreamForClient[v1.UploadTransferPartRequest, v1.UploadTransferPartResponse] {
 	return c.uploadTransferPart.CallClientStream(ctx)
+}
+
+// FetchTransferPart calls kibotos.node.v1.NodeSessionService.FetchTransferPart.
+func (c *nodeSessionServiceClient) FetchTransferPart(ctx context.Context, req *connect.Request[v1.FetchTransferPartRequest]) (*connect.ServerStreamForClient[v1.FetchTransferPartResponse], error) {
+	return c.fetchTransferPart.CallServerStream(ctx, req)
 }
 
 // NodeSessionServiceHandler is an implementation of the kibotos.node.v1.NodeSessionService service.
@@ -197,6 +218,12 @@ type NodeSessionServiceHandler interface {
 	// the length and digest it received, which the node checks against its
 	// own before it answers the operation.
 	UploadTransferPart(context.Context, *connect.ClientStream[v1.UploadTransferPartRequest]) (*connect.Response[v1.UploadTransferPartResponse], error)
+	// FetchTransferPart streams one part's body of a Transfer archive that an
+	// ImportBlockFile operation asked this node for, from offset. The first
+	// message carries the part's description (what the body must verify
+	// against). Authenticated like Session; refused (failed_precondition) for
+	// an operation ctrl did not hand this node or that was answered.
+	FetchTransferPart(context.Context, *connect.Request[v1.FetchTransferPartRequest], *connect.ServerStream[v1.FetchTransferPartResponse]) error
 }
 
 // NewNodeSessionServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -230,6 +257,12 @@ func NewNodeSessionServiceHandler(svc NodeSessionServiceHandler, opts ...connect
 		connect.WithSchema(nodeSessionServiceMethods.ByName("UploadTransferPart")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeSessionServiceFetchTransferPartHandler := connect.NewServerStreamHandler(
+		NodeSessionServiceFetchTransferPartProcedure,
+		svc.FetchTransferPart,
+		connect.WithSchema(nodeSessionServiceMethods.ByName("FetchTransferPart")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.node.v1.NodeSessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeSessionServiceEnrollProcedure:
@@ -240,6 +273,8 @@ func NewNodeSessionServiceHandler(svc NodeSessionServiceHandler, opts ...connect
 			nodeSessionServiceFetchArtifactHandler.ServeHTTP(w, r)
 		case NodeSessionServiceUploadTransferPartProcedure:
 			nodeSessionServiceUploadTransferPartHandler.ServeHTTP(w, r)
+		case NodeSessionServiceFetchTransferPartProcedure:
+			nodeSessionServiceFetchTransferPartHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -263,4 +298,8 @@ func (UnimplementedNodeSessionServiceHandler) FetchArtifact(context.Context, *co
 
 func (UnimplementedNodeSessionServiceHandler) UploadTransferPart(context.Context, *connect.ClientStream[v1.UploadTransferPartRequest]) (*connect.Response[v1.UploadTransferPartResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.node.v1.NodeSessionService.UploadTransferPart is not implemented"))
+}
+
+func (UnimplementedNodeSessionServiceHandler) FetchTransferPart(context.Context, *connect.Request[v1.FetchTransferPartRequest], *connect.ServerStream[v1.FetchTransferPartResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.node.v1.NodeSessionService.FetchTransferPart is not implemented"))
 }

@@ -1,0 +1,209 @@
+package transfer
+
+// Restores (RestoreWorkspace; the Workspace domain drives them): the
+// Transfer's side. A restore takes a COMPLETE, IMPORTED or RESTORED
+// Transfer and holds it RESTORING while the new Workspace is made: its
+// block parts reach the node that places the Workspace through
+// FetchTransferPart. A restore that succeeds leaves the Transfer RESTORED;
+// one that fails gives it back the state it had, so it can be restored
+// again. A RESTORED Transfer keeps its archive: it downloads, and
+// restores again, until it is deleted or expires. (designed here)
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/transfer/archive"
+)
+
+// BeginRestore holds Transfer id RESTORING for a restore admitted in tx
+// and returns its archive's manifest. field names the request's field in
+// errors: not_found for a Transfer that does not exist, unavailable while
+// it is exported, imported or restored, failed_precondition for one with
+// no archive to restore from.
+func BeginRestore(tx *store.Tx, field, id string, now time.Time) (*archive.Manifest, error) {
+	if id == "" {
+		return nil, apierr.Invalid(field, "is required")
+	}
+	r, err := tx.GetTransfer(id, true)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field}, "%s: transfer %q not found", field, id)
+	} else if err != nil {
+		return nil, err
+	}
+	st := r.Transfer.GetState()
+	switch {
+	case busy(st):
+		return nil, apierr.New(connect.CodeUnavailable, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, Field: field},
+			"transfer %s is %s; restore it once that ends", id, stateName(st))
+	case !downloadable(st):
+		return nil, apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Field: field},
+			"transfer %s is %s: only a COMPLETE, IMPORTED or RESTORED Transfer restores", id, stateName(st))
+	}
+	m, err := decodeStored(r)
+	if err != nil {
+		return nil, err
+	}
+	r.Transfer.State, r.Transfer.UpdatedAt = ctrlv1.TransferState_TRANSFER_STATE_RESTORING, timestamppb.New(now)
+	r.Transfer.DoneBytes, r.Transfer.TotalBytes = 0, restoredBytes(m)
+	return m, tx.PutTransfer(r)
+}
+
+// StoredManifest is the manifest of Transfer id's archive, as the store
+// keeps it; field names the request's field in errors.
+func StoredManifest(tx *store.Tx, field, id string) (*archive.Manifest, error) {
+	r, err := tx.GetTransfer(id, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field}, "%s: transfer %q not found", field, id)
+	} else if err != nil {
+		return nil, err
+	}
+	if len(r.ArchiveManifest) == 0 {
+		return nil, apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Field: field},
+			"transfer %s is %s: it has no archive to restore from", id, stateName(r.Transfer.GetState()))
+	}
+	return decodeStored(r)
+}
+
+func decodeStored(r *store.TransferRecord) (*archive.Manifest, error) {
+	m := &archive.Manifest{}
+	if err := json.Unmarshal(r.ArchiveManifest, m); err != nil {
+		return nil, fmt.Errorf("the stored manifest of transfer %s: %w", r.Transfer.GetTransferId(), err)
+	}
+	return m, nil
+}
+
+// restoredBytes is what a restore moves: the block parts' bodies.
+func restoredBytes(m *archive.Manifest) uint64 {
+	var n uint64
+	for _, p := range m.Parts {
+		if p.Kind == archive.KindBlock {
+			n += p.Size
+		}
+	}
+	return n
+}
+
+// EndRestore ends a restore of Transfer id: RESTORED when it succeeded,
+// else the state it had before (COMPLETE for an export of this
+// deployment, which names its source; IMPORTED for an upload, which never
+// does). A Transfer no longer RESTORING is left alone.
+func EndRestore(tx *store.Tx, id string, ok bool, now time.Time) error {
+	r, err := tx.GetTransfer(id, true)
+	if err != nil || r.Transfer.GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORING {
+		return err
+	}
+	tr := r.Transfer
+	switch {
+	case ok:
+		tr.State = ctrlv1.TransferState_TRANSFER_STATE_RESTORED
+		tr.DoneBytes = tr.GetTotalBytes()
+	case tr.GetManifest().GetSourceWorkspaceId() != "" || tr.GetManifest().GetSourceVolumeId() != "":
+		tr.State = ctrlv1.TransferState_TRANSFER_STATE_COMPLETE
+	default:
+		tr.State = ctrlv1.TransferState_TRANSFER_STATE_IMPORTED
+	}
+	tr.UpdatedAt = timestamppb.New(now)
+	return tx.PutTransfer(r)
+}
+
+// ServePart streams, from req.offset, the body of the part a pending
+// ImportBlockFile operation of nodeID asks for; the first message
+// describes the part.
+func (s *Service) ServePart(ctx context.Context, nodeID string, req *nodev1.FetchTransferPartRequest, send func(*nodev1.FetchTransferPartResponse) error) error {
+	op, err := s.importOperation(ctx, nodeID, req.GetOperationId())
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(s.archivePath(op.GetTransferId()))
+	if err != nil {
+		return fmt.Errorf("open the archive of transfer %s: %w", op.GetTransferId(), err)
+	}
+	defer f.Close()
+	m, spans, err := archive.Locate(f, archive.Limits{})
+	if err != nil {
+		return fmt.Errorf("the archive of transfer %s: %w", op.GetTransferId(), err)
+	}
+	i := partIndex(m, op.GetPart())
+	if i < 0 {
+		return apierr.Precondition(nil, "transfer %s has no part %q", op.GetTransferId(), op.GetPart())
+	}
+	p, span := m.Parts[i], spans[i]
+	if req.GetOffset() > span.Size {
+		return apierr.Invalid("offset", "is %d, past the end of the %d-byte part", req.GetOffset(), span.Size)
+	}
+	first := &nodev1.FetchTransferPartResponse{Offset: req.GetOffset(), Part: &nodev1.TransferPart{
+		Name: p.Name, Kind: string(p.Kind), SizeBytes: p.Size, LogicalSizeBytes: p.LogicalSize, Extents: p.Extents, Digest: p.Digest,
+	}}
+	if err := send(first); err != nil {
+		return err
+	}
+	body := io.NewSectionReader(f, span.Offset+int64(req.GetOffset()), int64(span.Size-req.GetOffset()))
+	buf := make([]byte, downloadChunk)
+	for off := req.GetOffset(); ; {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if err := send(&nodev1.FetchTransferPartResponse{Offset: off, Data: buf[:n]}); err != nil {
+				return err
+			}
+			off += uint64(n)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func partIndex(m *archive.Manifest, name string) int {
+	for i, p := range m.Parts {
+		if p.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// importOperation is the pending ImportBlockFile operation opID of nodeID
+// whose Transfer is RESTORING.
+func (s *Service) importOperation(ctx context.Context, nodeID, opID string) (*nodev1.ImportBlockFile, error) {
+	var body nodev1.ImportBlockFile
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		op, err := tx.GetNodeOperation(opID, false)
+		if errors.Is(err, store.ErrNotFound) {
+			return apierr.Precondition(nil, "operation %q is not one ctrl handed out", opID)
+		} else if err != nil {
+			return err
+		}
+		if op.GetNodeId() != nodeID || op.GetBody().UnmarshalTo(&body) != nil {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("operation %q is not an import this node was asked for", opID))
+		}
+		if op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING {
+			return apierr.Precondition(nil, "operation %q was answered already", opID)
+		}
+		r, err := getTransfer(tx, body.GetTransferId(), false)
+		if err != nil {
+			return err
+		}
+		if st := r.Transfer.GetState(); st != ctrlv1.TransferState_TRANSFER_STATE_RESTORING {
+			return apierr.Precondition(nil, "transfer %s is %s, not RESTORING", body.GetTransferId(), stateName(st))
+		}
+		return nil
+	})
+	return &body, err
+}
