@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -21,7 +22,7 @@ import (
 // cpChunk is the size of WriteFile's data messages (the API allows 1 MiB).
 const cpChunk = 512 << 10
 
-func newCopyCommand() *cobra.Command {
+func newCopyCommand(out *outputFlag) *cobra.Command {
 	var c copier
 	cmd := &cobra.Command{
 		Use:   "cp [-r] SOURCE DESTINATION",
@@ -41,9 +42,16 @@ name; one that ends in a slash must be an existing directory (-p creates
 it). A directory is copied only with -r; symbolic links in it are skipped
 (said on stderr). Each file's write is atomic: readers never see a partial
 file, and a failed copy leaves none. Progress goes to stderr when it is a
-terminal.`,
+terminal.
+
+Like cp it prints nothing; -o json or yaml prints the source, the
+destination it reached (WORKSPACE_ID:/path or a local path), and the files
+and bytes written; -o name the destination alone.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[1] == "-" && (out.structured() || out.is("name")) {
+				return fmt.Errorf("-o %s: standard output carries the file", out.format)
+			}
 			files, err := onWorkspace(ctrlv1connect.NewFileServiceClient)
 			if err != nil {
 				return err
@@ -53,16 +61,11 @@ terminal.`,
 				c.progress = newProgress(cmd.ErrOrStderr())
 				defer c.progress.end()
 			}
-			srcID, srcPath, srcRemote := remotePath(args[0])
-			dstID, dstPath, dstRemote := remotePath(args[1])
-			switch {
-			case srcRemote && !dstRemote:
-				return c.download(cmd.Context(), srcID, srcPath, args[1], cmd.OutOrStdout())
-			case dstRemote && !srcRemote:
-				return c.upload(cmd.Context(), args[0], cmd.InOrStdin(), dstID, dstPath)
-			default:
-				return errors.New("exactly one of SOURCE and DESTINATION is WORKSPACE_ID:/path")
+			dst, err := c.copy(cmd.Context(), args[0], args[1], cmd.InOrStdin(), cmd.OutOrStdout())
+			if err != nil {
+				return err
 			}
+			return c.written.print(out, cmd.OutOrStdout(), args[0], dst)
 		},
 	}
 	cmd.Flags().StringVar(&c.user, "user", "", "guest user the files are read or written as (default: the Template's)")
@@ -87,31 +90,76 @@ type copier struct {
 	parents, recursive bool
 	progress           *progress // nil: no progress
 	errOut             io.Writer
+	written            copyTally
 }
 
-// upload copies a local file or tree (or stdin for "-") to the guest.
-func (c *copier) upload(ctx context.Context, local string, stdin io.Reader, id, remote string) error {
+// copyTally counts the files a copy wrote and their bytes.
+type copyTally struct{ files, bytes uint64 }
+
+func (t *copyTally) add(n int64) {
+	t.files++
+	t.bytes += uint64(n)
+}
+
+// print writes a copy's result for -o: with json or yaml the source, the
+// destination reached and the tally; with name the destination; else
+// nothing, as cp prints nothing. There is no API message for it: the
+// document is a Struct, printed as the API's messages are.
+func (t copyTally) print(out *outputFlag, w io.Writer, source, destination string) error {
+	switch {
+	case out.structured():
+		doc, err := structpb.NewStruct(map[string]any{"source": source, "destination": destination, "files": t.files, "bytes": t.bytes})
+		if err != nil {
+			return err
+		}
+		return out.message(w, doc)
+	case out.is("name"):
+		_, err := fmt.Fprintln(w, destination)
+		return err
+	}
+	return nil
+}
+
+// copy copies source to destination, exactly one of them
+// WORKSPACE_ID:/path, and returns where it went, in the same form.
+func (c *copier) copy(ctx context.Context, source, destination string, stdin io.Reader, stdout io.Writer) (string, error) {
+	srcID, srcPath, srcRemote := remotePath(source)
+	dstID, dstPath, dstRemote := remotePath(destination)
+	switch {
+	case srcRemote && !dstRemote:
+		return c.download(ctx, srcID, srcPath, destination, stdout)
+	case dstRemote && !srcRemote:
+		target, err := c.upload(ctx, source, stdin, dstID, dstPath)
+		return dstID + ":" + target, err
+	}
+	return "", errors.New("exactly one of SOURCE and DESTINATION is WORKSPACE_ID:/path")
+}
+
+// upload copies a local file or tree (or stdin for "-") to the guest and
+// returns the guest path it went to.
+func (c *copier) upload(ctx context.Context, local string, stdin io.Reader, id, remote string) (string, error) {
 	if local == "-" {
 		if strings.HasSuffix(remote, "/") {
-			return fmt.Errorf("%s: standard input has no name: give the destination file's", remote)
+			return "", fmt.Errorf("%s: standard input has no name: give the destination file's", remote)
 		}
-		return c.uploadFile(ctx, stdin, -1, 0, id, path.Clean(remote))
+		target := path.Clean(remote)
+		return target, c.uploadFile(ctx, stdin, -1, 0, id, target)
 	}
 	fi, err := os.Stat(local)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if fi.IsDir() && !c.recursive {
-		return fmt.Errorf("%s is a directory: copy it with -r", local)
+		return "", fmt.Errorf("%s is a directory: copy it with -r", local)
 	}
 	target, err := c.remoteTarget(ctx, id, remote, filepath.Base(local))
 	if err != nil {
-		return err
+		return "", err
 	}
 	if fi.IsDir() {
-		return c.uploadTree(ctx, local, id, target)
+		return target, c.uploadTree(ctx, local, id, target)
 	}
-	return c.uploadPath(ctx, local, id, target)
+	return target, c.uploadPath(ctx, local, id, target)
 }
 
 // remoteTarget is where SOURCE (named name) goes in the guest: into remote
@@ -231,8 +279,11 @@ func (c *copier) uploadFile(ctx context.Context, src io.Reader, size int64, mode
 	}
 	// A failed Send means the server answered: CloseAndReceive says why.
 	_, err := stream.CloseAndReceive()
-	if connect.CodeOf(err) == connect.CodeNotFound && !c.parents {
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound && !c.parents:
 		return fmt.Errorf("%s:%s: no such directory in the guest (-p creates it)", id, path.Dir(target))
+	case err == nil:
+		c.written.add(done)
 	}
 	return err
 }
@@ -244,30 +295,30 @@ func (c *copier) show(what string, done, total int64) {
 }
 
 // download copies a guest file or tree to a local path (a file to stdout
-// for "-").
-func (c *copier) download(ctx context.Context, id, remote, local string, stdout io.Writer) error {
+// for "-") and returns the path it went to.
+func (c *copier) download(ctx context.Context, id, remote, local string, stdout io.Writer) (string, error) {
 	clean := path.Clean(remote)
 	st, err := c.files.StatFile(ctx, connect.NewRequest(&ctrlv1.StatFileRequest{WorkspaceId: id, Path: clean, FollowSymlinks: true, User: c.user}))
 	if err != nil {
-		return err
+		return "", err
 	}
 	isDir := st.Msg.GetInfo().GetType() == ctrlv1.FileType_FILE_TYPE_DIRECTORY
 	switch {
 	case isDir && !c.recursive:
-		return fmt.Errorf("%s:%s is a directory: copy it with -r", id, remote)
+		return "", fmt.Errorf("%s:%s is a directory: copy it with -r", id, remote)
 	case isDir && local == "-":
-		return fmt.Errorf("%s:%s is a directory: it cannot go to standard output", id, remote)
+		return "", fmt.Errorf("%s:%s is a directory: it cannot go to standard output", id, remote)
 	case local == "-":
-		return c.downloadFile(ctx, id, clean, "", stdout)
+		return local, c.downloadFile(ctx, id, clean, "", stdout)
 	}
 	target, err := c.localTarget(local, path.Base(clean))
 	if err != nil {
-		return err
+		return "", err
 	}
 	if isDir {
-		return c.downloadTree(ctx, id, clean, target)
+		return target, c.downloadTree(ctx, id, clean, target)
 	}
-	return c.downloadFile(ctx, id, clean, target, nil)
+	return target, c.downloadFile(ctx, id, clean, target, nil)
 }
 
 // localTarget is where SOURCE (named name) goes here: into local when it
@@ -385,5 +436,9 @@ func (c *copier) downloadFile(ctx context.Context, id, remote, target string, w 
 	if err := stream.Err(); err != nil {
 		return err
 	}
-	return commit()
+	if err := commit(); err != nil {
+		return err
+	}
+	c.written.add(done)
+	return nil
 }

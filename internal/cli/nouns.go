@@ -53,7 +53,7 @@ control session, declares its storage pools and carries out what ctrl hands it.
 Its state (credential, incarnation, applied operations) is kept in --state-dir.
 
 With a subcommand it is the operator's client for node registrations.`,
-		Args: cobra.NoArgs,
+		Args: refuseUnknownCommand, // the agent takes no argument: a word is a mistyped subcommand
 		RunE: func(cmd *cobra.Command, _ []string) error { return agent.run(cmd) },
 	}
 	agent.register(c)

@@ -30,28 +30,42 @@ func kibotosAll(t *testing.T, c *testenv.Cluster, args ...string) (int, string, 
 	return kibotos(t, c, args...)
 }
 
-// A mistyped subcommand of a command group fails, names what was likely
-// meant and exits non-zero; the group alone shows its help.
+// A mistyped subcommand fails, names the word, what was likely meant when
+// something is near, and where the usage is, and exits non-zero: under a
+// command group, the root, and node (which runs the agent without one).
+// A group alone shows its help.
 func TestMistypedSubcommandFailsWithASuggestion(t *testing.T) {
 	for _, tc := range []struct {
-		args []string
-		want string
+		args        []string
+		under, want string // the command the word is under; the suggestion, "" for none
 	}{
-		{[]string{"workspace", "lsit"}, "list"},
-		{[]string{"volume", "creat"}, "create"},
-		{[]string{"workspace", "process", "kil"}, "kill"},
-		{[]string{"template", "delet"}, "delete"},
+		{[]string{"workspace", "lsit"}, "kibotos workspace", "list"},
+		{[]string{"volume", "creat"}, "kibotos volume", "create"},
+		{[]string{"workspace", "process", "kil"}, "kibotos workspace process", "kill"},
+		{[]string{"template", "delet"}, "kibotos template", "delete"},
+		{[]string{"workspce"}, "kibotos", "workspace"},
+		{[]string{"lisst"}, "kibotos", ""},
+		{[]string{"node", "lisst"}, "kibotos node", "list"},
+		{[]string{"node", "drian", "node-a"}, "kibotos node", "drain"},
 	} {
 		var stdout, stderr strings.Builder
 		code := cli.Main(context.Background(), tc.args, &stdout, &stderr)
-		if code == 0 || !strings.Contains(stderr.String(), `unknown command "`+tc.args[len(tc.args)-1]+`"`) ||
-			!strings.Contains(stderr.String(), "Did you mean this?\n\t"+tc.want) {
-			t.Errorf("kibotos %v: exit %d\n%s", tc.args, code, stderr.String())
+		word := tc.args[strings.Count(tc.under, " ")]
+		said, suggestion := stderr.String(), ""
+		if tc.want != "" {
+			suggestion = "Did you mean this?\n\t" + tc.want
+		}
+		if code == 0 || !strings.Contains(said, `unknown command "`+word+`" for "`+tc.under+`"`) ||
+			strings.Contains(said, "Did you mean") != (tc.want != "") || !strings.Contains(said, suggestion) ||
+			!strings.Contains(said, "Run '"+tc.under+" --help' for usage") {
+			t.Errorf("kibotos %v: exit %d\n%s", tc.args, code, said)
 		}
 	}
-	var stdout, stderr strings.Builder
-	if code := cli.Main(context.Background(), []string{"workspace"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "Available Commands") {
-		t.Errorf("kibotos workspace: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	for _, group := range []string{"workspace", ""} {
+		var stdout, stderr strings.Builder
+		if code := cli.Main(context.Background(), strings.Fields(group), &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "[command]") {
+			t.Errorf("kibotos %s: exit %d\n%s%s", group, code, stdout.String(), stderr.String())
+		}
 	}
 }
 

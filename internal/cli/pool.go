@@ -11,12 +11,12 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 )
 
-var poolHeader = []string{"POOL", "CAPACITY_MIB", "RESERVED_MIB", "VOLUMES", "LAYERS", "CLEANUPS", "MEMBERS", "VERSION", "LOST"}
+var poolHeader = []string{"POOL", "CAPACITY", "RESERVED", "VOLUMES", "LAYERS", "CLEANUPS", "MEMBERS", "VERSION", "LOST"}
 
 func poolRow(p *operatorv1.StoragePool) []string {
 	capacity := "unset"
 	if p.CapacityBytes != nil {
-		capacity = strconv.FormatUint(p.GetCapacityBytes()/mib, 10)
+		capacity = showSize(p.GetCapacityBytes())
 	}
 	var members []string
 	for _, a := range p.GetAttachments() {
@@ -24,7 +24,7 @@ func poolRow(p *operatorv1.StoragePool) []string {
 	}
 	return []string{
 		p.GetStoragePool(), capacity,
-		strconv.FormatUint(p.GetReservedBytes()/mib, 10),
+		showSize(p.GetReservedBytes()),
 		strconv.FormatUint(p.GetVolumeCount(), 10),
 		strconv.FormatUint(p.GetRetainedLayerCount(), 10),
 		strconv.FormatUint(p.GetCleanupCount(), 10),
@@ -34,12 +34,12 @@ func poolRow(p *operatorv1.StoragePool) []string {
 	}
 }
 
-var objectHeader = []string{"KIND", "VOLUME", "WORKSPACE", "POOL", "CAPACITY_MIB", "HOLDER", "MOVING_TO"}
+var objectHeader = []string{"KIND", "VOLUME", "WORKSPACE", "POOL", "CAPACITY", "HOLDER", "MOVING_TO"}
 
 func objectRow(o *operatorv1.StoragePoolObject) []string {
 	return []string{
 		trimEnum(o.GetKind().String(), "STORAGE_POOL_OBJECT_KIND_"), o.GetVolumeId(), o.GetWorkspaceId(), o.GetStoragePool(),
-		strconv.FormatUint(o.GetCapacityBytes()/mib, 10), o.GetHolderNodeId(), o.GetMovingTo(),
+		showSize(o.GetCapacityBytes()), o.GetHolderNodeId(), o.GetMovingTo(),
 	}
 }
 

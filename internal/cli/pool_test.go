@@ -14,8 +14,8 @@ import (
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
-// The pool commands: tables by default, the API's messages with -o json,
-// the API's refusals as errors.
+// The pool commands: tables by default (sizes for people), the API's
+// messages with -o json (bytes), the API's refusals as errors.
 func TestPoolCommands(t *testing.T) {
 	c := testenv.New(t, testenv.FastFleet())
 	n := c.StartNode(t, "node-a", "", "")
@@ -25,8 +25,13 @@ func TestPoolCommands(t *testing.T) {
 		t.Errorf("pool list: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = kibotos(t, c, "pool", "set-capacity", "default", "2048")
-	if code != 0 || !strings.Contains(out, "2048") {
+	if code != 0 || !strings.HasPrefix(strings.Join(strings.Fields(out), " "), "POOL CAPACITY RESERVED VOLUMES LAYERS CLEANUPS MEMBERS VERSION LOST default 2GiB 0B ") {
 		t.Errorf("pool set-capacity: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = kibotos(t, c, "pool", "list", "-o", "json")
+	pools := &operatorv1.ListStoragePoolsResponse{}
+	if code != 0 || protojson.Unmarshal([]byte(out), pools) != nil || len(pools.GetPools()) != 1 || pools.GetPools()[0].GetCapacityBytes() != 2048<<20 {
+		t.Errorf("pool list -o json: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = kibotos(t, c, "pool", "get", "default", "-o", "json")
 	got := &operatorv1.GetStoragePoolResponse{}
@@ -48,7 +53,7 @@ func TestPoolCommands(t *testing.T) {
 	}
 	id := vol.Msg.GetVolume().GetVolumeId()
 	code, out, errOut = kibotos(t, c, "pool", "objects", "default")
-	if code != 0 || !strings.Contains(out, "VOLUME") || !strings.Contains(out, id) || !strings.Contains(out, "64") {
+	if code != 0 || !strings.Contains(out, "VOLUME") || !strings.Contains(out, id) || !strings.Contains(out, " 64MiB ") {
 		t.Errorf("pool objects: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = kibotos(t, c, "pool", "objects", "--volume", id, "-o", "json")

@@ -35,7 +35,7 @@ const (
 type ctrlFlags struct {
 	workspaceListen, operatorListen, nodeListen, stateDir, database string
 	clockTolerance, placementTimeout                                time.Duration
-	maxMessageBytes                                                 int
+	maxMessageBytes                                                 byteSizeFlag
 }
 
 func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
@@ -45,7 +45,8 @@ func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
 	c.Flags().StringVar(&f.stateDir, "state-dir", "", stateHelp)
 	c.Flags().DurationVar(&f.clockTolerance, "clock-tolerance", fleet.DefaultConfig.ClockTolerance, "allowed clock skew of a node; beyond it (less the measurement's uncertainty) the node receives no new placement")
 	c.Flags().DurationVar(&f.placementTimeout, "placement-timeout", fleet.DefaultPlacementTimeout, "how long a create or start waits for a node to take it before it fails at PLACING")
-	c.Flags().IntVar(&f.maxMessageBytes, "max-message-bytes", api.DefaultMaxMessageBytes, "largest request message (a unary request, each message of a stream) any endpoint reads; a larger one is resource_exhausted")
+	f.maxMessageBytes = api.DefaultMaxMessageBytes
+	c.Flags().Var(&f.maxMessageBytes, "max-message-bytes", "largest request message (a unary request, each message of a stream) any endpoint reads, as 16Mi or 16MiB; a bare number is bytes, as before the flag took units; a larger message is resource_exhausted")
 	c.Flags().StringVar(&f.database, "database", "", "PostgreSQL DSN (postgres://…) for replicas sharing one database, or a SQLite file (default: SQLite at <state-dir>/ctrl.db)")
 }
 
@@ -65,7 +66,7 @@ func (f *ctrlFlags) config(defaultSub string) (ctrl.Config, error) {
 		NodeListen:      f.nodeListen,
 		StateDir:        dir,
 		Database:        f.database,
-		MaxMessageBytes: f.maxMessageBytes,
+		MaxMessageBytes: int(f.maxMessageBytes),
 		Fleet:           fleetConfig(f.clockTolerance, f.placementTimeout),
 		Logger:          newLogger(os.Stderr),
 	}, nil

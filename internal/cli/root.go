@@ -109,27 +109,34 @@ func NewRootCommand() *cobra.Command {
 }
 
 // nounsRefuseUnknownCommands gives every command group that runs nothing
-// itself (workspace, volume, ...) a RunE: without arguments it shows its
-// help; with one it does not know, it fails naming it and what was likely
-// meant (cobra checks this only for the root).
+// itself (the root, workspace, volume, ...) a RunE that shows its help, and
+// has a word it does not know fail (see refuseUnknownCommand): cobra's own
+// check gives the root no usage hint and exits 0 for the others.
 func nounsRefuseUnknownCommands(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		nounsRefuseUnknownCommands(sub)
 	}
-	if !c.HasSubCommands() || c.Runnable() || c == c.Root() {
+	if !c.HasSubCommands() || c.Runnable() {
 		return
 	}
-	c.Args = cobra.ArbitraryArgs
-	c.SuggestionsMinimumDistance = 2
+	c.Args = refuseUnknownCommand
 	c.DisableFlagsInUseLine = true
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if len(args) == 0 {
-			return cmd.Help()
-		}
-		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
-		}
-		return fmt.Errorf("%s\n\nRun '%s --help' for usage", msg, cmd.CommandPath())
+	c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+}
+
+// refuseUnknownCommand is the Args of a command with subcommands that
+// takes no argument itself: a word there is a mistyped subcommand, an
+// error naming it, what was likely meant, and where the usage is.
+func refuseUnknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
 	}
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, which it sets only in its own check
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+	}
+	return fmt.Errorf("%s\n\nRun '%s --help' for usage", msg, cmd.CommandPath())
 }

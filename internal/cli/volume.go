@@ -140,7 +140,7 @@ func newVolumeCommand(out *outputFlag) *cobra.Command {
 	resize.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")
 	resize.Flags().BoolVar(&noWait, "no-wait", false, "return once admitted (RESIZING) instead of once the Volume has grown")
 
-	c.AddCommand(list, get, create, resize, newVolumeUpdateCommand(out), del)
+	c.AddCommand(list, get, create, resize, newVolumeUpdateCommand(out), del, newVolumeExportCommand(out))
 	return c
 }
 

@@ -159,7 +159,7 @@ admitted. Sizes take units (512Mi, 1G, 4GiB); a bare number is MiB.`,
 	}
 	long(del)
 
-	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newWorkspaceNetworkCommand(out), newExecCommand(out), newCopyCommand(), newProcessCommand(out))
+	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newWorkspaceNetworkCommand(out), newExecCommand(out), newCopyCommand(out), newProcessCommand(out), newWorkspaceExportCommand(out))
 	return c
 }
 

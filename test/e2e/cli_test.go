@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
@@ -277,7 +279,8 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 }
 
 // checkCopies: cp as cp, scp and docker cp behave: a trailing slash means
-// into that directory, -r copies trees, errors name the paths as given.
+// into that directory, -r copies trees, errors name the paths as given;
+// -o json says where a copy went and what it wrote, -o name where.
 func checkCopies(t *testing.T, d *dev, id string) {
 	t.Helper()
 	src := filepath.Join(t.TempDir(), "src")
@@ -296,13 +299,22 @@ func checkCopies(t *testing.T, d *dev, id string) {
 	if out, code := d.kibotos(t, "workspace", "cp", src, id+":/work"); code != 1 || !strings.Contains(out, "is a directory: copy it with -r") {
 		t.Errorf("cp of a directory without -r: exit %d: %s", code, out)
 	}
-	d.mustKibotos(t, "workspace", "cp", "-r", src, id+":/work")      // into /work: /work/src
+	var copied structpb.Struct
+	d.kibotosJSON(t, &copied, "workspace", "cp", "-r", src, id+":/work") // into /work: /work/src
+	if want := map[string]any{"source": src, "destination": id + ":/work/src", "files": 2.0, "bytes": 4.0}; !reflect.DeepEqual(copied.AsMap(), want) {
+		t.Errorf("cp -r -o json: %v, want %v", copied.AsMap(), want)
+	}
 	d.mustKibotos(t, "workspace", "cp", "-r", src, id+":/work/copy") // missing: becomes the copy
 	if out := d.mustKibotos(t, "workspace", "exec", id, "--", "cat", "/work/a.txt", "/work/src/a.txt", "/work/src/sub/b.txt", "/work/copy/sub/b.txt"); out != "a\na\nb\nb\n" {
 		t.Errorf("the guest after the copies: %q", out)
 	}
 	back := filepath.Join(t.TempDir(), "back")
-	d.mustKibotos(t, "workspace", "cp", "-r", id+":/work/src", back)
+	if out := d.mustKibotos(t, "workspace", "cp", "-r", id+":/work/src", back, "-o", "name"); out != back+"\n" {
+		t.Errorf("cp -r -o name out of the guest: %q", out)
+	}
+	if out, code := d.kibotos(t, "workspace", "cp", id+":/work/a.txt", "-", "-o", "json"); code != 1 || !strings.Contains(out, "-o json: standard output carries the file") {
+		t.Errorf("cp to standard output with -o json: exit %d: %s", code, out)
+	}
 	if b, err := os.ReadFile(filepath.Join(back, "sub", "b.txt")); err != nil || string(b) != "b\n" {
 		t.Errorf("cp -r out of the guest: %q %v", b, err)
 	}
