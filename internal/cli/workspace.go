@@ -159,7 +159,7 @@ admitted. Sizes take units (512Mi, 1G, 4GiB); a bare number is MiB.`,
 	}
 	long(del)
 
-	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newWorkspaceNetworkCommand(out), newExecCommand(out), newCopyCommand(out), newProcessCommand(out), newWorkspaceExportCommand(out))
+	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newWorkspaceNetworkCommand(out), newExecCommand(out), newCopyCommand(out), newProcessCommand(out), newWorkspaceExportCommand(out), newWorkspaceRestoreCommand(out))
 	return c
 }
 
@@ -223,15 +223,16 @@ func followWorkspace[T any, PT interface {
 	}
 }
 
-// showStage shows where a running command is. For a create or start:
-// placing (waiting for a node to take it), delivering the template (its
-// bytes), then booting until the guest agent answers; ctrl reports no
+// showStage shows where a running command is. For a create, restore or
+// start: placing (waiting for a node to take it), delivering the template
+// (its bytes), for a restore making the Volume and writable layer from the
+// archive, then booting until the guest agent answers; ctrl reports no
 // boundary between the boot and the agent's handshake (the node answers
 // the start once its agent does), so they are one stage here. Other
 // commands show what ctrl says of them.
 func showStage(p *progress, c *ctrlv1.WorkspaceCommand, w *ctrlv1.Workspace, delivery *deliveryWatch) {
 	d := w.GetDelivery()
-	launching := c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE || c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_START
+	launching := c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE || c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_START || c.GetKind() == ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_RESTORE
 	switch {
 	case delivery.going(d):
 		p.bytes("delivering the template ("+strings.ToLower(trimEnum(d.GetReason().String(), "TEMPLATE_DELIVERY_REASON_"))+")", int64(d.GetDeliveredBytes()), int64(d.GetTotalBytes()))
@@ -239,6 +240,8 @@ func showStage(p *progress, c *ctrlv1.WorkspaceCommand, w *ctrlv1.Workspace, del
 		p.stage("placing: waiting for " + c.GetWaitingFor())
 	case launching && c.GetProgress() == "":
 		p.stage("placing")
+	case launching && strings.HasPrefix(c.GetProgress(), "import-"):
+		p.stage("restoring the archive's parts (" + c.GetProgress() + ")")
 	case launching && strings.HasPrefix(c.GetProgress(), "start"):
 		p.stage("booting and waiting for the guest agent (" + c.GetProgress() + ")")
 	case c.GetProgress() != "":

@@ -7,52 +7,57 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
-// createFlags are the CreateWorkspace fields a person sets.
-type createFlags struct {
-	template, platform       string
-	memory, disk, volumeSize sizeFlag
-	cpuMillis                uint32
-	volumeID, mountPath      string
-	noVolume                 bool
-	labels, annotations      map[string]string
-	expireIn                 time.Duration
-	expireAction             string
-	capabilities             []string
-	network                  networkFlags
+// defaultResources is what `workspace create` asks for without
+// --memory, --cpu and --disk, and what a restore of an archive that
+// carries no resources (a Volume's) starts from.
+var defaultResources = &ctrlv1.ResourceRequest{MemoryBytes: 512 * mib, CpuMillis: 1000}
+
+// specFlags are the WorkspaceCreateSpec fields `workspace create` and
+// `workspace restore` both set.
+type specFlags struct {
+	platform            string
+	memory, disk        sizeFlag
+	cpuMillis           uint32
+	labels, annotations map[string]string
+	expireIn            time.Duration
+	expireAction        string
+	capabilities        []string
+	network             networkFlags
 }
 
-func (f *createFlags) register(c *cobra.Command) {
-	f.memory = 512 * mib
+// register adds the flags. For a restore (archived), a flag not given
+// leaves the archive's value: the flags have no defaults of their own.
+func (f *specFlags) register(c *cobra.Command, archived bool) {
+	var cpu uint32
+	layer, kept, mode := "the storage profile's", "", "deny-all (the default) or public-internet"
+	if archived {
+		layer, kept, mode = "the archive's", " (default: the archive's)", "deny-all or public-internet (default: the archive's)"
+	} else {
+		f.memory, cpu = sizeFlag(defaultResources.GetMemoryBytes()), defaultResources.GetCpuMillis()
+	}
 	fl := c.Flags()
-	fl.StringVar(&f.template, "template", "", "template NAME or NAME@REVISION (default: the deployment's default template, at its default revision)")
 	fl.StringVar(&f.platform, "platform", "", "platform key (default: the deployment's default)")
-	fl.Var(&f.memory, "memory", "guest memory (512Mi, 1G; a bare number is MiB; at least 128Mi)")
-	fl.Uint32Var(&f.cpuMillis, "cpu", 1000, "CPU in thousandths of a vCPU")
-	fl.Var(&f.disk, "disk", "capacity of the writable layer, the root filesystem's changes (default: the storage profile's)")
-	fl.StringVar(&f.volumeID, "volume", "", "bind this existing Volume (kept when the Workspace is deleted) instead of creating one")
-	fl.Var(&f.volumeSize, "volume-size", "capacity of the new Volume (default: the storage profile's)")
-	fl.StringVar(&f.mountPath, "mount-path", "", "guest path the Volume is mounted at (default /data)")
-	fl.BoolVar(&f.noVolume, "no-volume", false, "create no Volume (nothing is promised to persist)")
+	fl.Var(&f.memory, "memory", "guest memory (512Mi, 1G; a bare number is MiB; at least 128Mi)"+kept)
+	fl.Uint32Var(&f.cpuMillis, "cpu", cpu, "CPU in thousandths of a vCPU"+kept)
+	fl.Var(&f.disk, "disk", "capacity of the writable layer, the root filesystem's changes (default: "+layer+")")
 	fl.StringToStringVar(&f.labels, "label", nil, "label KEY=VALUE (repeatable)")
 	fl.StringToStringVar(&f.annotations, "annotation", nil, "annotation KEY=VALUE (repeatable)")
 	fl.DurationVar(&f.expireIn, "expire-in", 0, "stop or delete the Workspace this long from now (2h, 30m), on ctrl's clock")
 	fl.StringVar(&f.expireAction, "expire-action", "", "what --expire-in does: stop (default) or delete")
-	fl.StringSliceVar(&f.capabilities, "require", nil, "node capabilities the Workspace needs (provider.qemu, ...)")
-	f.network.register(c, "egress policy: deny-all (the default) or public-internet")
+	fl.StringSliceVar(&f.capabilities, "require", nil, "node capabilities the Workspace needs (provider.qemu, ...)"+kept)
+	f.network.register(c, "egress policy: "+mode)
 }
 
-// spec is the WorkspaceCreateSpec the flags ask for; flags that contradict
-// each other are an error before anything is sent.
-func (f *createFlags) spec() (*ctrlv1.WorkspaceCreateSpec, error) {
-	volume, err := f.volume()
-	if err != nil {
-		return nil, err
-	}
+// spec is the WorkspaceCreateSpec the flags ask for, with resources;
+// flags that contradict each other are an error before anything is sent.
+// A field whose flags are not given is left unset.
+func (f *specFlags) spec(resources *ctrlv1.ResourceRequest) (*ctrlv1.WorkspaceCreateSpec, error) {
 	expiration, err := expirationPolicy(f.expireIn, f.expireAction)
 	if err != nil {
 		return nil, err
@@ -62,17 +67,65 @@ func (f *createFlags) spec() (*ctrlv1.WorkspaceCreateSpec, error) {
 		return nil, err
 	}
 	spec := &ctrlv1.WorkspaceCreateSpec{
-		NetworkPolicy: network,
-		Template:      templateSelector(f.template),
-		Resources: &ctrlv1.ResourceRequest{
-			CpuMillis: f.cpuMillis, MemoryBytes: uint64(f.memory), WritableLayerCapacityBytes: uint64(f.disk),
-		},
-		Volume: volume, PlatformKey: f.platform, Expiration: expiration,
+		NetworkPolicy: network, Resources: resources, PlatformKey: f.platform, Expiration: expiration,
 		Labels: f.labels, Annotations: f.annotations,
 	}
 	if len(f.capabilities) > 0 {
 		spec.Capabilities = &ctrlv1.CapabilityRequirements{Required: f.capabilities}
 	}
+	return spec, nil
+}
+
+// resources is base with each of --memory, --cpu and --disk that given
+// says was given in place of its field.
+func (f *specFlags) resources(base *ctrlv1.ResourceRequest, given func(flag string) bool) *ctrlv1.ResourceRequest {
+	r := &ctrlv1.ResourceRequest{}
+	if base != nil {
+		r = proto.CloneOf(base)
+	}
+	if given("memory") {
+		r.MemoryBytes = uint64(f.memory)
+	}
+	if given("cpu") {
+		r.CpuMillis = f.cpuMillis
+	}
+	if given("disk") {
+		r.WritableLayerCapacityBytes = uint64(f.disk)
+	}
+	return r
+}
+
+// createFlags are the CreateWorkspace fields a person sets.
+type createFlags struct {
+	specFlags
+	template            string
+	volumeSize          sizeFlag
+	volumeID, mountPath string
+	noVolume            bool
+}
+
+func (f *createFlags) register(c *cobra.Command) {
+	f.specFlags.register(c, false)
+	fl := c.Flags()
+	fl.StringVar(&f.template, "template", "", "template NAME or NAME@REVISION (default: the deployment's default template, at its default revision)")
+	fl.StringVar(&f.volumeID, "volume", "", "bind this existing Volume (kept when the Workspace is deleted) instead of creating one")
+	fl.Var(&f.volumeSize, "volume-size", "capacity of the new Volume (default: the storage profile's)")
+	fl.StringVar(&f.mountPath, "mount-path", "", "guest path the Volume is mounted at (default /data)")
+	fl.BoolVar(&f.noVolume, "no-volume", false, "create no Volume (nothing is promised to persist)")
+}
+
+// spec is the WorkspaceCreateSpec the flags ask for, every field set (a
+// flag not given sends its default).
+func (f *createFlags) spec() (*ctrlv1.WorkspaceCreateSpec, error) {
+	volume, err := f.volume()
+	if err != nil {
+		return nil, err
+	}
+	spec, err := f.specFlags.spec(f.resources(nil, func(string) bool { return true }))
+	if err != nil {
+		return nil, err
+	}
+	spec.Template, spec.Volume = templateSelector(f.template), volume
 	return spec, nil
 }
 

@@ -278,7 +278,7 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend,
 			return pools
 		},
 	})
-	transfers, err := transfer.New(st, transfer.Config{Dir: filepath.Join(cfg.StateDir, "artifacts", "transfers")}, transfer.Deps{Runner: runner, Fleet: f})
+	transfers, err := transfer.New(st, transfer.Config{Dir: filepath.Join(cfg.StateDir, "artifacts", "transfers")}, transfer.Deps{Runner: runner, Fleet: f, Catalog: cat})
 	if err != nil {
 		return backend{}, err
 	}

@@ -84,6 +84,36 @@ func (c *Catalog) RegisterTemplate(ctx context.Context, name string, img *templa
 	return r, err
 }
 
+// AdoptTemplateRevision registers a root image that arrived in a Transfer
+// archive as READY revision revision of template name (the template made
+// when missing; its default only when it has none), so that a restore can
+// boot what the source deployment ran. A revision that exists already with
+// the same image is left as it is; with another image it is a conflict:
+// revision names are never reused for other content.
+func (c *Catalog) AdoptTemplateRevision(ctx context.Context, name, revision string, img *template.Image) error {
+	if err := c.keepImage(img.Path, img.Digest); err != nil {
+		return err
+	}
+	return c.store.Tx(ctx, func(tx *store.Tx) error {
+		if r, err := tx.GetTemplateRevision(name, revision, false); err == nil {
+			if r.GetImageDigest() != img.Digest {
+				return conflict("revision", "template revision %s@%s exists here with image %s, not the archive's %s", name, revision, r.GetImageDigest(), img.Digest)
+			}
+			return nil
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		tm, err := tx.GetTemplate(name, true)
+		if errors.Is(err, store.ErrNotFound) {
+			tm, err = c.createTemplate(tx, name, "")
+		}
+		if err != nil {
+			return err
+		}
+		return c.insertReady(tx, tm, c.readyRevision(name, revision, img.Digest, uint64(img.Size)), false)
+	})
+}
+
 // keepImage copies a root image into the files nodes fetch.
 func (c *Catalog) keepImage(path, digest string) error {
 	got, _, err := c.copyIn(store.ArtifactRoot, path)

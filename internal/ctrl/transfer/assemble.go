@@ -213,10 +213,16 @@ func (s *Service) finishExport(ctx context.Context, w *command.Work, id string, 
 		Template: src.template, Platform: src.platform, Completeness: "complete",
 		CreatedAt: w.Now().UTC().Truncate(time.Second),
 	}
-	written, err := s.assemble(ctx, id, m, parts)
-	if errors.Is(err, archive.ErrSourceChanged) || errors.Is(err, os.ErrNotExist) {
-		// A staged part is not what its node sent: nothing to make an
-		// archive of, and asking again would take a new command.
+	staged, closeAll, err := s.staged(id, src, parts)
+	defer closeAll()
+	var written *archive.Written
+	if err == nil {
+		written, err = s.assemble(ctx, id, m, staged)
+	}
+	if errors.Is(err, archive.ErrSourceChanged) || errors.Is(err, os.ErrNotExist) || connect.CodeOf(err) == connect.CodeFailedPrecondition {
+		// A staged part is not what its node sent, or the template image
+		// went from the catalog: nothing to make an archive of, and asking
+		// again would take a new command.
 		return s.failExport(ctx, w, id, &ctrlv1.WorkspaceFailure{Reason: ctrlv1.FailureReason_FAILURE_REASON_INTERNAL, Retryable: true,
 			Message: "a staged part of the archive is damaged: " + err.Error()})
 	}
@@ -246,19 +252,53 @@ func (s *Service) finishExport(ctx context.Context, w *command.Work, id string, 
 	return nil
 }
 
+// staged opens the bodies of an export's parts: the block files' staged
+// bodies, then the template image from the catalog when it is carried.
+func (s *Service) staged(id string, src *source, parts []archive.Part) ([]archive.Staged, func(), error) {
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	open := func(path string, p archive.Part) (archive.Staged, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return archive.Staged{}, err
+		}
+		files = append(files, f)
+		return archive.Staged{Part: p, File: f}, nil
+	}
+	out := make([]archive.Staged, 0, len(parts)+1)
+	for _, p := range parts {
+		st, err := open(s.stagedPath(id, p.Name), p)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		out = append(out, st)
+	}
+	if !src.withImage {
+		return out, closeAll, nil
+	}
+	path, err := s.templateImage(src)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	size := uint64(info.Size())
+	st, err := open(path, archive.Part{Name: partImage, Kind: archive.KindBlob, Size: size, LogicalSize: size, Digest: src.template.Digest})
+	return append(out, st), closeAll, err
+}
+
 // assemble writes the archive of m from the staged parts into its partial
 // file, then renames it into place.
-func (s *Service) assemble(ctx context.Context, id string, m archive.Manifest, parts []archive.Part) (*archive.Written, error) {
-	staged := make([]archive.Staged, len(parts))
+func (s *Service) assemble(ctx context.Context, id string, m archive.Manifest, staged []archive.Staged) (*archive.Written, error) {
 	var total uint64
-	for i, p := range parts {
-		f, err := os.Open(s.stagedPath(id, p.Name))
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		staged[i] = archive.Staged{Part: p, File: f}
-		total += p.Size
+	for _, st := range staged {
+		total += st.Part.Size
 	}
 	out, err := os.OpenFile(s.partialPath(id), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {

@@ -68,6 +68,8 @@ type source struct {
 	template  *archive.Revision
 	platform  *archive.Revision
 	parts     []blockPart
+	// withImage: the archive carries the template revision's image.
+	withImage bool
 }
 
 // blockPart is a block file to carry, under its part name.
@@ -184,10 +186,6 @@ func (s *Service) ExportWorkspace(ctx context.Context, req *ctrlv1.ExportWorkspa
 	if req.GetWorkspaceId() == "" {
 		return nil, apierr.Invalid("workspace_id", "is required")
 	}
-	if req.GetIncludeTemplateImage() {
-		return nil, apierr.New(connect.CodeUnimplemented, &ctrlv1.ErrorDetail{Field: "include_template_image"},
-			"include_template_image: carrying the template image is not built yet")
-	}
 	res, fresh, err := admit(ctx, s, "command.command_id", req.GetCommand(), KindExportWorkspace, req,
 		func(tx *store.Tx, now time.Time) (string, *ctrlv1.ExportWorkspaceResponse, error) {
 			src, err := workspaceSource(tx, req.GetWorkspaceId(), req.GetIncludeWritableLayer())
@@ -196,6 +194,11 @@ func (s *Service) ExportWorkspace(ctx context.Context, req *ctrlv1.ExportWorkspa
 			}
 			if err := exportable(tx, src); err != nil {
 				return "", nil, err
+			}
+			if req.GetIncludeTemplateImage() {
+				if _, err := s.templateImage(src); err != nil {
+					return "", nil, err
+				}
 			}
 			tr, err := s.newExport(tx, src, now)
 			if err != nil {
@@ -347,6 +350,9 @@ func (s *Service) exportOf(ctx context.Context, w *command.Work) (string, *sourc
 		case *ctrlv1.ExportWorkspaceRequest:
 			id = res.(*ctrlv1.ExportWorkspaceResponse).GetTransfer().GetTransferId()
 			src, err = workspaceSource(tx, r.GetWorkspaceId(), r.GetIncludeWritableLayer())
+			if src != nil {
+				src.withImage = r.GetIncludeTemplateImage()
+			}
 		case *ctrlv1.ExportVolumeRequest:
 			id = res.(*ctrlv1.ExportVolumeResponse).GetTransfer().GetTransferId()
 			src, err = volumeSource(tx, r.GetVolumeId())
@@ -412,6 +418,24 @@ func (s *Service) failExport(ctx context.Context, w *command.Work, id string, f 
 	}
 	s.removeStaged(id)
 	return nil
+}
+
+// partImage names the blob part carrying the template image.
+const partImage = "template-image"
+
+// templateImage is the file of the template image src runs on, from the
+// catalog; failed_precondition when there is none to carry.
+func (s *Service) templateImage(src *source) (string, error) {
+	if src.template == nil || src.template.Digest == "" || s.deps.Catalog == nil {
+		return "", apierr.Precondition(&ctrlv1.ErrorDetail{Field: "include_template_image", Stage: exportStage},
+			"workspace %s has no template image here to carry", src.id)
+	}
+	path, err := s.deps.Catalog.ArtifactPath(src.template.Digest)
+	if err != nil {
+		return "", apierr.Precondition(&ctrlv1.ErrorDetail{Field: "include_template_image", Stage: exportStage},
+			"the image %s of template %s@%s is not in this ctrl's catalog: %v", src.template.Digest, src.template.Name, src.template.Revision, err)
+	}
+	return path, nil
 }
 
 // specJSON is the source's spec as the archive carries it.

@@ -234,3 +234,56 @@ func TestExportWaitsForAMove(t *testing.T) {
 		t.Errorf("transfers after a refused export: %v %v", list, err)
 	}
 }
+
+// A restore whose start fails (a platform no VM boots) fails at
+// FAILURE_STAGE_RESTORING_WORKSPACE, gives the Transfer back its state, and
+// releases the imported Volume, which keeps the archive's data, unbound and
+// AVAILABLE, whatever delete_with_workspace says.
+func TestAFailedRestoreReleasesTheImportedVolume(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			f := newFleet(t, b)
+			f.c.UnbootableCatalog(t)
+			id := f.volume("vol-1", 128<<20)
+			want := scribble(t, f.node.PoolFile(id))
+			tr, err := f.export("export-1", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.settled(tr.GetTransferId())
+			spec := &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20}}
+			res, err := f.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{
+				Command: cmd("restore-1"), TransferId: tr.GetTransferId(), Spec: spec,
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := res.Msg.GetWorkspace()
+			restoredVolume := ws.GetSpec().GetVolume().GetVolumeId()
+			if restoredVolume == "" || restoredVolume == id {
+				t.Fatalf("restored Workspace bound to %q", restoredVolume)
+			}
+			if _, err := f.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-2"), TransferId: tr.GetTransferId(), Spec: spec})); connect.CodeOf(err) != connect.CodeUnavailable {
+				t.Errorf("a second restore while the first runs: %v, want unavailable", err)
+			}
+			var w *ctrlv1.Workspace
+			testenv.WaitFor(t, "the restore failed", func() bool {
+				w = f.workspace(ws.GetWorkspaceId())
+				return w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+			})
+			if w.GetFailure().GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE || w.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE {
+				t.Errorf("failed restore: failure %v, binding %v", w.GetFailure(), w.GetSpec().GetVolume())
+			}
+			if got := f.settled(tr.GetTransferId()); got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE {
+				t.Errorf("the Transfer after a failed restore: %v", got)
+			}
+			v, err := f.c.Volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: restoredVolume}))
+			if err != nil || v.Msg.GetVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Msg.GetVolume().GetBoundWorkspaceId() != "" {
+				t.Fatalf("the imported Volume after a failed restore: %v %v", v, err)
+			}
+			if got, err := os.ReadFile(f.node.PoolFile(restoredVolume)); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("the imported Volume's block file differs from the exported one (%v)", err)
+			}
+		})
+	}
+}

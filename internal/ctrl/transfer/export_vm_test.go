@@ -85,8 +85,17 @@ func TestExportWorkspaceCarriesTheGuestsData(t *testing.T) {
 	}
 	f.waitWorkspace(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
 
+	// Without its template image first (what a deployment that has the
+	// template needs), then with it.
+	bare, err := f.c.Workspaces.ExportWorkspace(ctx, connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{Command: cmd("export-bare"), WorkspaceId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := f.settled(bare.Msg.GetTransfer().GetTransferId()); tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE {
+		t.Fatalf("export without the layer: %v", tr)
+	}
 	exp, err := f.c.Workspaces.ExportWorkspace(ctx, connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{
-		Command: cmd("export-1"), WorkspaceId: id, IncludeWritableLayer: true,
+		Command: cmd("export-1"), WorkspaceId: id, IncludeWritableLayer: true, IncludeTemplateImage: true,
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +119,8 @@ func TestExportWorkspaceCarriesTheGuestsData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if manifest.Source.Kind != archive.SourceWorkspace || manifest.Source.ID != id || manifest.Template == nil || manifest.Template.Digest == "" || manifest.Platform == nil || len(manifest.Parts) != 2 {
+	if manifest.Source.Kind != archive.SourceWorkspace || manifest.Source.ID != id || manifest.Template == nil || manifest.Template.Digest == "" || manifest.Platform == nil || len(manifest.Parts) != 3 ||
+		manifest.Parts[2].Name != "template-image" || manifest.Parts[2].Digest != manifest.Template.Digest {
 		t.Fatalf("archive manifest %+v", manifest)
 	}
 	if got := strings.TrimSpace(catFrom(t, filepath.Join(dir, "layer"), "/upper/kept")); got != "in-the-layer" {
@@ -132,33 +142,53 @@ func TestExportWorkspaceCarriesTheGuestsData(t *testing.T) {
 		return len(left) == 0
 	})
 
-	restoreElsewhere(t, f.download(tr.GetTransferId()), id)
+	restoreElsewhere(t, f.download(bare.Msg.GetTransfer().GetTransferId()), f.download(tr.GetTransferId()), id)
 }
 
-// restoreElsewhere imports an archive into a second ctrl with its own node
-// and state, restores it there and reads the guest's data back: the layer
-// continues (retention CONTINUED) and the Volume is a new one.
-func restoreElsewhere(t *testing.T, data []byte, sourceID string) {
-	g := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
-	t.Cleanup(g.node.PowerOff)
-	g.c.BootableCatalog(t)
-	up := g.c.Transfers.ImportTransfer(ctx)
-	sum := sha256.Sum256(data)
+// importArchive uploads data to g's ctrl as an IMPORTED Transfer.
+func (f *fleet) importArchive(commandID string, data []byte) string {
+	f.t.Helper()
+	up := f.c.Transfers.ImportTransfer(ctx)
 	if err := up.Send(&ctrlv1.ImportTransferRequest{Part: &ctrlv1.ImportTransferRequest_Header{Header: &ctrlv1.ImportTransferHeader{
-		Command: cmd("import-1"), SizeBytes: uint64(len(data)), Digest: fmt.Sprintf("sha256:%x", sum),
+		Command: cmd(commandID), SizeBytes: uint64(len(data)), Digest: fmt.Sprintf("sha256:%x", sha256.Sum256(data)),
 	}}}); err != nil {
-		t.Fatal(err)
+		f.t.Fatal(err)
 	}
 	for off := 0; off < len(data); off += 1 << 20 {
 		if err := up.Send(&ctrlv1.ImportTransferRequest{Part: &ctrlv1.ImportTransferRequest_Data{Data: data[off:min(off+1<<20, len(data))]}}); err != nil {
-			t.Fatal(err)
+			f.t.Fatal(err)
 		}
 	}
-	imported, err := up.CloseAndReceive()
+	res, err := up.CloseAndReceive()
 	if err != nil {
+		f.t.Fatal(err)
+	}
+	return res.Msg.GetTransfer().GetTransferId()
+}
+
+// restoreElsewhere imports archives into a second ctrl with its own node
+// and state, which has the platform but not the template: the archive
+// without the template image does not restore (not_found naming the
+// revision, and the Transfer stays IMPORTED); the one with it restores,
+// the guest reads its data back, the layer continues (retention
+// CONTINUED) and the Volume is a new one.
+func restoreElsewhere(t *testing.T, bare, data []byte, sourceID string) {
+	g := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	t.Cleanup(g.node.PowerOff)
+	art := testenv.BuildVMArtifacts(t)
+	if _, err := g.c.Ctrl.Catalog().RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
 		t.Fatal(err)
 	}
-	trID := imported.Msg.GetTransfer().GetTransferId()
+	bareID := g.importArchive("import-bare", bare)
+	_, err := g.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-bare"), TransferId: bareID}))
+	if connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "busybox@") {
+		t.Errorf("restoring without the template here or in the archive: %v, want not_found naming the revision", err)
+	}
+	if got, err := g.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: bareID})); err != nil ||
+		got.Msg.GetTransfer().GetState() != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED {
+		t.Errorf("the Transfer after a refused restore: %v %v", got, err)
+	}
+	trID := g.importArchive("import-1", data)
 
 	res, err := g.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-1"), TransferId: trID}))
 	if err != nil {

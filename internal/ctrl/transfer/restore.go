@@ -26,6 +26,7 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/transfer/archive"
 )
 
@@ -206,4 +207,70 @@ func (s *Service) importOperation(ctx context.Context, nodeID, opID string) (*no
 		return nil
 	})
 	return &body, err
+}
+
+// PrepareRestore registers the template revision Transfer id's archive
+// names when this deployment lacks it and the archive carries its image
+// (ExportWorkspace's include_template_image), so that the restore can boot
+// it. Without the image a missing revision is left to the admission, which
+// answers not_found naming it.
+func (s *Service) PrepareRestore(ctx context.Context, field, id string) error {
+	if id == "" {
+		return nil // the admission says it is required
+	}
+	var m *archive.Manifest
+	missing := false
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		if m, err = StoredManifest(tx, field, id); err != nil || m.Template == nil {
+			return err
+		}
+		_, err = tx.GetTemplateRevision(m.Template.Name, m.Template.Revision, false)
+		if missing = errors.Is(err, store.ErrNotFound); missing {
+			return nil
+		}
+		return err
+	})
+	i := -1
+	if err == nil && missing {
+		i = partIndex(m, partImage)
+	}
+	if err != nil || i < 0 {
+		return err
+	}
+	if p := m.Parts[i]; p.Kind != archive.KindBlob || p.Digest != m.Template.Digest {
+		return apierr.Precondition(&ctrlv1.ErrorDetail{Field: field, Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE},
+			"the archive's template image (%s) is not the image of template %s@%s (%s)", p.Digest, m.Template.Name, m.Template.Revision, m.Template.Digest)
+	}
+	img, err := s.extractBlob(id, i)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(img.Path)
+	return s.deps.Catalog.AdoptTemplateRevision(ctx, m.Template.Name, m.Template.Revision, img)
+}
+
+// extractBlob writes part i of Transfer id's archive to a temporary file,
+// verified.
+func (s *Service) extractBlob(id string, i int) (*template.Image, error) {
+	f, err := os.Open(s.archivePath(id))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m, spans, err := archive.Locate(f, archive.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	out, err := os.CreateTemp(s.cfg.Dir, id+".*.image")
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	p := m.Parts[i]
+	if err := archive.ReadBody(io.NewSectionReader(f, spans[i].Offset, int64(spans[i].Size)), p, out, archive.Limits{}); err != nil {
+		os.Remove(out.Name())
+		return nil, err
+	}
+	return &template.Image{Path: out.Name(), Digest: p.Digest, Size: int64(p.LogicalSize)}, nil
 }

@@ -30,6 +30,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/labels"
@@ -80,6 +81,9 @@ type Config struct {
 type Deps struct {
 	Runner *command.Runner
 	Fleet  *fleet.Fleet
+	// Catalog keeps the template images an export carries and a restore
+	// registers.
+	Catalog *catalog.Catalog
 }
 
 // Service is TransferService, and the exports of WorkspaceService and

@@ -19,6 +19,8 @@ package workspace
 
 import (
 	"context"
+
+	"connectrpc.com/connect"
 	"errors"
 	"fmt"
 	"time"
@@ -30,6 +32,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/transfer"
@@ -66,10 +69,10 @@ func (s *Service) Restore(ctx context.Context, req *ctrlv1.RestoreWorkspaceReque
 	res, err := s.admitCreate(ctx, create, req, "", creation{kind: kindRestore,
 		also: func(tx *store.Tx, now time.Time) error {
 			held, err := transfer.BeginRestore(tx, "transfer_id", req.GetTransferId(), now)
-			if err != nil {
+			if err != nil || req.GetSpec().GetTemplate() != nil {
 				return err
 			}
-			return sameTemplate(tx, held)
+			return archivedTemplateHere(tx, held)
 		},
 		respond: func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message {
 			return &ctrlv1.RestoreWorkspaceResponse{Workspace: w, Command: c}
@@ -92,20 +95,25 @@ func (s *Service) archived(ctx context.Context, id string) (*archive.Manifest, e
 	return m, err
 }
 
-// sameTemplate refuses to continue an archived layer over another image
-// than the one it was made over: a revision here with the archive's name
-// but other content.
-func sameTemplate(tx *store.Tx, m *archive.Manifest) error {
-	if m.Template == nil || m.Template.Digest == "" || partOf(m, partLayer) == nil {
+// archivedTemplateHere refuses a restore on the archive's template
+// revision when this deployment lacks it (and the archive did not carry
+// its image, which PrepareRestore registers), and one that would continue
+// the archived writable layer over another image than it was made over: a
+// revision here with the archive's name but other content.
+func archivedTemplateHere(tx *store.Tx, m *archive.Manifest) error {
+	if m.Template == nil {
 		return nil
 	}
 	r, err := tx.GetTemplateRevision(m.Template.Name, m.Template.Revision, false)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil // resolveTemplate answers not_found naming it
+	if errors.Is(err, store.ErrNotFound) || (err == nil && r.GetState() == operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_DELETED) {
+		return apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: "transfer_id",
+			Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE},
+			"the archive's template revision %s@%s (image %s) is not in this deployment, and the archive does not carry its image: build or import it here, or export again with include_template_image",
+			m.Template.Name, m.Template.Revision, m.Template.Digest)
 	} else if err != nil {
 		return err
 	}
-	if r.GetImageDigest() != m.Template.Digest {
+	if m.Template.Digest != "" && partOf(m, partLayer) != nil && r.GetImageDigest() != m.Template.Digest {
 		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Field: "transfer_id"},
 			"the archived writable layer was made over template %s@%s with image %s; here that revision has image %s",
 			m.Template.Name, m.Template.Revision, m.Template.Digest, r.GetImageDigest())
@@ -141,9 +149,12 @@ func restoreSpec(m *archive.Manifest, over *ctrlv1.WorkspaceCreateSpec) (*ctrlv1
 		}
 	}
 	if v := partOf(m, partVolume); v != nil {
-		b := archivedSpec.GetVolume()
+		b := archivedSpec.GetVolume() // nil for a Volume's archive
 		base.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: b.GetMountPath(),
-			DeleteWithWorkspace: b.DeleteWithWorkspace, NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: v.LogicalSize}}
+			NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: v.LogicalSize}}
+		if b != nil {
+			base.Volume.DeleteWithWorkspace = b.DeleteWithWorkspace
+		}
 	}
 	if over != nil {
 		if partOf(m, partLayer) != nil && over.GetTemplate() != nil {
