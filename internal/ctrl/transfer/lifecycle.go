@@ -227,17 +227,35 @@ func (s *Service) expire(ctx context.Context, tr *ctrlv1.Transfer) error {
 }
 
 // failStalled fails an upload that stopped sending.
+// orphanGrace is how long an IMPORTING Transfer with no partial file is
+// given before the sweep takes it for one whose ctrl restarted: the time
+// between an import's admission and its first write.
+const orphanGrace = 10 * time.Second
+
+// receiving says whether an upload's partial file exists.
+func (s *Service) receiving(id string) bool {
+	_, err := os.Stat(s.partialPath(id))
+	return err == nil
+}
+
 func (s *Service) failStalled(ctx context.Context, tr *ctrlv1.Transfer, now time.Time) error {
 	s.mu.Lock()
 	active := s.active[tr.GetTransferId()]
 	s.mu.Unlock()
-	if active || now.Sub(tr.GetUpdatedAt().AsTime()) < s.cfg.StallTimeout {
+	idle := now.Sub(tr.GetUpdatedAt().AsTime())
+	f := &importFailure{reason: ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT, retryable: true,
+		msg: fmt.Sprintf("the upload sent nothing for %s (its client or the ctrl receiving it went away)", s.cfg.StallTimeout)}
+	switch {
+	case active:
 		return nil
+	case idle < s.cfg.StallTimeout && (idle < orphanGrace || s.receiving(tr.GetTransferId())):
+		return nil
+	case idle < s.cfg.StallTimeout:
+		// No partial file: the ctrl that received it restarted (its
+		// partial files go at start), so nothing will ever finish it.
+		f.reason, f.msg = ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "the ctrl receiving the upload restarted before it was complete; nothing of it is kept: upload it again"
 	}
-	_, err := s.fail(ctx, tr.GetTransferId(), &importFailure{
-		reason: ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT, retryable: true,
-		msg: fmt.Sprintf("the upload sent nothing for %s (its client or the ctrl receiving it went away)", s.cfg.StallTimeout),
-	})
+	_, err := s.fail(ctx, tr.GetTransferId(), f)
 	if err != nil {
 		return err
 	}

@@ -639,6 +639,38 @@ func TestStalledUploadsFail(t *testing.T) {
 	}
 }
 
+// An upload a ctrl restart cut short fails at the next sweep, well before
+// StallTimeout: its partial file went with the restart, so nothing can
+// finish it; retryable, nothing kept.
+func TestAnUploadCutByARestartFailsAtOnce(t *testing.T) {
+	e := sqlite(t)
+	a := makeArchive(t, 1)
+	g, _, active := e.startImport(t, "imp", a)
+	g.send(a[:1<<20])
+	waitFor(t, "the upload to take what was sent", g.drained)
+	restarted := e.open(t)
+	if err := restarted.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.get(t, active).GetState(); st != ctrlv1.TransferState_TRANSFER_STATE_IMPORTING {
+		t.Fatalf("an upload is %v right after a restart, within the grace of a new admission", st)
+	}
+	e.clock.Advance(11 * time.Second) // past orphanGrace, within StallTimeout
+	if err := restarted.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr := e.get(t, active)
+	if tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_FAILED || tr.GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE ||
+		!tr.GetFailure().GetRetryable() || tr.GetFailure().GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_IMPORTING_TRANSFER {
+		t.Fatalf("an upload a restart cut short is %v", tr)
+	}
+	if files := e.files(t); len(files) != 0 {
+		t.Fatalf("kept %v", files)
+	}
+	g.send(a[1<<20:])
+	close(g.ch)
+}
+
 func TestListPagesBySelector(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		a := makeArchive(t, 1)
