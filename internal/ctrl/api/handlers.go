@@ -220,7 +220,7 @@ type workspaceHandler struct {
 // RestoreWorkspace first has the Transfer domain register the template
 // image the archive carries, if this deployment lacks it.
 func (h workspaceHandler) RestoreWorkspace(ctx context.Context, req *connect.Request[ctrlv1.RestoreWorkspaceRequest]) (*connect.Response[ctrlv1.RestoreWorkspaceResponse], error) {
-	if err := h.t.PrepareRestore(ctx, "transfer_id", req.Msg.GetTransferId()); err != nil {
+	if err := h.t.PrepareRestore(ctx, req.Msg); err != nil {
 		return nil, err
 	}
 	return respond(h.w.Restore(ctx, req.Msg))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,6 +187,20 @@ func TestExportVolumeRefusals(t *testing.T) {
 	}
 	if _, err := f.export("", "vol-nope"); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("no command id: %v", err)
+	}
+	restore := func(commandID, transferID string, spec *ctrlv1.WorkspaceCreateSpec) error {
+		_, err := f.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd(commandID), TransferId: transferID, Spec: spec}))
+		return err
+	}
+	if err := restore("r-1", "", nil); connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "transfer_id") {
+		t.Errorf("restore without transfer_id: %v", err)
+	}
+	if err := restore("r-2", "tr-nope", nil); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("restore of a missing Transfer: %v", err)
+	}
+	volume := &ctrlv1.WorkspaceCreateSpec{Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}}
+	if err := restore("r-3", "tr-nope", volume); connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "spec.volume") {
+		t.Errorf("restore with a volume binding: %v", err)
 	}
 	id := f.volume("vol-1", 64<<20)
 	f.node.Stop(t) // the export cannot end while no node reaches the pool

@@ -214,16 +214,24 @@ func (s *Service) importOperation(ctx context.Context, nodeID, opID string) (*no
 // (ExportWorkspace's include_template_image), so that the restore can boot
 // it. Without the image a missing revision is left to the admission, which
 // answers not_found naming it.
-func (s *Service) PrepareRestore(ctx context.Context, field, id string) error {
-	if id == "" {
-		return nil // the admission says it is required
+//
+// It registers nothing for a request that names its own template or that
+// the admission refuses for its form (no transfer_id, a volume binding);
+// what a later admission refuses leaves the revision registered, as the
+// immutable copy of the archive's it is.
+func (s *Service) PrepareRestore(ctx context.Context, req *ctrlv1.RestoreWorkspaceRequest) error {
+	const field = "transfer_id"
+	id := req.GetTransferId()
+	if id == "" || req.GetSpec().GetTemplate() != nil || req.GetSpec().GetVolume() != nil {
+		return nil
 	}
 	var m *archive.Manifest
 	missing := false
 	err := s.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
 		if m, err = StoredManifest(tx, field, id); err != nil || m.Template == nil {
-			return err
+			m = nil
+			return nil // the admission answers what is wrong with the Transfer
 		}
 		_, err = tx.GetTemplateRevision(m.Template.Name, m.Template.Revision, false)
 		if missing = errors.Is(err, store.ErrNotFound); missing {
