@@ -2,6 +2,7 @@ package transfer_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"os/exec"
@@ -59,7 +60,13 @@ func TestExportWorkspaceCarriesTheGuestsData(t *testing.T) {
 	if _, err := exec.LookPath("debugfs"); err != nil {
 		t.Fatal("debugfs (e2fsprogs) is needed to read the exported images")
 	}
-	f := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) { exportAndRestoreOnRealVMs(t, b) })
+	}
+}
+
+func exportAndRestoreOnRealVMs(t *testing.T, b storetest.Backend) {
+	f := newFleet(t, b)
 	t.Cleanup(f.node.PowerOff)
 	f.c.BootableCatalog(t)
 	res, err := f.c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
@@ -142,7 +149,41 @@ func TestExportWorkspaceCarriesTheGuestsData(t *testing.T) {
 		return len(left) == 0
 	})
 
-	restoreElsewhere(t, f.download(bare.Msg.GetTransfer().GetTransferId()), f.download(tr.GetTransferId()), id)
+	restoreElsewhere(t, b, f.download(bare.Msg.GetTransfer().GetTransferId()), f.downloadResumed(tr.GetTransferId()), id)
+}
+
+// downloadResumed downloads Transfer id in two calls: the first stops after
+// its first chunk, as a connection that dropped does, the second resumes from
+// where it stopped.
+func (f *fleet) downloadResumed(id string) []byte {
+	f.t.Helper()
+	first := func() []byte {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := f.c.Transfers.DownloadTransfer(ctx, connect.NewRequest(&ctrlv1.DownloadTransferRequest{TransferId: id}))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if !stream.Receive() {
+			f.t.Fatalf("no first chunk: %v", stream.Err())
+		}
+		return append([]byte(nil), stream.Msg().GetData()...)
+	}()
+	stream, err := f.c.Transfers.DownloadTransfer(ctx, connect.NewRequest(&ctrlv1.DownloadTransferRequest{TransferId: id, Offset: uint64(len(first))}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	buf := bytes.NewBuffer(first)
+	for stream.Receive() {
+		if stream.Msg().GetOffset() != uint64(buf.Len()) {
+			f.t.Fatalf("a chunk at %d after %d bytes", stream.Msg().GetOffset(), buf.Len())
+		}
+		buf.Write(stream.Msg().GetData())
+	}
+	if err := stream.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 // importArchive uploads data to g's ctrl as an IMPORTED Transfer.
@@ -172,8 +213,8 @@ func (f *fleet) importArchive(commandID string, data []byte) string {
 // revision, and the Transfer stays IMPORTED); the one with it restores,
 // the guest reads its data back, the layer continues (retention
 // CONTINUED) and the Volume is a new one.
-func restoreElsewhere(t *testing.T, bare, data []byte, sourceID string) {
-	g := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+func restoreElsewhere(t *testing.T, b storetest.Backend, bare, data []byte, sourceID string) {
+	g := newFleet(t, b)
 	t.Cleanup(g.node.PowerOff)
 	art := testenv.BuildVMArtifacts(t)
 	if _, err := g.c.Ctrl.Catalog().RegisterPlatform(ctx, "default", art.Platform, art.Dir, true); err != nil {
