@@ -130,7 +130,7 @@ func (s *Service) checkPartHeader(ctx context.Context, nodeID string, h *nodev1.
 // with the Transfer's progress moving.
 func (s *Service) takePart(ctx context.Context, h *nodev1.UploadTransferPartHeader, recv PartRecv, w io.Writer) (uint64, error) {
 	base := s.stagedBytes(h.GetTransferId())
-	m := s.newMeter(h.GetTransferId(), base+h.GetSizeBytes())
+	m := s.newMeter(h.GetTransferId(), ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, base+h.GetSizeBytes())
 	var n uint64
 	for {
 		msg, err := recv()
@@ -170,18 +170,20 @@ func (s *Service) stagedBytes(id string) uint64 {
 	return n
 }
 
-// meter stores a Transfer's progress as bytes go by: every 1/256 of the
-// total (at least 1 MiB), and at least every progressPeriod.
+// meter stores a Transfer's progress as bytes go by, while it stays in
+// state: every 1/256 of the total (at least 1 MiB), and at least every
+// progressPeriod.
 type meter struct {
 	s       *Service
 	id      string
+	state   ctrlv1.TransferState
 	total   uint64
 	saved   uint64
 	savedAt time.Time
 }
 
-func (s *Service) newMeter(id string, total uint64) *meter {
-	return &meter{s: s, id: id, total: total, savedAt: s.cfg.Now()}
+func (s *Service) newMeter(id string, state ctrlv1.TransferState, total uint64) *meter {
+	return &meter{s: s, id: id, state: state, total: total, savedAt: s.cfg.Now()}
 }
 
 func (m *meter) at(ctx context.Context, done uint64) error {
@@ -192,8 +194,8 @@ func (m *meter) at(ctx context.Context, done uint64) error {
 	m.saved, m.savedAt = done, now
 	_, err := m.s.update(ctx, m.id, func(r *store.TransferRecord, now time.Time) error {
 		tr := r.Transfer
-		if tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING {
-			return apierr.Precondition(nil, "transfer %s is %s, not EXPORTING", m.id, stateName(tr.GetState()))
+		if tr.GetState() != m.state {
+			return apierr.Precondition(nil, "transfer %s is %s, not %s", m.id, stateName(tr.GetState()), stateName(m.state))
 		}
 		tr.DoneBytes, tr.TotalBytes, tr.UpdatedAt = done, max(m.total, tr.GetTotalBytes()), timestamppb.New(now)
 		return nil
@@ -305,7 +307,7 @@ func (s *Service) assemble(ctx context.Context, id string, m archive.Manifest, s
 		return nil, err
 	}
 	defer out.Close()
-	cw := &countingWriter{w: out, m: s.newMeter(id, total), ctx: ctx}
+	cw := &countingWriter{w: out, m: s.newMeter(id, ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, total), ctx: ctx}
 	written, err := archive.Assemble(ctx, cw, m, staged)
 	if err == nil {
 		err = out.Sync()

@@ -255,7 +255,8 @@ func restoreElsewhere(t *testing.T, b storetest.Backend, bare, data []byte, sour
 		}
 	}
 	got, err := g.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: trID}))
-	if err != nil || got.Msg.GetTransfer().GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORED {
+	if tr := got.Msg.GetTransfer(); err != nil || tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORED ||
+		tr.GetTotalBytes() == 0 || tr.GetDoneBytes() != tr.GetTotalBytes() {
 		t.Errorf("the Transfer after the restore: %v %v", got, err)
 	}
 }

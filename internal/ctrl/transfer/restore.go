@@ -117,6 +117,10 @@ func EndRestore(tx *store.Tx, id string, ok bool, now time.Time) error {
 	default:
 		tr.State = ctrlv1.TransferState_TRANSFER_STATE_IMPORTED
 	}
+	if !ok {
+		// Its progress is its archive's again, whole, as before.
+		tr.DoneBytes, tr.TotalBytes = tr.GetManifest().GetSizeBytes(), tr.GetManifest().GetSizeBytes()
+	}
 	tr.UpdatedAt = timestamppb.New(now)
 	return tx.PutTransfer(r)
 }
@@ -153,6 +157,10 @@ func (s *Service) ServePart(ctx context.Context, nodeID string, req *nodev1.Fetc
 		return err
 	}
 	body := io.NewSectionReader(f, span.Offset+int64(req.GetOffset()), int64(span.Size-req.GetOffset()))
+	// done_bytes counts the block parts before this one as restored: a
+	// restore imports them in manifest order.
+	before := restoredBytes(&archive.Manifest{Parts: m.Parts[:i]})
+	progress := s.newMeter(op.GetTransferId(), ctrlv1.TransferState_TRANSFER_STATE_RESTORING, restoredBytes(m))
 	buf := make([]byte, downloadChunk)
 	for off := req.GetOffset(); ; {
 		n, err := body.Read(buf)
@@ -161,6 +169,9 @@ func (s *Service) ServePart(ctx context.Context, nodeID string, req *nodev1.Fetc
 				return err
 			}
 			off += uint64(n)
+			if err := progress.at(ctx, before+off); err != nil {
+				return err
+			}
 		}
 		if errors.Is(err, io.EOF) {
 			return nil
