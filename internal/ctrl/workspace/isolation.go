@@ -47,7 +47,7 @@ func (s *Service) ReleaseNode(tx *store.Tx, nodeID string, interrupted []*store.
 		}
 	}
 	for _, c := range interrupted {
-		if c.GetKind() != kindCreate && c.GetKind() != kindStart {
+		if c.GetKind() != kindCreate && c.GetKind() != kindRestore && c.GetKind() != kindStart {
 			continue
 		}
 		w, err := tx.GetWorkspace(c.GetTargetId(), true)
