@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -95,18 +96,9 @@ func (s *Service) ReceivePart(ctx context.Context, nodeID string, recv PartRecv)
 // for.
 func (s *Service) checkPartHeader(ctx context.Context, nodeID string, h *nodev1.UploadTransferPartHeader) error {
 	return s.store.Tx(ctx, func(tx *store.Tx) error {
-		op, err := tx.GetNodeOperation(h.GetOperationId(), false)
-		if errors.Is(err, store.ErrNotFound) {
-			return apierr.Precondition(nil, "operation %q is not one ctrl handed out", h.GetOperationId())
-		} else if err != nil {
-			return err
-		}
 		var body nodev1.ExportBlockFile
-		if op.GetNodeId() != nodeID || op.GetBody().UnmarshalTo(&body) != nil {
-			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("operation %q is not an export this node was asked for", h.GetOperationId()))
-		}
-		if op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING {
-			return apierr.Precondition(nil, "operation %q was answered already", h.GetOperationId())
+		if err := pendingOperation(tx, nodeID, h.GetOperationId(), &body, ctrlv1.TransferState_TRANSFER_STATE_EXPORTING); err != nil {
+			return err
 		}
 		if body.GetTransferId() != h.GetTransferId() || body.GetPart() != h.GetPart() {
 			return apierr.Invalid("header", "names transfer %s part %q; operation %q asks for transfer %s part %q",
@@ -115,15 +107,41 @@ func (s *Service) checkPartHeader(ctx context.Context, nodeID string, h *nodev1.
 		if h.GetSizeBytes() > s.cfg.MaxArchiveBytes {
 			return apierr.Invalid("header.size_bytes", "is %d; at most %d bytes are accepted", h.GetSizeBytes(), s.cfg.MaxArchiveBytes)
 		}
-		r, err := getTransfer(tx, h.GetTransferId(), false)
-		if err != nil {
-			return err
-		}
-		if st := r.Transfer.GetState(); st != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING {
-			return apierr.Precondition(nil, "transfer %s is %s, not EXPORTING", h.GetTransferId(), stateName(st))
-		}
 		return nil
 	})
+}
+
+// transferPart is the body of an operation that moves a Transfer's part.
+type transferPart interface {
+	proto.Message
+	GetTransferId() string
+}
+
+// pendingOperation decodes into body the operation opID, which ctrl must
+// have handed nodeID, must not have been answered, and must be for a
+// Transfer in state: a node calls beside its session only for what its
+// session asked of it.
+func pendingOperation(tx *store.Tx, nodeID, opID string, body transferPart, state ctrlv1.TransferState) error {
+	op, err := tx.GetNodeOperation(opID, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return apierr.Precondition(nil, "operation %q is not one ctrl handed out", opID)
+	} else if err != nil {
+		return err
+	}
+	if op.GetNodeId() != nodeID || op.GetBody().UnmarshalTo(body) != nil {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("operation %q is not a %s this node was asked for", opID, body.ProtoReflect().Descriptor().Name()))
+	}
+	if op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING {
+		return apierr.Precondition(nil, "operation %q was answered already", opID)
+	}
+	r, err := getTransfer(tx, body.GetTransferId(), false)
+	if err != nil {
+		return err
+	}
+	if st := r.Transfer.GetState(); st != state {
+		return apierr.Precondition(nil, "transfer %s is %s, not %s", body.GetTransferId(), stateName(st), stateName(state))
+	}
+	return nil
 }
 
 // takePart copies the body's chunks to w, exactly h.size_bytes of them,

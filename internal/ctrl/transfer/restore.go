@@ -23,7 +23,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/template"
@@ -196,26 +195,7 @@ func partIndex(m *archive.Manifest, name string) int {
 func (s *Service) importOperation(ctx context.Context, nodeID, opID string) (*nodev1.ImportBlockFile, error) {
 	var body nodev1.ImportBlockFile
 	err := s.store.Tx(ctx, func(tx *store.Tx) error {
-		op, err := tx.GetNodeOperation(opID, false)
-		if errors.Is(err, store.ErrNotFound) {
-			return apierr.Precondition(nil, "operation %q is not one ctrl handed out", opID)
-		} else if err != nil {
-			return err
-		}
-		if op.GetNodeId() != nodeID || op.GetBody().UnmarshalTo(&body) != nil {
-			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("operation %q is not an import this node was asked for", opID))
-		}
-		if op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING {
-			return apierr.Precondition(nil, "operation %q was answered already", opID)
-		}
-		r, err := getTransfer(tx, body.GetTransferId(), false)
-		if err != nil {
-			return err
-		}
-		if st := r.Transfer.GetState(); st != ctrlv1.TransferState_TRANSFER_STATE_RESTORING {
-			return apierr.Precondition(nil, "transfer %s is %s, not RESTORING", body.GetTransferId(), stateName(st))
-		}
-		return nil
+		return pendingOperation(tx, nodeID, opID, &body, ctrlv1.TransferState_TRANSFER_STATE_RESTORING)
 	})
 	return &body, err
 }
