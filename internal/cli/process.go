@@ -275,14 +275,24 @@ func readyOnSessionSince(r *operatorv1.NodeRegistration, started time.Time) bool
 		!r.GetSession().GetConnectedAt().AsTime().Before(started)
 }
 
+// printEndpoints says where ctrl listens and where its endpoints file is.
+// The API keys are in that file (0600) and nowhere else in plaintext: they
+// are printed only by the start that made them, marked as shown once, so
+// a terminal's scrollback or a captured log of later starts holds none.
 func printEndpoints(cmd *cobra.Command, srv *ctrl.Server, stateDir string) {
 	w := cmd.OutOrStdout()
+	endpoints := ctrl.EndpointsFile(stateDir)
 	fmt.Fprintf(w, "%s=%s\n", clientconfig.EnvWorkspaceEndpoint, srv.Client.WorkspaceEndpoint)
 	fmt.Fprintf(w, "%s=%s\n", clientconfig.EnvOperatorEndpoint, srv.Client.OperatorEndpoint)
-	fmt.Fprintf(w, "%s=%s\n", clientconfig.EnvToken, srv.Client.Token)
-	fmt.Fprintf(w, "%s=%s\n", clientconfig.EnvOperatorToken, srv.Client.OperatorToken)
+	if srv.NewKeys {
+		fmt.Fprintf(w, "API keys (shown once; also in %s, mode 0600):\n", endpoints)
+		fmt.Fprintf(w, "%s=%s\n", clientconfig.EnvToken, srv.Client.Token)
+		fmt.Fprintf(w, "%s=%s\n", clientconfig.EnvOperatorToken, srv.Client.OperatorToken)
+	} else {
+		fmt.Fprintf(w, "API keys: in %s (mode 0600)\n", endpoints)
+	}
 	fmt.Fprintf(w, "node endpoint: %s\n", srv.NodeEndpoint)
-	fmt.Fprintf(w, "endpoints file: %s\n", ctrl.EndpointsFile(stateDir))
+	fmt.Fprintf(w, "endpoints file: %s\n", endpoints)
 }
 
 func newVersionCommand() *cobra.Command {

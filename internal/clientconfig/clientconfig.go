@@ -107,6 +107,9 @@ func Write(path string, c Config) error {
 		return err
 	}
 	tmp := path + ".tmp"
+	// A temporary file an interrupted Write left keeps its mode through
+	// WriteFile: start from none.
+	_ = os.Remove(tmp)
 	if err := os.WriteFile(tmp, b.Bytes(), 0o600); err != nil {
 		return err
 	}

@@ -79,6 +79,10 @@ type Server struct {
 
 	// Endpoints and credentials, as written to endpoints.env.
 	Client clientconfig.Config
+	// NewKeys is whether this start made the API keys in Client (the
+	// first start, or one whose endpoints.env no longer held valid keys):
+	// only then does `kibotos ctrl` or `kibotos dev` print them.
+	NewKeys bool
 	// NodeEndpoint is the URL nodes connect to.
 	NodeEndpoint string
 }
@@ -94,7 +98,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	tokens, keys, err := ensureCredentials(cfg.StateDir)
+	tokens, keys, newKeys, err := ensureCredentials(cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +135,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		lns = append(lns, ln)
 	}
 	workCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{})}
+	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{}), NewKeys: newKeys}
 	backend, err := newBackend(st, cfg, "http://"+lns[0].Addr().String())
 	if err != nil {
 		for _, ln := range lns {
@@ -310,12 +314,17 @@ func replicaID() string {
 
 // ensureCredentials makes sure ctrl has one workspace and one operator key
 // whose plaintext it knows (from an earlier endpoints.env), making new ones
-// where it does not. It returns the plaintext tokens and the keyring.
-func ensureCredentials(stateDir string) (map[auth.Scope]string, *auth.Keyring, error) {
+// where it does not. It returns the plaintext tokens, the keyring, and
+// whether it made a key. The keyring file is made private (0600) if an
+// earlier version or a restore left it readable by others.
+func ensureCredentials(stateDir string) (map[auth.Scope]string, *auth.Keyring, bool, error) {
 	keyPath := filepath.Join(stateDir, "api-keys.json")
 	keys, err := auth.LoadKeyring(keyPath)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
+	}
+	if err := auth.MakePrivate(keyPath); err != nil {
+		return nil, nil, false, err
 	}
 	known, _ := clientconfig.ReadEnvFile(EndpointsFile(stateDir))
 	tokens := map[auth.Scope]string{
@@ -329,7 +338,7 @@ func ensureCredentials(stateDir string) (map[auth.Scope]string, *auth.Keyring, e
 		}
 		token, err := auth.NewToken()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		keys.Add(scope, token)
 		tokens[scope] = token
@@ -337,10 +346,10 @@ func ensureCredentials(stateDir string) (map[auth.Scope]string, *auth.Keyring, e
 	}
 	if changed {
 		if err := keys.Save(keyPath); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 	}
-	return tokens, keys, nil
+	return tokens, keys, changed, nil
 }
 
 // inflight counts the requests being served, so Close can wait for them.

@@ -43,6 +43,9 @@ func TestCredentialsAreMadeOnceAndCheckedByScope(t *testing.T) {
 	if first.Token == "" || first.OperatorToken == "" || first.Token == first.OperatorToken {
 		t.Fatalf("credentials: %+v", first)
 	}
+	if !srv.NewKeys {
+		t.Error("the first start does not say it made the keys")
+	}
 	written, err := clientconfig.ReadEnvFile(ctrl.EndpointsFile(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -72,8 +75,8 @@ func TestCredentialsAreMadeOnceAndCheckedByScope(t *testing.T) {
 	// A restart keeps the keys it already handed out.
 	again := start(t, dir)
 	defer again.Close()
-	if again.Client.Token != first.Token || again.Client.OperatorToken != first.OperatorToken {
-		t.Errorf("restart made new credentials")
+	if again.Client.Token != first.Token || again.Client.OperatorToken != first.OperatorToken || again.NewKeys {
+		t.Errorf("restart made new credentials (NewKeys %v)", again.NewKeys)
 	}
 	if err := listNodes(ctx, again.Client.OperatorEndpoint, first.OperatorToken); err != nil {
 		t.Errorf("old operator key after restart: %v", err)

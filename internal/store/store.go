@@ -88,6 +88,10 @@ func openSQLite(path string) (*Store, error) {
 		lock.Close()
 		return nil, fmt.Errorf("SQLite database %s is in use by another process (replicas must share PostgreSQL): %w", path, err)
 	}
+	if err := privateFiles(path); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	q := url.Values{}
 	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)", "busy_timeout(10000)"} {
 		q.Add("_pragma", p)
@@ -100,6 +104,41 @@ func openSQLite(path string) (*Store, error) {
 	}
 	db.SetMaxOpenConns(1)
 	return &Store{db: db, d: sqliteDialect, lock: lock, stmts: newStatements()}, nil
+}
+
+// sqliteFiles are the suffixes of a database's files: the database itself,
+// its WAL, the WAL's shared-memory index, and a rollback journal (none in
+// WAL mode, but one an older file may have left).
+var sqliteFiles = []string{"", "-wal", "-shm", "-journal"}
+
+// privateFiles makes the database file at path, and the files SQLite keeps
+// beside it, readable and writable by their owner only: they hold secrets
+// (docs/RELIABILITY.md, "Secrets at rest"). A missing database file is
+// created 0600 before SQLite opens it, since SQLite would make it 0644 less
+// the umask; SQLite's unix VFS gives the -wal, -shm and -journal files it
+// creates the main file's mode. Files an earlier version left open to group
+// or others lose those permissions (0644 becomes 0600) at every open.
+func privateFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, suffix := range sqliteFiles {
+		st, err := os.Stat(path + suffix)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(path+suffix, st.Mode().Perm()&^0o077); err != nil {
+				return fmt.Errorf("make %s private: %w", path+suffix, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Close closes the database.

@@ -19,6 +19,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/clientconfig"
 )
 
 // startPiped starts cmd with its stdout on a pipe and its stderr kept; the
@@ -327,9 +328,51 @@ func checkCopies(t *testing.T, d *dev, id string) {
 
 // kibotos dev with a state directory of its own says where its endpoints
 // file is and what to run next, and on Ctrl-C that the VMs keep running
-// and how to stop them, with that state directory.
+// and how to stop them, with that state directory. The API keys it prints
+// once, marked, at the start that made them; a later start prints where
+// they are and not the keys.
 func TestDevSaysWhereItsEndpointsAreAndWhatCtrlCLeaves(t *testing.T) {
 	home, state := t.TempDir(), filepath.Join(t.TempDir(), "elsewhere")
+	endpoints := filepath.Join(state, "endpoints.env")
+	first := runDevUntilCtrlC(t, home, state)
+	for _, want := range []string{
+		"endpoints file: " + endpoints + "\n",
+		"in a shell, for curl or grpcurl: . " + endpoints + "\n",
+		"client configuration: " + filepath.Join(home, "config.env"),
+		" workspace create\n",
+		"API keys (shown once; also in " + endpoints + ", mode 0600):\n",
+	} {
+		if !strings.Contains(first, want) {
+			t.Errorf("dev's start lacks %q:\n%s", want, first)
+		}
+	}
+	env, err := clientconfig.ReadEnvFile(endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{env[clientconfig.EnvToken], env[clientconfig.EnvOperatorToken]}
+	for _, key := range keys {
+		if key == "" || !strings.Contains(first, key) {
+			t.Errorf("the first start does not show the key %q it made:\n%s", key, first)
+		}
+	}
+
+	again := runDevUntilCtrlC(t, home, state)
+	for _, key := range keys {
+		if strings.Contains(again, key) {
+			t.Errorf("a later start prints an API key:\n%s", again)
+		}
+	}
+	if want := "API keys: in " + endpoints + " (mode 0600)\n"; !strings.Contains(again, want) || strings.Contains(again, "shown once") {
+		t.Errorf("a later start does not say only where the keys are (%q):\n%s", want, again)
+	}
+}
+
+// runDevUntilCtrlC runs kibotos dev on state until it is ready, then
+// interrupts it and checks what it says it leaves; it returns what dev
+// printed on its standard output until ready.
+func runDevUntilCtrlC(t *testing.T, home, state string) string {
+	t.Helper()
 	cmd := exec.Command(kibotosBin, "dev", "--state-dir", state,
 		"--workspace-listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+home)
@@ -340,16 +383,6 @@ func TestDevSaysWhereItsEndpointsAreAndWhatCtrlCLeaves(t *testing.T) {
 		said.WriteString(sc.Text() + "\n")
 	}
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	for _, want := range []string{
-		"endpoints file: " + filepath.Join(state, "endpoints.env") + "\n",
-		"in a shell, for curl or grpcurl: . " + filepath.Join(state, "endpoints.env") + "\n",
-		"client configuration: " + filepath.Join(home, "config.env"),
-		" workspace create\n",
-	} {
-		if !strings.Contains(said.String(), want) {
-			t.Errorf("dev's start lacks %q:\n%s", want, said.String())
-		}
-	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -361,6 +394,7 @@ func TestDevSaysWhereItsEndpointsAreAndWhatCtrlCLeaves(t *testing.T) {
 			t.Errorf("dev's Ctrl-C message lacks %q:\n%s", want, stderr.String())
 		}
 	}
+	return said.String()
 }
 
 // README's "The CLI" block, run as written (bin/kibotos being the binary

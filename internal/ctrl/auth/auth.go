@@ -104,10 +104,29 @@ func (k *Keyring) Save(path string) error {
 		return err
 	}
 	tmp := path + ".tmp"
+	// A temporary file an interrupted Save left keeps its mode through
+	// WriteFile: start from none.
+	_ = os.Remove(tmp)
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// MakePrivate takes the group's and others' permissions off the file at
+// path (0644 becomes 0600), if it exists.
+func MakePrivate(path string) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return os.Chmod(path, perm&^0o077)
+	}
+	return nil
 }
 
 // Has reports whether token is a key of scope.
