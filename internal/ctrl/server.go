@@ -24,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/dataplane"
 	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/ctrl/session"
 	"github.com/kibotos/kibotos/internal/ctrl/transfer"
@@ -76,6 +77,7 @@ type Server struct {
 	handlers inflight
 	catalog  *catalog.Catalog
 	fleet    *fleet.Fleet
+	metrics  *metrics.Metrics
 
 	// Endpoints and credentials, as written to endpoints.env.
 	Client clientconfig.Config
@@ -134,16 +136,29 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		lns = append(lns, ln)
 	}
-	workCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{}), NewKeys: newKeys}
-	backend, err := newBackend(st, cfg, "http://"+lns[0].Addr().String())
+	// One registry per Server: tests run several ctrls in one process.
+	// The background work carries it in its context (command admission
+	// finds it there); the RPC interceptor puts it in each call's.
+	m := metrics.New()
+	workCtx, stop := context.WithCancel(metrics.NewContext(context.WithoutCancel(ctx), m))
+	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{}), NewKeys: newKeys, metrics: m}
+	backend, err := newBackend(st, cfg, "http://"+lns[0].Addr().String(), m)
+	if err == nil {
+		err = m.Register(metrics.NodeSessions(backend.api.Fleet.LiveSessions), metrics.Workspaces(st))
+	}
 	if err != nil {
+		stop()
 		for _, ln := range lns {
 			ln.Close()
 		}
 		st.Close()
 		return nil, err
 	}
+	// GET /metrics takes the operator key, as the Operator endpoint's
+	// services do (its Gate checks it first; this check keeps it so were
+	// the handler mounted elsewhere). docs/METRICS.md says how to give a
+	// scraper the key.
+	backend.api.Metrics = auth.Gate(m.Handler(), auth.HeaderCheck(keys, auth.ScopeOperator))
 	s.catalog, s.fleet = backend.catalog, backend.api.Fleet
 	go func() {
 		defer close(s.done)
@@ -163,9 +178,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}{
 		// Gate checks credentials from the headers before a body is read;
 		// the interceptors check each call in full.
-		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint},
-		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
-		{"node", auth.Gate(api.NewNodeHandler(backend.api), backend.api.Fleet.Gate()), &s.NodeEndpoint},
+		// The metrics interceptor comes first, so it counts the calls the
+		// others refuse.
+		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, m.Interceptor(), backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint},
+		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
+		{"node", auth.Gate(api.NewNodeHandler(backend.api, m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint},
 	}
 	for i, l := range listeners {
 		ln := lns[i]
@@ -257,8 +274,9 @@ type backend struct {
 
 // newBackend wires the domain: one command runner, the fleet, the catalog,
 // the Volumes and Workspaces, the data plane.
-func newBackend(st *store.Store, cfg Config, workspaceEndpoint string) (backend, error) {
+func newBackend(st *store.Store, cfg Config, workspaceEndpoint string, m *metrics.Metrics) (backend, error) {
 	runner := command.NewRunner(st, replicaID(), cfg.Logger)
+	runner.SetMetrics(m)
 	fc := cfg.Fleet
 	if fc == (fleet.Config{}) {
 		fc = fleet.DefaultConfig
@@ -303,6 +321,10 @@ func (s *Server) Fleet() *fleet.Fleet { return s.fleet }
 
 // Store is this ctrl's database.
 func (s *Server) Store() *store.Store { return s.store }
+
+// Metrics is this ctrl's registry, served at GET /metrics on the Operator
+// endpoint.
+func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
 
 // replicaID names this process in command leases.
 func replicaID() string {

@@ -89,7 +89,12 @@ func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.H
 	return e.handler()
 }
 
-// NewOperatorHandler serves kibotos.operator.v1: the Operator endpoint.
+// MetricsPath is where the Operator endpoint serves Prometheus's text
+// exposition of ctrl's metrics (docs/METRICS.md).
+const MetricsPath = "/metrics"
+
+// NewOperatorHandler serves kibotos.operator.v1, and /metrics when
+// b.Metrics is set: the Operator endpoint.
 func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := handlerOptions(b, interceptors)
 	e := newEndpoint()
@@ -97,6 +102,11 @@ func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Ha
 	e.mount(operatorv1connect.NewTemplateCatalogServiceHandler(templateCatalogHandler{c: b.Catalog}, opts))
 	e.mount(operatorv1connect.NewPlatformCatalogServiceHandler(platformCatalogHandler{c: b.Catalog}, opts))
 	e.mount(operatorv1connect.NewEnrollmentServiceHandler(enrollmentHandler{f: b.Fleet}, opts))
+	if b.Metrics != nil {
+		// Not a service: no health or reflection entry. The endpoint's
+		// Gate checks the operator key before it, as for the services.
+		e.mux.Handle("GET "+MetricsPath, b.Metrics)
+	}
 	return e.handler()
 }
 

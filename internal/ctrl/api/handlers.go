@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net/http"
 
 	"connectrpc.com/connect"
 
@@ -39,6 +40,9 @@ type Backend struct {
 	// (a unary request, each message of a stream); zero is
 	// DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// Metrics, when not nil, serves GET /metrics on the Operator
+	// endpoint (behind the endpoint's authentication, as its services).
+	Metrics http.Handler
 }
 
 // respond wraps a domain answer in a Connect response.

@@ -25,6 +25,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -100,17 +101,66 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 		// (PostgreSQL): undo ours and answer as a replay would.
 		return nil, errRaced
 	}
+	admitted(tx.Context(), kind, !eff.Long)
 	return eff.Result, nil
 }
 
 // Do runs an admitting transaction, once more when the same command was
-// admitted concurrently so that the second run answers as a replay.
+// admitted concurrently so that the second run answers as a replay. The
+// commands its transaction admitted are counted (metrics) once it
+// committed: not those of a run rolled back and run again.
 func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error {
-	err := s.Tx(ctx, fn)
+	adm := &admissions{}
+	ctx = context.WithValue(ctx, admissionsKey{}, adm)
+	run := func(tx *store.Tx) error {
+		adm.list = adm.list[:0]
+		return fn(tx)
+	}
+	err := s.Tx(ctx, run)
 	if IsRaced(err) {
-		err = s.Tx(ctx, fn)
+		err = s.Tx(ctx, run)
+	}
+	if err == nil {
+		m := metrics.FromContext(ctx)
+		for _, a := range adm.list {
+			a.count(m)
+		}
 	}
 	return err
+}
+
+// admission is one command a transaction admitted.
+type admission struct {
+	kind string
+	// final: the command was final at admission (not long): it
+	// succeeded as it was admitted.
+	final bool
+}
+
+func (a admission) count(m *metrics.Metrics) {
+	m.CommandAdmitted(a.kind)
+	if a.final {
+		m.CommandFinished(a.kind, false, 0)
+	}
+}
+
+// admissions are what a Do's transaction admitted in its current run.
+type admissions struct{ list []admission }
+
+type admissionsKey struct{}
+
+// admitted counts an admission once its transaction commits: at the end
+// of Do, when ctx is a Do's. An admission inside another transaction (an
+// egress fan-out, a pool cleanup, made within a larger transaction) is
+// counted at once; if that transaction rolls back and runs again, it is
+// counted again.
+func admitted(ctx context.Context, kind string, final bool) {
+	a := admission{kind: kind, final: final}
+	if adm, ok := ctx.Value(admissionsKey{}).(*admissions); ok {
+		adm.list = append(adm.list, a)
+		return
+	}
+	a.count(metrics.FromContext(ctx))
 }
 
 // errRaced makes the caller's transaction roll back and run again, when it

@@ -13,6 +13,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -32,6 +33,7 @@ type Runner struct {
 	poll     time.Duration
 	workers  int
 	kick     chan struct{}
+	metrics  *metrics.Metrics
 }
 
 // NewRunner makes a Runner. owner names this ctrl replica in leases; it
@@ -43,6 +45,11 @@ func NewRunner(s *store.Store, owner string, log *slog.Logger) *Runner {
 		kick: make(chan struct{}, 1),
 	}
 }
+
+// SetMetrics makes the runner count the commands it ends in m
+// (kibotos_commands_finished_total, kibotos_command_duration_seconds).
+// Call it before Run.
+func (r *Runner) SetMetrics(m *metrics.Metrics) { r.metrics = m }
 
 // Handle registers the handler of kind.
 func (r *Runner) Handle(kind string, h Handler) { r.handlers[kind] = h }
@@ -248,6 +255,11 @@ func (w *Work) end(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRo
 		return fn(tx, c)
 	})
 	w.ended = err == nil
+	if w.ended {
+		c := w.c.Command
+		w.r.metrics.CommandFinished(c.GetKind(), c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED,
+			c.GetCompletedAt().AsTime().Sub(c.GetAdmittedAt().AsTime()))
+	}
 	return err
 }
 

@@ -1,0 +1,178 @@
+package metrics_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testenv"
+)
+
+// scrape GETs the Operator endpoint's /metrics with token ("" sends
+// none) and returns the response's status and body.
+func scrape(t *testing.T, c *testenv.Cluster, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.Ctrl.Client.OperatorEndpoint+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(body)
+}
+
+func parse(t *testing.T, body string) map[string]*dto.MetricFamily {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse the exposition: %v\n%s", err, body)
+	}
+	return families
+}
+
+// value is the value (counter, gauge, a histogram's count) of family
+// name's series whose labels include labels; found says one exists.
+func value(families map[string]*dto.MetricFamily, name string, labels map[string]string) (v float64, found bool) {
+	f := families[name]
+	for _, s := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range s.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		ok := true
+		for k, want := range labels {
+			ok = ok && have[k] == want
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case s.GetCounter() != nil:
+			return s.GetCounter().GetValue(), true
+		case s.GetGauge() != nil:
+			return s.GetGauge().GetValue(), true
+		case s.GetHistogram() != nil:
+			return float64(s.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// A create through the API moves the counters a scrape of the Operator
+// endpoint's /metrics shows, which takes the operator key.
+func TestMetricsAfterACreate(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.New(t, testenv.FastFleet())
+	c.StartNode(t, "node-a", "", t.TempDir())
+	c.EnsureCapacity(t, "default", 1<<30)
+
+	req := &ctrlv1.CreateVolumeRequest{Command: &ctrlv1.CommandMetadata{CommandId: "metrics-vol-1"}, Spec: &ctrlv1.VolumeSpec{CapacityBytes: 64 << 20}}
+	res, err := c.Volumes.CreateVolume(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Volumes.CreateVolume(ctx, connect.NewRequest(req)); err != nil { // a replay: not admitted again
+		t.Fatal(err)
+	}
+	id := res.Msg.GetVolume().GetVolumeId()
+	testenv.WaitFor(t, "volume "+id+" AVAILABLE", func() bool {
+		got, err := c.Volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
+		return err == nil && got.Msg.GetVolume().GetState() == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+	})
+	if _, err := c.Volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: "vol-missing"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("GetVolume of a missing Volume: %v", err)
+	}
+
+	// The runner counts the command's end after the Volume's write
+	// committed: wait for it rather than race it.
+	var families map[string]*dto.MetricFamily
+	testenv.WaitFor(t, "CreateVolume counted as succeeded", func() bool {
+		status, body := scrape(t, c, c.Ctrl.Client.OperatorToken)
+		if status != http.StatusOK {
+			t.Fatalf("GET /metrics with the operator key: %d\n%s", status, body)
+		}
+		families = parse(t, body)
+		v, _ := value(families, "kibotos_commands_finished_total", map[string]string{"kind": "CreateVolume", "outcome": "succeeded"})
+		return v >= 1
+	})
+
+	checks := []struct {
+		name   string
+		labels map[string]string
+		min    float64
+		max    float64 // 0: no bound
+	}{
+		{"kibotos_rpc_requests_total", map[string]string{"service": "kibotos.ctrl.v1.VolumeService", "method": "CreateVolume", "code": "ok"}, 2, 2},
+		{"kibotos_rpc_requests_total", map[string]string{"service": "kibotos.ctrl.v1.VolumeService", "method": "GetVolume", "code": "not_found"}, 1, 1},
+		{"kibotos_rpc_duration_seconds", map[string]string{"service": "kibotos.ctrl.v1.VolumeService", "method": "CreateVolume"}, 2, 2},
+		// Operator calls (StartNode made a grant and set a capacity) and
+		// the node endpoint's calls are counted too.
+		{"kibotos_rpc_requests_total", map[string]string{"service": "kibotos.operator.v1.EnrollmentService", "method": "CreateEnrollmentGrant", "code": "ok"}, 1, 0},
+		{"kibotos_rpc_requests_total", map[string]string{"service": "kibotos.node.v1.NodeSessionService", "method": "Enroll", "code": "ok"}, 1, 0},
+		// A replay is not admitted again.
+		{"kibotos_commands_admitted_total", map[string]string{"kind": "CreateVolume"}, 1, 1},
+		{"kibotos_command_duration_seconds", map[string]string{"kind": "CreateVolume"}, 1, 1},
+		// Final at admission: admitted and succeeded at once.
+		{"kibotos_commands_admitted_total", map[string]string{"kind": "CreateEnrollmentGrant"}, 1, 0},
+		{"kibotos_commands_finished_total", map[string]string{"kind": "CreateEnrollmentGrant", "outcome": "succeeded"}, 1, 0},
+		{"kibotos_node_sessions_live", nil, 1, 1},
+		{"kibotos_workspaces", map[string]string{"state": "available"}, 0, 0},
+		{"kibotos_workspaces", map[string]string{"state": "creating"}, 0, 0},
+		{"go_goroutines", nil, 1, 0},
+		{"process_cpu_seconds_total", nil, 0, 0},
+	}
+	for _, ch := range checks {
+		v, found := value(families, ch.name, ch.labels)
+		if !found || v < ch.min || (ch.max > 0 && v > ch.max) {
+			t.Errorf("%s%v = %v (found %v), want in [%v, %v]", ch.name, ch.labels, v, found, ch.min, ch.max)
+		}
+	}
+	if _, found := value(families, "kibotos_workspaces", map[string]string{"state": "deleted"}); found {
+		t.Error("kibotos_workspaces reports deleted Workspaces")
+	}
+
+	// No key, an unknown key, a workspace key: refused as the operator
+	// API refuses them.
+	for _, tc := range []struct {
+		name, token string
+		status      int
+	}{
+		{"no key", "", http.StatusUnauthorized},
+		{"unknown key", "kbt_not-a-key", http.StatusUnauthorized},
+		{"workspace key", c.Ctrl.Client.Token, http.StatusForbidden},
+	} {
+		if status, body := scrape(t, c, tc.token); status != tc.status || strings.Contains(body, "kibotos_") {
+			t.Errorf("%s: GET /metrics = %d, want %d\n%s", tc.name, status, tc.status, body)
+		}
+	}
+	// Only the Operator endpoint serves it.
+	for _, endpoint := range []string{c.Ctrl.Client.WorkspaceEndpoint, c.Ctrl.NodeEndpoint} {
+		res, err := http.Get(endpoint + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s/metrics = %d, want 404", endpoint, res.StatusCode)
+		}
+	}
+}
