@@ -49,7 +49,7 @@ func (a *agent) exportBlockFile(ctx context.Context, opID string, op *nodev1.Exp
 func (a *agent) uploadPart(ctx context.Context, opID string, op *nodev1.ExportBlockFile, body *archive.Body) (*nodev1.BlockFileExported, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream := a.client.UploadTransferPart(ctx)
+	stream := a.bulk.UploadTransferPart(ctx)
 	a.authHeader(stream.RequestHeader())
 	header := &nodev1.UploadTransferPartHeader{OperationId: opID, TransferId: op.GetTransferId(), Part: op.GetPart(), SizeBytes: body.Part.Size}
 	w := &partWriter{send: stream.Send}

@@ -39,7 +39,7 @@ func (a *agent) fetchPart(ctx context.Context, opID, name string, f *os.File) er
 	defer cancel()
 	req := connect.NewRequest(&nodev1.FetchTransferPartRequest{OperationId: opID})
 	a.authHeader(req.Header())
-	stream, err := a.client.FetchTransferPart(ctx, req)
+	stream, err := a.bulk.FetchTransferPart(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -176,10 +176,14 @@ func newHTTPClient() *http.Client {
 
 // agent is one run of Run.
 type agent struct {
-	cfg         Config
-	log         *slog.Logger
-	store       *state.Store
-	client      nodev1connect.NodeSessionServiceClient
+	cfg    Config
+	log    *slog.Logger
+	store  *state.Store
+	client nodev1connect.NodeSessionServiceClient
+	// bulk is client without gzip: the block data of a Transfer's parts
+	// (sparse images, often random) gains nothing from it and costs the
+	// CPU most of a restore's time (bench/transfer's profile).
+	bulk        nodev1connect.NodeSessionServiceClient
 	incarnation uint64
 	bootID      string
 	blocks      *blockfile.Manager // nil when e2fsprogs is missing
@@ -250,10 +254,12 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 	log = log.With("incarnation", incarnation)
 
 	a := &agent{
-		cfg:         cfg,
-		log:         log,
-		store:       store,
-		client:      nodev1connect.NewNodeSessionServiceClient(httpClient, strings.TrimSuffix(endpoint, "/")),
+		cfg:    cfg,
+		log:    log,
+		store:  store,
+		client: nodev1connect.NewNodeSessionServiceClient(httpClient, strings.TrimSuffix(endpoint, "/")),
+		bulk: nodev1connect.NewNodeSessionServiceClient(httpClient, strings.TrimSuffix(endpoint, "/"),
+			connect.WithAcceptCompression("gzip", nil, nil)),
 		incarnation: incarnation,
 		pools:       map[string]Pool{},
 	}
