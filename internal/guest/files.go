@@ -111,15 +111,17 @@ func (a *Agent) guestPath(field, p string) (string, error) {
 	return host, nil
 }
 
-// staysInside checks that the existing part of host, links resolved, is
-// under the root.
+// staysInside checks that host, links resolved, is under the root: its
+// existing part, and where a create through it lands. A link whose target
+// does not exist (yet) is followed too, since creating through it makes
+// its target.
 func (a *Agent) staysInside(field, host string) error {
 	root, err := filepath.EvalSymlinks(a.root())
 	if err != nil {
 		return connect.NewError(connect.CodeInternal, err)
 	}
 	existing := host
-	for {
+	for hops := 0; ; {
 		resolved, err := filepath.EvalSymlinks(existing)
 		if err == nil {
 			if resolved != root && !strings.HasPrefix(resolved, root+"/") {
@@ -127,12 +129,38 @@ func (a *Agent) staysInside(field, host string) error {
 			}
 			return nil
 		}
-		parent := filepath.Dir(existing)
+		if target, lerr := os.Readlink(existing); lerr == nil {
+			if hops++; hops > 40 {
+				return invalid(field, "has too many levels of symbolic links")
+			}
+			if !strings.HasPrefix(target, "/") {
+				dir, err := filepath.EvalSymlinks(parentOf(existing))
+				if err != nil {
+					return connect.NewError(connect.CodeInternal, err)
+				}
+				target = dir + "/" + target
+			}
+			existing = target
+			continue
+		}
+		parent := parentOf(existing)
 		if parent == existing {
 			return nil
 		}
 		existing = parent
 	}
+}
+
+// parentOf is p without its last component, not cleaned: a ".." a link's
+// target put in p stays for EvalSymlinks to resolve after the links
+// before it.
+func parentOf(p string) string {
+	p = strings.TrimRight(p, "/")
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
 }
 
 // guestName is host's path as the guest names it.

@@ -164,11 +164,21 @@ func TestPathsOutsideTheRootAreRejected(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(root, "escape")); err != nil {
 		t.Fatal(err)
 	}
+	// A link to a file that does not exist yet: appending through it would
+	// create the file outside (found by FuzzGuestPath).
+	if err := os.Symlink(filepath.Join(outside, "new"), filepath.Join(root, "dangling")); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []string{"etc/passwd", "/etc/../..", "/../etc", "/etc/", "/a//b", "/./a", "", "/escape/secret"} {
 		_, _, err := readFile(c, &ctrlv1.ReadFileRequest{Path: p})
 		wantErr(t, "read "+p, err, connect.CodeInvalidArgument, "path")
 	}
-	_, err := c.MoveFile(context.Background(), connect.NewRequest(&guestv1.MoveFileRequest{Request: &ctrlv1.MoveFileRequest{SourcePath: "/etc", DestinationPath: "x"}}))
+	_, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/dangling", Append: true}, []byte("x"))
+	wantErr(t, "append through a dangling link", err, connect.CodeInvalidArgument, "header.path")
+	if _, err := os.Lstat(filepath.Join(outside, "new")); !os.IsNotExist(err) {
+		t.Errorf("a file was created outside the root: %v", err)
+	}
+	_, err = c.MoveFile(context.Background(), connect.NewRequest(&guestv1.MoveFileRequest{Request: &ctrlv1.MoveFileRequest{SourcePath: "/etc", DestinationPath: "x"}}))
 	wantErr(t, "move to a relative path", err, connect.CodeInvalidArgument, "destination_path")
 	_, err = c.DeleteFile(context.Background(), connect.NewRequest(&guestv1.DeleteFileRequest{Request: &ctrlv1.DeleteFileRequest{Path: "/", Recursive: true}}))
 	wantErr(t, "delete /", err, connect.CodeInvalidArgument, "path")

@@ -53,16 +53,51 @@ type bufferedConn struct {
 
 func (c bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
-// scanFor reads r until prefix followed by a line, and returns the line.
-func scanFor(r *bufio.Reader, prefix []byte) (string, error) {
-	if err := skipTo(r, prefix); err != nil {
-		return "", err
+// ackScanner finds ACK lines in what the host reads. The host reads with a
+// deadline, so a read may time out in the middle of an ACK: what the
+// scanner matched of the prefix and read of the line survives that, and
+// the next call finds the ACK whole. (The guest answers a nonce once; an
+// ACK lost to a timeout would leave the host waiting out
+// HandshakeTimeout.)
+type ackScanner struct {
+	window []byte // the last bytes read, while looking for ackPrefix
+	line   []byte // what followed a whole ackPrefix, until '\n'
+	inLine bool
+}
+
+// maxNonce bounds an ACK's line: longer, it answers no nonce of this host
+// (whose are 16 hex digits), and the guest cannot make the host hold an
+// endless line in memory.
+const maxNonce = 64
+
+// next reads r up to ackPrefix followed by a line, and returns the line.
+func (s *ackScanner) next(r *bufio.Reader) (string, error) {
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return "", err
+		}
+		if s.inLine {
+			switch {
+			case b == '\n':
+				line := string(s.line)
+				s.line, s.inLine = s.line[:0], false
+				return line, nil
+			case len(s.line) == maxNonce:
+				s.line, s.inLine = s.line[:0], false
+			default:
+				s.line = append(s.line, b)
+			}
+			continue
+		}
+		s.window = append(s.window, b)
+		if len(s.window) > len(ackPrefix) {
+			s.window = s.window[1:]
+		}
+		if bytes.Equal(s.window, ackPrefix) {
+			s.window, s.inLine = s.window[:0], true
+		}
 	}
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	return line[:len(line)-1], nil
 }
 
 // hostHandshake opens a connection from the host: the flush, then SYNC
@@ -77,6 +112,7 @@ func hostHandshake(ctx context.Context, conn net.Conn) (net.Conn, error) {
 		return nil, err
 	}
 	r := bufio.NewReader(conn)
+	var acks ackScanner
 	deadline := time.Now().Add(HandshakeTimeout)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if _, err := conn.Write(append(append([]byte{}, syncPrefix...), nonce+"\n"...)); err != nil {
@@ -84,7 +120,7 @@ func hostHandshake(ctx context.Context, conn net.Conn) (net.Conn, error) {
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
 		for {
-			got, err := scanFor(r, ackPrefix)
+			got, err := acks.next(r)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				break // send SYNC again: the guest may have lost the first one
@@ -163,24 +199,6 @@ func scanSyncOrPreface(r *bufio.Reader) (isPreface bool, nonce string, err error
 				return false, "", err
 			}
 			return false, line[:len(line)-1], nil
-		}
-	}
-}
-
-// skipTo reads r up to and including want.
-func skipTo(r *bufio.Reader, want []byte) error {
-	window := make([]byte, 0, len(want))
-	for {
-		b, err := r.ReadByte()
-		if err != nil {
-			return err
-		}
-		window = append(window, b)
-		if len(window) > len(want) {
-			window = window[1:]
-		}
-		if bytes.Equal(window, want) {
-			return nil
 		}
 	}
 }

@@ -126,7 +126,7 @@ func extractEntry(tr *tar.Reader, h *tar.Header, dir string, dirModes map[string
 		}
 		dirModes[target] = fileMode(h)
 	case tar.TypeReg:
-		_ = os.Remove(target)
+		replace(target, dirModes, false)
 		f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 		if err != nil {
 			return err
@@ -142,7 +142,7 @@ func extractEntry(tr *tar.Reader, h *tar.Header, dir string, dirModes map[string
 			return err
 		}
 	case tar.TypeSymlink:
-		_ = os.RemoveAll(target)
+		replace(target, dirModes, true)
 		if err := os.Symlink(h.Linkname, target); err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func extractEntry(tr *tar.Reader, h *tar.Header, dir string, dirModes map[string
 		if err := checkParents(root, src, h.Linkname); err != nil {
 			return err
 		}
-		_ = os.RemoveAll(target)
+		replace(target, dirModes, true)
 		if err := os.Link(src, target); err != nil {
 			return err
 		}
@@ -163,6 +163,26 @@ func extractEntry(tr *tar.Reader, h *tar.Header, dir string, dirModes map[string
 		return os.Lchown(target, h.Uid, h.Gid)
 	}
 	return nil
+}
+
+// replace removes what target holds for a new entry (a directory only when
+// all is set, or when it is empty). The modes deferred for the directory it
+// was and those below it are dropped: the directories are gone, and a
+// chmod of their paths at the end would follow a link that took their
+// place, outside the root.
+func replace(target string, dirModes map[string]os.FileMode, all bool) {
+	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
+		for p := range dirModes {
+			if p == target || strings.HasPrefix(p, target+"/") {
+				delete(dirModes, p)
+			}
+		}
+	}
+	if all {
+		_ = os.RemoveAll(target)
+	} else {
+		_ = os.Remove(target)
+	}
 }
 
 // checkParents refuses a path whose parent directories inside root include

@@ -92,18 +92,7 @@ func validateMetadata(labelsField string, l map[string]string, annotationsField 
 // Create admits a new Volume in CREATING; a node reaching its pool creates
 // its block file.
 func (v *Service) Create(ctx context.Context, req *ctrlv1.CreateVolumeRequest) (*ctrlv1.CreateVolumeResponse, error) {
-	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
-		return nil, err
-	}
-	if c := req.GetSpec().GetCapacityBytes(); c != 0 {
-		if err := v.checkCapacity("spec.capacity_bytes", c); err != nil {
-			return nil, err
-		}
-	}
-	if p := req.GetSpec().GetStoragePool(); p != "" && !pool.ValidName(p) {
-		return nil, apierr.Invalid("spec.storage_pool", "is not a storage pool name")
-	}
-	if err := validateMetadata("labels", req.GetLabels(), "annotations", req.GetAnnotations()); err != nil {
+	if err := v.validateCreate(req); err != nil {
 		return nil, err
 	}
 	var res *ctrlv1.CreateVolumeResponse
@@ -124,6 +113,22 @@ func (v *Service) Create(ctx context.Context, req *ctrlv1.CreateVolumeRequest) (
 		v.kick.Kick()
 	}
 	return res, err
+}
+
+// validateCreate is every check of a create that needs no database.
+func (v *Service) validateCreate(req *ctrlv1.CreateVolumeRequest) error {
+	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
+		return err
+	}
+	if c := req.GetSpec().GetCapacityBytes(); c != 0 {
+		if err := v.checkCapacity("spec.capacity_bytes", c); err != nil {
+			return err
+		}
+	}
+	if p := req.GetSpec().GetStoragePool(); p != "" && !pool.ValidName(p) {
+		return apierr.Invalid("spec.storage_pool", "is not a storage pool name")
+	}
+	return validateMetadata("labels", req.GetLabels(), "annotations", req.GetAnnotations())
 }
 
 // newVolume builds a CREATING Volume with its pool and capacity resolved.

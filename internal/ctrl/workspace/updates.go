@@ -158,12 +158,9 @@ const maxDrainSeconds = 3600
 // runs (or is starting) the command goes on to apply it to the execution
 // (runPolicy): network_policy_status moves only once the node confirmed it.
 func (s *Service) UpdateNetworkPolicy(ctx context.Context, req *ctrlv1.UpdateWorkspaceNetworkPolicyRequest) (*ctrlv1.UpdateWorkspaceNetworkPolicyResponse, error) {
-	policy, err := netpolicy.Normalize("network_policy", req.GetNetworkPolicy())
+	policy, err := validatePolicyUpdate(req)
 	if err != nil {
 		return nil, err
-	}
-	if req.GetDrainSeconds() > maxDrainSeconds {
-		return nil, apierr.Invalid("drain_seconds", "must be at most %d", maxDrainSeconds)
 	}
 	out, err := s.lifecycle(ctx, req.GetCommand(), kindPolicy, req.GetWorkspaceId(), req,
 		func(tx *store.Tx, w *ctrlv1.Workspace, _ time.Time) (bool, error) {
@@ -195,6 +192,20 @@ func (s *Service) UpdateNetworkPolicy(ctx context.Context, req *ctrlv1.UpdateWor
 		return nil, err
 	}
 	return out.(*ctrlv1.UpdateWorkspaceNetworkPolicyResponse), nil
+}
+
+// validatePolicyUpdate is the part of UpdateNetworkPolicy's checks that
+// needs no database (lifecycle checks the command_id): it returns the
+// policy to store.
+func validatePolicyUpdate(req *ctrlv1.UpdateWorkspaceNetworkPolicyRequest) (*ctrlv1.NetworkPolicy, error) {
+	policy, err := netpolicy.Normalize("network_policy", req.GetNetworkPolicy())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetDrainSeconds() > maxDrainSeconds {
+		return nil, apierr.Invalid("drain_seconds", "must be at most %d", maxDrainSeconds)
+	}
+	return policy, nil
 }
 
 // UpdateExpiration sets or clears the expiration policy; CAS on its

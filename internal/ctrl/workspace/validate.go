@@ -167,10 +167,12 @@ func checkExpiration(field string, p *ctrlv1.WorkspaceExpirationPolicy, now time
 	return nil
 }
 
+// checkTemplate checks the template, then the revision: in that order, so
+// that a request with both wrong always names the same field.
 func checkTemplate(field string, s *ctrlv1.TemplateSelector) error {
-	for name, v := range map[string]string{"template": s.GetTemplate(), "revision": s.GetRevision()} {
-		if len(v) > 253 || strings.ContainsAny(v, " /\x00") {
-			return apierr.Invalid(fmt.Sprintf("%s.%s", field, name), "is not a template name")
+	for _, f := range []struct{ name, v string }{{"template", s.GetTemplate()}, {"revision", s.GetRevision()}} {
+		if len(f.v) > 253 || strings.ContainsAny(f.v, " /\x00") {
+			return apierr.Invalid(fmt.Sprintf("%s.%s", field, f.name), "is not a template name")
 		}
 	}
 	return nil

@@ -142,47 +142,12 @@ type creation struct {
 
 // admitCreate validates req and admits it as c says.
 func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRequest, input proto.Message, nodeID string, c creation) (proto.Message, error) {
-	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
+	now := s.now()
+	binding, policy, err := s.validateCreate(req, now)
+	if err != nil {
 		return nil, err
 	}
 	spec := req.GetSpec()
-	if err := checkTemplate("spec.template", spec.GetTemplate()); err != nil {
-		return nil, err
-	}
-	if err := checkResources("spec.resources", spec.GetResources()); err != nil {
-		return nil, err
-	}
-	if err := checkCapabilities("spec.capabilities", spec.GetCapabilities()); err != nil {
-		return nil, err
-	}
-	if err := checkPlatformKey("spec.platform_key", spec.GetPlatformKey()); err != nil {
-		return nil, err
-	}
-	binding, err := normalizeBinding("spec.volume", spec.GetVolume(), true)
-	if err != nil {
-		return nil, err
-	}
-	if binding.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW {
-		if err := s.volumes.CheckNewSpec("spec.volume.new_volume", binding.GetNewVolume()); err != nil {
-			return nil, err
-		}
-	}
-	policy, err := netpolicy.Normalize("spec.network_policy", spec.GetNetworkPolicy())
-	if err != nil {
-		return nil, err
-	}
-	if err := labels.ValidateLabels("spec.labels", spec.GetLabels()); err != nil {
-		return nil, err
-	}
-	if err := labels.ValidateAnnotations("spec.annotations", spec.GetAnnotations()); err != nil {
-		return nil, err
-	}
-	now := s.now()
-	if spec.GetExpiration() != nil {
-		if err := checkExpiration("spec.expiration", spec.GetExpiration(), now); err != nil {
-			return nil, err
-		}
-	}
 	var res proto.Message
 	err = command.Do(ctx, s.store, func(tx *store.Tx) error {
 		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), c.kind, input, func() (command.Effect, error) {
@@ -237,6 +202,53 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 		s.runner.Kick()
 	}
 	return res, err
+}
+
+// validateCreate is every check of a create that needs no database, at
+// now: it returns the binding with its defaults filled and the policy to
+// store.
+func (s *Service) validateCreate(req *ctrlv1.CreateWorkspaceRequest, now time.Time) (*ctrlv1.WorkspaceVolumeBinding, *ctrlv1.NetworkPolicy, error) {
+	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
+		return nil, nil, err
+	}
+	spec := req.GetSpec()
+	if err := checkTemplate("spec.template", spec.GetTemplate()); err != nil {
+		return nil, nil, err
+	}
+	if err := checkResources("spec.resources", spec.GetResources()); err != nil {
+		return nil, nil, err
+	}
+	if err := checkCapabilities("spec.capabilities", spec.GetCapabilities()); err != nil {
+		return nil, nil, err
+	}
+	if err := checkPlatformKey("spec.platform_key", spec.GetPlatformKey()); err != nil {
+		return nil, nil, err
+	}
+	binding, err := normalizeBinding("spec.volume", spec.GetVolume(), true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if binding.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW {
+		if err := s.volumes.CheckNewSpec("spec.volume.new_volume", binding.GetNewVolume()); err != nil {
+			return nil, nil, err
+		}
+	}
+	policy, err := netpolicy.Normalize("spec.network_policy", spec.GetNetworkPolicy())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := labels.ValidateLabels("spec.labels", spec.GetLabels()); err != nil {
+		return nil, nil, err
+	}
+	if err := labels.ValidateAnnotations("spec.annotations", spec.GetAnnotations()); err != nil {
+		return nil, nil, err
+	}
+	if spec.GetExpiration() != nil {
+		if err := checkExpiration("spec.expiration", spec.GetExpiration(), now); err != nil {
+			return nil, nil, err
+		}
+	}
+	return binding, policy, nil
 }
 
 // bind stores binding b on w: NEW creates the Volume (CREATING, bound), BOUND
