@@ -9,7 +9,8 @@
 #   FUZZTIME=10m scripts/fuzz.sh Unpack      the targets whose name matches
 #   FUZZ_PARALLEL=2 scripts/fuzz.sh          at most 2 fuzzing processes
 #
-# scripts/test.sh runs it with FUZZTIME=2s in CI.
+# scripts/test.sh runs it with FUZZTIME=2000x in CI (a count: see there
+# why not a duration).
 #
 # Findings: when an input fails a target, `go test` writes it to
 # testdata/fuzz/FuzzXxx/<hash> in that target's package and prints the

@@ -45,7 +45,8 @@ func killDev(t *testing.T, d *dev) {
 func (d *dev) transfersDir() string { return filepath.Join(d.home, "dev", "artifacts", "transfers") }
 
 // The Transfers issue's crash checks, on a real VM: kibotos dev SIGKILLed
-// in the middle of an export and again right after a restore was admitted.
+// in the middle of an export, of an upload, and right after a restore was
+// admitted.
 // Each command ends once, the Transfer ends true (COMPLETE, then
 // RESTORED), no staged part or partial archive is left, the download is
 // resumed after an interruption and matches the digest, and the restored
@@ -86,7 +87,8 @@ func TestTransfersSurviveCtrlKilledMidway(t *testing.T) {
 		left, _ := filepath.Glob(filepath.Join(d.transfersDir(), "*"))
 		return len(left) == 1 && left[0] == filepath.Join(d.transfersDir(), trID+".archive")
 	})
-	checkResumedDownload(t, d, d.transfer(t, trID))
+	archive := checkResumedDownload(t, d, d.transfer(t, trID))
+	d = checkImportCutByAKill(t, d, archive)
 
 	restored, err := d.workspaces().RestoreWorkspace(context.Background(), connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: "restore-1"}, TransferId: trID,
@@ -113,8 +115,9 @@ func TestTransfersSurviveCtrlKilledMidway(t *testing.T) {
 }
 
 // checkResumedDownload downloads tr with the CLI, cuts the file in half as
-// an interrupted download leaves it, continues it, and checks the digest.
-func checkResumedDownload(t *testing.T, d *dev, tr *ctrlv1.Transfer) {
+// an interrupted download leaves it, continues it, and checks the digest;
+// it returns the archive.
+func checkResumedDownload(t *testing.T, d *dev, tr *ctrlv1.Transfer) []byte {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "archive")
 	d.mustKibotos(t, "transfer", "download", tr.GetTransferId(), "--file", file)
@@ -129,4 +132,48 @@ func checkResumedDownload(t *testing.T, d *dev, tr *ctrlv1.Transfer) {
 	if got := fmt.Sprintf("sha256:%x", sha256.Sum256(data)); got != tr.GetManifest().GetDigest() {
 		t.Errorf("the resumed download has digest %s; the Transfer says %s (%s)", got, tr.GetManifest().GetDigest(), protojson.Format(tr))
 	}
+	return data
+}
+
+// checkImportCutByAKill uploads half of an archive, SIGKILLs kibotos dev
+// while the upload waits for the rest, and starts it again: the Transfer
+// ends FAILED at FAILURE_STAGE_IMPORTING_TRANSFER (retryable) and nothing
+// of its bytes is kept. It returns the restarted dev.
+func checkImportCutByAKill(t *testing.T, d *dev, data []byte) *dev {
+	t.Helper()
+	up := d.transfers().ImportTransfer(context.Background())
+	if err := up.Send(&ctrlv1.ImportTransferRequest{Part: &ctrlv1.ImportTransferRequest_Header{Header: &ctrlv1.ImportTransferHeader{
+		Command: &ctrlv1.CommandMetadata{CommandId: "import-cut"}, SizeBytes: uint64(len(data)), Digest: fmt.Sprintf("sha256:%x", sha256.Sum256(data)),
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Send(&ctrlv1.ImportTransferRequest{Part: &ctrlv1.ImportTransferRequest_Data{Data: data[:1<<20]}}); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	waitUntil(t, "the upload IMPORTING", time.Minute, func() bool {
+		res, err := d.transfers().ListTransfers(context.Background(), connect.NewRequest(&ctrlv1.ListTransfersRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range res.Msg.GetTransfers() {
+			if tr.GetState() == ctrlv1.TransferState_TRANSFER_STATE_IMPORTING {
+				id = tr.GetTransferId()
+			}
+		}
+		return id != ""
+	})
+	killDev(t, d)
+	_, _ = up.CloseAndReceive()
+	d = restartDev(t, d)
+	waitUntil(t, "the cut upload FAILED", time.Minute, func() bool {
+		return d.transfer(t, id).GetState() == ctrlv1.TransferState_TRANSFER_STATE_FAILED
+	})
+	if f := d.transfer(t, id).GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_IMPORTING_TRANSFER || !f.GetRetryable() {
+		t.Errorf("the cut upload's failure: %v", f)
+	}
+	if _, err := os.Stat(filepath.Join(d.transfersDir(), id+".partial")); !os.IsNotExist(err) {
+		t.Errorf("the cut upload's partial file: %v", err)
+	}
+	return d
 }
