@@ -144,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{}), NewKeys: newKeys, metrics: m}
 	backend, err := newBackend(st, cfg, "http://"+lns[0].Addr().String(), m)
 	if err == nil {
-		err = m.Register(metrics.NodeSessions(backend.api.Fleet.LiveSessions), metrics.Workspaces(st))
+		err = m.Register(append(metrics.Store(st), metrics.NodeSessions(backend.api.Fleet.LiveSessions), metrics.Workspaces(st))...)
 	}
 	if err != nil {
 		stop()

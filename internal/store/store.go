@@ -42,6 +42,8 @@ type Store struct {
 	lock *os.File
 	// stmts are the statements kept prepared (SQLite; nil on PostgreSQL).
 	stmts *statements
+	// stats counts the transactions and the time they held a connection.
+	stats txStats
 }
 
 // Open connects to dsn and brings its schema up to date. A dsn starting with
@@ -326,6 +328,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(*Tx) error) error {
 	if err != nil {
 		return err
 	}
+	defer s.stats.held(time.Now())
 	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts}
 	if err := fn(tx); err != nil {
 		_ = sqlTx.Rollback()

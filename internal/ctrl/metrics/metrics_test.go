@@ -137,6 +137,10 @@ func TestMetricsAfterACreate(t *testing.T) {
 		{"kibotos_node_sessions_live", nil, 1, 1},
 		{"kibotos_workspaces", map[string]string{"state": "available"}, 0, 0},
 		{"kibotos_workspaces", map[string]string{"state": "creating"}, 0, 0},
+		// Every admission above was a transaction, and each held the
+		// database for some time.
+		{"kibotos_store_transactions_total", nil, 5, 0},
+		{"kibotos_store_transaction_seconds_total", nil, 1e-9, 0},
 		{"go_goroutines", nil, 1, 0},
 		{"process_cpu_seconds_total", nil, 0, 0},
 	}
