@@ -84,5 +84,10 @@ class Connection:
             except (errors.Unavailable, errors.DeadlineExceeded):
                 if n == self.retries:
                     raise
-                time.sleep(_BACKOFF * 2**n)
+                pause(n)
         raise AssertionError("unreachable")
+
+
+def pause(n: int) -> None:
+    """The wait before retry n (from 0): 0.25 s, doubling."""
+    time.sleep(_BACKOFF * 2**n)

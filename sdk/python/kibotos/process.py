@@ -95,25 +95,8 @@ def stream(
     retries = 0
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        # One timeout for the whole run, however often it is resumed.
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not process_id:
-            # Before `started` the same command_id is sent again: a replay
-            # attaches to the process the first attempt may have started.
-            calls = conn.processes.ExecProcess(request, metadata=conn.metadata, timeout=timeout)
-        else:
-            calls = conn.processes.StreamProcessOutput(
-                process_pb2.StreamProcessOutputRequest(
-                    workspace_id=workspace_id,
-                    process_id=process_id,
-                    stdout_offset=offsets[STDOUT],
-                    stderr_offset=offsets[STDERR],
-                ),
-                metadata=conn.metadata,
-                timeout=timeout,
-            )
         try:
-            for msg in calls:
+            for msg in _open(conn, request, process_id, offsets, deadline):
                 event = _event(msg)
                 if isinstance(event, Started):
                     process_id = event.process_id
@@ -133,7 +116,25 @@ def stream(
                 _kill(conn, workspace_id, process_id)
             if not isinstance(err, errors.Unavailable) or retries == conn.retries:
                 raise err from None
+            _rpc.pause(retries)
             retries += 1
+
+
+def _open(conn: _rpc.Connection, request, process_id: str, offsets, deadline: Optional[float]):
+    """The stream to read: ExecProcess until the process started (the same
+    command_id each time: a replay attaches to the process an earlier
+    attempt may have started), then StreamProcessOutput from the offsets
+    received. One deadline for the whole run, however often it resumes."""
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not process_id:
+        return conn.processes.ExecProcess(request, metadata=conn.metadata, timeout=timeout)
+    resume = process_pb2.StreamProcessOutputRequest(
+        workspace_id=request.workspace_id,
+        process_id=process_id,
+        stdout_offset=offsets[STDOUT],
+        stderr_offset=offsets[STDERR],
+    )
+    return conn.processes.StreamProcessOutput(resume, metadata=conn.metadata, timeout=timeout)
 
 
 def _event(msg) -> Optional[Event]:

@@ -9,9 +9,11 @@ kernel package it downloads, so repeated runs download it once.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,6 @@ REPO = SDK.parent.parent
 sys.path.insert(0, str(SDK))
 
 from kibotos import Kibotos  # noqa: E402
-from kibotos._config import read_env_file  # noqa: E402
 
 READY = "ready; Ctrl-C stops"
 # The first start builds the default platform and template.
@@ -36,22 +37,24 @@ PLACEMENT_TIMEOUT = "3s"
 @dataclass
 class Dev:
     home: Path  # KIBOTOS_HOME: dev writes config.env here
-    endpoints: dict  # <home>/dev/endpoints.env
 
     def client(self, **kw) -> Kibotos:
         return Kibotos(config_file=self.home / "config.env", **kw)
 
 
 @pytest.fixture(scope="session")
-def dev(tmp_path_factory):
-    home = tmp_path_factory.mktemp("kibotos-home")
+def dev():
+    # Not pytest's tmp_path: it keeps the last runs' directories, and dev's
+    # state holds a kernel, an image and block files.
+    home = Path(tempfile.mkdtemp(prefix="kibotos-sdk-py-"))
     binary = os.environ.get("KIBOTOS_BIN") or str(REPO / "bin" / "kibotos")
     env = dict(os.environ, KIBOTOS_HOME=str(home))
     env.pop("KIBOTOS_CONFIG", None)
+    log = open(home / "dev.log", "wb")
     proc = subprocess.Popen(
         [binary, "dev", "--workspace-listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0",
          "--node-listen", "127.0.0.1:0", "--placement-timeout", PLACEMENT_TIMEOUT],
-        env=env, stdout=subprocess.PIPE, stderr=open(home / "dev.log", "wb"), text=True,
+        env=env, stdout=subprocess.PIPE, stderr=log, text=True,
     )
     ready = threading.Event()
 
@@ -65,7 +68,7 @@ def dev(tmp_path_factory):
     try:
         if not ready.wait(READY_TIMEOUT) or proc.poll() is not None:
             pytest.fail(f"kibotos dev not ready: {(home / 'dev.log').read_text()[-4000:]}")
-        yield Dev(home=home, endpoints=read_env_file(home / "dev" / "endpoints.env"))
+        yield Dev(home=home)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -73,7 +76,9 @@ def dev(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
         _kill_vms_of(home)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _kill_vms_of(home: Path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from kibotos import _config, _rpc, errors
-from kibotos.ctrl.v1 import types_pb2, workspace_pb2
+from kibotos import _config, _rpc, errors, process
+from kibotos.ctrl.v1 import process_pb2, types_pb2, workspace_pb2
 from kibotos.workspace import parse_size
 
 
@@ -133,3 +133,51 @@ def test_error_detail_from_trailers():
     assert isinstance(err, errors.Unavailable)
     assert (err.stage, err.reason, err.retryable, err.field) == ("PLACING", "UNAVAILABLE", True, "x")
     assert errors.from_rpc_error(_RpcError(grpc.StatusCode.NOT_FOUND)).detail is None
+
+
+class _FakeProcesses:
+    """ExecProcess cut after some output, then StreamProcessOutput: the
+    ProcessService a stream resumes against."""
+
+    def __init__(self):
+        self.exec_ids, self.resumed_from = [], []
+
+    def ExecProcess(self, request, metadata, timeout):
+        self.exec_ids.append(request.command.command_id)
+        if len(self.exec_ids) == 1:
+            return self._events(_RpcError(grpc.StatusCode.UNAVAILABLE))  # before `started`
+        return self._events(
+            process_pb2.ExecProcessResponse(started=process_pb2.ProcessStarted(process_id="p-1", pid=7)),
+            process_pb2.ExecProcessResponse(output=_chunk(process_pb2.PROCESS_OUTPUT_STREAM_STDOUT, 0, b"ab")),
+            process_pb2.ExecProcessResponse(output=_chunk(process_pb2.PROCESS_OUTPUT_STREAM_STDERR, 0, b"e")),
+            _RpcError(grpc.StatusCode.UNAVAILABLE),
+        )
+
+    def StreamProcessOutput(self, request, metadata, timeout):
+        self.resumed_from.append((request.process_id, request.stdout_offset, request.stderr_offset))
+        return self._events(
+            process_pb2.StreamProcessOutputResponse(output=_chunk(process_pb2.PROCESS_OUTPUT_STREAM_STDOUT, 2, b"cd")),
+            process_pb2.StreamProcessOutputResponse(exit=process_pb2.ProcessExitStatus(exit_code=4)),
+        )
+
+    @staticmethod
+    def _events(*items):
+        for item in items:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+def _chunk(stream, offset, data):
+    return process_pb2.ProcessOutputChunk(stream=stream, offset=offset, data=data)
+
+
+def test_exec_retries_with_its_command_id_and_resumes_from_offsets(monkeypatch):
+    monkeypatch.setattr(_rpc, "_BACKOFF", 0)
+    conn = _rpc.Connection("http://127.0.0.1:1", "", timeout=1, retries=3)
+    conn.processes = fake = _FakeProcesses()
+    spec = process.spec(["true"], None, None, None, stdin=False)
+    result = process.collect(process.stream(conn, "ws-1", spec, None, None), text=True)
+    assert len(fake.exec_ids) == 2 and len(set(fake.exec_ids)) == 1
+    assert fake.resumed_from == [("p-1", 2, 1)]
+    assert (result.stdout, result.stderr, result.exit_code, result.process_id) == ("abcd", "e", 4, "p-1")

@@ -4,6 +4,7 @@ files, stop, start and delete, on a real VM."""
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 
@@ -45,6 +46,15 @@ def test_exec_returns_output_and_exit_code(ws):
     with pytest.raises(kibotos.ProcessError) as e:
         ws.exec(["false"], check=True)
     assert e.value.result.exit_code == 1
+
+
+def test_exec_timeout_kills_the_process(ws):
+    with pytest.raises(kibotos.DeadlineExceeded):
+        ws.exec(["sleep", "300"], timeout=5)
+    # SIGKILL was delivered before exec raised; the guest's agent reaps it.
+    deadline = time.monotonic() + 30
+    while ws.exec(["sh", "-c", "grep -qsx sleep /proc/[0-9]*/comm"]).exit_code == 0:
+        assert time.monotonic() < deadline, "the timed-out process still runs"
 
 
 def test_exec_stream_yields_events_as_they_come(ws):
