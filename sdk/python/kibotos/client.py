@@ -17,8 +17,8 @@ class Kibotos:
     and KIBOTOS_TOKEN in the environment; config_file reads another file of
     that format (e.g. the endpoints.env in ctrl's state directory). timeout
     is each unary call's deadline in seconds; retries is how many times a
-    call that failed unavailable (or ran out of time) is sent again, a
-    command with the same command_id.
+    command (create, start, stop, delete, exec) that failed transiently is
+    sent again, with the same command_id.
     """
 
     def __init__(
