@@ -11,3 +11,10 @@ if ! diff -r "$fresh/gen" gen; then
 	exit 1
 fi
 echo "gen/ matches a fresh generation"
+# The Python SDK's stubs, from Debian's protoc (scripts/generate-sdk-py.sh).
+scripts/generate-sdk-py.sh "$fresh/sdk-py"
+if ! diff -r -x __pycache__ "$fresh/sdk-py/kibotos/ctrl" sdk/python/kibotos/ctrl; then
+	echo "sdk/python/kibotos/ctrl is stale: run scripts/generate-sdk-py.sh and commit the result" >&2
+	exit 1
+fi
+echo "sdk/python/kibotos/ctrl matches a fresh generation"

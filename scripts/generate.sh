@@ -5,3 +5,5 @@ cd "$(dirname "$0")/.."
 go tool buf format -w
 go tool buf lint
 go tool buf generate
+# The Python SDK's stubs (sdk/python/kibotos/ctrl/v1).
+scripts/generate-sdk-py.sh

@@ -13,6 +13,10 @@ step "dependencies"
 # the kernel package) and e2fsprogs (block files and images) for the VM tests;
 # iproute2 and util-linux (ip, nsenter) for the network tests' own internet.
 apt_ensure git ca-certificates qemu-system-x86 busybox-static xz-utils e2fsprogs iproute2 util-linux
+# The Python SDK (sdk/python): Debian's python3 with the gRPC and protobuf
+# runtimes and pytest, and protoc with the gRPC Python plugin and the
+# well-known types' .proto files for its stubs.
+apt_ensure python3 python3-grpcio python3-protobuf python3-pytest protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
 go mod download
 
 step "gofmt"
@@ -50,6 +54,9 @@ export KIBOTOS_TEST_REQUIRE_NETNS=1
 
 step "go test"
 go test -race -count=1 -timeout 20m ./...
+
+step "Python SDK (sdk/python)"
+scripts/test-sdk-py.sh
 
 step "fuzz (short)"
 # The seed corpora (f.Add and testdata/fuzz) ran above; this searches a

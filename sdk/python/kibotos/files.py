@@ -1,0 +1,98 @@
+"""Files in a Workspace's guest: ws.files.
+
+File calls are not commands (ctrl records nothing for them), so they carry
+no command_id. Paths are absolute guest paths in clean form. Results that
+describe a path are the API's FileInfo messages (path, name, type,
+size_bytes, mode, owner, modified_at, ...).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+import grpc
+
+from kibotos import _rpc, errors
+from kibotos.ctrl.v1 import file_pb2
+
+# WriteFile takes at most 1 MiB of data per message.
+_CHUNK = 1 << 20
+
+
+class Files:
+    """The FileService calls of one Workspace."""
+
+    def __init__(self, conn: _rpc.Connection, workspace_id: str):
+        self._conn = conn
+        self._id = workspace_id
+
+    def read(self, path: str, *, user: Optional[str] = None) -> bytes:
+        """A regular file's bytes."""
+        req = file_pb2.ReadFileRequest(workspace_id=self._id, path=path, user=user or "")
+        data = bytearray()
+        try:
+            for msg in self._conn.files.ReadFile(req, metadata=self._conn.metadata):
+                data += msg.data
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        return bytes(data)
+
+    def read_text(self, path: str, *, encoding: str = "utf-8", user: Optional[str] = None) -> str:
+        return self.read(path, user=user).decode(encoding)
+
+    def write(
+        self,
+        path: str,
+        data: Union[bytes, str],
+        *,
+        mode: int = 0,
+        create_parents: bool = False,
+        user: Optional[str] = None,
+    ) -> file_pb2.FileInfo:
+        """Replaces (or creates) path with data, atomically: readers never see
+        a partial file. mode is for a new file (0: 0o644). A str is UTF-8.
+        Returns the file as written."""
+        if isinstance(data, str):
+            data = data.encode()
+        header = file_pb2.WriteFileHeader(
+            path=path, mode=mode, create_parents=create_parents, user=user or "", size_bytes=len(data)
+        )
+
+        def frames():
+            yield file_pb2.WriteFileRequest(workspace_id=self._id, header=header)
+            for i in range(0, len(data), _CHUNK):
+                yield file_pb2.WriteFileRequest(data=data[i : i + _CHUNK])
+
+        try:
+            return self._conn.files.WriteFile(frames(), metadata=self._conn.metadata).info
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    def list(self, path: str, *, depth: int = 1, user: Optional[str] = None) -> List[file_pb2.FileInfo]:
+        """A directory's entries, sorted by path; depth above one descends."""
+        req = file_pb2.ListDirectoryRequest(workspace_id=self._id, path=path, depth=depth, user=user or "")
+        entries: List[file_pb2.FileInfo] = []
+        while True:
+            res = self._conn.call(self._conn.files.ListDirectory, req)
+            entries.extend(res.entries)
+            if not res.next_page_token:
+                return entries
+            req.page_token = res.next_page_token
+
+    def stat(self, path: str, *, follow_symlinks: bool = False, user: Optional[str] = None) -> file_pb2.FileInfo:
+        req = file_pb2.StatFileRequest(
+            workspace_id=self._id, path=path, follow_symlinks=follow_symlinks, user=user or ""
+        )
+        return self._conn.call(self._conn.files.StatFile, req).info
+
+    def make_dir(
+        self, path: str, *, mode: int = 0, create_parents: bool = False, user: Optional[str] = None
+    ) -> file_pb2.FileInfo:
+        req = file_pb2.MakeDirectoryRequest(
+            workspace_id=self._id, path=path, mode=mode, create_parents=create_parents, user=user or ""
+        )
+        return self._conn.call(self._conn.files.MakeDirectory, req).info
+
+    def remove(self, path: str, *, recursive: bool = False, user: Optional[str] = None) -> None:
+        req = file_pb2.DeleteFileRequest(workspace_id=self._id, path=path, recursive=recursive, user=user or "")
+        self._conn.call(self._conn.files.DeleteFile, req)

@@ -1,0 +1,231 @@
+"""Workspaces: k.workspaces and the Workspace handle."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Dict, Iterator, List, Optional, Sequence, Union
+
+from kibotos import _rpc, errors, process
+from kibotos.ctrl.v1 import types_pb2, workspace_pb2
+from kibotos.files import Files
+
+# How often a lifecycle command is polled, as the CLI's follow does.
+_POLL = 0.2
+# How long create, start, stop and delete wait by default: a first start
+# delivers the template and boots a VM, which under TCG takes a while.
+DEFAULT_WAIT = 600.0
+
+Size = Union[int, str]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(size: Size) -> int:
+    """Bytes from an int, or from a string with a unit: 512Mi, 1G, 4GiB, 1.5g.
+
+    Multiples are binary whatever the spelling, as the CLI reads them.
+    """
+    if isinstance(size, int):
+        return size
+    m = _SIZE.match(size)
+    if not m or not m.group(2):
+        raise ValueError(f"size {size!r}: want a number with a unit (512Mi, 1G, 4GiB) or an int of bytes")
+    return int(float(m.group(1)) * 1024 ** ("kmgtp".index(m.group(2).lower()) + 1))
+
+
+def _state_name(state: int) -> str:
+    return types_pb2.WorkspaceState.Name(state).removeprefix("WORKSPACE_STATE_")
+
+
+class Workspace:
+    """A Workspace: its id, the record as last read, and what runs in it.
+
+    info is the API's Workspace message as last read (refresh() reads it
+    again); state is its state's name ("AVAILABLE", "STOPPED", ...).
+    """
+
+    def __init__(self, conn: _rpc.Connection, info: types_pb2.Workspace):
+        self._conn = conn
+        self.info = info
+        self.files = Files(conn, info.workspace_id)
+
+    @property
+    def id(self) -> str:
+        return self.info.workspace_id
+
+    @property
+    def state(self) -> str:
+        return _state_name(self.info.state)
+
+    def __repr__(self) -> str:
+        return f"Workspace({self.id!r}, state={self.state!r})"
+
+    def refresh(self) -> "Workspace":
+        res = self._conn.call(self._conn.workspaces.GetWorkspace, workspace_pb2.GetWorkspaceRequest(workspace_id=self.id))
+        self.info = res.workspace
+        return self
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        input: Optional[Union[bytes, str]] = None,
+        text: bool = False,
+        check: bool = False,
+        timeout: Optional[float] = None,
+    ) -> process.ExecResult:
+        """Runs argv (no shell: pass ["sh", "-c", "..."] for one) to its end.
+
+        Returns stdout, stderr (bytes, or str with text=True) and the exit
+        code; check=True raises ProcessError for a non-zero one. input is
+        the process's stdin (closed after it). timeout (seconds) ends the
+        process with SIGKILL and raises DeadlineExceeded, as subprocess.run
+        does.
+        """
+        result = process.collect(
+            self.exec_stream(argv, env=env, cwd=cwd, user=user, input=input, timeout=timeout), text
+        )
+        if check and result.exit_code != 0:
+            raise errors.ProcessError(argv, result)
+        return result
+
+    def exec_stream(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        input: Optional[Union[bytes, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Iterator[process.Event]:
+        """Runs argv, yielding its events as they come: Started, then Output
+        (stream "stdout" or "stderr", data bytes), then Exit (exit_code)."""
+        if isinstance(input, str):
+            input = input.encode()
+        spec = process.spec(argv, env, cwd, user, stdin=input is not None)
+        return process.stream(self._conn, self.id, spec, input, timeout)
+
+    def start(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Workspace":
+        """Starts a STOPPED Workspace; waits until AVAILABLE unless wait=False."""
+        return self._follow(
+            self._conn.mutate(
+                self._conn.workspaces.StartWorkspace,
+                lambda c: workspace_pb2.StartWorkspaceRequest(command=c, workspace_id=self.id),
+            ),
+            wait,
+            timeout,
+        )
+
+    def stop(self, *, force: bool = False, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Workspace":
+        """Stops it (force: at once, without waiting for the guest); waits
+        until STOPPED unless wait=False."""
+        mode = workspace_pb2.STOP_MODE_FORCE if force else workspace_pb2.STOP_MODE_NORMAL
+        return self._follow(
+            self._conn.mutate(
+                self._conn.workspaces.StopWorkspace,
+                lambda c: workspace_pb2.StopWorkspaceRequest(command=c, workspace_id=self.id, mode=mode),
+            ),
+            wait,
+            timeout,
+        )
+
+    def delete(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Workspace":
+        """Deletes it; waits until DELETED unless wait=False."""
+        return self._follow(
+            self._conn.mutate(
+                self._conn.workspaces.DeleteWorkspace,
+                lambda c: workspace_pb2.DeleteWorkspaceRequest(command=c, workspace_id=self.id),
+            ),
+            wait,
+            timeout,
+        )
+
+    def _follow(self, admitted, wait: bool, timeout: float) -> "Workspace":
+        """Follows an admitted command to its end, as `kibotos workspace`
+        does: GetWorkspaceCommand until SUCCEEDED (then the Workspace is
+        read again) or FAILED (CommandFailed)."""
+        self.info = admitted.workspace
+        if not wait:
+            return self
+        req = workspace_pb2.GetWorkspaceCommandRequest(workspace_id=self.id, command_id=admitted.command.command_id)
+        deadline = time.monotonic() + timeout
+        while True:
+            cmd = self._conn.call(self._conn.workspaces.GetWorkspaceCommand, req).command
+            if cmd.state == workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED:
+                return self.refresh()
+            if cmd.state == workspace_pb2.WORKSPACE_COMMAND_STATE_FAILED:
+                self.refresh()
+                raise errors.CommandFailed(self.id, cmd.failure)
+            if time.monotonic() >= deadline:
+                kind = workspace_pb2.WorkspaceCommandKind.Name(cmd.kind).removeprefix("WORKSPACE_COMMAND_KIND_")
+                raise TimeoutError(
+                    f"{self.id}: {kind.lower()} not done after {timeout:g}s ({cmd.progress or cmd.waiting_for or 'admitted'})"
+                )
+            time.sleep(_POLL)
+
+
+class Workspaces:
+    """k.workspaces: create, get and list Workspaces."""
+
+    def __init__(self, conn: _rpc.Connection):
+        self._conn = conn
+
+    def create(
+        self,
+        template: Optional[str] = None,
+        *,
+        revision: Optional[str] = None,
+        memory: Optional[Size] = None,
+        cpu_millis: int = 0,
+        disk: Optional[Size] = None,
+        labels: Optional[Dict[str, str]] = None,
+        annotations: Optional[Dict[str, str]] = None,
+        wait: bool = True,
+        timeout: float = DEFAULT_WAIT,
+    ) -> Workspace:
+        """Creates a Workspace and waits until it is AVAILABLE (wait=False:
+        returns it CREATING).
+
+        template names a Template (None: the deployment's default), revision
+        one of its revisions (None: its default); memory and disk (the
+        writable layer) are sizes, "512Mi" or an int of bytes (None: the
+        defaults); cpu_millis is thousandths of a vCPU (0: the default).
+        A create that fails after admission raises CommandFailed.
+        """
+        spec = types_pb2.WorkspaceCreateSpec(
+            template=types_pb2.TemplateSelector(template=template or "", revision=revision or ""),
+            resources=types_pb2.ResourceRequest(
+                cpu_millis=cpu_millis,
+                memory_bytes=parse_size(memory) if memory is not None else 0,
+                writable_layer_capacity_bytes=parse_size(disk) if disk is not None else 0,
+            ),
+            labels=labels or {},
+            annotations=annotations or {},
+        )
+        admitted = self._conn.mutate(
+            self._conn.workspaces.CreateWorkspace,
+            lambda c: workspace_pb2.CreateWorkspaceRequest(command=c, spec=spec),
+        )
+        return Workspace(self._conn, admitted.workspace)._follow(admitted, wait, timeout)
+
+    def get(self, workspace_id: str) -> Workspace:
+        res = self._conn.call(
+            self._conn.workspaces.GetWorkspace, workspace_pb2.GetWorkspaceRequest(workspace_id=workspace_id)
+        )
+        return Workspace(self._conn, res.workspace)
+
+    def list(self, label_selector: str = "", *, include_deleted: bool = False) -> List[Workspace]:
+        """Every Workspace the selector (k=v, k!=v, k, !k, k in (a,b)) selects."""
+        req = workspace_pb2.ListWorkspacesRequest(label_selector=label_selector, include_deleted=include_deleted)
+        out: List[Workspace] = []
+        while True:
+            res = self._conn.call(self._conn.workspaces.ListWorkspaces, req)
+            out.extend(Workspace(self._conn, w) for w in res.workspaces)
+            if not res.next_page_token:
+                return out
+            req.page_token = res.next_page_token

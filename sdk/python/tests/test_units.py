@@ -1,0 +1,183 @@
+"""Unit tests of the SDK's own rules, without a server."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from kibotos import _config, _rpc, errors, process
+from kibotos.ctrl.v1 import process_pb2, types_pb2, workspace_pb2
+from kibotos.workspace import parse_size
+
+
+def test_parse_size():
+    assert parse_size("512Mi") == 512 << 20
+    assert parse_size("512MiB") == 512 << 20
+    assert parse_size("1G") == 1 << 30
+    assert parse_size("1.5g") == 3 << 29
+    assert parse_size(4096) == 4096
+    for bad in ("512", "Mi", "12x", ""):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+def test_config_precedence(tmp_path, monkeypatch):
+    for k in ("KIBOTOS_WORKSPACE_ENDPOINT", "KIBOTOS_TOKEN", "KIBOTOS_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("KIBOTOS_HOME", str(tmp_path))
+    (tmp_path / "config.env").write_text(
+        "# written by kibotos\n"
+        "KIBOTOS_WORKSPACE_ENDPOINT=http://127.0.0.1:1\n"
+        "export KIBOTOS_TOKEN='kbt_a'\\''b'\n"
+    )
+    assert _config.load() == _config.Config("http://127.0.0.1:1", "kbt_a'b")
+    monkeypatch.setenv("KIBOTOS_TOKEN", "kbt_env")
+    assert _config.load().api_key == "kbt_env"
+    assert _config.load(api_key="kbt_arg").api_key == "kbt_arg"
+    monkeypatch.setenv("KIBOTOS_HOME", str(tmp_path / "none"))
+    monkeypatch.delenv("KIBOTOS_TOKEN")
+    with pytest.raises(ValueError, match="no workspace endpoint"):
+        _config.load()
+    with pytest.raises(FileNotFoundError):
+        _config.load(config_file=tmp_path / "missing.env")
+
+
+def test_endpoints():
+    for bad in ("ftp://h:1", "http://h:1/prefix"):
+        with pytest.raises(ValueError):
+            _rpc.channel_for(bad)
+
+
+class _RpcError(grpc.RpcError, grpc.Call):
+    """What grpcio raises for a failed call, reduced to what the SDK reads."""
+
+    def __init__(self, code, trailers=()):
+        self._code, self._trailers = code, trailers
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return "refused"
+
+    def trailing_metadata(self):
+        return self._trailers
+
+    def initial_metadata(self):
+        return ()
+
+    def time_remaining(self):
+        return None
+
+    def cancel(self):
+        return False
+
+    def is_active(self):
+        return False
+
+    def add_callback(self, cb):
+        return False
+
+
+def test_a_retried_command_keeps_its_command_id(monkeypatch):
+    monkeypatch.setattr(_rpc, "_BACKOFF", 0)
+    conn = _rpc.Connection("http://127.0.0.1:1", "kbt_x", timeout=1, retries=3)
+    sent = []
+
+    def create(request, metadata, timeout):
+        sent.append(request.command.command_id)
+        if len(sent) < 3:
+            raise _RpcError(grpc.StatusCode.UNAVAILABLE)
+        return workspace_pb2.CreateWorkspaceResponse()
+
+    conn.mutate(create, lambda c: workspace_pb2.CreateWorkspaceRequest(command=c))
+    assert len(sent) == 3 and len(set(sent)) == 1 and sent[0].startswith("py-")
+
+    again = []
+    conn.mutate(lambda r, metadata, timeout: again.append(r.command.command_id), lambda c: workspace_pb2.CreateWorkspaceRequest(command=c))
+    assert again[0] != sent[0], "each call is a new command"
+
+
+def test_retries_end(monkeypatch):
+    monkeypatch.setattr(_rpc, "_BACKOFF", 0)
+    conn = _rpc.Connection("http://127.0.0.1:1", "", timeout=1, retries=2)
+    calls = []
+
+    def refuse(request, metadata, timeout):
+        calls.append(request)
+        raise _RpcError(grpc.StatusCode.UNAVAILABLE)
+
+    with pytest.raises(errors.Unavailable):
+        conn.mutate(refuse, lambda c: workspace_pb2.StopWorkspaceRequest(command=c))
+    assert len(calls) == 3
+
+    def invalid(request, metadata, timeout):
+        calls.append(request)
+        raise _RpcError(grpc.StatusCode.INVALID_ARGUMENT)
+
+    calls.clear()
+    with pytest.raises(errors.InvalidArgument):
+        conn.mutate(invalid, lambda c: workspace_pb2.StopWorkspaceRequest(command=c))
+    assert len(calls) == 1, "a refusal is not retried"
+
+
+def test_error_detail_from_trailers():
+    detail = types_pb2.ErrorDetail(
+        stage=types_pb2.FAILURE_STAGE_PLACING, reason=types_pb2.FAILURE_REASON_UNAVAILABLE, retryable=True, field="x"
+    )
+    status = errors._Status(code=14, message="refused")
+    status.details.add().Pack(detail)
+    err = errors.from_rpc_error(
+        _RpcError(grpc.StatusCode.UNAVAILABLE, (("other-bin", b"\0"), ("grpc-status-details-bin", status.SerializeToString())))
+    )
+    assert isinstance(err, errors.Unavailable)
+    assert (err.stage, err.reason, err.retryable, err.field) == ("PLACING", "UNAVAILABLE", True, "x")
+    assert errors.from_rpc_error(_RpcError(grpc.StatusCode.NOT_FOUND)).detail is None
+
+
+class _FakeProcesses:
+    """ExecProcess cut after some output, then StreamProcessOutput: the
+    ProcessService a stream resumes against."""
+
+    def __init__(self):
+        self.exec_ids, self.resumed_from = [], []
+
+    def ExecProcess(self, request, metadata, timeout):
+        self.exec_ids.append(request.command.command_id)
+        if len(self.exec_ids) == 1:
+            return self._events(_RpcError(grpc.StatusCode.UNAVAILABLE))  # before `started`
+        return self._events(
+            process_pb2.ExecProcessResponse(started=process_pb2.ProcessStarted(process_id="p-1", pid=7)),
+            process_pb2.ExecProcessResponse(output=_chunk(process_pb2.PROCESS_OUTPUT_STREAM_STDOUT, 0, b"ab")),
+            process_pb2.ExecProcessResponse(output=_chunk(process_pb2.PROCESS_OUTPUT_STREAM_STDERR, 0, b"e")),
+            _RpcError(grpc.StatusCode.UNAVAILABLE),
+        )
+
+    def StreamProcessOutput(self, request, metadata, timeout):
+        self.resumed_from.append((request.process_id, request.stdout_offset, request.stderr_offset))
+        return self._events(
+            process_pb2.StreamProcessOutputResponse(output=_chunk(process_pb2.PROCESS_OUTPUT_STREAM_STDOUT, 2, b"cd")),
+            process_pb2.StreamProcessOutputResponse(exit=process_pb2.ProcessExitStatus(exit_code=4)),
+        )
+
+    @staticmethod
+    def _events(*items):
+        for item in items:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+def _chunk(stream, offset, data):
+    return process_pb2.ProcessOutputChunk(stream=stream, offset=offset, data=data)
+
+
+def test_exec_retries_with_its_command_id_and_resumes_from_offsets(monkeypatch):
+    monkeypatch.setattr(_rpc, "_BACKOFF", 0)
+    conn = _rpc.Connection("http://127.0.0.1:1", "", timeout=1, retries=3)
+    conn.processes = fake = _FakeProcesses()
+    spec = process.spec(["true"], None, None, None, stdin=False)
+    result = process.collect(process.stream(conn, "ws-1", spec, None, None), text=True)
+    assert len(fake.exec_ids) == 2 and len(set(fake.exec_ids)) == 1
+    assert fake.resumed_from == [("p-1", 2, 1)]
+    assert (result.stdout, result.stderr, result.exit_code, result.process_id) == ("abcd", "e", 4, "p-1")

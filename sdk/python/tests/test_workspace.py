@@ -1,0 +1,107 @@
+"""The SDK against a real `kibotos dev`: one Workspace through create, exec,
+files, stop, start and delete, on a real VM."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import pytest
+
+import kibotos
+from kibotos import Exit, Output, Started
+from kibotos.ctrl.v1 import file_pb2
+
+
+@pytest.fixture(scope="module")
+def ws(client):
+    ws = client.workspaces.create(memory="256Mi", labels={"suite": "sdk-py"})
+    yield ws
+    if ws.refresh().state != "DELETED":
+        ws.delete()
+
+
+def test_create_waits_until_available(client, ws):
+    assert ws.state == "AVAILABLE"
+    assert ws.info.spec.resources.memory_bytes == 256 << 20
+    assert ws.info.generation == 1
+    got = client.workspaces.get(ws.id)
+    assert got.id == ws.id and got.state == "AVAILABLE"
+    assert [w.id for w in client.workspaces.list("suite=sdk-py")] == [ws.id]
+
+
+def test_exec_returns_output_and_exit_code(ws):
+    r = ws.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (r.stdout, r.stderr, r.exit_code) == (b"out\n", b"err\n", 3)
+    assert r.process_id
+
+    r = ws.exec(["sh", "-c", 'echo "$GREETING from $(pwd)"; cat'], env={"GREETING": "hello"},
+                cwd="/tmp", input="from stdin\n", text=True)
+    assert r.stdout == "hello from /tmp\nfrom stdin\n"
+    assert r.exit_code == 0
+
+    # A signal is a shell's 128+N.
+    assert ws.exec(["sh", "-c", "kill -TERM $$"]).exit_code == 128 + 15
+
+    with pytest.raises(kibotos.ProcessError) as e:
+        ws.exec(["false"], check=True)
+    assert e.value.result.exit_code == 1
+
+
+def test_exec_timeout_kills_the_process(ws):
+    with pytest.raises(kibotos.DeadlineExceeded):
+        ws.exec(["sleep", "300"], timeout=5)
+    # SIGKILL was delivered before exec raised; the guest's agent reaps it.
+    deadline = time.monotonic() + 30
+    while ws.exec(["sh", "-c", "grep -qsx sleep /proc/[0-9]*/comm"]).exit_code == 0:
+        assert time.monotonic() < deadline, "the timed-out process still runs"
+
+
+def test_exec_stream_yields_events_as_they_come(ws):
+    events = list(ws.exec_stream(["sh", "-c", "echo one; sleep 0.2; echo two >&2"]))
+    assert isinstance(events[0], Started) and events[0].process_id
+    assert isinstance(events[-1], Exit) and events[-1].exit_code == 0 and events[-1].cause == "EXITED"
+    outputs = [e for e in events if isinstance(e, Output)]
+    assert b"".join(o.data for o in outputs if o.stream == "stdout") == b"one\n"
+    assert b"".join(o.data for o in outputs if o.stream == "stderr") == b"two\n"
+
+
+def test_files_write_read_list(ws):
+    info = ws.files.write("/root/data/notes.txt", "first line\n", create_parents=True, mode=0o600)
+    assert info.size_bytes == len("first line\n") and info.mode & 0o777 == 0o600
+    assert ws.files.read("/root/data/notes.txt") == b"first line\n"
+
+    blob = bytes(range(256)) * 8192  # 2 MiB: more than one WriteFile and ReadFile message
+    ws.files.write("/root/data/blob.bin", blob)
+    assert ws.files.read("/root/data/blob.bin") == blob
+    # The guest sees what the API wrote.
+    digest = ws.exec(["sha256sum", "/root/data/blob.bin"], text=True).stdout.split()[0]
+    assert digest == hashlib.sha256(blob).hexdigest()
+
+    ws.files.make_dir("/root/data/sub")
+    assert [e.name for e in ws.files.list("/root/data")] == ["blob.bin", "notes.txt", "sub"]
+    assert ws.files.stat("/root/data/sub").type == file_pb2.FILE_TYPE_DIRECTORY
+    ws.files.remove("/root/data/sub")
+    with pytest.raises(kibotos.NotFound):
+        ws.files.stat("/root/data/sub")
+
+
+def test_stop_and_start_keep_the_writable_layer(ws):
+    ws.files.write("/root/kept.txt", "still here\n")
+    ws.stop()
+    assert ws.state == "STOPPED"
+
+    with pytest.raises(kibotos.FailedPrecondition) as e:
+        ws.exec(["true"])
+    assert e.value.stage == "STARTING_PROCESS"
+
+    ws.start()
+    assert ws.state == "AVAILABLE" and ws.info.generation == 2
+    assert ws.files.read_text("/root/kept.txt") == "still here\n"
+
+
+def test_delete(client, ws):
+    ws.delete()
+    assert ws.state == "DELETED"
+    assert client.workspaces.get(ws.id).state == "DELETED"
+    assert client.workspaces.list("suite=sdk-py") == []
