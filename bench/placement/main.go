@@ -66,10 +66,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kibotos/kibotos/bench/internal/benchdb"
+	"github.com/kibotos/kibotos/bench/internal/benchfleet"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
@@ -309,7 +309,9 @@ func runRow(r row) (result, error) {
 		simFleet.Wait()
 	}()
 	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
-	ready, err := waitReady(ctx, nodes, simFleet, r.nodes, r.readyTimeout)
+	ready, err := benchfleet.WaitReady(ctx, nodes, r.nodes, r.readyTimeout, func(ready int) {
+		progress("  %d of %d nodes READY, %d sessions welcomed", ready, r.nodes, simFleet.Established())
+	})
 	if err != nil {
 		return result{}, err
 	}
@@ -427,38 +429,3 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 
 // waitReady waits until n registrations read READY, or timeout passed,
 // and answers how many do.
-func waitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, simFleet *sim.Fleet, n int, timeout time.Duration) (int, error) {
-	deadline := time.Now().Add(timeout)
-	last := -1
-	for {
-		ready, err := countReady(ctx, nodes)
-		if err != nil {
-			return 0, err
-		}
-		if ready >= n || time.Now().After(deadline) {
-			return ready, nil
-		}
-		if ready != last {
-			progress("  %d of %d nodes READY, %d sessions welcomed", ready, n, simFleet.Established())
-			last = ready
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-func countReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient) (int, error) {
-	count, token := 0, ""
-	for {
-		res, err := nodes.ListNodeRegistrations(ctx, connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{
-			PageSize: 1000, PageToken: token,
-			Statuses: []operatorv1.NodeRegistrationStatus{operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY},
-		}))
-		if err != nil {
-			return 0, err
-		}
-		count += len(res.Msg.GetRegistrations())
-		if token = res.Msg.GetNextPageToken(); token == "" {
-			return count, nil
-		}
-	}
-}

@@ -143,6 +143,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	workCtx, stop := context.WithCancel(metrics.NewContext(context.WithoutCancel(ctx), m))
 	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{}), NewKeys: newKeys, metrics: m}
 	backend, err := newBackend(st, cfg, "http://"+lns[0].Addr().String(), m)
+	if err == nil && st.Exclusive() {
+		// Nobody else can hold a node's session either.
+		err = backend.api.Fleet.EndOrphanedSessions(ctx)
+	}
 	if err == nil {
 		err = m.Register(append(metrics.Store(st), metrics.NodeSessions(backend.api.Fleet.LiveSessions), metrics.Workspaces(st))...)
 	}

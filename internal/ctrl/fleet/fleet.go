@@ -29,8 +29,15 @@ type Waker interface {
 // Config tunes the fleet.
 type Config struct {
 	// ObservationInterval is how often a node reports; a session silent for
-	// three intervals is not live.
+	// three intervals (at least 10 s) is ended.
 	ObservationInterval time.Duration
+	// RegistrationRefresh is the longest a live session's registration
+	// goes unwritten while nothing placement reads changes (its status,
+	// pools, memory tightness, clock tolerance, cache, executions' reports);
+	// zero is twelve observation intervals (a minute by default). Between
+	// writes the replica holding the session serves its newest sample
+	// (host_usage, last_seen_at, clock) from memory.
+	RegistrationRefresh time.Duration
 	// ClockProbeInterval is how often ctrl measures a node's clock.
 	ClockProbeInterval time.Duration
 	// ClockTolerance is the allowed clock skew; a node beyond it receives no
@@ -171,23 +178,52 @@ func (noExecutions) ReleaseNode(*store.Tx, string, []*store.CommandRow, *ctrlv1.
 // PlacementTimeout is how long a placement waits for a node to take it.
 func (f *Fleet) PlacementTimeout() time.Duration { return f.cfg.PlacementTimeout }
 
-// liveWindow is how long after its last message a session counts as live.
+// liveWindow is how long after the last write of a live session's
+// registration (its last_seen_at) the database still counts the session
+// live: one refresh and the silence limit. A replica ends a session silent
+// for the silence limit, and writes it lost, at once (watchSilence); the
+// window judges only what no replica holding the session will write any
+// more: a session whose replica died.
 func (f *Fleet) liveWindow() time.Duration { return f.cfg.liveWindow() }
 
-func (c Config) liveWindow() time.Duration { return 3 * c.ObservationInterval }
+func (c Config) liveWindow() time.Duration { return c.refresh() + c.silenceLimit() }
+
+// silenceLimit is how long a session may go without a message from its
+// node: three observation intervals, and at least minSilenceLimit. A node
+// that exits closes its connection and is seen gone at once; the limit is
+// for a host that vanished, and ending a session costs the node a new one
+// (a new data token, SYNCING again), so a busy host or a pause of the
+// collector must not end it.
+func (c Config) silenceLimit() time.Duration { return max(3*c.ObservationInterval, minSilenceLimit) }
+
+// minSilenceLimit is the least silence that ends a session.
+const minSilenceLimit = 10 * time.Second
+
+// refresh is the longest a live session's registration goes unwritten
+// while nothing placement reads changes.
+func (c Config) refresh() time.Duration {
+	if c.RegistrationRefresh > 0 {
+		return c.RegistrationRefresh
+	}
+	return 12 * c.ObservationInterval
+}
 
 // LiveSince is Fleet.LiveSince for a fleet of this Config: what judges
-// nodes' records (the catalog's deliveries) needs only the rule, not the
-// Fleet.
+// liveness from the database alone.
 func (c Config) LiveSince(now time.Time) time.Time { return now.Add(-c.liveWindow()) }
 
 // LiveSince is the oldest last_seen_at of a session that is live at now:
 // a node ctrl heard from since then still reports what it holds.
 func (f *Fleet) LiveSince(now time.Time) time.Time { return now.Add(-f.liveWindow()) }
 
-// Live reports whether n's control session is live at now: it says so and
-// ctrl heard from it recently (a ctrl that crashed cannot mark it lost).
+// Live reports whether n's control session is live at now. A session this
+// replica holds is live (it ends one that goes silent); another's is live
+// when the record says so and was written within the live window (a ctrl
+// that crashed cannot mark its sessions lost).
 func (f *Fleet) Live(n *operatorv1.NodeRegistration, now time.Time) bool {
+	if f.held(n) != nil {
+		return true
+	}
 	s := n.GetSession()
 	return s.GetLive() && now.Sub(s.GetLastSeenAt().AsTime()) <= f.liveWindow()
 }
@@ -262,6 +298,7 @@ func fillHeld(tx *store.Tx, n *operatorv1.NodeRegistration, lc lifecycle) error 
 // view is a registration as the operator API shows it at now: status and
 // the session-bound fields follow liveness.
 func (f *Fleet) view(n *operatorv1.NodeRegistration, now time.Time, lc lifecycle) *operatorv1.NodeRegistration {
+	f.overlay(n)
 	live := f.Live(n, now)
 	if !live {
 		if n.Session != nil {

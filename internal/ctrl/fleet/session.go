@@ -58,7 +58,11 @@ type session struct {
 	artifacts        []*nodev1.CachedArtifact
 	artifactsWritten bool
 
-	// latest is the newest observation not written yet; observed wakes
+	// obs is what the session last wrote of the node's observations and
+	// its newest sample (liveness.go).
+	obs observed
+
+	// latest is the newest observation not handled yet; observed wakes
 	// the session's observation writer.
 	latest   *nodev1.NodeObservation
 	observed chan struct{}
@@ -97,6 +101,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 		notify: make(chan struct{}, 1), observed: make(chan struct{}, 1), probes: map[uint64]time.Time{}, sent: map[string]bool{},
 		dataToken: "kbd_" + hex.EncodeToString(randomBytes(24)),
 	}
+	s.obs.heardAt = s.connectedAt
 	if err := f.register(ctx, s, hello); err != nil {
 		return err
 	}
@@ -124,6 +129,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	senders.Go(func() { f.probeClock(ctx, s) })
 	senders.Go(func() { f.sendOperations(ctx, s) })
 	senders.Go(func() { f.writeObservations(ctx, s) })
+	senders.Go(func() { f.watchSilence(ctx, s) })
 	msgs, received := receive(ctx, stream)
 	for {
 		select {
@@ -139,6 +145,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 			}
 			return err
 		case msg := <-msgs:
+			s.heard(f.now())
 			err := f.handle(ctx, s, msg)
 			if connect.CodeOf(err) == connect.CodePermissionDenied {
 				return err
@@ -311,20 +318,51 @@ func (f *Fleet) detach(ctx context.Context, s *session) {
 		if !n.GetSession().GetConnectedAt().AsTime().Equal(s.connectedAt) {
 			return nil
 		}
-		now := f.now()
-		n.Session.Live = false
-		n.Session.DisconnectedAt = timestamppb.New(now)
-		n.Session.Clock = nil
-		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE
-		n.HostUsage = nil
-		n.MemoryTight = nil
-		n.UpdatedAt = timestamppb.New(now)
+		sessionLost(n, f.now())
 		return tx.PutNode(n)
 	})
 	if err != nil {
 		f.log.Warn("record lost node session", "node_id", s.nodeID, "err", err)
 	}
 	f.log.Info("node session closed", "node_id", s.nodeID)
+}
+
+// sessionLost records in n that its session ended at now.
+func sessionLost(n *operatorv1.NodeRegistration, now time.Time) {
+	n.Session.Live = false
+	n.Session.DisconnectedAt = timestamppb.New(now)
+	n.Session.Clock = nil
+	n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE
+	n.HostUsage = nil
+	n.MemoryTight = nil
+	n.UpdatedAt = timestamppb.New(now)
+}
+
+// EndOrphanedSessions records every session the database says is live as
+// lost. Call it only at the start of a ctrl that is its database's only
+// user (store.Exclusive): the sessions are those of a ctrl that died, and
+// their nodes open new ones with this ctrl. Without it they would count
+// as live for the live window, which the registration refresh makes a
+// minute and more.
+func (f *Fleet) EndOrphanedSessions(ctx context.Context) error {
+	now := f.now()
+	return f.store.Tx(ctx, func(tx *store.Tx) error {
+		for after := ""; ; {
+			nodes, err := tx.ListNodes(after, 500)
+			if err != nil || len(nodes) == 0 {
+				return err
+			}
+			for _, n := range nodes {
+				if n.GetSession().GetLive() {
+					sessionLost(n, now)
+					if err := tx.PutNode(n); err != nil {
+						return err
+					}
+				}
+			}
+			after = nodes[len(nodes)-1].GetNodeId()
+		}
+	})
 }
 
 // Notify tells the session of node (if this replica holds it) that it has
@@ -412,27 +450,28 @@ func (f *Fleet) writeObservations(ctx context.Context, s *session) {
 	}
 }
 
-// writeObservation writes one observation into the node's registration.
+// writeObservation writes one observation into the node's registration,
+// when it is due (observationDue): otherwise its sample is served from
+// memory until a write is.
 func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.NodeObservation) error {
+	now := f.now()
+	s.sample(o, now)
 	// What the cache holds is written only when it changed: at 10,000
 	// nodes observing every few seconds, rewriting it each time would
 	// multiply the rows every batch writes.
 	held := o.GetArtifacts()
 	changed := !s.artifactsWritten || !slices.EqualFunc(s.artifacts, held, func(a, b *nodev1.CachedArtifact) bool { return proto.Equal(a, b) })
+	due, reports := s.observationDue(o, now, f.cfg.refresh())
+	if !due && !changed {
+		return nil
+	}
 	notify := false
 	err := f.touch(ctx, s, func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error {
 		// The first observation after the hello ends SYNCING: there is no
 		// execution to reconcile yet (the VM provider comes later).
 		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY
-		n.HostUsage = &operatorv1.NodeHostUsage{
-			ObservedAt: timestamppb.New(now), VmCpuMillis: o.VmCpuMillis, VmMemoryBytes: o.VmMemoryBytes,
-			MemoryAvailableBytes: o.MemoryAvailableBytes, CpuPressureSomeBasisPoints: o.CpuPressureSomeBasisPoints,
-			MemoryPressureSomeBasisPoints: o.MemoryPressureSomeBasisPoints, MemoryPressureFullBasisPoints: o.MemoryPressureFullBasisPoints,
-		}
-		n.MemoryTight = nil
-		if o.GetMemoryTightSince() != nil {
-			n.MemoryTight = &operatorv1.NodeMemoryTight{Since: o.GetMemoryTightSince(), ThresholdBytes: o.GetMemoryTightThresholdBytes()}
-		}
+		n.HostUsage = hostUsage(o, now)
+		n.MemoryTight = memoryTight(o)
 		if len(o.GetStoragePools()) > 0 {
 			n.StoragePools = attachments(s.nodeID, o.GetStoragePools(), now)
 		}
@@ -444,13 +483,16 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 		n.Observation.ExecutionCount = uint32(len(o.GetInstanceIds()))
 		s.writeClock(n)
 		var err error
-		if notify, err = f.observeExecutions(tx, s.nodeID, o); err != nil || !changed {
+		if notify, err = f.observeExecutions(tx, s.nodeID, reports); err != nil || !changed {
 			return err
 		}
 		return tx.SetNodeArtifacts(s.nodeID, nodeArtifacts(held), now)
 	})
-	if err == nil && changed {
-		s.artifacts, s.artifactsWritten = held, true
+	if err == nil {
+		s.wrote(o, reports, now)
+		if changed {
+			s.artifacts, s.artifactsWritten = held, true
+		}
 	}
 	if notify {
 		f.Notify(s.nodeID) // an operation was recorded for the node
@@ -458,15 +500,12 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	return err
 }
 
-// observeExecutions hands the running executions' reports to their domain,
-// in the observation's transaction, and reports whether it recorded an
-// operation for the node.
-func (f *Fleet) observeExecutions(tx *store.Tx, nodeID string, o *nodev1.NodeObservation) (bool, error) {
+// observeExecutions hands running executions' reports to their domain, in
+// the observation's transaction, and reports whether it recorded an
+// operation for the node. Ended executions are heard at once, in observe.
+func (f *Fleet) observeExecutions(tx *store.Tx, nodeID string, reports []*nodev1.ExecutionReport) (bool, error) {
 	notify := false
-	for _, r := range o.GetExecutions() {
-		if !r.GetRunning() {
-			continue // ended: heard at once, in observe
-		}
+	for _, r := range reports {
 		recorded, err := f.executions.ExecutionObserved(tx, nodeID, r)
 		if err != nil {
 			return false, err

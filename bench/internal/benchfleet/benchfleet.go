@@ -1,0 +1,57 @@
+// Package benchfleet is what the fleet benchmarks share: waiting for a
+// simulated fleet to come up, counted through the operator API.
+package benchfleet
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+)
+
+// WaitReady polls ListNodeRegistrations every second until n nodes are
+// READY or timeout passed, telling progress each time the count moved, and
+// returns how many are READY.
+func WaitReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, n int, timeout time.Duration, progress func(ready int)) (int, error) {
+	deadline := time.Now().Add(timeout)
+	last := -1
+	for {
+		ready, err := CountReady(ctx, nodes)
+		if err != nil {
+			return 0, err
+		}
+		if ready >= n || time.Now().After(deadline) {
+			return ready, nil
+		}
+		if ready != last {
+			progress(ready)
+			last = ready
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// CountReady counts the READY nodes, a page of 1,000 at a time.
+func CountReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient) (int, error) {
+	count, token := 0, ""
+	for {
+		res, err := nodes.ListNodeRegistrations(ctx, connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{
+			PageSize: 1000, PageToken: token,
+			Statuses: []operatorv1.NodeRegistrationStatus{operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY},
+		}))
+		if err != nil {
+			return 0, err
+		}
+		count += len(res.Msg.GetRegistrations())
+		if token = res.Msg.GetNextPageToken(); token == "" {
+			return count, nil
+		}
+	}
+}

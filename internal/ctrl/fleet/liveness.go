@@ -1,0 +1,190 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+)
+
+// Liveness lives in memory, not in the database (issue 15). A node reports
+// every few seconds; writing each report would rewrite every node's
+// registration that often, which at 10,000 nodes held SQLite's one
+// connection most of the time with nothing changed. So the replica holding
+// a session:
+//
+//   - ends it when the node is silent for three observation intervals
+//     (watchSilence), and writes it lost then (detach), as Nomad's
+//     heartbeat timers do;
+//   - writes an observation only when something placement or the API's
+//     records read changed (observationDue), and at least once every
+//     refresh otherwise, so that the database's last_seen_at still shows,
+//     to every replica, that the session's replica is alive;
+//   - serves the newest sample (host_usage, memory_tight, last_seen_at,
+//     clock) from memory to what it reads of the node (overlay).
+
+// observed is what a session last wrote of its node's observations, to
+// tell what changed since, and its newest sample, served from memory.
+type observed struct {
+	heardAt time.Time // the node's last message
+	usage   *operatorv1.NodeHostUsage
+	tight   *operatorv1.NodeMemoryTight
+
+	wroteAt    time.Time // zero: no observation written in this session
+	pools      []*nodev1.StoragePoolDeclaration
+	tightSince *timestamppb.Timestamp
+	executions int
+	reports    map[string]*nodev1.ExecutionReport // instance id → report as written
+}
+
+// heard notes a message from the node.
+func (s *session) heard(now time.Time) {
+	s.mu.Lock()
+	s.obs.heardAt = now
+	s.mu.Unlock()
+}
+
+// watchSilence ends the session when its node says nothing for the
+// silence limit: its host died or its network went, without the
+// connection closing.
+func (f *Fleet) watchSilence(ctx context.Context, s *session) {
+	limit := f.cfg.silenceLimit()
+	tick := time.NewTicker(limit / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		silent := f.now().Sub(s.obs.heardAt)
+		s.mu.Unlock()
+		if silent > limit {
+			f.log.Warn("node session silent; ending it", "node_id", s.nodeID, "silent", silent.Round(time.Millisecond))
+			s.end(connect.NewError(connect.CodeDeadlineExceeded, errors.New("no message from the node within three observation intervals")))
+			return
+		}
+	}
+}
+
+// sample keeps o's usage sample as the newest, received at now.
+func (s *session) sample(o *nodev1.NodeObservation, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.obs.usage = hostUsage(o, now)
+	s.obs.tight = memoryTight(o)
+}
+
+// observationDue reports whether o must be written now, and which of its
+// running executions' reports: those that changed since written, or all
+// of them at a refresh.
+func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refresh time.Duration) (bool, []*nodev1.ExecutionReport) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &s.obs
+	all := w.wroteAt.IsZero() || now.Sub(w.wroteAt) >= refresh
+	var reports []*nodev1.ExecutionReport
+	for _, r := range o.GetExecutions() {
+		if r.GetRunning() && (all || !proto.Equal(stable(r), w.reports[r.GetInstanceId()])) {
+			reports = append(reports, r)
+		}
+	}
+	due := all || len(reports) > 0 || len(o.GetInstanceIds()) != w.executions ||
+		!proto.Equal(o.GetMemoryTightSince(), w.tightSince) ||
+		(len(o.GetStoragePools()) > 0 && !slices.EqualFunc(o.GetStoragePools(), w.pools, func(a, b *nodev1.StoragePoolDeclaration) bool { return proto.Equal(a, b) }))
+	return due, reports
+}
+
+// wrote notes that o was written at now, with reports.
+func (s *session) wrote(o *nodev1.NodeObservation, reports []*nodev1.ExecutionReport, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &s.obs
+	w.wroteAt, w.executions, w.tightSince = now, len(o.GetInstanceIds()), o.GetMemoryTightSince()
+	if len(o.GetStoragePools()) > 0 {
+		w.pools = o.GetStoragePools()
+	}
+	running := map[string]bool{}
+	for _, r := range o.GetExecutions() {
+		running[r.GetInstanceId()] = r.GetRunning()
+	}
+	for id := range w.reports {
+		if !running[id] {
+			delete(w.reports, id)
+		}
+	}
+	if w.reports == nil {
+		w.reports = map[string]*nodev1.ExecutionReport{}
+	}
+	for _, r := range reports {
+		w.reports[r.GetInstanceId()] = stable(r)
+	}
+}
+
+// stable is r without what changes at every report and nothing in
+// ctrl reads: the guest's memory stall average.
+func stable(r *nodev1.ExecutionReport) *nodev1.ExecutionReport {
+	if r.GetMemory().GetFullAvg10Permille() == 0 {
+		return r
+	}
+	c := proto.Clone(r).(*nodev1.ExecutionReport)
+	c.Memory.FullAvg10Permille = 0
+	return c
+}
+
+// held is the session this replica holds for n's node, when it is the one
+// n's record names; nil otherwise.
+func (f *Fleet) held(n *operatorv1.NodeRegistration) *session {
+	f.mu.Lock()
+	s := f.sessions[n.GetNodeId()]
+	f.mu.Unlock()
+	if s == nil || !n.GetSession().GetLive() || !n.GetSession().GetConnectedAt().AsTime().Equal(s.connectedAt) {
+		return nil
+	}
+	return s
+}
+
+// overlay puts the newest sample of the session this replica holds for n
+// into n, in place of the one written last.
+func (f *Fleet) overlay(n *operatorv1.NodeRegistration) {
+	s := f.held(n)
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.obs.heardAt.IsZero() {
+		n.Session.LastSeenAt = timestamppb.New(s.obs.heardAt)
+	}
+	if s.obs.usage != nil {
+		n.HostUsage, n.MemoryTight = s.obs.usage, s.obs.tight
+	}
+	if s.clock != nil {
+		n.Session.Clock = s.clock
+	}
+}
+
+// hostUsage is o's usage sample as received at now.
+func hostUsage(o *nodev1.NodeObservation, now time.Time) *operatorv1.NodeHostUsage {
+	return &operatorv1.NodeHostUsage{
+		ObservedAt: timestamppb.New(now), VmCpuMillis: o.VmCpuMillis, VmMemoryBytes: o.VmMemoryBytes,
+		MemoryAvailableBytes: o.MemoryAvailableBytes, CpuPressureSomeBasisPoints: o.CpuPressureSomeBasisPoints,
+		MemoryPressureSomeBasisPoints: o.MemoryPressureSomeBasisPoints, MemoryPressureFullBasisPoints: o.MemoryPressureFullBasisPoints,
+	}
+}
+
+// memoryTight is o's judgement of its host's memory, nil when not tight.
+func memoryTight(o *nodev1.NodeObservation) *operatorv1.NodeMemoryTight {
+	if o.GetMemoryTightSince() == nil {
+		return nil
+	}
+	return &operatorv1.NodeMemoryTight{Since: o.GetMemoryTightSince(), ThresholdBytes: o.GetMemoryTightThresholdBytes()}
+}
