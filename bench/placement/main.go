@@ -19,7 +19,10 @@
 // -ready-timeout passed), c callers create
 // -workspaces Workspaces through the public Connect API (2 CPUs, 4 GiB, no
 // Volume), each caller one at a time: CreateWorkspace, then wait for the
-// placement, then GetWorkspace every 10 ms until AVAILABLE, then the next.
+// placement, then follow it until AVAILABLE, then the next. -follow picks
+// how: wait (WaitWorkspace, answered when the Workspace is AVAILABLE) or
+// poll (GetWorkspace every 10 ms, which costs ctrl a read per caller every
+// 10 ms); both in one run are rows side by side.
 //
 // Definitions:
 //   - placement latency: from the CreateWorkspace call to the moment the
@@ -31,7 +34,8 @@
 //     no polling is in it.
 //   - create → AVAILABLE: from the CreateWorkspace call to the first
 //     GetWorkspace that reads AVAILABLE; it adds the node's answer (at once
-//     in the simulation), ctrl recording it, and up to 10 ms of polling.
+//     in the simulation), ctrl recording it, and (poll) up to 10 ms of
+//     polling.
 //   - placed: Workspaces whose StartExecution reached a node in the row's
 //     time; AVAILABLE: those GetWorkspace read AVAILABLE in it.
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
@@ -102,6 +106,7 @@ func main() {
 	observe := flag.Duration("observation-interval", 0, "ctrl's node observation interval (0: ctrl's default, 5 s); clock probes go at twice it")
 	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
 	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
+	follows := flag.String("follow", "wait", "how callers follow a Workspace to AVAILABLE, comma-separated: wait (WaitWorkspace) or poll (GetWorkspace every 10 ms); each is a row")
 	flag.Parse()
 	var sizes []int
 	for _, s := range strings.Split(*nodes, ",") {
@@ -136,19 +141,27 @@ func main() {
 
 	// Rows are interleaved in each round, so that a shared machine's
 	// noise falls on all of them alike.
-	rows := make([][]result, len(sizes)*len(backends))
+	modes := strings.Split(*follows, ",")
+	for _, m := range modes {
+		if m != "wait" && m != "poll" {
+			fail(fmt.Errorf("-follow %q: want wait or poll", m))
+		}
+	}
+	rows := make([][]result, len(sizes)*len(backends)*len(modes))
 	started := time.Now().UTC()
 	for round := range *rounds {
 		for i, n := range sizes {
 			for j, db := range backends {
-				progress("round %d: %s, %d simulated nodes", round+1, db, n)
-				r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp})
-				if err != nil {
-					pprof.StopCPUProfile()
-					fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
+				for l, follow := range modes {
+					progress("round %d: %s, %d simulated nodes, callers %s", round+1, db, n, follow)
+					r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp, follow: follow})
+					if err != nil {
+						pprof.StopCPUProfile()
+						fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
+					}
+					k := (i*len(backends)+j)*len(modes) + l
+					rows[k] = append(rows[k], r)
 				}
-				k := i*len(backends) + j
-				rows[k] = append(rows[k], r)
 			}
 		}
 	}
@@ -163,7 +176,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -172,7 +185,7 @@ func print(rows [][]result) {
 		for i, x := range rounds {
 			all[i] = fmt.Sprintf("%.1f", x.perSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n", r.db, r.nodes, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n", r.db, r.nodes, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
 			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, strings.Join(all, " "))
 	}
 	tw.Flush()
@@ -205,11 +218,12 @@ type row struct {
 	timeout          time.Duration
 	readyTimeout     time.Duration
 	observe          time.Duration
+	follow           string
 	dir              string
 }
 
 type result struct {
-	db                   string
+	db, follow           string
 	nodes                int
 	placed               int // Workspaces whose StartExecution reached a node
 	readyNodes           int // READY when the creations began
@@ -315,7 +329,7 @@ func runRow(r row) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	res := result{db: r.db, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
+	res := result{db: r.db, follow: r.follow, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
 	progress("  %d of %d nodes READY after %.1f s over %d connections", ready, r.nodes, res.ready.Seconds(), simFleet.Connections())
 	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, sim.DefaultPoolBytes); err != nil {
 		return result{}, err
@@ -342,7 +356,7 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 				if i >= r.workspaces || ctx.Err() != nil {
 					return
 				}
-				available, err := createOne(ctx, ws, p, i)
+				available, err := createOne(ctx, ws, p, i, r.follow)
 				mu.Lock()
 				if err != nil {
 					// A call cut by the row's deadline ends the row: ctrl may
@@ -387,7 +401,7 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 
 // createOne creates Workspace i and times it to its placement and to
 // AVAILABLE.
-func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int) (available time.Duration, err error) {
+func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int, follow string) (available time.Duration, err error) {
 	t0 := time.Now()
 	created, err := ws.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("bench-placement-%d", i)},
@@ -408,6 +422,9 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+	if follow == "wait" {
+		return waitAvailable(ctx, ws, id, t0)
+	}
 	for {
 		got, err := ws.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
 		if err != nil {
@@ -423,6 +440,24 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 		case <-time.After(pollEvery):
 		case <-ctx.Done():
 			return 0, ctx.Err()
+		}
+	}
+}
+
+// waitAvailable follows Workspace id with WaitWorkspace until AVAILABLE.
+func waitAvailable(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, id string, t0 time.Time) (time.Duration, error) {
+	for {
+		got, err := ws.WaitWorkspace(ctx, connect.NewRequest(&ctrlv1.WaitWorkspaceRequest{
+			WorkspaceId: id, States: []ctrlv1.WorkspaceState{ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED},
+		}))
+		if err != nil {
+			return 0, fmt.Errorf("wait for %s: %w", id, err)
+		}
+		switch w := got.Msg.GetWorkspace(); w.GetState() {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
+			return time.Since(t0), nil
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
+			return 0, fmt.Errorf("Workspace %s FAILED: %v", id, w.GetFailure())
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -195,33 +196,32 @@ func followWorkspace[T any, PT interface {
 	p := newProgress(cmd.ErrOrStderr())
 	var delivery deliveryWatch
 	for {
-		c, err := client.GetWorkspaceCommand(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: id, CommandId: msg.GetCommand().GetCommandId()}))
+		// WaitWorkspace answers as soon as the command ends, and otherwise
+		// after followStep with the command and the Workspace as they are,
+		// for the progress display: no polling delay at the end.
+		waited, err := client.WaitWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.WaitWorkspaceRequest{
+			WorkspaceId: id, CommandId: msg.GetCommand().GetCommandId(), Timeout: durationpb.New(followStep),
+		}))
 		if err != nil {
 			return err
 		}
-		wc := c.Msg.GetCommand()
-		got, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
-		if err != nil {
-			return err
-		}
+		wc, w := waited.Msg.GetCommand(), waited.Msg.GetWorkspace()
 		switch wc.GetState() {
 		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED:
 			p.line("%s %s: done in %s", strings.ToLower(trimEnum(wc.GetKind().String(), "WORKSPACE_COMMAND_KIND_")), id, p.elapsed())
-			return showWorkspace(cmd, out, got, nil)
+			return showWorkspace(cmd, out, connect.NewResponse(&ctrlv1.GetWorkspaceResponse{Workspace: w}), nil)
 		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED:
 			p.end()
 			f := wc.GetFailure()
 			return fmt.Errorf("%s failed at %s (%s): %s", id, trimEnum(f.GetStage().String(), "FAILURE_STAGE_"), trimEnum(f.GetReason().String(), "FAILURE_REASON_"), f.GetMessage())
 		}
-		showStage(p, wc, got.Msg.GetWorkspace(), &delivery)
-		select {
-		case <-cmd.Context().Done():
-			p.end()
-			return cmd.Context().Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		showStage(p, wc, w, &delivery)
 	}
 }
+
+// followStep is how long one WaitWorkspace of a follow waits before it
+// answers with the command's progress (the display's refresh).
+const followStep = 500 * time.Millisecond
 
 // showStage shows where a running command is. For a create, restore or
 // start: placing (waiting for a node to take it), delivering the template

@@ -86,6 +86,7 @@ func (t *Tx) GetCommand(id string, lock bool) (*CommandRow, error) {
 
 // UpdateCommand writes every column of c.
 func (t *Tx) UpdateCommand(c *CommandRow) error {
+	t.wrote(c.GetTargetId())
 	_, err := t.exec(`UPDATE commands SET kind = ?, target_id = ?, input_hash = ?, state = ?, body = ?, admitted_at = ?,
 		updated_at = ?, next_attempt_at = ?, lease_owner = ?, lease_until = ? , attempts = ? WHERE command_id = ?`,
 		append(c.values()[1:], c.GetCommandId())...)

@@ -104,6 +104,7 @@ func (t *Tx) GetWorkspace(id string, lock bool) (*ctrlv1.Workspace, error) {
 // PutWorkspace writes a Workspace and the Egresses and Resolvers its
 // network policy names (policy_references).
 func (t *Tx) PutWorkspace(w *ctrlv1.Workspace) error {
+	t.wrote(w.GetWorkspaceId())
 	var deadline int64
 	if p := w.GetExpiration().GetPolicy(); p != nil {
 		deadline = p.GetDeadline().AsTime().UnixNano()

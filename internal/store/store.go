@@ -44,6 +44,8 @@ type Store struct {
 	stmts *statements
 	// stats counts the transactions and the time they held a connection.
 	stats txStats
+	// changes tells this process's waiters of committed writes.
+	changes changes
 }
 
 // Open connects to dsn and brings its schema up to date. A dsn starting with
@@ -334,7 +336,11 @@ func (s *Store) tryTx(ctx context.Context, fn func(*Tx) error) error {
 		_ = sqlTx.Rollback()
 		return err
 	}
-	return sqlTx.Commit()
+	if err := sqlTx.Commit(); err != nil {
+		return err
+	}
+	s.changes.committed(tx.written)
+	return nil
 }
 
 // Tx is one open transaction.
@@ -343,6 +349,9 @@ type Tx struct {
 	tx    *sql.Tx
 	d     dialect
 	stmts *statements
+	// written are the ids of the Workspaces (and command targets) it
+	// wrote, told to waiters once it commits.
+	written []string
 }
 
 func (t *Tx) exec(query string, args ...any) (sql.Result, error) {

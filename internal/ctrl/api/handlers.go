@@ -262,6 +262,10 @@ func (h workspaceHandler) GetWorkspaceCommand(ctx context.Context, req *connect.
 	return respond(h.w.GetCommand(ctx, req.Msg))
 }
 
+func (h workspaceHandler) WaitWorkspace(ctx context.Context, req *connect.Request[ctrlv1.WaitWorkspaceRequest]) (*connect.Response[ctrlv1.WaitWorkspaceResponse], error) {
+	return respond(h.w.Wait(ctx, req.Msg))
+}
+
 func (h workspaceHandler) UpdateWorkspaceVolumeBinding(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceVolumeBindingResponse], error) {
 	return respond(h.w.UpdateVolumeBinding(ctx, req.Msg))
 }

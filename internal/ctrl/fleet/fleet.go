@@ -93,7 +93,10 @@ type Executions interface {
 	// the transaction that writes the node's observation (which many nodes'
 	// observations share). It reports whether it recorded an operation for
 	// the node. Only a database error is returned.
-	ExecutionObserved(tx *store.Tx, nodeID string, report *nodev1.ExecutionReport) (notify bool, err error)
+	// applied says the report was recorded as its Workspace's current
+	// execution's (not one whose start is not answered yet, nor a stray):
+	// until one is, the fleet hands the same report in again.
+	ExecutionObserved(tx *store.Tx, nodeID string, report *nodev1.ExecutionReport) (applied, notify bool, err error)
 	// ExecutionProgress is called as a starting execution's artifacts
 	// arrive on the node.
 	ExecutionProgress(ctx context.Context, nodeID string, progress *nodev1.ExecutionProgress)
@@ -167,8 +170,8 @@ type noExecutions struct{}
 
 func (noExecutions) ExecutionEnded(context.Context, string, *nodev1.ExecutionReport)      {}
 func (noExecutions) ExecutionProgress(context.Context, string, *nodev1.ExecutionProgress) {}
-func (noExecutions) ExecutionObserved(*store.Tx, string, *nodev1.ExecutionReport) (bool, error) {
-	return false, nil
+func (noExecutions) ExecutionObserved(*store.Tx, string, *nodev1.ExecutionReport) (bool, bool, error) {
+	return false, false, nil
 }
 
 func (noExecutions) ReleaseNode(*store.Tx, string, []*store.CommandRow, *ctrlv1.WorkspaceFailure) (Released, error) {

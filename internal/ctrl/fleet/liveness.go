@@ -41,7 +41,10 @@ type observed struct {
 	pools      []*nodev1.StoragePoolDeclaration
 	tightSince *timestamppb.Timestamp
 	executions int
-	reports    map[string]*nodev1.ExecutionReport // instance id → report as written
+	// reports are the running executions' reports as last applied
+	// (instance id → report), and reportsAt when all of them last were.
+	reports   map[string]*nodev1.ExecutionReport
+	reportsAt time.Time
 }
 
 // heard notes a message from the node.
@@ -84,33 +87,36 @@ func (s *session) sample(o *nodev1.NodeObservation, now time.Time) {
 }
 
 // observationDue reports whether o must be written now, and which of its
-// running executions' reports: those that changed since written, or all
-// of them at a refresh.
-func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refresh time.Duration) (bool, []*nodev1.ExecutionReport) {
+// running executions' reports: those that changed since applied (or never
+// were: a start not answered yet, a stray), or all of them at a refresh.
+func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refresh time.Duration) (due bool, reports []*nodev1.ExecutionReport, all bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &s.obs
-	all := w.wroteAt.IsZero() || now.Sub(w.wroteAt) >= refresh
-	var reports []*nodev1.ExecutionReport
+	all = w.reportsAt.IsZero() || now.Sub(w.reportsAt) >= refresh
 	for _, r := range o.GetExecutions() {
 		if r.GetRunning() && (all || !proto.Equal(stable(r), w.reports[r.GetInstanceId()])) {
 			reports = append(reports, r)
 		}
 	}
-	due := all || len(reports) > 0 || len(o.GetInstanceIds()) != w.executions ||
+	due = w.wroteAt.IsZero() || now.Sub(w.wroteAt) >= refresh || len(reports) > 0 || len(o.GetInstanceIds()) != w.executions ||
 		!proto.Equal(o.GetMemoryTightSince(), w.tightSince) ||
 		(len(o.GetStoragePools()) > 0 && !slices.EqualFunc(o.GetStoragePools(), w.pools, func(a, b *nodev1.StoragePoolDeclaration) bool { return proto.Equal(a, b) }))
-	return due, reports
+	return due, reports, all
 }
 
-// wrote notes that o was written at now, with reports.
-func (s *session) wrote(o *nodev1.NodeObservation, reports []*nodev1.ExecutionReport, now time.Time) {
+// wrote notes that o was written at now, with the reports applied (all:
+// every running execution's report was handed in).
+func (s *session) wrote(o *nodev1.NodeObservation, applied []*nodev1.ExecutionReport, all bool, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &s.obs
 	w.wroteAt, w.executions, w.tightSince = now, len(o.GetInstanceIds()), o.GetMemoryTightSince()
 	if len(o.GetStoragePools()) > 0 {
 		w.pools = o.GetStoragePools()
+	}
+	if all {
+		w.reportsAt = now
 	}
 	running := map[string]bool{}
 	for _, r := range o.GetExecutions() {
@@ -124,7 +130,7 @@ func (s *session) wrote(o *nodev1.NodeObservation, reports []*nodev1.ExecutionRe
 	if w.reports == nil {
 		w.reports = map[string]*nodev1.ExecutionReport{}
 	}
-	for _, r := range reports {
+	for _, r := range applied {
 		w.reports[r.GetInstanceId()] = stable(r)
 	}
 }

@@ -461,11 +461,12 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	// multiply the rows every batch writes.
 	held := o.GetArtifacts()
 	changed := !s.artifactsWritten || !slices.EqualFunc(s.artifacts, held, func(a, b *nodev1.CachedArtifact) bool { return proto.Equal(a, b) })
-	due, reports := s.observationDue(o, now, f.cfg.refresh())
+	due, reports, all := s.observationDue(o, now, f.cfg.refresh())
 	if !due && !changed {
 		return nil
 	}
 	notify := false
+	var applied []*nodev1.ExecutionReport
 	err := f.touch(ctx, s, func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error {
 		// The first observation after the hello ends SYNCING: there is no
 		// execution to reconcile yet (the VM provider comes later).
@@ -483,13 +484,13 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 		n.Observation.ExecutionCount = uint32(len(o.GetInstanceIds()))
 		s.writeClock(n)
 		var err error
-		if notify, err = f.observeExecutions(tx, s.nodeID, reports); err != nil || !changed {
+		if applied, notify, err = f.observeExecutions(tx, s.nodeID, reports); err != nil || !changed {
 			return err
 		}
 		return tx.SetNodeArtifacts(s.nodeID, nodeArtifacts(held), now)
 	})
 	if err == nil {
-		s.wrote(o, reports, now)
+		s.wrote(o, applied, all, now)
 		if changed {
 			s.artifacts, s.artifactsWritten = held, true
 		}
@@ -501,18 +502,23 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 }
 
 // observeExecutions hands running executions' reports to their domain, in
-// the observation's transaction, and reports whether it recorded an
-// operation for the node. Ended executions are heard at once, in observe.
-func (f *Fleet) observeExecutions(tx *store.Tx, nodeID string, reports []*nodev1.ExecutionReport) (bool, error) {
+// the observation's transaction, and answers those it applied and whether
+// it recorded an operation for the node. Ended executions are heard at
+// once, in observe.
+func (f *Fleet) observeExecutions(tx *store.Tx, nodeID string, reports []*nodev1.ExecutionReport) ([]*nodev1.ExecutionReport, bool, error) {
+	var applied []*nodev1.ExecutionReport
 	notify := false
 	for _, r := range reports {
-		recorded, err := f.executions.ExecutionObserved(tx, nodeID, r)
+		ok, recorded, err := f.executions.ExecutionObserved(tx, nodeID, r)
 		if err != nil {
-			return false, err
+			return nil, false, err
+		}
+		if ok {
+			applied = append(applied, r)
 		}
 		notify = notify || recorded
 	}
-	return notify, nil
+	return applied, notify, nil
 }
 
 // nodeArtifacts is a node's report of its cache as the store keeps it.

@@ -42,30 +42,31 @@ func (s *Service) ExecutionEnded(ctx context.Context, nodeID string, r *nodev1.E
 // or the Volume's state. An execution that is not current on the node is a
 // stray, which the node is told to stop (stopStray); it reports whether it
 // recorded that. An execution of no Workspace ctrl knows is left alone.
-func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.ExecutionReport) (bool, error) {
+func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.ExecutionReport) (applied, notify bool, err error) {
 	id := WorkspaceOf(r.GetInstanceId())
 	rt, err := tx.GetRuntime(id, false)
 	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if rt.GetInstanceId() != r.GetInstanceId() || rt.GetNodeId() != nodeID {
-		return s.stopStray(tx, nodeID, r.GetInstanceId())
+		notify, err := s.stopStray(tx, nodeID, r.GetInstanceId())
+		return false, notify, err
 	}
 	w, err := tx.GetWorkspace(id, true)
 	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if b := w.GetSpec().GetVolume(); r.GetVolume() != nil && b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND &&
 		b.GetVolumeId() == r.GetVolume().GetRef().GetObjectId() {
 		// The node holds the Volume: its report is the Volume's observation.
 		if err := s.volumes.Observed(tx, b.GetVolumeId(), r.GetVolume()); err != nil {
-			return false, err
+			return false, false, err
 		}
 	}
 	if st := w.GetNetworkPolicyStatus(); st != nil {
@@ -75,7 +76,7 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 	}
 	w.EgressObservations = egressObservations(w.GetEgressObservations(), r.GetEgressFaults(), s.now())
 	w.ResolverObservations = resolverObservations(w.GetResolverObservations(), r.GetResolverFaults(), s.now())
-	return false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
+	return true, false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
 }
 
 // observeEgressDraining sets each Egress's draining_revision from the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Union
@@ -10,8 +11,9 @@ from kibotos import _rpc, errors, process
 from kibotos.ctrl.v1 import types_pb2, workspace_pb2
 from kibotos.files import Files
 
-# How often a lifecycle command is polled, as the CLI's follow does.
-_POLL = 0.2
+# The longest one WaitWorkspace call waits before it answers with the
+# command's progress (ctrl allows at most 60 s).
+_WAIT_STEP = 30.0
 # How long create, start, stop and delete wait by default: a first start
 # delivers the template and boots a VM, which under TCG takes a while.
 DEFAULT_WAIT = 600.0
@@ -147,26 +149,30 @@ class Workspace:
 
     def _follow(self, admitted, wait: bool, timeout: float) -> "Workspace":
         """Follows an admitted command to its end, as `kibotos workspace`
-        does: GetWorkspaceCommand until SUCCEEDED (then the Workspace is
-        read again) or FAILED (CommandFailed)."""
+        does: WaitWorkspace on the command, which ctrl answers as soon as
+        it is SUCCEEDED (the Workspace as it is then) or FAILED
+        (CommandFailed), without polling."""
         self.info = admitted.workspace
         if not wait:
             return self
-        req = workspace_pb2.GetWorkspaceCommandRequest(workspace_id=self.id, command_id=admitted.command.command_id)
         deadline = time.monotonic() + timeout
         while True:
-            cmd = self._conn.call(self._conn.workspaces.GetWorkspaceCommand, req).command
+            step = max(0.001, min(_WAIT_STEP, deadline - time.monotonic()))
+            req = workspace_pb2.WaitWorkspaceRequest(workspace_id=self.id, command_id=admitted.command.command_id)
+            req.timeout.FromTimedelta(datetime.timedelta(seconds=step))
+            res = self._conn.call(self._conn.workspaces.WaitWorkspace, req, timeout=step + 30)
+            cmd = res.command
             if cmd.state == workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED:
-                return self.refresh()
+                self.info = res.workspace
+                return self
             if cmd.state == workspace_pb2.WORKSPACE_COMMAND_STATE_FAILED:
-                self.refresh()
+                self.info = res.workspace
                 raise errors.CommandFailed(self.id, cmd.failure)
             if time.monotonic() >= deadline:
                 kind = workspace_pb2.WorkspaceCommandKind.Name(cmd.kind).removeprefix("WORKSPACE_COMMAND_KIND_")
                 raise TimeoutError(
                     f"{self.id}: {kind.lower()} not done after {timeout:g}s ({cmd.progress or cmd.waiting_for or 'admitted'})"
                 )
-            time.sleep(_POLL)
 
 
 class Workspaces:

@@ -12,6 +12,7 @@ package ctrlv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1085,6 +1086,145 @@ func (x *GetWorkspaceCommandResponse) GetCommand() *WorkspaceCommand {
 	return nil
 }
 
+// (designed here) At least one of states and command_id is given; with
+// both, whichever holds first answers.
+type WaitWorkspaceRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// states: answer once the Workspace is in one of them. UNSPECIFIED is
+	// invalid_argument.
+	States []WorkspaceState `protobuf:"varint,2,rep,packed,name=states,proto3,enum=kibotos.ctrl.v1.WorkspaceState" json:"states,omitempty"`
+	// command_id: answer once this command of the Workspace is SUCCEEDED or
+	// FAILED. A command that is not the Workspace's is not_found.
+	CommandId string `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// timeout is the longest the call waits: at most 60 s; absent or zero
+	// is 30 s. A negative or longer timeout is invalid_argument.
+	Timeout       *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitWorkspaceRequest) Reset() {
+	*x = WaitWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitWorkspaceRequest) ProtoMessage() {}
+
+func (x *WaitWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*WaitWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WaitWorkspaceRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *WaitWorkspaceRequest) GetStates() []WorkspaceState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *WaitWorkspaceRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *WaitWorkspaceRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type WaitWorkspaceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reached is true when the Workspace is in one of the states or the
+	// command ended; false when the timeout passed first.
+	Reached   bool       `protobuf:"varint,1,opt,name=reached,proto3" json:"reached,omitempty"`
+	Workspace *Workspace `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// command is the named command as it is now; absent when none was named.
+	Command       *WorkspaceCommand `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitWorkspaceResponse) Reset() {
+	*x = WaitWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitWorkspaceResponse) ProtoMessage() {}
+
+func (x *WaitWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*WaitWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WaitWorkspaceResponse) GetReached() bool {
+	if x != nil {
+		return x.Reached
+	}
+	return false
+}
+
+func (x *WaitWorkspaceResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *WaitWorkspaceResponse) GetCommand() *WorkspaceCommand {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
 type UpdateWorkspaceVolumeBindingRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
@@ -1098,7 +1238,7 @@ type UpdateWorkspaceVolumeBindingRequest struct {
 
 func (x *UpdateWorkspaceVolumeBindingRequest) Reset() {
 	*x = UpdateWorkspaceVolumeBindingRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[15]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1250,7 @@ func (x *UpdateWorkspaceVolumeBindingRequest) String() string {
 func (*UpdateWorkspaceVolumeBindingRequest) ProtoMessage() {}
 
 func (x *UpdateWorkspaceVolumeBindingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[15]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1263,7 @@ func (x *UpdateWorkspaceVolumeBindingRequest) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use UpdateWorkspaceVolumeBindingRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceVolumeBindingRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateWorkspaceVolumeBindingRequest) GetCommand() *CommandMetadata {
@@ -1163,7 +1303,7 @@ type UpdateWorkspaceVolumeBindingResponse struct {
 
 func (x *UpdateWorkspaceVolumeBindingResponse) Reset() {
 	*x = UpdateWorkspaceVolumeBindingResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[16]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1315,7 @@ func (x *UpdateWorkspaceVolumeBindingResponse) String() string {
 func (*UpdateWorkspaceVolumeBindingResponse) ProtoMessage() {}
 
 func (x *UpdateWorkspaceVolumeBindingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[16]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1328,7 @@ func (x *UpdateWorkspaceVolumeBindingResponse) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use UpdateWorkspaceVolumeBindingResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceVolumeBindingResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateWorkspaceVolumeBindingResponse) GetWorkspace() *Workspace {
@@ -1211,7 +1351,7 @@ type UpdateWorkspaceMemoryRequest struct {
 
 func (x *UpdateWorkspaceMemoryRequest) Reset() {
 	*x = UpdateWorkspaceMemoryRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[17]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1363,7 @@ func (x *UpdateWorkspaceMemoryRequest) String() string {
 func (*UpdateWorkspaceMemoryRequest) ProtoMessage() {}
 
 func (x *UpdateWorkspaceMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[17]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1376,7 @@ func (x *UpdateWorkspaceMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkspaceMemoryRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateWorkspaceMemoryRequest) GetCommand() *CommandMetadata {
@@ -1276,7 +1416,7 @@ type UpdateWorkspaceMemoryResponse struct {
 
 func (x *UpdateWorkspaceMemoryResponse) Reset() {
 	*x = UpdateWorkspaceMemoryResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[18]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1428,7 @@ func (x *UpdateWorkspaceMemoryResponse) String() string {
 func (*UpdateWorkspaceMemoryResponse) ProtoMessage() {}
 
 func (x *UpdateWorkspaceMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[18]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1441,7 @@ func (x *UpdateWorkspaceMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkspaceMemoryResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateWorkspaceMemoryResponse) GetWorkspace() *Workspace {
@@ -1325,7 +1465,7 @@ type ResizeWorkspaceWritableLayerRequest struct {
 
 func (x *ResizeWorkspaceWritableLayerRequest) Reset() {
 	*x = ResizeWorkspaceWritableLayerRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[19]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1477,7 @@ func (x *ResizeWorkspaceWritableLayerRequest) String() string {
 func (*ResizeWorkspaceWritableLayerRequest) ProtoMessage() {}
 
 func (x *ResizeWorkspaceWritableLayerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[19]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1490,7 @@ func (x *ResizeWorkspaceWritableLayerRequest) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use ResizeWorkspaceWritableLayerRequest.ProtoReflect.Descriptor instead.
 func (*ResizeWorkspaceWritableLayerRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResizeWorkspaceWritableLayerRequest) GetCommand() *CommandMetadata {
@@ -1391,7 +1531,7 @@ type ResizeWorkspaceWritableLayerResponse struct {
 
 func (x *ResizeWorkspaceWritableLayerResponse) Reset() {
 	*x = ResizeWorkspaceWritableLayerResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[20]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1543,7 @@ func (x *ResizeWorkspaceWritableLayerResponse) String() string {
 func (*ResizeWorkspaceWritableLayerResponse) ProtoMessage() {}
 
 func (x *ResizeWorkspaceWritableLayerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[20]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1556,7 @@ func (x *ResizeWorkspaceWritableLayerResponse) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use ResizeWorkspaceWritableLayerResponse.ProtoReflect.Descriptor instead.
 func (*ResizeWorkspaceWritableLayerResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResizeWorkspaceWritableLayerResponse) GetWorkspace() *Workspace {
@@ -1449,7 +1589,7 @@ type UpdateWorkspaceNetworkPolicyRequest struct {
 
 func (x *UpdateWorkspaceNetworkPolicyRequest) Reset() {
 	*x = UpdateWorkspaceNetworkPolicyRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[21]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1601,7 @@ func (x *UpdateWorkspaceNetworkPolicyRequest) String() string {
 func (*UpdateWorkspaceNetworkPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateWorkspaceNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[21]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1614,7 @@ func (x *UpdateWorkspaceNetworkPolicyRequest) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use UpdateWorkspaceNetworkPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceNetworkPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateWorkspaceNetworkPolicyRequest) GetCommand() *CommandMetadata {
@@ -1521,7 +1661,7 @@ type UpdateWorkspaceNetworkPolicyResponse struct {
 
 func (x *UpdateWorkspaceNetworkPolicyResponse) Reset() {
 	*x = UpdateWorkspaceNetworkPolicyResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[22]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1673,7 @@ func (x *UpdateWorkspaceNetworkPolicyResponse) String() string {
 func (*UpdateWorkspaceNetworkPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateWorkspaceNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[22]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1686,7 @@ func (x *UpdateWorkspaceNetworkPolicyResponse) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use UpdateWorkspaceNetworkPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceNetworkPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateWorkspaceNetworkPolicyResponse) GetWorkspace() *Workspace {
@@ -1568,7 +1708,7 @@ type UpdateWorkspaceLabelsRequest struct {
 
 func (x *UpdateWorkspaceLabelsRequest) Reset() {
 	*x = UpdateWorkspaceLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[23]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1720,7 @@ func (x *UpdateWorkspaceLabelsRequest) String() string {
 func (*UpdateWorkspaceLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateWorkspaceLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[23]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1733,7 @@ func (x *UpdateWorkspaceLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkspaceLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{23}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateWorkspaceLabelsRequest) GetCommand() *CommandMetadata {
@@ -1633,7 +1773,7 @@ type UpdateWorkspaceLabelsResponse struct {
 
 func (x *UpdateWorkspaceLabelsResponse) Reset() {
 	*x = UpdateWorkspaceLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[24]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1785,7 @@ func (x *UpdateWorkspaceLabelsResponse) String() string {
 func (*UpdateWorkspaceLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateWorkspaceLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[24]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1798,7 @@ func (x *UpdateWorkspaceLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkspaceLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{24}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateWorkspaceLabelsResponse) GetWorkspace() *Workspace {
@@ -1680,7 +1820,7 @@ type UpdateWorkspaceAnnotationsRequest struct {
 
 func (x *UpdateWorkspaceAnnotationsRequest) Reset() {
 	*x = UpdateWorkspaceAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[25]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1832,7 @@ func (x *UpdateWorkspaceAnnotationsRequest) String() string {
 func (*UpdateWorkspaceAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateWorkspaceAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[25]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1845,7 @@ func (x *UpdateWorkspaceAnnotationsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use UpdateWorkspaceAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{25}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpdateWorkspaceAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -1745,7 +1885,7 @@ type UpdateWorkspaceAnnotationsResponse struct {
 
 func (x *UpdateWorkspaceAnnotationsResponse) Reset() {
 	*x = UpdateWorkspaceAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[26]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1897,7 @@ func (x *UpdateWorkspaceAnnotationsResponse) String() string {
 func (*UpdateWorkspaceAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateWorkspaceAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[26]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1910,7 @@ func (x *UpdateWorkspaceAnnotationsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use UpdateWorkspaceAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{26}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateWorkspaceAnnotationsResponse) GetWorkspace() *Workspace {
@@ -1794,7 +1934,7 @@ type UpdateWorkspaceExpirationRequest struct {
 
 func (x *UpdateWorkspaceExpirationRequest) Reset() {
 	*x = UpdateWorkspaceExpirationRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[27]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1946,7 @@ func (x *UpdateWorkspaceExpirationRequest) String() string {
 func (*UpdateWorkspaceExpirationRequest) ProtoMessage() {}
 
 func (x *UpdateWorkspaceExpirationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[27]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1959,7 @@ func (x *UpdateWorkspaceExpirationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkspaceExpirationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceExpirationRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{27}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateWorkspaceExpirationRequest) GetCommand() *CommandMetadata {
@@ -1859,7 +1999,7 @@ type UpdateWorkspaceExpirationResponse struct {
 
 func (x *UpdateWorkspaceExpirationResponse) Reset() {
 	*x = UpdateWorkspaceExpirationResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[28]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2011,7 @@ func (x *UpdateWorkspaceExpirationResponse) String() string {
 func (*UpdateWorkspaceExpirationResponse) ProtoMessage() {}
 
 func (x *UpdateWorkspaceExpirationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[28]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2024,7 @@ func (x *UpdateWorkspaceExpirationResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use UpdateWorkspaceExpirationResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkspaceExpirationResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{28}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateWorkspaceExpirationResponse) GetWorkspace() *Workspace {
@@ -1911,7 +2051,7 @@ type ExportWorkspaceRequest struct {
 
 func (x *ExportWorkspaceRequest) Reset() {
 	*x = ExportWorkspaceRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[29]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2063,7 @@ func (x *ExportWorkspaceRequest) String() string {
 func (*ExportWorkspaceRequest) ProtoMessage() {}
 
 func (x *ExportWorkspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[29]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2076,7 @@ func (x *ExportWorkspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportWorkspaceRequest.ProtoReflect.Descriptor instead.
 func (*ExportWorkspaceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{29}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExportWorkspaceRequest) GetCommand() *CommandMetadata {
@@ -1977,7 +2117,7 @@ type ExportWorkspaceResponse struct {
 
 func (x *ExportWorkspaceResponse) Reset() {
 	*x = ExportWorkspaceResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[30]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2129,7 @@ func (x *ExportWorkspaceResponse) String() string {
 func (*ExportWorkspaceResponse) ProtoMessage() {}
 
 func (x *ExportWorkspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[30]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2142,7 @@ func (x *ExportWorkspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportWorkspaceResponse.ProtoReflect.Descriptor instead.
 func (*ExportWorkspaceResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{30}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExportWorkspaceResponse) GetTransfer() *Transfer {
@@ -2033,7 +2173,7 @@ type RestoreWorkspaceRequest struct {
 
 func (x *RestoreWorkspaceRequest) Reset() {
 	*x = RestoreWorkspaceRequest{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[31]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2185,7 @@ func (x *RestoreWorkspaceRequest) String() string {
 func (*RestoreWorkspaceRequest) ProtoMessage() {}
 
 func (x *RestoreWorkspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[31]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2198,7 @@ func (x *RestoreWorkspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreWorkspaceRequest.ProtoReflect.Descriptor instead.
 func (*RestoreWorkspaceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{31}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RestoreWorkspaceRequest) GetCommand() *CommandMetadata {
@@ -2092,7 +2232,7 @@ type RestoreWorkspaceResponse struct {
 
 func (x *RestoreWorkspaceResponse) Reset() {
 	*x = RestoreWorkspaceResponse{}
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[32]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2244,7 @@ func (x *RestoreWorkspaceResponse) String() string {
 func (*RestoreWorkspaceResponse) ProtoMessage() {}
 
 func (x *RestoreWorkspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[32]
+	mi := &file_kibotos_ctrl_v1_workspace_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2257,7 @@ func (x *RestoreWorkspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreWorkspaceResponse.ProtoReflect.Descriptor instead.
 func (*RestoreWorkspaceResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{32}
+	return file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RestoreWorkspaceResponse) GetWorkspace() *Workspace {
@@ -2138,7 +2278,7 @@ var File_kibotos_ctrl_v1_workspace_proto protoreflect.FileDescriptor
 
 const file_kibotos_ctrl_v1_workspace_proto_rawDesc = "" +
 	"\n" +
-	"\x1fkibotos/ctrl/v1/workspace.proto\x12\x0fkibotos.ctrl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\"\xfe\x03\n" +
+	"\x1fkibotos/ctrl/v1/workspace.proto\x12\x0fkibotos.ctrl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\"\xfe\x03\n" +
 	"\x10WorkspaceCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
@@ -2200,7 +2340,17 @@ const file_kibotos_ctrl_v1_workspace_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\"Z\n" +
 	"\x1bGetWorkspaceCommandResponse\x12;\n" +
-	"\acommand\x18\x01 \x01(\v2!.kibotos.ctrl.v1.WorkspaceCommandR\acommand\"\x81\x02\n" +
+	"\acommand\x18\x01 \x01(\v2!.kibotos.ctrl.v1.WorkspaceCommandR\acommand\"\xc6\x01\n" +
+	"\x14WaitWorkspaceRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x127\n" +
+	"\x06states\x18\x02 \x03(\x0e2\x1f.kibotos.ctrl.v1.WorkspaceStateR\x06states\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x03 \x01(\tR\tcommandId\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xa8\x01\n" +
+	"\x15WaitWorkspaceResponse\x12\x18\n" +
+	"\areached\x18\x01 \x01(\bR\areached\x128\n" +
+	"\tworkspace\x18\x02 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\x12;\n" +
+	"\acommand\x18\x03 \x01(\v2!.kibotos.ctrl.v1.WorkspaceCommandR\acommand\"\x81\x02\n" +
 	"#UpdateWorkspaceVolumeBindingRequest\x12:\n" +
 	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
 	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12:\n" +
@@ -2301,7 +2451,7 @@ const file_kibotos_ctrl_v1_workspace_proto_rawDesc = "" +
 	"\bStopMode\x12\x19\n" +
 	"\x15STOP_MODE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STOP_MODE_NORMAL\x10\x01\x12\x13\n" +
-	"\x0fSTOP_MODE_FORCE\x10\x022\xc9\x0e\n" +
+	"\x0fSTOP_MODE_FORCE\x10\x022\xa9\x0f\n" +
 	"\x10WorkspaceService\x12d\n" +
 	"\x0fCreateWorkspace\x12'.kibotos.ctrl.v1.CreateWorkspaceRequest\x1a(.kibotos.ctrl.v1.CreateWorkspaceResponse\x12[\n" +
 	"\fGetWorkspace\x12$.kibotos.ctrl.v1.GetWorkspaceRequest\x1a%.kibotos.ctrl.v1.GetWorkspaceResponse\x12a\n" +
@@ -2309,7 +2459,8 @@ const file_kibotos_ctrl_v1_workspace_proto_rawDesc = "" +
 	"\x0eStartWorkspace\x12&.kibotos.ctrl.v1.StartWorkspaceRequest\x1a'.kibotos.ctrl.v1.StartWorkspaceResponse\x12^\n" +
 	"\rStopWorkspace\x12%.kibotos.ctrl.v1.StopWorkspaceRequest\x1a&.kibotos.ctrl.v1.StopWorkspaceResponse\x12d\n" +
 	"\x0fDeleteWorkspace\x12'.kibotos.ctrl.v1.DeleteWorkspaceRequest\x1a(.kibotos.ctrl.v1.DeleteWorkspaceResponse\x12p\n" +
-	"\x13GetWorkspaceCommand\x12+.kibotos.ctrl.v1.GetWorkspaceCommandRequest\x1a,.kibotos.ctrl.v1.GetWorkspaceCommandResponse\x12\x8b\x01\n" +
+	"\x13GetWorkspaceCommand\x12+.kibotos.ctrl.v1.GetWorkspaceCommandRequest\x1a,.kibotos.ctrl.v1.GetWorkspaceCommandResponse\x12^\n" +
+	"\rWaitWorkspace\x12%.kibotos.ctrl.v1.WaitWorkspaceRequest\x1a&.kibotos.ctrl.v1.WaitWorkspaceResponse\x12\x8b\x01\n" +
 	"\x1cUpdateWorkspaceVolumeBinding\x124.kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest\x1a5.kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse\x12v\n" +
 	"\x15UpdateWorkspaceMemory\x12-.kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest\x1a..kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse\x12\x8b\x01\n" +
 	"\x1cResizeWorkspaceWritableLayer\x124.kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest\x1a5.kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse\x12\x8b\x01\n" +
@@ -2333,7 +2484,7 @@ func file_kibotos_ctrl_v1_workspace_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_ctrl_v1_workspace_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kibotos_ctrl_v1_workspace_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_kibotos_ctrl_v1_workspace_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_kibotos_ctrl_v1_workspace_proto_goTypes = []any{
 	(WorkspaceCommandKind)(0),                    // 0: kibotos.ctrl.v1.WorkspaceCommandKind
 	(WorkspaceCommandState)(0),                   // 1: kibotos.ctrl.v1.WorkspaceCommandState
@@ -2353,124 +2504,134 @@ var file_kibotos_ctrl_v1_workspace_proto_goTypes = []any{
 	(*DeleteWorkspaceResponse)(nil),              // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse
 	(*GetWorkspaceCommandRequest)(nil),           // 16: kibotos.ctrl.v1.GetWorkspaceCommandRequest
 	(*GetWorkspaceCommandResponse)(nil),          // 17: kibotos.ctrl.v1.GetWorkspaceCommandResponse
-	(*UpdateWorkspaceVolumeBindingRequest)(nil),  // 18: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
-	(*UpdateWorkspaceVolumeBindingResponse)(nil), // 19: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
-	(*UpdateWorkspaceMemoryRequest)(nil),         // 20: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
-	(*UpdateWorkspaceMemoryResponse)(nil),        // 21: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
-	(*ResizeWorkspaceWritableLayerRequest)(nil),  // 22: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
-	(*ResizeWorkspaceWritableLayerResponse)(nil), // 23: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
-	(*UpdateWorkspaceNetworkPolicyRequest)(nil),  // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
-	(*UpdateWorkspaceNetworkPolicyResponse)(nil), // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
-	(*UpdateWorkspaceLabelsRequest)(nil),         // 26: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
-	(*UpdateWorkspaceLabelsResponse)(nil),        // 27: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
-	(*UpdateWorkspaceAnnotationsRequest)(nil),    // 28: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
-	(*UpdateWorkspaceAnnotationsResponse)(nil),   // 29: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
-	(*UpdateWorkspaceExpirationRequest)(nil),     // 30: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
-	(*UpdateWorkspaceExpirationResponse)(nil),    // 31: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
-	(*ExportWorkspaceRequest)(nil),               // 32: kibotos.ctrl.v1.ExportWorkspaceRequest
-	(*ExportWorkspaceResponse)(nil),              // 33: kibotos.ctrl.v1.ExportWorkspaceResponse
-	(*RestoreWorkspaceRequest)(nil),              // 34: kibotos.ctrl.v1.RestoreWorkspaceRequest
-	(*RestoreWorkspaceResponse)(nil),             // 35: kibotos.ctrl.v1.RestoreWorkspaceResponse
-	nil,                                          // 36: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	nil,                                          // 37: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	(*WorkspaceFailure)(nil),                     // 38: kibotos.ctrl.v1.WorkspaceFailure
-	(*timestamppb.Timestamp)(nil),                // 39: google.protobuf.Timestamp
-	(*CommandMetadata)(nil),                      // 40: kibotos.ctrl.v1.CommandMetadata
-	(*WorkspaceCreateSpec)(nil),                  // 41: kibotos.ctrl.v1.WorkspaceCreateSpec
-	(*Workspace)(nil),                            // 42: kibotos.ctrl.v1.Workspace
-	(*WorkspaceVolumeBinding)(nil),               // 43: kibotos.ctrl.v1.WorkspaceVolumeBinding
-	(*NetworkPolicy)(nil),                        // 44: kibotos.ctrl.v1.NetworkPolicy
-	(*WorkspaceExpirationChange)(nil),            // 45: kibotos.ctrl.v1.WorkspaceExpirationChange
-	(*Transfer)(nil),                             // 46: kibotos.ctrl.v1.Transfer
+	(*WaitWorkspaceRequest)(nil),                 // 18: kibotos.ctrl.v1.WaitWorkspaceRequest
+	(*WaitWorkspaceResponse)(nil),                // 19: kibotos.ctrl.v1.WaitWorkspaceResponse
+	(*UpdateWorkspaceVolumeBindingRequest)(nil),  // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	(*UpdateWorkspaceVolumeBindingResponse)(nil), // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	(*UpdateWorkspaceMemoryRequest)(nil),         // 22: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	(*UpdateWorkspaceMemoryResponse)(nil),        // 23: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	(*ResizeWorkspaceWritableLayerRequest)(nil),  // 24: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	(*ResizeWorkspaceWritableLayerResponse)(nil), // 25: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	(*UpdateWorkspaceNetworkPolicyRequest)(nil),  // 26: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	(*UpdateWorkspaceNetworkPolicyResponse)(nil), // 27: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	(*UpdateWorkspaceLabelsRequest)(nil),         // 28: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	(*UpdateWorkspaceLabelsResponse)(nil),        // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	(*UpdateWorkspaceAnnotationsRequest)(nil),    // 30: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	(*UpdateWorkspaceAnnotationsResponse)(nil),   // 31: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	(*UpdateWorkspaceExpirationRequest)(nil),     // 32: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	(*UpdateWorkspaceExpirationResponse)(nil),    // 33: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	(*ExportWorkspaceRequest)(nil),               // 34: kibotos.ctrl.v1.ExportWorkspaceRequest
+	(*ExportWorkspaceResponse)(nil),              // 35: kibotos.ctrl.v1.ExportWorkspaceResponse
+	(*RestoreWorkspaceRequest)(nil),              // 36: kibotos.ctrl.v1.RestoreWorkspaceRequest
+	(*RestoreWorkspaceResponse)(nil),             // 37: kibotos.ctrl.v1.RestoreWorkspaceResponse
+	nil,                                          // 38: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	nil,                                          // 39: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	(*WorkspaceFailure)(nil),                     // 40: kibotos.ctrl.v1.WorkspaceFailure
+	(*timestamppb.Timestamp)(nil),                // 41: google.protobuf.Timestamp
+	(*CommandMetadata)(nil),                      // 42: kibotos.ctrl.v1.CommandMetadata
+	(*WorkspaceCreateSpec)(nil),                  // 43: kibotos.ctrl.v1.WorkspaceCreateSpec
+	(*Workspace)(nil),                            // 44: kibotos.ctrl.v1.Workspace
+	(WorkspaceState)(0),                          // 45: kibotos.ctrl.v1.WorkspaceState
+	(*durationpb.Duration)(nil),                  // 46: google.protobuf.Duration
+	(*WorkspaceVolumeBinding)(nil),               // 47: kibotos.ctrl.v1.WorkspaceVolumeBinding
+	(*NetworkPolicy)(nil),                        // 48: kibotos.ctrl.v1.NetworkPolicy
+	(*WorkspaceExpirationChange)(nil),            // 49: kibotos.ctrl.v1.WorkspaceExpirationChange
+	(*Transfer)(nil),                             // 50: kibotos.ctrl.v1.Transfer
 }
 var file_kibotos_ctrl_v1_workspace_proto_depIdxs = []int32{
 	0,  // 0: kibotos.ctrl.v1.WorkspaceCommand.kind:type_name -> kibotos.ctrl.v1.WorkspaceCommandKind
 	1,  // 1: kibotos.ctrl.v1.WorkspaceCommand.state:type_name -> kibotos.ctrl.v1.WorkspaceCommandState
-	38, // 2: kibotos.ctrl.v1.WorkspaceCommand.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
-	39, // 3: kibotos.ctrl.v1.WorkspaceCommand.admitted_at:type_name -> google.protobuf.Timestamp
-	39, // 4: kibotos.ctrl.v1.WorkspaceCommand.updated_at:type_name -> google.protobuf.Timestamp
-	39, // 5: kibotos.ctrl.v1.WorkspaceCommand.completed_at:type_name -> google.protobuf.Timestamp
-	40, // 6: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	41, // 7: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
-	42, // 8: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	40, // 2: kibotos.ctrl.v1.WorkspaceCommand.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
+	41, // 3: kibotos.ctrl.v1.WorkspaceCommand.admitted_at:type_name -> google.protobuf.Timestamp
+	41, // 4: kibotos.ctrl.v1.WorkspaceCommand.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 5: kibotos.ctrl.v1.WorkspaceCommand.completed_at:type_name -> google.protobuf.Timestamp
+	42, // 6: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	43, // 7: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
+	44, // 8: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
 	3,  // 9: kibotos.ctrl.v1.CreateWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
-	42, // 10: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	42, // 11: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
-	40, // 12: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	42, // 13: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	44, // 10: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	44, // 11: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
+	42, // 12: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	44, // 13: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
 	3,  // 14: kibotos.ctrl.v1.StartWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
-	40, // 15: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	42, // 15: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	2,  // 16: kibotos.ctrl.v1.StopWorkspaceRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	42, // 17: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	44, // 17: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
 	3,  // 18: kibotos.ctrl.v1.StopWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
-	40, // 19: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	42, // 20: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	42, // 19: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	44, // 20: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
 	3,  // 21: kibotos.ctrl.v1.DeleteWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
 	3,  // 22: kibotos.ctrl.v1.GetWorkspaceCommandResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
-	40, // 23: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	43, // 24: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	42, // 25: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	40, // 26: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	42, // 27: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	40, // 28: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	42, // 29: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	3,  // 30: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
-	40, // 31: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	44, // 32: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	42, // 33: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	40, // 34: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	36, // 35: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	42, // 36: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	40, // 37: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	37, // 38: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	42, // 39: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	40, // 40: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	45, // 41: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
-	42, // 42: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	40, // 43: kibotos.ctrl.v1.ExportWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	46, // 44: kibotos.ctrl.v1.ExportWorkspaceResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
-	3,  // 45: kibotos.ctrl.v1.ExportWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
-	40, // 46: kibotos.ctrl.v1.RestoreWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	41, // 47: kibotos.ctrl.v1.RestoreWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
-	42, // 48: kibotos.ctrl.v1.RestoreWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	3,  // 49: kibotos.ctrl.v1.RestoreWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
-	4,  // 50: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
-	6,  // 51: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
-	8,  // 52: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
-	10, // 53: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
-	12, // 54: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
-	14, // 55: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
-	16, // 56: kibotos.ctrl.v1.WorkspaceService.GetWorkspaceCommand:input_type -> kibotos.ctrl.v1.GetWorkspaceCommandRequest
-	18, // 57: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
-	20, // 58: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
-	22, // 59: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
-	24, // 60: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
-	26, // 61: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
-	28, // 62: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
-	30, // 63: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
-	32, // 64: kibotos.ctrl.v1.WorkspaceService.ExportWorkspace:input_type -> kibotos.ctrl.v1.ExportWorkspaceRequest
-	34, // 65: kibotos.ctrl.v1.WorkspaceService.RestoreWorkspace:input_type -> kibotos.ctrl.v1.RestoreWorkspaceRequest
-	5,  // 66: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
-	7,  // 67: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
-	9,  // 68: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
-	11, // 69: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
-	13, // 70: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
-	15, // 71: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
-	17, // 72: kibotos.ctrl.v1.WorkspaceService.GetWorkspaceCommand:output_type -> kibotos.ctrl.v1.GetWorkspaceCommandResponse
-	19, // 73: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
-	21, // 74: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
-	23, // 75: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
-	25, // 76: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
-	27, // 77: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
-	29, // 78: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
-	31, // 79: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
-	33, // 80: kibotos.ctrl.v1.WorkspaceService.ExportWorkspace:output_type -> kibotos.ctrl.v1.ExportWorkspaceResponse
-	35, // 81: kibotos.ctrl.v1.WorkspaceService.RestoreWorkspace:output_type -> kibotos.ctrl.v1.RestoreWorkspaceResponse
-	66, // [66:82] is the sub-list for method output_type
-	50, // [50:66] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	45, // 23: kibotos.ctrl.v1.WaitWorkspaceRequest.states:type_name -> kibotos.ctrl.v1.WorkspaceState
+	46, // 24: kibotos.ctrl.v1.WaitWorkspaceRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 25: kibotos.ctrl.v1.WaitWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	3,  // 26: kibotos.ctrl.v1.WaitWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
+	42, // 27: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	47, // 28: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	44, // 29: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	42, // 30: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	44, // 31: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	42, // 32: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	44, // 33: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	3,  // 34: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
+	42, // 35: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	48, // 36: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	44, // 37: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	42, // 38: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	38, // 39: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	44, // 40: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	42, // 41: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	39, // 42: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	44, // 43: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	42, // 44: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	49, // 45: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
+	44, // 46: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	42, // 47: kibotos.ctrl.v1.ExportWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	50, // 48: kibotos.ctrl.v1.ExportWorkspaceResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	3,  // 49: kibotos.ctrl.v1.ExportWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
+	42, // 50: kibotos.ctrl.v1.RestoreWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	43, // 51: kibotos.ctrl.v1.RestoreWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
+	44, // 52: kibotos.ctrl.v1.RestoreWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	3,  // 53: kibotos.ctrl.v1.RestoreWorkspaceResponse.command:type_name -> kibotos.ctrl.v1.WorkspaceCommand
+	4,  // 54: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
+	6,  // 55: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
+	8,  // 56: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
+	10, // 57: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
+	12, // 58: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
+	14, // 59: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
+	16, // 60: kibotos.ctrl.v1.WorkspaceService.GetWorkspaceCommand:input_type -> kibotos.ctrl.v1.GetWorkspaceCommandRequest
+	18, // 61: kibotos.ctrl.v1.WorkspaceService.WaitWorkspace:input_type -> kibotos.ctrl.v1.WaitWorkspaceRequest
+	20, // 62: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	22, // 63: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	24, // 64: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	26, // 65: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	28, // 66: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	30, // 67: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	32, // 68: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	34, // 69: kibotos.ctrl.v1.WorkspaceService.ExportWorkspace:input_type -> kibotos.ctrl.v1.ExportWorkspaceRequest
+	36, // 70: kibotos.ctrl.v1.WorkspaceService.RestoreWorkspace:input_type -> kibotos.ctrl.v1.RestoreWorkspaceRequest
+	5,  // 71: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
+	7,  // 72: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
+	9,  // 73: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
+	11, // 74: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
+	13, // 75: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
+	15, // 76: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
+	17, // 77: kibotos.ctrl.v1.WorkspaceService.GetWorkspaceCommand:output_type -> kibotos.ctrl.v1.GetWorkspaceCommandResponse
+	19, // 78: kibotos.ctrl.v1.WorkspaceService.WaitWorkspace:output_type -> kibotos.ctrl.v1.WaitWorkspaceResponse
+	21, // 79: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	23, // 80: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	25, // 81: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	27, // 82: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	29, // 83: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	31, // 84: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	33, // 85: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	35, // 86: kibotos.ctrl.v1.WorkspaceService.ExportWorkspace:output_type -> kibotos.ctrl.v1.ExportWorkspaceResponse
+	37, // 87: kibotos.ctrl.v1.WorkspaceService.RestoreWorkspace:output_type -> kibotos.ctrl.v1.RestoreWorkspaceResponse
+	71, // [71:88] is the sub-list for method output_type
+	54, // [54:71] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_ctrl_v1_workspace_proto_init() }
@@ -2485,7 +2646,7 @@ func file_kibotos_ctrl_v1_workspace_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_ctrl_v1_workspace_proto_rawDesc), len(file_kibotos_ctrl_v1_workspace_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -57,6 +57,9 @@ const (
 	// WorkspaceServiceGetWorkspaceCommandProcedure is the fully-qualified name of the
 	// WorkspaceService's GetWorkspaceCommand RPC.
 	WorkspaceServiceGetWorkspaceCommandProcedure = "/kibotos.ctrl.v1.WorkspaceService/GetWorkspaceCommand"
+	// WorkspaceServiceWaitWorkspaceProcedure is the fully-qualified name of the WorkspaceService's
+	// WaitWorkspace RPC.
+	WorkspaceServiceWaitWorkspaceProcedure = "/kibotos.ctrl.v1.WorkspaceService/WaitWorkspace"
 	// WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure is the fully-qualified name of the
 	// WorkspaceService's UpdateWorkspaceVolumeBinding RPC.
 	WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceVolumeBinding"
@@ -111,6 +114,17 @@ type WorkspaceServiceClient interface {
 	DeleteWorkspace(context.Context, *connect.Request[v1.DeleteWorkspaceRequest]) (*connect.Response[v1.DeleteWorkspaceResponse], error)
 	// GetWorkspaceCommand reads an admitted command and its progress.
 	GetWorkspaceCommand(context.Context, *connect.Request[v1.GetWorkspaceCommandRequest]) (*connect.Response[v1.GetWorkspaceCommandResponse], error)
+	// WaitWorkspace (designed here) waits, without polling, until the
+	// Workspace is in one of the states the request names or the command it
+	// names has ended, and answers with the Workspace (and that command) as
+	// they are then. It answers at once when that already holds, and with
+	// reached false when the request's timeout passes first (not an error:
+	// call again to wait longer). Clients that follow a Workspace (the CLI,
+	// the SDKs) use it in place of polling GetWorkspace.
+	//
+	// A replica hears its own writes at once; a write another replica sharing
+	// the database made is seen within a second.
+	WaitWorkspace(context.Context, *connect.Request[v1.WaitWorkspaceRequest]) (*connect.Response[v1.WaitWorkspaceResponse], error)
 	// UpdateWorkspaceVolumeBinding replaces the Volume binding of a Workspace
 	// that holds no execution. BOUND and NONE are accepted, NEW is
 	// invalid_argument. Releasing a binding always keeps the Volume. A Workspace
@@ -205,6 +219,12 @@ func NewWorkspaceServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(workspaceServiceMethods.ByName("GetWorkspaceCommand")),
 			connect.WithClientOptions(opts...),
 		),
+		waitWorkspace: connect.NewClient[v1.WaitWorkspaceRequest, v1.WaitWorkspaceResponse](
+			httpClient,
+			baseURL+WorkspaceServiceWaitWorkspaceProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("WaitWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
 		updateWorkspaceVolumeBinding: connect.NewClient[v1.UpdateWorkspaceVolumeBindingRequest, v1.UpdateWorkspaceVolumeBindingResponse](
 			httpClient,
 			baseURL+WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure,
@@ -271,6 +291,7 @@ type workspaceServiceClient struct {
 	stopWorkspace                *connect.Client[v1.StopWorkspaceRequest, v1.StopWorkspaceResponse]
 	deleteWorkspace              *connect.Client[v1.DeleteWorkspaceRequest, v1.DeleteWorkspaceResponse]
 	getWorkspaceCommand          *connect.Client[v1.GetWorkspaceCommandRequest, v1.GetWorkspaceCommandResponse]
+	waitWorkspace                *connect.Client[v1.WaitWorkspaceRequest, v1.WaitWorkspaceResponse]
 	updateWorkspaceVolumeBinding *connect.Client[v1.UpdateWorkspaceVolumeBindingRequest, v1.UpdateWorkspaceVolumeBindingResponse]
 	updateWorkspaceMemory        *connect.Client[v1.UpdateWorkspaceMemoryRequest, v1.UpdateWorkspaceMemoryResponse]
 	resizeWorkspaceWritableLayer *connect.Client[v1.ResizeWorkspaceWritableLayerRequest, v1.ResizeWorkspaceWritableLayerResponse]
@@ -315,6 +336,11 @@ func (c *workspaceServiceClient) DeleteWorkspace(ctx context.Context, req *conne
 // GetWorkspaceCommand calls kibotos.ctrl.v1.WorkspaceService.GetWorkspaceCommand.
 func (c *workspaceServiceClient) GetWorkspaceCommand(ctx context.Context, req *connect.Request[v1.GetWorkspaceCommandRequest]) (*connect.Response[v1.GetWorkspaceCommandResponse], error) {
 	return c.getWorkspaceCommand.CallUnary(ctx, req)
+}
+
+// WaitWorkspace calls kibotos.ctrl.v1.WorkspaceService.WaitWorkspace.
+func (c *workspaceServiceClient) WaitWorkspace(ctx context.Context, req *connect.Request[v1.WaitWorkspaceRequest]) (*connect.Response[v1.WaitWorkspaceResponse], error) {
+	return c.waitWorkspace.CallUnary(ctx, req)
 }
 
 // UpdateWorkspaceVolumeBinding calls kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding.
@@ -387,6 +413,17 @@ type WorkspaceServiceHandler interface {
 	DeleteWorkspace(context.Context, *connect.Request[v1.DeleteWorkspaceRequest]) (*connect.Response[v1.DeleteWorkspaceResponse], error)
 	// GetWorkspaceCommand reads an admitted command and its progress.
 	GetWorkspaceCommand(context.Context, *connect.Request[v1.GetWorkspaceCommandRequest]) (*connect.Response[v1.GetWorkspaceCommandResponse], error)
+	// WaitWorkspace (designed here) waits, without polling, until the
+	// Workspace is in one of the states the request names or the command it
+	// names has ended, and answers with the Workspace (and that command) as
+	// they are then. It answers at once when that already holds, and with
+	// reached false when the request's timeout passes first (not an error:
+	// call again to wait longer). Clients that follow a Workspace (the CLI,
+	// the SDKs) use it in place of polling GetWorkspace.
+	//
+	// A replica hears its own writes at once; a write another replica sharing
+	// the database made is seen within a second.
+	WaitWorkspace(context.Context, *connect.Request[v1.WaitWorkspaceRequest]) (*connect.Response[v1.WaitWorkspaceResponse], error)
 	// UpdateWorkspaceVolumeBinding replaces the Volume binding of a Workspace
 	// that holds no execution. BOUND and NONE are accepted, NEW is
 	// invalid_argument. Releasing a binding always keeps the Volume. A Workspace
@@ -477,6 +514,12 @@ func NewWorkspaceServiceHandler(svc WorkspaceServiceHandler, opts ...connect.Han
 		connect.WithSchema(workspaceServiceMethods.ByName("GetWorkspaceCommand")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workspaceServiceWaitWorkspaceHandler := connect.NewUnaryHandler(
+		WorkspaceServiceWaitWorkspaceProcedure,
+		svc.WaitWorkspace,
+		connect.WithSchema(workspaceServiceMethods.ByName("WaitWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
 	workspaceServiceUpdateWorkspaceVolumeBindingHandler := connect.NewUnaryHandler(
 		WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure,
 		svc.UpdateWorkspaceVolumeBinding,
@@ -547,6 +590,8 @@ func NewWorkspaceServiceHandler(svc WorkspaceServiceHandler, opts ...connect.Han
 			workspaceServiceDeleteWorkspaceHandler.ServeHTTP(w, r)
 		case WorkspaceServiceGetWorkspaceCommandProcedure:
 			workspaceServiceGetWorkspaceCommandHandler.ServeHTTP(w, r)
+		case WorkspaceServiceWaitWorkspaceProcedure:
+			workspaceServiceWaitWorkspaceHandler.ServeHTTP(w, r)
 		case WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure:
 			workspaceServiceUpdateWorkspaceVolumeBindingHandler.ServeHTTP(w, r)
 		case WorkspaceServiceUpdateWorkspaceMemoryProcedure:
@@ -600,6 +645,10 @@ func (UnimplementedWorkspaceServiceHandler) DeleteWorkspace(context.Context, *co
 
 func (UnimplementedWorkspaceServiceHandler) GetWorkspaceCommand(context.Context, *connect.Request[v1.GetWorkspaceCommandRequest]) (*connect.Response[v1.GetWorkspaceCommandResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.GetWorkspaceCommand is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) WaitWorkspace(context.Context, *connect.Request[v1.WaitWorkspaceRequest]) (*connect.Response[v1.WaitWorkspaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.WaitWorkspace is not implemented"))
 }
 
 func (UnimplementedWorkspaceServiceHandler) UpdateWorkspaceVolumeBinding(context.Context, *connect.Request[v1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[v1.UpdateWorkspaceVolumeBindingResponse], error) {

@@ -1,3 +1,4 @@
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from kibotos.ctrl.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
@@ -325,6 +326,28 @@ class UpdateWorkspaceVolumeBindingResponse(_message.Message):
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     workspace: _types_pb2.Workspace
     def __init__(self, workspace: _Optional[_Union[_types_pb2.Workspace, _Mapping]] = ...) -> None: ...
+
+class WaitWorkspaceRequest(_message.Message):
+    __slots__ = ["command_id", "states", "timeout", "workspace_id"]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    states: _containers.RepeatedScalarFieldContainer[_types_pb2.WorkspaceState]
+    timeout: _duration_pb2.Duration
+    workspace_id: str
+    def __init__(self, workspace_id: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_types_pb2.WorkspaceState, str]]] = ..., command_id: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WaitWorkspaceResponse(_message.Message):
+    __slots__ = ["command", "reached", "workspace"]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    REACHED_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    command: WorkspaceCommand
+    reached: bool
+    workspace: _types_pb2.Workspace
+    def __init__(self, reached: bool = ..., workspace: _Optional[_Union[_types_pb2.Workspace, _Mapping]] = ..., command: _Optional[_Union[WorkspaceCommand, _Mapping]] = ...) -> None: ...
 
 class WorkspaceCommand(_message.Message):
     __slots__ = ["admitted_at", "command_id", "completed_at", "failure", "kind", "progress", "state", "updated_at", "waiting_for", "workspace_id"]

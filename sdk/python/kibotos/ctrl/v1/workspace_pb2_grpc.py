@@ -57,6 +57,11 @@ class WorkspaceServiceStub(object):
                 request_serializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.GetWorkspaceCommandRequest.SerializeToString,
                 response_deserializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.GetWorkspaceCommandResponse.FromString,
                 )
+        self.WaitWorkspace = channel.unary_unary(
+                '/kibotos.ctrl.v1.WorkspaceService/WaitWorkspace',
+                request_serializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.WaitWorkspaceRequest.SerializeToString,
+                response_deserializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.WaitWorkspaceResponse.FromString,
+                )
         self.UpdateWorkspaceVolumeBinding = channel.unary_unary(
                 '/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceVolumeBinding',
                 request_serializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.UpdateWorkspaceVolumeBindingRequest.SerializeToString,
@@ -168,6 +173,22 @@ class WorkspaceServiceServicer(object):
 
     def GetWorkspaceCommand(self, request, context):
         """GetWorkspaceCommand reads an admitted command and its progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitWorkspace(self, request, context):
+        """WaitWorkspace (designed here) waits, without polling, until the
+        Workspace is in one of the states the request names or the command it
+        names has ended, and answers with the Workspace (and that command) as
+        they are then. It answers at once when that already holds, and with
+        reached false when the request's timeout passes first (not an error:
+        call again to wait longer). Clients that follow a Workspace (the CLI,
+        the SDKs) use it in place of polling GetWorkspace.
+
+        A replica hears its own writes at once; a write another replica sharing
+        the database made is seen within a second.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -294,6 +315,11 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.GetWorkspaceCommand,
                     request_deserializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.GetWorkspaceCommandRequest.FromString,
                     response_serializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.GetWorkspaceCommandResponse.SerializeToString,
+            ),
+            'WaitWorkspace': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitWorkspace,
+                    request_deserializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.WaitWorkspaceRequest.FromString,
+                    response_serializer=kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.WaitWorkspaceResponse.SerializeToString,
             ),
             'UpdateWorkspaceVolumeBinding': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateWorkspaceVolumeBinding,
@@ -474,6 +500,23 @@ class WorkspaceService(object):
         return grpc.experimental.unary_unary(request, target, '/kibotos.ctrl.v1.WorkspaceService/GetWorkspaceCommand',
             kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.GetWorkspaceCommandRequest.SerializeToString,
             kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.GetWorkspaceCommandResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WaitWorkspace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kibotos.ctrl.v1.WorkspaceService/WaitWorkspace',
+            kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.WaitWorkspaceRequest.SerializeToString,
+            kibotos_dot_ctrl_dot_v1_dot_workspace__pb2.WaitWorkspaceResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

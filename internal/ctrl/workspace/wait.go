@@ -1,0 +1,104 @@
+package workspace
+
+import (
+	"context"
+	"time"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+)
+
+// Wait bounds: a waiting call holds a goroutine and a connection, not a
+// database connection or a transaction.
+const (
+	defaultWaitTimeout = 30 * time.Second
+	maxWaitTimeout     = time.Minute
+	// waitPoll is how often a waiter reads again on its own, for the
+	// writes of other replicas, which it does not hear.
+	waitPoll = time.Second
+)
+
+// Wait answers once the Workspace is in one of req's states or req's
+// command ended, or req's timeout passed. It reads the Workspace again
+// whenever this process commits a write of it or of one of its commands
+// (store.WatchWorkspace), and every waitPoll for other replicas' writes.
+func (s *Service) Wait(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*ctrlv1.WaitWorkspaceResponse, error) {
+	timeout, err := waitTimeout(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	poll := time.NewTicker(waitPoll)
+	defer poll.Stop()
+	for {
+		changed, stop := s.store.WatchWorkspace(req.GetWorkspaceId())
+		res, err := s.waitRead(ctx, req)
+		if err != nil || res.GetReached() {
+			stop()
+			return res, err
+		}
+		select {
+		case <-changed:
+		case <-poll.C:
+		case <-ctx.Done():
+			stop()
+			if ctx.Err() == context.DeadlineExceeded {
+				return res, nil // the timeout passed: not reached
+			}
+			return nil, ctx.Err()
+		}
+		stop()
+	}
+}
+
+// waitTimeout checks req and says how long it may wait.
+func waitTimeout(req *ctrlv1.WaitWorkspaceRequest) (time.Duration, error) {
+	if len(req.GetStates()) == 0 && req.GetCommandId() == "" {
+		return 0, apierr.Invalid("states", "name at least one state, or a command_id")
+	}
+	for i, st := range req.GetStates() {
+		if _, ok := ctrlv1.WorkspaceState_name[int32(st)]; !ok || st == ctrlv1.WorkspaceState_WORKSPACE_STATE_UNSPECIFIED {
+			return 0, apierr.Invalid("states", "states[%d] is not a Workspace state", i)
+		}
+	}
+	if req.Timeout == nil {
+		return defaultWaitTimeout, nil
+	}
+	if err := req.GetTimeout().CheckValid(); err != nil {
+		return 0, apierr.Invalid("timeout", "%v", err)
+	}
+	switch d := req.GetTimeout().AsDuration(); {
+	case d < 0 || d > maxWaitTimeout:
+		return 0, apierr.Invalid("timeout", "must lie in [0, %v], not %v", maxWaitTimeout, d)
+	case d == 0:
+		return defaultWaitTimeout, nil
+	default:
+		return d, nil
+	}
+}
+
+// waitRead reads the Workspace (and the command) once and says whether
+// the wait is over.
+func (s *Service) waitRead(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*ctrlv1.WaitWorkspaceResponse, error) {
+	got, err := s.Get(ctx, &ctrlv1.GetWorkspaceRequest{WorkspaceId: req.GetWorkspaceId()})
+	if err != nil {
+		return nil, err
+	}
+	res := &ctrlv1.WaitWorkspaceResponse{Workspace: got.GetWorkspace()}
+	for _, st := range req.GetStates() {
+		res.Reached = res.Reached || got.GetWorkspace().GetState() == st
+	}
+	if req.GetCommandId() != "" {
+		c, err := s.GetCommand(ctx, &ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: req.GetWorkspaceId(), CommandId: req.GetCommandId()})
+		if err != nil {
+			return nil, err
+		}
+		res.Command = c.GetCommand()
+		switch c.GetCommand().GetState() {
+		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED, ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED:
+			res.Reached = true
+		}
+	}
+	return res, nil
+}

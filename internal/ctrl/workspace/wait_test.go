@@ -1,0 +1,136 @@
+package workspace_test
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/volume"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
+	"github.com/kibotos/kibotos/internal/store/storetest"
+)
+
+const (
+	creating = ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING
+	deleted  = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
+)
+
+func TestWaitWorkspaceRefusesBadRequests(t *testing.T) {
+	e := sqlite(t)
+	res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: spec(256 * mib)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.GetWorkspace().GetWorkspaceId()
+	for _, tc := range []struct {
+		name  string
+		req   *ctrlv1.WaitWorkspaceRequest
+		code  connect.Code
+		field string
+	}{
+		{"nothing to wait for", &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id}, connect.CodeInvalidArgument, "states"},
+		{"unspecified state", &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, States: []ctrlv1.WorkspaceState{0}}, connect.CodeInvalidArgument, "states"},
+		{"unknown state", &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, States: []ctrlv1.WorkspaceState{99}}, connect.CodeInvalidArgument, "states"},
+		{"timeout too long", &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, States: []ctrlv1.WorkspaceState{deleted}, Timeout: durationpb.New(2 * time.Minute)}, connect.CodeInvalidArgument, "timeout"},
+		{"negative timeout", &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, States: []ctrlv1.WorkspaceState{deleted}, Timeout: durationpb.New(-time.Second)}, connect.CodeInvalidArgument, "timeout"},
+		{"unknown Workspace", &ctrlv1.WaitWorkspaceRequest{WorkspaceId: "ws-missing", States: []ctrlv1.WorkspaceState{deleted}}, connect.CodeNotFound, ""},
+		{"another Workspace's command", &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, CommandId: "nope"}, connect.CodeNotFound, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.ws.Wait(ctx, tc.req)
+			if connect.CodeOf(err) != tc.code {
+				t.Fatalf("code %v (%v), want %v", connect.CodeOf(err), err, tc.code)
+			}
+			if got := apierr.FieldOf(err); tc.field != "" && got != tc.field {
+				t.Errorf("field %q, want %q", got, tc.field)
+			}
+		})
+	}
+}
+
+func TestWaitWorkspaceAnswersWhenReachedOrAtItsTimeout(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: spec(256 * mib)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.GetWorkspace().GetWorkspaceId()
+
+		// Already holds: answered at once.
+		got, err := e.ws.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, States: []ctrlv1.WorkspaceState{deleted, creating}})
+		if err != nil || !got.GetReached() || got.GetWorkspace().GetState() != creating {
+			t.Fatalf("wait for CREATING while CREATING: %v %v", got, err)
+		}
+
+		// Never holds within the timeout: not reached, not an error. No
+		// runner drives the create here, so nothing changes.
+		got, err = e.ws.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, CommandId: "c1", Timeout: durationpb.New(300 * time.Millisecond)})
+		if err != nil || got.GetReached() || got.GetCommand().GetCommandId() != "c1" ||
+			got.GetCommand().GetState() != ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_ADMITTED {
+			t.Fatalf("wait for a command nothing drives: %v %v", got, err)
+		}
+
+		// A write while it waits answers it: the delete cancels the create
+		// and deletes the Workspace, which was never placed.
+		type answer struct {
+			res *ctrlv1.WaitWorkspaceResponse
+			err error
+		}
+		waited := make(chan answer, 1)
+		go func() {
+			res, err := e.ws.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, CommandId: "c1", Timeout: durationpb.New(time.Minute)})
+			waited <- answer{res, err}
+		}()
+		if _, err := e.ws.Delete(ctx, &ctrlv1.DeleteWorkspaceRequest{Command: cmd("d1"), WorkspaceId: id}); err != nil {
+			t.Fatal(err)
+		}
+		a := <-waited
+		if a.err != nil || !a.res.GetReached() || a.res.GetCommand().GetState() != ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED ||
+			a.res.GetWorkspace().GetState() != deleted {
+			t.Fatalf("wait for the create while a delete cancels it: %v %v", a.res, a.err)
+		}
+	})
+}
+
+// TestWaitWorkspaceSeesAnotherReplicasWrite runs two ctrl domains on one
+// PostgreSQL database: a waiter on one sees the other's write, which it
+// cannot hear, by reading again.
+func TestWaitWorkspaceSeesAnotherReplicasWrite(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	replica := func(name string) *workspace.Service {
+		st := storetest.Open(t, dsn)
+		runner := command.NewRunner(st, name, slog.Default())
+		f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
+		return workspace.New(st, f, volume.New(st, f, runner, volume.DefaultProfile), runner)
+	}
+	setup := storetest.Open(t, dsn)
+	storetest.PutNodeWithPool(t, setup, "node-a", "pool-a")
+	storetest.PutReadyTemplate(t, setup, "busybox", "1", true)
+	a, b := replica("a"), replica("b")
+	res, err := a.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: spec(256 * mib)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.GetWorkspace().GetWorkspaceId()
+	waited := make(chan *ctrlv1.WaitWorkspaceResponse, 1)
+	go func() {
+		res, err := a.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, States: []ctrlv1.WorkspaceState{deleted}, Timeout: durationpb.New(time.Minute)})
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- res
+	}()
+	if _, err := b.Delete(ctx, &ctrlv1.DeleteWorkspaceRequest{Command: cmd("d1"), WorkspaceId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-waited; !got.GetReached() || got.GetWorkspace().GetState() != deleted {
+		t.Fatalf("replica a's wait after replica b deleted: %v", got)
+	}
+}
