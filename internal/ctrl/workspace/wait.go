@@ -2,10 +2,12 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/store"
 )
 
 // Wait bounds: a waiting call holds a goroutine and a connection, not a
@@ -78,27 +80,35 @@ func waitTimeout(req *ctrlv1.WaitWorkspaceRequest) (time.Duration, error) {
 	}
 }
 
-// waitRead reads the Workspace (and the command) once and says whether
-// the wait is over.
+// waitRead reads the Workspace (and the command) once, in one transaction
+// so that they agree, and says whether the wait is over.
 func (s *Service) waitRead(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*ctrlv1.WaitWorkspaceResponse, error) {
-	got, err := s.Get(ctx, &ctrlv1.GetWorkspaceRequest{WorkspaceId: req.GetWorkspaceId()})
+	res := &ctrlv1.WaitWorkspaceResponse{}
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		w, err := get(tx, req.GetWorkspaceId(), false)
+		if err != nil {
+			return err
+		}
+		res.Workspace = s.view(tx, w)
+		if req.GetCommandId() == "" {
+			return nil
+		}
+		c, err := tx.GetCommand(req.GetCommandId(), false)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && (commandKinds[c.GetKind()] == 0 || c.GetTargetId() != req.GetWorkspaceId())) {
+			return apierr.NotFound("workspace command", req.GetCommandId())
+		}
+		res.Command = commandView(c.Command)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	res := &ctrlv1.WaitWorkspaceResponse{Workspace: got.GetWorkspace()}
 	for _, st := range req.GetStates() {
-		res.Reached = res.Reached || got.GetWorkspace().GetState() == st
+		res.Reached = res.Reached || res.GetWorkspace().GetState() == st
 	}
-	if req.GetCommandId() != "" {
-		c, err := s.GetCommand(ctx, &ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: req.GetWorkspaceId(), CommandId: req.GetCommandId()})
-		if err != nil {
-			return nil, err
-		}
-		res.Command = c.GetCommand()
-		switch c.GetCommand().GetState() {
-		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED, ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED:
-			res.Reached = true
-		}
+	switch res.GetCommand().GetState() {
+	case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED, ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED:
+		res.Reached = true
 	}
 	return res, nil
 }
