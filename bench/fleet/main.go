@@ -29,7 +29,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,10 +43,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/kibotos/kibotos/bench/internal/benchdb"
 	"github.com/kibotos/kibotos/bench/internal/benchfleet"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
-	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/sim"
 	"github.com/kibotos/kibotos/internal/store"
@@ -124,18 +121,7 @@ func runRow(r row) (result, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := filepath.Join(r.dir, fmt.Sprintf("%s-%d-%d", r.db, r.nodes, time.Now().UnixNano()))
-	cfg := ctrl.Config{
-		WorkspaceListen: "127.0.0.1:0", OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
-		StateDir: filepath.Join(dir, "ctrl"), Logger: slog.New(slog.DiscardHandler),
-	}
-	if r.db == "postgres" {
-		dsn, err := benchdb.Postgres(r.pg, "kibotos_bench_fleet")
-		if err != nil {
-			return result{}, err
-		}
-		cfg.Database = dsn
-	}
-	srv, err := ctrl.Start(ctx, cfg)
+	srv, err := benchfleet.Ctrl(ctx, r.db, r.pg, "kibotos_bench_fleet", dir, nil)
 	if err != nil {
 		return result{}, err
 	}

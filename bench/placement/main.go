@@ -69,13 +69,11 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/kibotos/kibotos/bench/internal/benchdb"
 	"github.com/kibotos/kibotos/bench/internal/benchfleet"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
-	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/sim"
@@ -275,22 +273,13 @@ func runRow(r row) (result, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := filepath.Join(r.dir, fmt.Sprintf("%s-%d-%d", r.db, r.nodes, time.Now().UnixNano()))
-	cfg := ctrl.Config{
-		WorkspaceListen: "127.0.0.1:0", OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
-		StateDir: filepath.Join(dir, "ctrl"), Logger: slog.New(slog.DiscardHandler),
-	}
+	var fc *fleet.Config
 	if r.observe > 0 {
-		cfg.Fleet = fleet.DefaultConfig
-		cfg.Fleet.ObservationInterval, cfg.Fleet.ClockProbeInterval = r.observe, 2*r.observe
+		c := fleet.DefaultConfig
+		c.ObservationInterval, c.ClockProbeInterval = r.observe, 2*r.observe
+		fc = &c
 	}
-	if r.db == "postgres" {
-		dsn, err := benchdb.Postgres(r.pg, "kibotos_bench_placement")
-		if err != nil {
-			return result{}, err
-		}
-		cfg.Database = dsn
-	}
-	srv, err := ctrl.Start(ctx, cfg)
+	srv, err := benchfleet.Ctrl(ctx, r.db, r.pg, "kibotos_bench_placement", dir, fc)
 	if err != nil {
 		return result{}, err
 	}

@@ -1,15 +1,21 @@
-// Package benchfleet is what the fleet benchmarks share: waiting for a
-// simulated fleet to come up, counted through the operator API.
+// Package benchfleet is what the fleet benchmarks share: a fresh ctrl per
+// row, and waiting for a simulated fleet to come up, counted through the
+// operator API.
 package benchfleet
 
 import (
 	"context"
+	"log/slog"
+	"path/filepath"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/kibotos/kibotos/bench/internal/benchdb"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 )
 
 // WaitReady polls ListNodeRegistrations every second until n nodes are
@@ -54,4 +60,27 @@ func CountReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationSer
 			return count, nil
 		}
 	}
+}
+
+// Ctrl starts a fresh ctrl in this process for one benchmark row: its
+// three listeners on loopback, its state in dir, logs discarded, on a new
+// SQLite file (db "sqlite") or a new database on the PostgreSQL server pg
+// (db "postgres", named prefix_<nanoseconds>). fc, when set, is its fleet
+// timing.
+func Ctrl(ctx context.Context, db, pg, prefix, dir string, fc *fleet.Config) (*ctrl.Server, error) {
+	cfg := ctrl.Config{
+		WorkspaceListen: "127.0.0.1:0", OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
+		StateDir: filepath.Join(dir, "ctrl"), Logger: slog.New(slog.DiscardHandler),
+	}
+	if fc != nil {
+		cfg.Fleet = *fc
+	}
+	if db == "postgres" {
+		dsn, err := benchdb.Postgres(pg, prefix)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Database = dsn
+	}
+	return ctrl.Start(ctx, cfg)
 }
