@@ -53,7 +53,7 @@ export KIBOTOS_TEST_REQUIRE_POSTGRES=1
 export KIBOTOS_TEST_REQUIRE_NETNS=1
 
 step "go test"
-go test -race -count=1 -timeout 20m ./...
+go test -race -count=1 -timeout 30m ./...
 
 step "Python SDK (sdk/python)"
 scripts/test-sdk-py.sh

@@ -236,6 +236,25 @@ func pidOf(t *testing.T, stateDir, instanceID string) int {
 	return pid
 }
 
+// waitRunDirGone waits until the node removed the run directory of an
+// execution whose end it reported.
+func waitRunDirGone(t *testing.T, stateDir, instanceID string) {
+	t.Helper()
+	dir := filepath.Join(stateDir, "executions", instanceID)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := os.Stat(dir)
+		if os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			entries, _ := os.ReadDir(dir)
+			t.Fatalf("run directory %s still there a minute after its end was reported (%d entries, %v)", dir, len(entries), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // alive reports whether pid is a live QEMU (not a zombie, not reused).
 func alive(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
@@ -389,8 +408,10 @@ func TestExecutionLifecycle(t *testing.T) {
 	s.report(t, mark, "inst-1", "the stop reported", func(obs *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
 		return !r.GetRunning() && r.GetEnd() == nodev1.ExecutionEnd_EXECUTION_END_STOPPED && len(obs.GetInstanceIds()) == 0
 	})
-	if _, _, err := run(data, "inst-1", "true"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Errorf("exec in a stopped execution: %v, want failed_precondition", err)
+	// Its end reported, the node forgets it: no run directory is left.
+	waitRunDirGone(t, h.stateDir, "inst-1")
+	if _, _, err := run(data, "inst-1", "true"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("exec in a stopped execution: %v, want not_found", err)
 	}
 	if st := stopResult(t, s.command(t, "stop-2", &nodev1.StopExecution{InstanceId: "inst-1"})); st.GetDurable() || st.GetMessage() != "not running" {
 		t.Errorf("second stop: %v", st)
@@ -427,8 +448,9 @@ func TestExecutionEndsWithoutStop(t *testing.T) {
 		obs := m.GetObservation()
 		return obs != nil && len(obs.GetExecutions()) == 0 && len(obs.GetInstanceIds()) == 0
 	})
-	if _, _, err := run(data, "inst-p", "true"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Errorf("exec in an ended execution: %v, want failed_precondition", err)
+	waitRunDirGone(t, h.stateDir, "inst-p")
+	if _, _, err := run(data, "inst-p", "true"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("exec in an ended execution: %v, want not_found", err)
 	}
 	if st := stopResult(t, s.command(t, "stop-p", &nodev1.StopExecution{InstanceId: "inst-p", Force: true})); st.GetDurable() || st.GetMessage() != "not running" {
 		t.Errorf("stop of an ended execution: %v", st)
@@ -449,6 +471,15 @@ func TestExecutionEndsWithoutStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, pid)
+	// What an agent killed between answering a stop and reporting it left
+	// (the record removed, the directory not yet): nothing runs there.
+	stale := filepath.Join(h.stateDir, "executions", "inst-stale")
+	if err := os.MkdirAll(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, "console.log"), []byte("console\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := h.config()
 	cfg.EnrollmentGrant = ""
 	h.start(cfg)
@@ -460,6 +491,10 @@ func TestExecutionEndsWithoutStop(t *testing.T) {
 	if r.GetEnd() != nodev1.ExecutionEnd_EXECUTION_END_CRASHED {
 		t.Errorf("end %v, want CRASHED (a kill the host's OOM killer did not make)", r.GetEnd())
 	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the run directory of an execution answered before the restart: %v, want it removed", err)
+	}
+	waitRunDirGone(t, h.stateDir, "inst-p")
 	if st := stopResult(t, s.command(t, "stop-p2", &nodev1.StopExecution{InstanceId: "inst-p", Force: true})); st.GetDurable() || st.GetMessage() != "not running" {
 		t.Errorf("force stop of an ended execution: %v", st)
 	}

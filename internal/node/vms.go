@@ -50,11 +50,14 @@ var (
 // qemu.stderr) and recordFile. recordFile exists while the node considers
 // the execution its own: from just before the VM starts until the
 // execution ended and was answered (StopExecution) or reported (an
-// observation). Only console.log is kept after that, for post-mortems.
+// observation). The whole directory goes once the end is reported (or a
+// start failed): ctrl holds what a post-mortem needs (the console's tail
+// comes with a failed boot's error and with an unexpected end's detail),
+// and a node keeping one directory per execution it ever ran would fill
+// its disk.
 const (
 	executionsDir = "executions"
 	recordFile    = "execution.json"
-	consoleFile   = "console.log" // the guest's console, written by the provider
 )
 
 // legacyProvider is the provider of records that name none: the agent
@@ -195,7 +198,11 @@ func (e *vmSet) reattach() error {
 		runDir := filepath.Join(e.dir, ent.Name())
 		data, err := os.ReadFile(filepath.Join(runDir, recordFile))
 		if errors.Is(err, fs.ErrNotExist) {
-			continue // an ended execution's console log
+			// An execution whose end was answered before the last agent
+			// stopped, or a boot cut before its record (and so before its
+			// VM): nothing runs there.
+			e.removeRunDir(runDir)
+			continue
 		}
 		if err != nil {
 			return err
@@ -471,22 +478,17 @@ func (e *vmSet) reported(ids []string) {
 	for _, id := range ids {
 		if x := e.byID[id]; x != nil && x.state == ended {
 			delete(e.byID, id)
-			e.cleanRunDir(x.runDir)
+			e.removeRunDir(x.runDir)
 		}
 	}
 }
 
-// cleanRunDir removes everything but the console log.
-func (e *vmSet) cleanRunDir(runDir string) {
-	entries, _ := os.ReadDir(runDir)
-	for _, ent := range entries {
-		if ent.Name() != consoleFile {
-			if err := os.RemoveAll(filepath.Join(runDir, ent.Name())); err != nil {
-				e.a.log.Warn("cannot clean a run directory", "dir", runDir, "err", err)
-			}
-		}
+// removeRunDir removes an ended execution's run directory.
+func (e *vmSet) removeRunDir(runDir string) {
+	if err := os.RemoveAll(runDir); err != nil {
+		e.a.log.Warn("cannot remove a run directory", "dir", runDir, "err", err)
 	}
-	_ = fsutil.SyncDir(runDir)
+	_ = fsutil.SyncDir(filepath.Dir(runDir))
 }
 
 // runningVM finds the VM of a running execution, for the data plane.
@@ -963,7 +965,7 @@ func (e *vmSet) waitAgent(ctx context.Context, l *launch) error {
 }
 
 // undo forgets a start that failed after the layer step: its execution,
-// its run directory (but the console), its network and the layer it made.
+// its run directory, its network and the layer it made.
 func (e *vmSet) undo(l *launch, err error) error {
 	if x := l.x; x != nil {
 		e.mu.Lock()
@@ -971,7 +973,7 @@ func (e *vmSet) undo(l *launch, err error) error {
 			delete(e.byID, l.id)
 		}
 		e.mu.Unlock()
-		e.cleanRunDir(x.runDir)
+		e.removeRunDir(x.runDir)
 	}
 	if l.net != nil {
 		if rerr := l.net.Release(); rerr != nil {

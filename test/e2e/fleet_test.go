@@ -26,6 +26,7 @@ type fleet struct {
 	cfg      clientconfig.Config
 	ctrl     *proc
 	stateDir string // ctrl's
+	database string // ctrl's --database: "" is SQLite in stateDir
 	addrs    ctrlAddrs
 	nodes    map[string]*fleetNode
 	// sharedDir is the directory nodes a and b both declare as pool
@@ -36,15 +37,27 @@ type fleet struct {
 type fleetNode struct {
 	proc     *proc
 	stateDir string
+	grant    string
+	pools    []string // --pool values
+	// stderrs are the stderr files of every run of the agent, oldest
+	// first: what it logged, across restarts.
+	stderrs []string
 }
 
 func startFleet(t *testing.T) *fleet {
 	t.Helper()
+	return startFleetOn(t, "")
+}
+
+// startFleetOn starts ctrl on database (ctrl's --database; "" is SQLite
+// in its state directory) with no nodes yet.
+func startFleetOn(t *testing.T, database string) *fleet {
+	t.Helper()
 	stateDir, addrs := t.TempDir(), newCtrlAddrs(t)
-	ctrl := startCtrl(t, "ctrl", stateDir, "", addrs)
+	ctrl := startCtrl(t, "ctrl", stateDir, database, addrs)
 	return &fleet{
-		dev: ctrlClient(t, stateDir), cfg: ctrlConfig(t, stateDir), ctrl: ctrl, stateDir: stateDir, addrs: addrs,
-		nodes: map[string]*fleetNode{}, sharedDir: t.TempDir(),
+		dev: ctrlClient(t, stateDir), cfg: ctrlConfig(t, stateDir), ctrl: ctrl, stateDir: stateDir, database: database,
+		addrs: addrs, nodes: map[string]*fleetNode{}, sharedDir: t.TempDir(),
 	}
 }
 
@@ -56,15 +69,30 @@ func (f *fleet) restartCtrl(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.ctrl.cmd.Wait()
-	f.ctrl = startCtrl(t, "ctrl-again", f.stateDir, "", f.addrs)
+	f.ctrl = startCtrl(t, "ctrl-again", f.stateDir, f.database, f.addrs)
 }
 
 // startNode enrolls and runs node id with a state directory of its own,
 // declaring pools (--pool values).
 func (f *fleet) startNode(t *testing.T, id string, pools ...string) {
 	t.Helper()
-	dir := t.TempDir()
-	f.nodes[id] = &fleetNode{proc: startNode(t, id, f.addrs.node, enrollGrant(t, f.cfg, id), dir, pools...), stateDir: dir}
+	n := &fleetNode{stateDir: t.TempDir(), grant: enrollGrant(t, f.cfg, id), pools: pools}
+	n.proc = startNode(t, id, f.addrs.node, n.grant, n.stateDir, pools...)
+	n.stderrs = []string{n.proc.stderr}
+	f.nodes[id] = n
+}
+
+// restartNode SIGKILLs node id's agent and starts it again on its state:
+// the VMs it ran run on, and the new agent re-attaches to them.
+func (f *fleet) restartNode(t *testing.T, id string) {
+	t.Helper()
+	n := f.nodes[id]
+	if err := n.proc.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = n.proc.cmd.Wait()
+	n.proc = startProc(t, id+"-again", []string{"KIBOTOS_ENROLLMENT_GRANT=" + n.grant}, "", nodeArgs(id, f.addrs.node, n.stateDir, n.pools)...)
+	n.stderrs = append(n.stderrs, n.proc.stderr)
 }
 
 // buildPlatformAndTemplate registers what a microVM boots, as an operator

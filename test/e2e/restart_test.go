@@ -173,11 +173,16 @@ func startNode(t *testing.T, nodeID, nodeEndpoint, grant, stateDir string, pools
 	// Registered first, so it runs after the agent is killed: a VM
 	// outlives its node agent by design.
 	t.Cleanup(func() { testenv.PowerOffVMs(stateDir) })
+	return startProc(t, nodeID, []string{"KIBOTOS_ENROLLMENT_GRANT=" + grant}, "", nodeArgs(nodeID, nodeEndpoint, stateDir, pools)...)
+}
+
+// nodeArgs are the arguments of `kibotos node`.
+func nodeArgs(nodeID, nodeEndpoint, stateDir string, pools []string) []string {
 	args := []string{"node", "--ctrl", "http://" + nodeEndpoint, "--node-id", nodeID, "--state-dir", stateDir}
 	for _, p := range pools {
 		args = append(args, "--pool", p)
 	}
-	return startProc(t, nodeID, []string{"KIBOTOS_ENROLLMENT_GRANT=" + grant}, "", args...)
+	return args
 }
 
 // givePoolCapacity sets a capacity on a pool: a pool takes no new objects
