@@ -320,7 +320,7 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string, m *metric
 		return backend{}, err
 	}
 	return backend{
-		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
+		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f, cfg.TracerProvider), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
 			Pools: pools, Egresses: egress.New(st, runner), Transfers: transfers, MaxMessageBytes: cfg.MaxMessageBytes},
 		runner:  runner,
 		catalog: cat,

@@ -53,6 +53,9 @@ func TestCreateWorkspaceTraceSpansCtrlAndNode(t *testing.T) {
 	requestID := created.Header().Get(telemetry.HeaderRequestID)
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
 	waitAvailable(t, c, id)
+	if out, code := c.Exec(t, id, "echo", "traced"); code != 0 || out != "traced\n" {
+		t.Fatalf("exec: %q, exit %d", out, code)
+	}
 	for _, tr := range []*telemetry.Tracing{ctrlTracing, nodeTracing} {
 		if err := tr.Provider.ForceFlush(ctx); err != nil {
 			t.Fatal(err)
@@ -87,6 +90,16 @@ func TestCreateWorkspaceTraceSpansCtrlAndNode(t *testing.T) {
 	}
 	if start.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
 		t.Errorf("StartExecution span failed: %v", start.GetStatus())
+	}
+
+	// A data-plane call: ctrl's relay carries its trace to the node's
+	// data endpoint.
+	exec := col.find("kibotos-ctrl", "/kibotos.ctrl.v1.ProcessService/ExecProcess", "")
+	if exec == nil {
+		t.Fatalf("no server span of ExecProcess; spans: %v", col.names())
+	}
+	if col.findKind("kibotos-node", tracepb.Span_SPAN_KIND_SERVER, hex.EncodeToString(exec.GetTraceId())) == nil {
+		t.Errorf("no node data endpoint span in the exec's trace; spans: %v", col.names())
 	}
 }
 
@@ -179,6 +192,18 @@ func (col *collector) find(service, name, traceID string) *tracepb.Span {
 	defer col.mu.Unlock()
 	for _, s := range col.spans {
 		if s.service == service && s.span.GetName() == name && (traceID == "" || hex.EncodeToString(s.span.GetTraceId()) == traceID) {
+			return s.span
+		}
+	}
+	return nil
+}
+
+// findKind is the first span of service of kind in trace traceID.
+func (col *collector) findKind(service string, kind tracepb.Span_SpanKind, traceID string) *tracepb.Span {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	for _, s := range col.spans {
+		if s.service == service && s.span.GetKind() == kind && hex.EncodeToString(s.span.GetTraceId()) == traceID {
 			return s.span
 		}
 	}
