@@ -143,7 +143,7 @@ func run(ctx context.Context, dsn, path string, n, conc int) (result, error) {
 	}
 	if path == "connect" {
 		ws := workspace.New(st, f, vols, runner)
-		srv := httptest.NewServer(api.NewWorkspaceHandler(&api.Backend{Volumes: vols, Fleet: f, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f)}))
+		srv := httptest.NewServer(api.NewWorkspaceHandler(&api.Backend{Volumes: vols, Fleet: f, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f, nil)}))
 		defer srv.Close()
 		transport := &http.Transport{MaxIdleConnsPerHost: conc}
 		defer transport.CloseIdleConnections()

@@ -20,6 +20,7 @@ type agentFlags struct {
 	pools                             []string
 	memoryTight                       sizeFlag
 	guestNet                          guestNetworkFlags
+	obs                               obsFlags
 }
 
 func (f *agentFlags) register(c *cobra.Command) {
@@ -36,12 +37,17 @@ func (f *agentFlags) register(c *cobra.Command) {
 	c.Flags().Var(&f.memoryTight, "memory-tight-mib", "")
 	_ = c.Flags().MarkDeprecated("memory-tight-mib", "use --memory-tight (a bare number is still MiB)")
 	f.guestNet.register(c)
+	f.obs.register(c)
 }
 
 func (f *agentFlags) config() (node.Config, error) {
 	cfg := node.Config{
 		Endpoint: f.endpoint, NodeID: f.nodeID, StateDir: f.stateDir, EnrollmentGrant: f.grant,
-		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, MemoryTightThreshold: uint64(f.memoryTight), Logger: newLogger(os.Stderr),
+		DataListen: f.dataListen, DataEndpoint: f.dataEndpoint, MemoryTightThreshold: uint64(f.memoryTight),
+	}
+	var err error
+	if cfg.Logger, err = f.obs.logger(os.Stderr); err != nil {
+		return cfg, err
 	}
 	cfg.Provider = qemu.New(cfg.Logger)
 	network, err := f.guestNet.network(f.endpoint, cfg.Logger)
@@ -82,5 +88,11 @@ func (f *agentFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	tr, err := f.obs.tracing(cmd.Context(), "kibotos-node")
+	if err != nil {
+		return err
+	}
+	defer flushTracing(tr, cfg.Logger)
+	cfg.TracerProvider = tr.TracerProvider()
 	return node.Run(cmd.Context(), cfg)
 }

@@ -36,6 +36,7 @@ type ctrlFlags struct {
 	workspaceListen, operatorListen, nodeListen, stateDir, database string
 	clockTolerance, placementTimeout                                time.Duration
 	maxMessageBytes                                                 byteSizeFlag
+	obs                                                             obsFlags
 }
 
 func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
@@ -48,6 +49,7 @@ func (f *ctrlFlags) register(c *cobra.Command, stateHelp string) {
 	f.maxMessageBytes = api.DefaultMaxMessageBytes
 	c.Flags().Var(&f.maxMessageBytes, "max-message-bytes", "largest request message (a unary request, each message of a stream) any endpoint reads, as 16Mi or 16MiB; a bare number is bytes, as before the flag took units; a larger message is resource_exhausted")
 	c.Flags().StringVar(&f.database, "database", "", "PostgreSQL DSN (postgres://…) for replicas sharing one database, or a SQLite file (default: SQLite at <state-dir>/ctrl.db)")
+	f.obs.register(c)
 }
 
 // config resolves the state directory under $KIBOTOS_HOME when not given.
@@ -60,6 +62,10 @@ func (f *ctrlFlags) config(defaultSub string) (ctrl.Config, error) {
 		}
 		dir = filepath.Join(home, defaultSub)
 	}
+	log, err := f.obs.logger(os.Stderr)
+	if err != nil {
+		return ctrl.Config{}, err
+	}
 	return ctrl.Config{
 		WorkspaceListen: f.workspaceListen,
 		OperatorListen:  f.operatorListen,
@@ -68,7 +74,7 @@ func (f *ctrlFlags) config(defaultSub string) (ctrl.Config, error) {
 		Database:        f.database,
 		MaxMessageBytes: int(f.maxMessageBytes),
 		Fleet:           fleetConfig(f.clockTolerance, f.placementTimeout),
-		Logger:          newLogger(os.Stderr),
+		Logger:          log,
 	}, nil
 }
 
@@ -90,6 +96,12 @@ func newCtrlCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			tr, err := f.obs.tracing(cmd.Context(), "kibotos-ctrl")
+			if err != nil {
+				return err
+			}
+			defer flushTracing(tr, cfg.Logger)
+			cfg.TracerProvider = tr.TracerProvider()
 			srv, err := ctrl.Start(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -124,6 +136,13 @@ registers them; later starts reuse them.`,
 			if err != nil {
 				return err
 			}
+			// ctrl and the dev node share one provider: one process.
+			tr, err := f.obs.tracing(cmd.Context(), "kibotos-dev")
+			if err != nil {
+				return err
+			}
+			defer flushTracing(tr, cfg.Logger)
+			cfg.TracerProvider = tr.TracerProvider()
 			return runDev(cmd, cfg, guestNet)
 		},
 	}
@@ -174,7 +193,7 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags) err
 			Endpoint: srv.NodeEndpoint, NodeID: devNodeID, StateDir: filepath.Join(cfg.StateDir, "node"), EnrollmentGrant: secret,
 			Pools:    []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
 			Provider: qemu.New(nodeLog), Network: network,
-			Logger: nodeLog,
+			Logger: nodeLog, TracerProvider: cfg.TracerProvider,
 		})
 	}()
 	if err := waitNodeReady(ctx, srv.Client, devNodeID, nodeStarted, nodeErr); err != nil {

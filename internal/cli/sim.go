@@ -23,6 +23,7 @@ type simFlags struct {
 	sharedDefault                                    bool
 	nodes, perConnection                             int
 	cpus, memoryGiB                                  uint32
+	log                                              logFlags
 }
 
 func newSimCommand() *cobra.Command {
@@ -48,7 +49,13 @@ a capacity when it has none (ctrl places nothing in a pool without one).
 Workspaces still need a platform and a template registered on ctrl; the
 simulated nodes never fetch them. It runs until interrupted.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context(), newLogger(cmd.ErrOrStderr())) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := f.log.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return f.run(cmd.Context(), log)
+		},
 	}
 	c.Flags().StringVar(&f.endpoint, "ctrl", "http://"+defaultNodeListen, "ctrl's node endpoint")
 	c.Flags().StringVar(&f.operatorEndpoint, "operator-endpoint", "", "ctrl's Operator endpoint, to create the grant (default from the client configuration)")
@@ -60,6 +67,7 @@ simulated nodes never fetch them. It runs until interrupted.`,
 	c.Flags().BoolVar(&f.sharedDefault, "shared-pool-default", true, "make the shared pool each node's default pool (Volumes and layers go there); false: each node's own pool")
 	c.Flags().IntVar(&f.perConnection, "nodes-per-connection", sim.DefaultNodesPerConnection, "control sessions sharing one HTTP/2 connection")
 	c.Flags().Uint32Var(&f.cpus, "cpus", sim.DefaultResources.GetCpuMillis()/1000, "CPUs each simulated node offers")
+	f.log.register(c)
 	c.Flags().Uint32Var(&f.memoryGiB, "memory-gib", uint32(sim.DefaultResources.GetMemoryBytes()>>30), "memory (GiB) each simulated node offers")
 	return c
 }

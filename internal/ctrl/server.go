@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kibotos/kibotos/internal/clientconfig"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
@@ -31,6 +33,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // Config is what `kibotos ctrl` is started with.
@@ -60,6 +63,11 @@ type Config struct {
 	// --max-message-bytes.
 	MaxMessageBytes int
 	Logger          *slog.Logger
+	// TracerProvider traces every endpoint's requests, the command
+	// runner's steps and the node operations they send (their trace
+	// context goes to the node); nil traces nothing and adds no
+	// instrumentation (docs/OBSERVABILITY.md).
+	TracerProvider trace.TracerProvider
 }
 
 // Server is a running ctrl.
@@ -140,7 +148,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// The background work carries it in its context (command admission
 	// finds it there); the RPC interceptor puts it in each call's.
 	m := metrics.New()
-	workCtx, stop := context.WithCancel(metrics.NewContext(context.WithoutCancel(ctx), m))
+	// The tracer provider travels the same way, for the runner's spans.
+	workCtx, stop := context.WithCancel(telemetry.NewContext(metrics.NewContext(context.WithoutCancel(ctx), m), cfg.TracerProvider))
 	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{}), NewKeys: newKeys, metrics: m}
 	backend, err := newBackend(st, cfg, "http://"+lns[0].Addr().String(), m)
 	if err == nil && st.Exclusive() {
@@ -179,19 +188,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		name    string
 		handler http.Handler
 		url     *string
+		// public: callers do not choose the trace (telemetry.Handler).
+		public bool
 	}{
 		// Gate checks credentials from the headers before a body is read;
 		// the interceptors check each call in full.
 		// The metrics interceptor comes first, so it counts the calls the
 		// others refuse.
-		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, m.Interceptor(), backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint},
-		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint},
-		{"node", auth.Gate(api.NewNodeHandler(backend.api, m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint},
+		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, m.Interceptor(), backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint, true},
+		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint, true},
+		{"node", auth.Gate(api.NewNodeHandler(backend.api, m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint, false},
 	}
 	for i, l := range listeners {
 		ln := lns[i]
 		*l.url = "http://" + ln.Addr().String()
-		srv := newHTTPServer(s.handlers.track(l.handler))
+		srv := newHTTPServer(s.handlers.track(telemetry.Handler(l.handler, cfg.TracerProvider, l.public)))
 		s.servers = append(s.servers, srv)
 		go func() { s.errs <- srv.Serve(ln) }()
 		cfg.Logger.Info("listening", "endpoint", l.name, "url", *l.url)
@@ -309,7 +320,7 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string, m *metric
 		return backend{}, err
 	}
 	return backend{
-		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
+		api: &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f, cfg.TracerProvider), Sessions: session.New(st, workspaceEndpoint), Catalog: cat,
 			Pools: pools, Egresses: egress.New(st, runner), Transfers: transfers, MaxMessageBytes: cfg.MaxMessageBytes},
 		runner:  runner,
 		catalog: cat,

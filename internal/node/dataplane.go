@@ -16,6 +16,7 @@ import (
 
 	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
 	"github.com/kibotos/kibotos/internal/guestchan"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // DefaultDataListen is where the data endpoint listens unless
@@ -52,7 +53,10 @@ func startDataServer(a *agent) (*dataServer, error) {
 	if d.url == "" {
 		d.url = advertisedURL(ln.Addr().(*net.TCPAddr))
 	}
-	d.srv = &http.Server{Handler: &guestRelay{a: a, errors: connect.NewErrorWriter()}, ReadHeaderTimeout: 10 * time.Second}
+	// ctrl is the only caller, and a trusted one: its trace context is
+	// the parent of the relay's spans.
+	relay := telemetry.Handler(&guestRelay{a: a, errors: connect.NewErrorWriter()}, a.cfg.TracerProvider, false)
+	d.srv = &http.Server{Handler: relay, ReadHeaderTimeout: 10 * time.Second}
 	d.srv.Protocols = new(http.Protocols)
 	d.srv.Protocols.SetHTTP1(true)
 	d.srv.Protocols.SetUnencryptedHTTP2(true)

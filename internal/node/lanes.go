@@ -172,6 +172,13 @@ func blockFileKey(ref *nodev1.BlockFileRef) string {
 // operation left nothing half-done and is tried again when ctrl sends it
 // again. It returns nil when the agent stopped during the operation.
 func (a *agent) execute(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.CommandResult {
+	ctx, span := a.startOperation(ctx, cmd)
+	res := a.executeOnce(ctx, cmd)
+	endOperation(span, res)
+	return res
+}
+
+func (a *agent) executeOnce(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.CommandResult {
 	opID := cmd.GetOperationId()
 	log := a.log.With("operation_id", opID, "command_id", cmd.GetCommandId())
 	if opID == "" {

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
@@ -39,6 +40,7 @@ import (
 	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/state"
 	"github.com/kibotos/kibotos/internal/node/vm"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // Pool is a storage pool the node declares: a directory on local disk or
@@ -90,6 +92,11 @@ type Config struct {
 	// with; nil is time.Now. (Tests skew it.)
 	Now    func() time.Time
 	Logger *slog.Logger
+	// TracerProvider traces the node's calls to ctrl (its session, its
+	// fetches), its data endpoint's requests and the operations ctrl sends
+	// it, each under the trace of the ctrl command step that sent it; nil
+	// traces nothing and adds no instrumentation.
+	TracerProvider trace.TracerProvider
 }
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -216,6 +223,11 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 		log = slog.Default()
 	}
 	log = log.With("node_id", cfg.NodeID)
+	if cfg.TracerProvider != nil {
+		traced := *httpClient
+		traced.Transport = telemetry.Transport(httpClient.Transport, cfg.TracerProvider)
+		httpClient = &traced
+	}
 
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {

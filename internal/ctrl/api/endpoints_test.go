@@ -54,7 +54,7 @@ func newBackend(t *testing.T) *api.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f), Sessions: session.New(st, ""), Catalog: cat,
+	return &api.Backend{Fleet: f, Volumes: vols, Workspaces: ws, Processes: dataplane.NewProcesses(st, ws, f, nil), Sessions: session.New(st, ""), Catalog: cat,
 		Pools: pools, Egresses: egress.New(st, runner), Transfers: transfers}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -85,6 +86,8 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 		Command: &storev1.Command{
 			CommandId: commandID, Kind: kind, TargetId: eff.Target, State: state,
 			Request: reqAny, Result: resAny, AdmittedAt: ts, UpdatedAt: ts,
+			// The runner's steps join the admitting request's trace.
+			Traceparent: telemetry.Traceparent(tx.Context()),
 		},
 		InputHash:     hash,
 		NextAttemptAt: now,

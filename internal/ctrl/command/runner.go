@@ -160,8 +160,11 @@ func (r *Runner) untilNext(ctx context.Context) time.Duration {
 }
 
 func (r *Runner) step(ctx context.Context, c *store.CommandRow) {
+	ctx, span := startStep(ctx, c)
+	defer span.End()
 	w := &Work{r: r, c: c}
 	err := r.handlers[c.GetKind()](ctx, w)
+	endStep(span, w, err)
 	if err == nil && w.ended {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -40,9 +41,10 @@ type Processes struct {
 
 var _ ctrlv1connect.ProcessServiceHandler = (*Processes)(nil)
 
-// NewProcesses makes the process service.
-func NewProcesses(st *store.Store, w *workspace.Service, f *fleet.Fleet) *Processes {
-	return &Processes{relay: newRelay(w, f), store: st}
+// NewProcesses makes the process service. tp (nil: off) traces its calls
+// to the nodes' data endpoints, which continue the trace.
+func NewProcesses(st *store.Store, w *workspace.Service, f *fleet.Fleet, tp trace.TracerProvider) *Processes {
+	return &Processes{relay: newRelay(w, f, tp), store: st}
 }
 
 // Files is the file service on the same relay. It hangs off Processes so

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
@@ -15,6 +16,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/guestchan"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // relay reaches the guest agent of a Workspace's current execution through
@@ -28,11 +30,11 @@ type relay struct {
 	http       *http.Client
 }
 
-func newRelay(w *workspace.Service, f *fleet.Fleet) *relay {
+func newRelay(w *workspace.Service, f *fleet.Fleet, tp trace.TracerProvider) *relay {
 	t := &http.Transport{}
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetUnencryptedHTTP2(true)
-	return &relay{workspaces: w, fleet: f, http: &http.Client{Transport: t}}
+	return &relay{workspaces: w, fleet: f, http: &http.Client{Transport: telemetry.Transport(t, tp)}}
 }
 
 // target is the guest agent of a Workspace's current execution.

@@ -25,6 +25,7 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // HeaderNodeID carries the node_id on every call after Enroll.
@@ -634,7 +635,7 @@ func (f *Fleet) sendOperations(ctx context.Context, s *session) {
 				continue
 			}
 			if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Command{Command: &nodev1.NodeCommand{
-				OperationId: op.GetOperationId(), CommandId: op.GetCommandId(), Body: op.GetBody(),
+				OperationId: op.GetOperationId(), CommandId: op.GetCommandId(), Body: op.GetBody(), Traceparent: op.GetTraceparent(),
 			}}}); err != nil {
 				return
 			}
@@ -711,6 +712,9 @@ func StartOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID 
 	_, err := tx.InsertNodeOperation(&storev1.NodeOperation{
 		OperationId: operationID, NodeId: nodeID, CommandId: commandID,
 		State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING, Body: body, CreatedAt: timestamppb.New(now),
+		// The node's span of the operation joins the trace of the
+		// command step recording it.
+		Traceparent: telemetry.Traceparent(tx.Context()),
 	})
 	return err
 }

@@ -1174,7 +1174,12 @@ type NodeCommand struct {
 	// command_id is the API command this operation serves, for logs.
 	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	// body is the typed operation.
-	Body          *anypb.Any `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	Body *anypb.Any `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	// traceparent is the W3C trace context of the ctrl command step that
+	// recorded this operation, empty when it was not traced: the node starts
+	// its span of the operation under it, so a command's trace spans ctrl and
+	// node.
+	Traceparent   string `protobuf:"bytes,4,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1228,6 +1233,13 @@ func (x *NodeCommand) GetBody() *anypb.Any {
 		return x.Body
 	}
 	return nil
+}
+
+func (x *NodeCommand) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // CommandResult answers one NodeCommand.
@@ -1807,12 +1819,13 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"ClockReply\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\x04R\aprobeId\x127\n" +
 	"\tnode_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bnodeTime\x12O\n" +
-	"\x0fsynchronization\x18\x03 \x01(\x0e2%.kibotos.node.v1.ClockSynchronizationR\x0fsynchronization\"y\n" +
+	"\x0fsynchronization\x18\x03 \x01(\x0e2%.kibotos.node.v1.ClockSynchronizationR\x0fsynchronization\"\x9b\x01\n" +
 	"\vNodeCommand\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
-	"\x04body\x18\x03 \x01(\v2\x14.google.protobuf.AnyR\x04body\"\x8e\x01\n" +
+	"\x04body\x18\x03 \x01(\v2\x14.google.protobuf.AnyR\x04body\x12 \n" +
+	"\vtraceparent\x18\x04 \x01(\tR\vtraceparent\"\x8e\x01\n" +
 	"\rCommandResult\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +

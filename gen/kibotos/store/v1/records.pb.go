@@ -166,7 +166,11 @@ type Command struct {
 	// node_id is the node a step of the command was sent to, if any.
 	NodeId string `protobuf:"bytes,13,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// step counts the steps a worker completed, for commands of several steps.
-	Step          uint32 `protobuf:"varint,14,opt,name=step,proto3" json:"step,omitempty"`
+	Step uint32 `protobuf:"varint,14,opt,name=step,proto3" json:"step,omitempty"`
+	// traceparent is the W3C trace context of the request that admitted the
+	// command, when it was traced: the runner's step spans are its children,
+	// so a command's trace goes on after admission answered.
+	Traceparent   string `protobuf:"bytes,15,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,6 +303,13 @@ func (x *Command) GetStep() uint32 {
 	return 0
 }
 
+func (x *Command) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 // NodeOperation is one piece of work for one node.
 type NodeOperation struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -310,11 +321,14 @@ type NodeOperation struct {
 	Body *anypb.Any `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
 	// code and message are the node's answer: a canonical Connect code (0 for
 	// success) and its message.
-	Code          uint32                 `protobuf:"varint,6,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
-	Result        *anypb.Any             `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	AnsweredAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=answered_at,json=answeredAt,proto3" json:"answered_at,omitempty"`
+	Code       uint32                 `protobuf:"varint,6,opt,name=code,proto3" json:"code,omitempty"`
+	Message    string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	Result     *anypb.Any             `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	AnsweredAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=answered_at,json=answeredAt,proto3" json:"answered_at,omitempty"`
+	// traceparent is the W3C trace context of the command step that recorded
+	// the operation, when it was traced; the node's operation span is its child.
+	Traceparent   string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -417,6 +431,13 @@ func (x *NodeOperation) GetAnsweredAt() *timestamppb.Timestamp {
 		return x.AnsweredAt
 	}
 	return nil
+}
+
+func (x *NodeOperation) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // Launch is one immutable platform revision: what boots.
@@ -716,7 +737,7 @@ var File_kibotos_store_v1_records_proto protoreflect.FileDescriptor
 
 const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\n" +
-	"\x1ekibotos/store/v1/records.proto\x12\x10kibotos.store.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1fkibotos/node/v1/execution.proto\"\xcb\x04\n" +
+	"\x1ekibotos/store/v1/records.proto\x12\x10kibotos.store.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1fkibotos/node/v1/execution.proto\"\xed\x04\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x12\n" +
@@ -736,7 +757,8 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12=\n" +
 	"\fcompleted_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12\x17\n" +
 	"\anode_id\x18\r \x01(\tR\x06nodeId\x12\x12\n" +
-	"\x04step\x18\x0e \x01(\rR\x04step\"\xa4\x03\n" +
+	"\x04step\x18\x0e \x01(\rR\x04step\x12 \n" +
+	"\vtraceparent\x18\x0f \x01(\tR\vtraceparent\"\xc6\x03\n" +
 	"\rNodeOperation\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1d\n" +
@@ -751,7 +773,8 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vanswered_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"answeredAt\"\x92\x02\n" +
+	"answeredAt\x12 \n" +
+	"\vtraceparent\x18\v \x01(\tR\vtraceparent\"\x92\x02\n" +
 	"\x06Launch\x12\x1d\n" +
 	"\n" +
 	"launch_ref\x18\x01 \x01(\tR\tlaunchRef\x12!\n" +

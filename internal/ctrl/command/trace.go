@@ -1,0 +1,44 @@
+package command
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
+)
+
+// startStep is ctx for one step of c: its log lines carry the command_id,
+// and its span (when tracing is on) is a child of the request that
+// admitted c, so the trace of a create goes on after the create answered.
+func startStep(ctx context.Context, c *store.CommandRow) (context.Context, trace.Span) {
+	ctx = telemetry.WithCommandID(ctx, c.GetCommandId())
+	parent := telemetry.WithTraceparent(ctx, c.GetTraceparent())
+	return telemetry.Tracer(ctx, "github.com/kibotos/kibotos/internal/ctrl/command").Start(parent, "command "+c.GetKind(),
+		trace.WithAttributes(
+			attribute.String("kibotos.command_id", c.GetCommandId()),
+			attribute.String("kibotos.command.kind", c.GetKind()),
+			attribute.String("kibotos.target_id", c.GetTargetId()),
+			attribute.Int64("kibotos.command.attempt", c.Attempts),
+		))
+}
+
+// endStep records how the step ended on its span: the command's state
+// after it, or the error that makes the runner retry it.
+func endStep(span trace.Span, w *Work, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String("kibotos.command.state", w.c.GetState().String()))
+	switch {
+	case err != nil:
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	case w.c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED:
+		span.SetStatus(codes.Error, w.c.GetFailure().GetMessage())
+	}
+}
