@@ -279,8 +279,7 @@ type backend struct {
 // newBackend wires the domain: one command runner, the fleet, the catalog,
 // the Volumes and Workspaces, the data plane.
 func newBackend(st *store.Store, cfg Config, workspaceEndpoint string, m *metrics.Metrics) (backend, error) {
-	runner := command.NewRunner(st, replicaID(), cfg.Logger)
-	runner.SetMetrics(m)
+	runner := command.NewRunner(st, replicaID(), cfg.Logger, command.WithMetrics(m))
 	fc := cfg.Fleet
 	if fc == (fleet.Config{}) {
 		fc = fleet.DefaultConfig
