@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -192,11 +193,13 @@ func (a *agent) execute(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Co
 		return &res
 	}
 
+	start := time.Now()
 	res := a.apply(ctx, cmd)
 	if ctx.Err() != nil {
 		log.Info("agent stopping; operation abandoned")
 		return nil
 	}
+	a.metrics.applied(string(cmd.GetBody().MessageName().Name()), res.Code, time.Since(start))
 	res.OperationId = opID
 	if res.Code != 0 {
 		log.Warn("operation failed", "operation", cmd.GetBody().GetTypeUrl(), "code", connect.Code(res.Code), "message", res.Message)
