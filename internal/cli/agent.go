@@ -17,6 +17,7 @@ import (
 type agentFlags struct {
 	endpoint, nodeID, stateDir, grant string
 	dataListen, dataEndpoint          string
+	metricsListen                     string
 	pools                             []string
 	memoryTight                       sizeFlag
 	guestNet                          guestNetworkFlags
@@ -30,6 +31,7 @@ func (f *agentFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.grant, "enrollment-grant", "", "enrollment grant secret, used when the state holds no credential yet (default $KIBOTOS_ENROLLMENT_GRANT)")
 	c.Flags().StringVar(&f.dataListen, "data-listen", "127.0.0.1:0", "address of the node's data endpoint, which ctrl calls to reach guests (exec)")
 	c.Flags().StringVar(&f.dataEndpoint, "data-endpoint", "", "URL ctrl reaches the data endpoint at, when not the listener's own address (NAT, another interface)")
+	c.Flags().StringVar(&f.metricsListen, "metrics-listen", "", "loopback address (127.0.0.1:9672) to serve the node's Prometheus metrics at /metrics, unauthenticated (default: none)")
 	c.Flags().StringArrayVar(&f.pools, "pool", nil, "a storage pool this node reaches: NAME=DIR, or NAME=DIR,default (repeatable)")
 	f.memoryTight = sizeFlag(node.DefaultMemoryTightThreshold)
 	c.Flags().Var(&f.memoryTight, "memory-tight", "available host memory (256Mi, 1G) below which the node takes no new Workspace and ctrl places none here")
@@ -94,5 +96,10 @@ func (f *agentFlags) run(cmd *cobra.Command) error {
 	}
 	defer flushTracing(tr, cfg.Logger)
 	cfg.TracerProvider = tr.TracerProvider()
+	if f.metricsListen != "" {
+		if cfg.MetricsListener, err = node.ListenMetrics(f.metricsListen); err != nil {
+			return fmt.Errorf("--metrics-listen %s: %w", f.metricsListen, err)
+		}
+	}
 	return node.Run(cmd.Context(), cfg)
 }

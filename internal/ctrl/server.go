@@ -157,7 +157,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		err = backend.api.Fleet.EndOrphanedSessions(ctx)
 	}
 	if err == nil {
-		err = m.Register(append(metrics.Store(st), metrics.NodeSessions(backend.api.Fleet.LiveSessions), metrics.Workspaces(st))...)
+		err = m.Register(append(metrics.Store(st), metrics.NodeSessions(backend.api.Fleet.LiveSessions), metrics.Workspaces(st),
+			metrics.QueueDepth(st), metrics.Pools(st), metrics.Guests(backend.api.Fleet.Guests))...)
 	}
 	if err != nil {
 		stop()
@@ -290,8 +291,7 @@ type backend struct {
 // newBackend wires the domain: one command runner, the fleet, the catalog,
 // the Volumes and Workspaces, the data plane.
 func newBackend(st *store.Store, cfg Config, workspaceEndpoint string, m *metrics.Metrics) (backend, error) {
-	runner := command.NewRunner(st, replicaID(), cfg.Logger)
-	runner.SetMetrics(m)
+	runner := command.NewRunner(st, replicaID(), cfg.Logger, command.WithMetrics(m))
 	fc := cfg.Fleet
 	if fc == (fleet.Config{}) {
 		fc = fleet.DefaultConfig
@@ -314,6 +314,7 @@ func newBackend(st *store.Store, cfg Config, workspaceEndpoint string, m *metric
 			pools = pool.New(st, runner, f, cfg.Logger.With("component", "pool"), cfg.MoveWait)
 			return pools
 		},
+		Metrics: m,
 	})
 	transfers, err := transfer.New(st, transfer.Config{Dir: filepath.Join(cfg.StateDir, "artifacts", "transfers")}, transfer.Deps{Runner: runner, Fleet: f, Catalog: cat})
 	if err != nil {

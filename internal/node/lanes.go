@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -199,11 +200,13 @@ func (a *agent) executeOnce(ctx context.Context, cmd *nodev1.NodeCommand) *nodev
 		return &res
 	}
 
+	start := time.Now()
 	res := a.apply(ctx, cmd)
 	if ctx.Err() != nil {
 		log.Info("agent stopping; operation abandoned")
 		return nil
 	}
+	a.metrics.applied(string(cmd.GetBody().MessageName().Name()), res.Code, time.Since(start))
 	res.OperationId = opID
 	if res.Code != 0 {
 		log.Warn("operation failed", "operation", cmd.GetBody().GetTypeUrl(), "code", connect.Code(res.Code), "message", res.Message)

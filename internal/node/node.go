@@ -88,6 +88,10 @@ type Config struct {
 	// (internal/node/netslot), chosen by the wiring as Provider is
 	// (internal/node/netslot/usernet).
 	Network netslot.Network
+	// MetricsListener, when set, serves the node's Prometheus metrics at
+	// GET /metrics, without authentication (ListenMetrics opens one on a
+	// loopback address only); Run closes it. nil serves none.
+	MetricsListener net.Listener
 	// Now is the node's wall clock, which it answers ctrl's clock probes
 	// with; nil is time.Now. (Tests skew it.)
 	Now    func() time.Time
@@ -204,6 +208,7 @@ type agent struct {
 	// current is the control session in use, nil between sessions.
 	current atomic.Pointer[session]
 	host    *hostWatch
+	metrics *nodeMetrics
 }
 
 // Run runs the node agent until ctx ends, then returns nil. It returns an
@@ -279,6 +284,7 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 		a.cfg.Now = time.Now
 	}
 	a.host = newHostWatch(cfg.MemoryTightThreshold, a.cfg.Now)
+	a.metrics = newNodeMetrics(func() (int, int) { return a.vms.probeCounts() })
 	for _, p := range cfg.Pools {
 		a.pools[p.Name] = p
 	}
@@ -303,6 +309,10 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 	defer a.vms.detach()
 	if err := a.vms.reattach(); err != nil {
 		return fmt.Errorf("re-attach executions: %w", err)
+	}
+	if ln := cfg.MetricsListener; ln != nil {
+		defer a.metrics.serve(ln, log)()
+		log.Info("metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
 	a.artifacts, err = artifact.New(ctx, artifact.Config{
 		Dir: filepath.Join(cfg.StateDir, "artifacts"),

@@ -416,6 +416,24 @@ func (e *vmSet) isRunning(id string) bool {
 	return x != nil && x.state == running
 }
 
+// probeCounts counts the running executions, and those whose guest did
+// not answer the latest probe (one coming back from a reset is not
+// failing: it is rebooting).
+func (e *vmSet) probeCounts() (runs, failing int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, x := range e.byID {
+		if x.state != running {
+			continue
+		}
+		runs++
+		if !x.responding && !x.comingBack {
+			failing++
+		}
+	}
+	return runs, failing
+}
+
 // samplers are the running executions' VMs, by instance id, for the
 // host's readings.
 func (e *vmSet) samplers() map[string]sampler {
@@ -655,6 +673,9 @@ type launch struct {
 	layerCreated          bool
 	net                   netslot.Attachment
 	x                     *execution
+	// bootStart is when boot started the VM: its boot time ends when the
+	// guest agent first answers.
+	bootStart time.Time
 }
 
 // start runs the steps of a start: validate, claim the block files, fetch
@@ -905,6 +926,7 @@ func (e *vmSet) boot(ctx context.Context, l *launch) error {
 	e.mu.Lock()
 	e.byID[id] = l.x
 	e.mu.Unlock()
+	l.bootStart = time.Now()
 	inst, err := e.provider.Start(ctx, spec)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -959,6 +981,7 @@ func (e *vmSet) waitAgent(ctx context.Context, l *launch) error {
 	x.state, x.responding = running, true
 	e.watch(x)
 	e.mu.Unlock()
+	e.a.metrics.booted(time.Since(l.bootStart))
 	l.log.Info("execution running", "boot_time", time.Since(start).Round(time.Millisecond))
 	e.notify()
 	return nil

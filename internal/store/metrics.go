@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Context is the context the transaction runs under, with what its
 // caller's context carries: command admission finds ctrl's metrics there
@@ -26,4 +29,13 @@ func (t *Tx) CountWorkspacesByState() (map[string]int64, error) {
 		counts[state] = n
 	}
 	return counts, rows.Err()
+}
+
+// CountDueCommands counts the unfinished commands due by now (their next
+// attempt is not later), leased or not: the runner's queue depth, the
+// kibotos_command_queue_depth gauge.
+func (t *Tx) CountDueCommands(now time.Time) (int64, error) {
+	var n int64
+	err := t.queryRow("SELECT COUNT(*) FROM commands WHERE "+unfinished+" AND next_attempt_at <= ?", now.UnixNano()).Scan(&n)
+	return n, err
 }

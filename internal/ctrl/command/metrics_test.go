@@ -96,8 +96,7 @@ func TestMetricsCountCommittedAdmissionsAndEnds(t *testing.T) {
 			t.Fatalf("after a short command and its replay: admitted %v, succeeded %v", admitted(), finished(metrics.OutcomeSucceeded))
 		}
 
-		r := command.NewRunner(s, "test-replica", slog.Default())
-		r.SetMetrics(m)
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithMetrics(m))
 		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
 			return w.Fail(ctx, &ctrlv1.WorkspaceFailure{Message: "the test fails it"}, func(*store.Tx) error { return nil })
 		})

@@ -38,18 +38,24 @@ type Runner struct {
 
 // NewRunner makes a Runner. owner names this ctrl replica in leases; it
 // must be unique among replicas sharing a database.
-func NewRunner(s *store.Store, owner string, log *slog.Logger) *Runner {
-	return &Runner{
+func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *Runner {
+	r := &Runner{
 		store: s, owner: owner, handlers: map[string]Handler{}, log: log,
 		now: time.Now, lease: 30 * time.Second, poll: time.Second, workers: 8,
 		kick: make(chan struct{}, 1),
 	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
-// SetMetrics makes the runner count the commands it ends in m
+// Option sets something of a Runner at construction.
+type Option func(*Runner)
+
+// WithMetrics makes the runner count the commands it ends in m
 // (kibotos_commands_finished_total, kibotos_command_duration_seconds).
-// Call it before Run.
-func (r *Runner) SetMetrics(m *metrics.Metrics) { r.metrics = m }
+func WithMetrics(m *metrics.Metrics) Option { return func(r *Runner) { r.metrics = m } }
 
 // Handle registers the handler of kind.
 func (r *Runner) Handle(kind string, h Handler) { r.handlers[kind] = h }

@@ -17,6 +17,7 @@ import (
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/capability"
+	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -76,6 +77,7 @@ type Fleet struct {
 	artifacts  Artifacts
 	executions Executions
 	moves      Moves
+	metrics    *metrics.Metrics
 }
 
 // Artifacts finds the file of an artifact by digest.
@@ -130,6 +132,9 @@ type Deps struct {
 	Artifacts  Artifacts
 	Executions func(*Fleet) Executions
 	Moves      func(*Fleet) Moves
+	// Metrics counts the fleet's placements and observation batches; nil
+	// counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // New makes a Fleet with its deps.
@@ -138,7 +143,7 @@ func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config, deps Deps) *
 		cfg.PlacementTimeout = DefaultPlacementTimeout
 	}
 	f := &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{},
-		artifacts: deps.Artifacts, executions: noExecutions{}, moves: noMoves{}}
+		artifacts: deps.Artifacts, executions: noExecutions{}, moves: noMoves{}, metrics: deps.Metrics}
 	if f.artifacts == nil {
 		f.artifacts = noArtifacts{}
 	}

@@ -36,6 +36,10 @@ type observed struct {
 	heardAt time.Time // the node's last message
 	usage   *operatorv1.NodeHostUsage
 	tight   *operatorv1.NodeMemoryTight
+	// running are the newest reports of the executions running on the
+	// node, by instance id: never written as such (the metrics read
+	// them).
+	running map[string]*nodev1.ExecutionReport
 
 	wroteAt    time.Time // zero: no observation written in this session
 	pools      []*nodev1.StoragePoolDeclaration
@@ -84,6 +88,13 @@ func (s *session) sample(o *nodev1.NodeObservation, now time.Time) {
 	defer s.mu.Unlock()
 	s.obs.usage = hostUsage(o, now)
 	s.obs.tight = memoryTight(o)
+	running := make(map[string]*nodev1.ExecutionReport, len(o.GetExecutions()))
+	for _, r := range o.GetExecutions() {
+		if r.GetRunning() {
+			running[r.GetInstanceId()] = r
+		}
+	}
+	s.obs.running = running
 }
 
 // observationDue reports whether o must be written now, and which of its

@@ -111,6 +111,8 @@ func (f *Fleet) commitWrites(ctx context.Context, batch []*registrationWrite) {
 		byNode[w.s.nodeID] = append(byNode[w.s.nodeID], w)
 	}
 	ids := slices.Sorted(maps.Keys(byNode))
+	start := time.Now()
+	defer func() { f.metrics.ObservationBatch(len(batch), time.Since(start)) }()
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
 		lost, err := tx.LostPools()
 		if err != nil {

@@ -30,7 +30,20 @@ type Metrics struct {
 	commandsAdmitted *prometheus.CounterVec
 	commandsFinished *prometheus.CounterVec
 	commandDuration  *prometheus.HistogramVec
+
+	placements        *prometheus.CounterVec
+	placementRefusals *prometheus.CounterVec
+	batchWrites       prometheus.Histogram
+	batchCommit       prometheus.Histogram
 }
+
+// batchBuckets span a group commit of node observations: one write at
+// low load, up to maxWriteBatch (256) when many nodes report at once.
+var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
+
+// commitBuckets span one batch's transaction, from a fast local SQLite
+// commit to a database that stalls.
+var commitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
 
 // commandBuckets span a command's life from admission to its final state:
 // a Volume made on a node in a tenth of a second, an export or a first
@@ -64,11 +77,30 @@ func New() *Metrics {
 			Help:    "Time from a command's admission to its final state, by kind (zero for one final at admission).",
 			Buckets: commandBuckets,
 		}, []string{"kind"}),
+		placements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kibotos_placements_total",
+			Help: "Placements of an execution (a Workspace's create or start) decided by this ctrl, by outcome (placed, refused); counted once the placing transaction committed.",
+		}, []string{"outcome"}),
+		placementRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kibotos_placement_refusals_total",
+			Help: "Placements refused, by who refused (nodes: no node took it; layer_pool: the writable layer's pool had no room) and the failure reason (resource_exhausted, unavailable).",
+		}, []string{"by", "reason"}),
+		batchWrites: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kibotos_observation_batch_writes",
+			Help:    "Node registration writes (observations, clock measurements) committed together in one transaction (group commit).",
+			Buckets: batchBuckets,
+		}),
+		batchCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kibotos_observation_batch_commit_seconds",
+			Help:    "Time one batch of node registration writes took, from its transaction's start to its commit (retries included).",
+			Buckets: commitBuckets,
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.rpcRequests, m.rpcDuration, m.commandsAdmitted, m.commandsFinished, m.commandDuration,
+		m.placements, m.placementRefusals, m.batchWrites, m.batchCommit,
 	)
 	return m
 }
@@ -122,6 +154,36 @@ func (m *Metrics) CommandFinished(kind string, failed bool, took time.Duration) 
 	}
 	m.commandsFinished.WithLabelValues(kind, outcome).Inc()
 	m.commandDuration.WithLabelValues(kind).Observe(max(took, 0).Seconds())
+}
+
+// Who refused a placement, in kibotos_placement_refusals_total's by label.
+const (
+	RefusedByNodes     = "nodes"
+	RefusedByLayerPool = "layer_pool"
+)
+
+// Placement counts one placement decision: placed when by is empty,
+// refused by by for reason (a FailureReason's name) otherwise.
+func (m *Metrics) Placement(by, reason string) {
+	if m == nil {
+		return
+	}
+	if by == "" {
+		m.placements.WithLabelValues("placed").Inc()
+		return
+	}
+	m.placements.WithLabelValues("refused").Inc()
+	m.placementRefusals.WithLabelValues(by, strings.ToLower(strings.TrimPrefix(reason, "FAILURE_REASON_"))).Inc()
+}
+
+// ObservationBatch counts one batch of node registration writes,
+// committed or failed, that took took.
+func (m *Metrics) ObservationBatch(writes int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.batchWrites.Observe(float64(writes))
+	m.batchCommit.Observe(took.Seconds())
 }
 
 type contextKey struct{}

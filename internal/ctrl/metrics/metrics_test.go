@@ -2,80 +2,29 @@ package metrics_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // scrape GETs the Operator endpoint's /metrics with token ("" sends
-// none) and returns the response's status and body.
+// none).
 func scrape(t *testing.T, c *testenv.Cluster, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, c.Ctrl.Client.OperatorEndpoint+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, string(body)
+	return testenv.Scrape(t, c.Ctrl.Client.OperatorEndpoint+"/metrics", token)
 }
 
-func parse(t *testing.T, body string) map[string]*dto.MetricFamily {
-	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("parse the exposition: %v\n%s", err, body)
-	}
-	return families
-}
-
-// value is the value (counter, gauge, a histogram's count) of family
-// name's series whose labels include labels; found says one exists.
-func value(families map[string]*dto.MetricFamily, name string, labels map[string]string) (v float64, found bool) {
-	f := families[name]
-	for _, s := range f.GetMetric() {
-		have := map[string]string{}
-		for _, l := range s.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		ok := true
-		for k, want := range labels {
-			ok = ok && have[k] == want
-		}
-		if !ok {
-			continue
-		}
-		switch {
-		case s.GetCounter() != nil:
-			return s.GetCounter().GetValue(), true
-		case s.GetGauge() != nil:
-			return s.GetGauge().GetValue(), true
-		case s.GetHistogram() != nil:
-			return float64(s.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
-}
+var (
+	parse = testenv.ParseMetrics
+	value = testenv.MetricValue
+)
 
 // A create through the API moves the counters a scrape of the Operator
 // endpoint's /metrics shows, which takes the operator key.
@@ -177,6 +126,64 @@ func TestMetricsAfterACreate(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != http.StatusNotFound {
 			t.Errorf("GET %s/metrics = %d, want 404", endpoint, res.StatusCode)
+		}
+	}
+}
+
+// Placements, refusals, observation batches, pools, the queue and the
+// guests are on the scrape: a create placed on the node (its template
+// boots nothing: it then fails at boot), and one refused by every node
+// (it requires a capability no test node offers).
+func TestMetricsOfPlacementsPoolsAndObservations(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.New(t, testenv.FastFleet())
+	c.StartNode(t, "node-a", "", t.TempDir())
+	c.EnsureCapacity(t, "default", 1<<30)
+	c.UnbootableCatalog(t)
+	for id, required := range map[string][]string{"metrics-placed": nil, "metrics-refused": {capability.Sim}} {
+		_, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+			Command: &ctrlv1.CommandMetadata{CommandId: id}, Spec: &ctrlv1.WorkspaceCreateSpec{
+				Resources:    &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: 128 << 20},
+				Capabilities: &ctrlv1.CapabilityRequirements{Required: required},
+			},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var families map[string]*dto.MetricFamily
+	testenv.WaitFor(t, "a placement placed and one refused", func() bool {
+		_, body := scrape(t, c, c.Ctrl.Client.OperatorToken)
+		families = parse(t, body)
+		placed, _ := value(families, "kibotos_placements_total", map[string]string{"outcome": "placed"})
+		refused, _ := value(families, "kibotos_placement_refusals_total", map[string]string{"by": "nodes", "reason": "unavailable"})
+		return placed >= 1 && refused >= 1
+	})
+	checks := []struct {
+		name       string
+		labels     map[string]string
+		min, max   float64 // max 0: no bound
+		wantZeroOK bool
+	}{
+		{"kibotos_placements_total", map[string]string{"outcome": "refused"}, 1, 0, false},
+		{"kibotos_storage_pool_capacity_bytes", map[string]string{"pool": "default"}, 1 << 30, 0, false},
+		// The placed create reserves its writable layer there until its
+		// failed boot releases it.
+		{"kibotos_storage_pool_reserved_bytes", map[string]string{"pool": "default"}, 0, 0, true},
+		// The node's registration and observations were written in batches.
+		{"kibotos_observation_batch_writes", nil, 1, 0, false},
+		{"kibotos_observation_batch_commit_seconds", nil, 1, 0, false},
+		{"kibotos_command_queue_depth", nil, 0, 10, true},
+		// Nothing boots here.
+		{"kibotos_guests_running", nil, 0, 0, true},
+		{"kibotos_guests_unresponsive", nil, 0, 0, true},
+		{"kibotos_guests_memory_saturated", nil, 0, 0, true},
+		{"kibotos_guest_memory_kills", nil, 0, 0, true},
+	}
+	for _, ch := range checks {
+		v, found := value(families, ch.name, ch.labels)
+		if !found || v < ch.min || (ch.max > 0 && v > ch.max) || (!ch.wantZeroOK && v == 0) {
+			t.Errorf("%s%v = %v (found %v), want in [%v, %v]", ch.name, ch.labels, v, found, ch.min, ch.max)
 		}
 	}
 }

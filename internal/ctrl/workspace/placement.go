@@ -17,6 +17,7 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -293,7 +294,24 @@ func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan)
 	if errors.Is(err, errPoolRefused) {
 		err = nil
 	}
+	if err == nil {
+		// Counted once committed: a transaction run again counts once.
+		countPlacement(s.fleet.Metrics(), refusal, poolRefusal)
+	}
 	return nodeID, refusal, poolRefusal, err
+}
+
+// countPlacement counts one placement decision in
+// kibotos_placements_total and kibotos_placement_refusals_total.
+func countPlacement(m *metrics.Metrics, refusal *fleet.Refusal, poolRefusal *pool.Refusal) {
+	switch {
+	case refusal != nil:
+		m.Placement(metrics.RefusedByNodes, refusal.Reason.String())
+	case poolRefusal != nil:
+		m.Placement(metrics.RefusedByLayerPool, poolRefusal.Reason.String())
+	default:
+		m.Placement("", "")
+	}
 }
 
 // placementRefused waits while no node takes the execution, telling why in
