@@ -1,6 +1,6 @@
 import { Kibotos } from "@kibotos/sdk";
 
-const kibotos = new Kibotos(); // finds `kibotos dev`: its config.env, or KIBOTOS_WORKSPACE_ENDPOINT and KIBOTOS_TOKEN
+const kibotos = new Kibotos(); // finds `kibotos dev` as the CLI does: its config.env, or KIBOTOS_* variables
 const ws = await kibotos.workspaces.create({ template: "busybox", memory: "512Mi" }); // waits until AVAILABLE
 const run = await ws.exec(["sh", "-c", "echo hello from $(hostname)"]);
 console.log(run.exitCode, run.stdout.trim());

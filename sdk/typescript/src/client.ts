@@ -21,11 +21,14 @@ export interface KibotosOptions {
  */
 export class Kibotos {
   readonly workspaces: Workspaces;
-  /** The generated clients, for the calls the SDK does not wrap (network policies, sessions, processes by id...). */
+  /** The generated clients the SDK wraps, for the calls it does not (updates, network policies, processes by id...). */
   readonly api: Pick<Api, "workspaces" | "processes" | "files">;
+  /** The transport every call goes through: createClient(VolumeService, kibotos.transport) reaches the other services. */
+  readonly transport: Transport;
 
   constructor(opts: KibotosOptions = {}) {
-    const api = new Api(opts.transport ?? configuredTransport(opts), opts.retry);
+    this.transport = opts.transport ?? configuredTransport(opts);
+    const api = new Api(this.transport, opts.retry);
     this.api = api;
     this.workspaces = new Workspaces(api);
   }

@@ -106,6 +106,10 @@ async function* follow(api: Api, workspaceId: string, spec: ProcessSpecInit, com
         processId === ""
           ? api.processes.execProcess({ command: { commandId }, workspaceId, spec }, { signal })
           : api.processes.streamProcessOutput({ workspaceId, processId, stdoutOffset: next.stdout, stderrOffset: next.stderr }, { signal });
+      let exit: ProcessExitStatus | undefined;
+      // Read to the stream's end, past `exit`: a response stream left
+      // unread stays open in connect-node (and ref'd, so it keeps the
+      // process alive) even when the call's signal is aborted.
       for await (const { event } of events) {
         switch (event.case) {
           case "started":
@@ -123,9 +127,13 @@ async function* follow(api: Api, workspaceId: string, spec: ProcessSpecInit, com
             break;
           }
           case "exit":
-            yield { type: "exit", ...exitOf(event.value) };
-            return;
+            exit = event.value;
+            break;
         }
+      }
+      if (exit) {
+        yield { type: "exit", ...exitOf(exit) };
+        return;
       }
       throw new Error(`the output stream of process ${processId || "(not started)"} ended without its exit`);
     } catch (err) {
