@@ -56,34 +56,32 @@ test("a create cut by `unavailable` is sent again under the same command_id", as
   assert.ok(seen.every((id) => id === seen[0]), `command ids ${seen}`);
 });
 
-test("what is not `unavailable` is not retried and comes out as an ApiError with its code", async () => {
-  let calls = 0;
+/** failingGet is a WorkspaceService whose GetWorkspace always fails with code, counting its calls. */
+function failingGet(code: Code) {
+  const counter = { calls: 0 };
   const transport = createRouterTransport(({ service }) => {
     service(WorkspaceService, {
       getWorkspace() {
-        calls++;
-        throw new ConnectError("workspace \"ws-x\" not found", Code.NotFound);
+        counter.calls++;
+        throw new ConnectError("refused", code);
       },
     });
   });
+  return { transport, counter };
+}
+
+test("what is not `unavailable` is not retried and comes out as an ApiError with its code", async () => {
+  const { transport, counter } = failingGet(Code.NotFound);
   const err = await new Kibotos({ transport }).workspaces.get("ws-x").catch((e: unknown) => e);
   assert.ok(err instanceof ApiError, String(err));
   assert.equal(err.code, Code.NotFound);
   assert.equal(err.codeName, "not_found");
-  assert.equal(calls, 1);
+  assert.equal(counter.calls, 1);
 });
 
 test("retries end: the last `unavailable` is thrown", async () => {
-  let calls = 0;
-  const transport = createRouterTransport(({ service }) => {
-    service(WorkspaceService, {
-      getWorkspace() {
-        calls++;
-        throw new ConnectError("down", Code.Unavailable);
-      },
-    });
-  });
+  const { transport, counter } = failingGet(Code.Unavailable);
   const err = await new Kibotos({ transport, retry: { attempts: 3, initialDelayMs: 1 } }).workspaces.get("ws-x").catch((e: unknown) => e);
   assert.ok(err instanceof ApiError && err.code === Code.Unavailable && err.retryable, String(err));
-  assert.equal(calls, 3);
+  assert.equal(counter.calls, 3);
 });
