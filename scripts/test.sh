@@ -58,6 +58,11 @@ go test -race -count=1 -timeout 30m ./...
 step "Python SDK (sdk/python)"
 scripts/test-sdk-py.sh
 
+step "TypeScript SDK"
+# Node.js and npm (Debian's when missing), the SDK's modules from its
+# lockfile, tsc, then node's test runner against a kibotos dev it starts.
+scripts/test-sdk-ts.sh
+
 step "fuzz (short)"
 # The seed corpora (f.Add and testdata/fuzz) ran above; this searches a
 # little further each run: every fuzz target for 2000 inputs, one after the

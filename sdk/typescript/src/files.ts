@@ -1,0 +1,107 @@
+// Files in a Workspace's guest. File calls are not commands (ctrl records
+// nothing for them): a retry repeats the effect, so only the calls whose
+// repeat is harmless are retried: reads, listings, a write that replaces
+// the file (the guest renames a complete temporary file into place), a
+// delete that allows a missing path. An append, an exclusive create or a
+// delete that must find its path is sent once.
+import type { FileInfo } from "./gen/kibotos/ctrl/v1/file_pb.js";
+import type { Api } from "./api.js";
+
+/** WriteFile's data messages: the API takes up to 1 MiB; the CLI's cp sends 512 KiB. */
+const chunkBytes = 512 << 10;
+
+/** Who a file call acts as: a guest user, a name or uid; default the template's. */
+export interface UserOptions {
+  user?: string;
+  signal?: AbortSignal;
+}
+
+export interface WriteOptions extends UserOptions {
+  /** Permission bits of a new file; default 0644. */
+  mode?: number;
+  /** Make missing parent directories. */
+  createParents?: boolean;
+  /** Append instead of replacing. */
+  append?: boolean;
+  /** Fail (already_exists) when the path exists. */
+  exclusive?: boolean;
+}
+
+export interface ReadOptions extends UserOptions {
+  /** The first byte to read. */
+  offset?: number;
+  /** How many bytes at most; default to the end. */
+  length?: number;
+}
+
+export interface ListOptions extends UserOptions {
+  /** How many levels down to list; default 1 (the directory's own entries). */
+  depth?: number;
+}
+
+/** Files is `ws.files`: the guest's filesystem. */
+export class Files {
+  constructor(private readonly api: Api, private readonly workspaceId: string) {}
+
+  /** write makes path hold data (a string is written as UTF-8) and returns its metadata. */
+  async write(path: string, data: string | Uint8Array, opts: WriteOptions = {}): Promise<FileInfo> {
+    const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    const workspaceId = this.workspaceId;
+    const header = {
+      path, mode: opts.mode ?? 0, createParents: opts.createParents ?? false, append: opts.append ?? false,
+      exclusive: opts.exclusive ?? false, sizeBytes: BigInt(bytes.length), user: opts.user ?? "",
+    };
+    async function* frames() {
+      yield { workspaceId, frame: { case: "header" as const, value: header } };
+      for (let at = 0; at < bytes.length; at += chunkBytes) {
+        yield { workspaceId, frame: { case: "data" as const, value: bytes.subarray(at, at + chunkBytes) } };
+      }
+    }
+    const send = () => this.api.files.writeFile(frames(), { signal: opts.signal });
+    const res = await this.api.call(send, opts.signal, !opts.append && !opts.exclusive);
+    return res.info!;
+  }
+
+  /** read returns a file's bytes decoded as UTF-8. */
+  async read(path: string, opts: ReadOptions = {}): Promise<string> {
+    return Buffer.from(await this.readBytes(path, opts)).toString("utf8");
+  }
+
+  /** readBytes returns a file's bytes. */
+  async readBytes(path: string, opts: ReadOptions = {}): Promise<Uint8Array> {
+    return this.api.call(async () => {
+      const chunks: Uint8Array[] = [];
+      const req = { workspaceId: this.workspaceId, path, offset: BigInt(opts.offset ?? 0), length: BigInt(opts.length ?? 0), user: opts.user ?? "" };
+      for await (const res of this.api.files.readFile(req, { signal: opts.signal })) chunks.push(res.data);
+      return Buffer.concat(chunks);
+    }, opts.signal);
+  }
+
+  /** list returns a directory's entries, sorted by path (all pages). */
+  async list(path: string, opts: ListOptions = {}): Promise<FileInfo[]> {
+    const out: FileInfo[] = [];
+    let pageToken = "";
+    do {
+      const req = { workspaceId: this.workspaceId, path, depth: opts.depth ?? 1, pageToken, user: opts.user ?? "" };
+      const res = await this.api.call(() => this.api.files.listDirectory(req, { signal: opts.signal }), opts.signal);
+      out.push(...res.entries);
+      pageToken = res.nextPageToken;
+    } while (pageToken !== "");
+    return out;
+  }
+
+  /** stat returns one path's metadata (of a symbolic link itself unless followSymlinks). */
+  async stat(path: string, opts: UserOptions & { followSymlinks?: boolean } = {}): Promise<FileInfo> {
+    const req = { workspaceId: this.workspaceId, path, followSymlinks: opts.followSymlinks ?? false, user: opts.user ?? "" };
+    const res = await this.api.call(() => this.api.files.statFile(req, { signal: opts.signal }), opts.signal);
+    return res.info!;
+  }
+
+  /** remove deletes a path (a directory with its contents when recursive) and says whether there was one; a missing path is not_found unless allowMissing. */
+  async remove(path: string, opts: UserOptions & { recursive?: boolean; allowMissing?: boolean } = {}): Promise<boolean> {
+    const req = { workspaceId: this.workspaceId, path, recursive: opts.recursive ?? false, allowMissing: opts.allowMissing ?? false, user: opts.user ?? "" };
+    // A repeat of a delete that went through is not_found, unless allowMissing.
+    const res = await this.api.call(() => this.api.files.deleteFile(req, { signal: opts.signal }), opts.signal, req.allowMissing);
+    return res.deleted;
+  }
+}

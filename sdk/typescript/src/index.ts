@@ -1,0 +1,15 @@
+// The Kibotos TypeScript SDK: `new Kibotos()`, `kibotos.workspaces`, and the
+// types they answer with. The generated messages and clients of the API
+// are under "@kibotos/sdk/gen/<file>_pb" (e.g. "@kibotos/sdk/gen/types_pb").
+export { Kibotos, type KibotosOptions } from "./client.js";
+export type { RetryOptions } from "./api.js";
+export { configPath, loadConfig, parseEnvFile, type ClientConfig } from "./config.js";
+export { ApiError, CommandFailedError, KibotosError, type FailureInfo } from "./errors.js";
+export type { ExecEvent, ExecExit, ExecOptions, ExecResult } from "./exec.js";
+export { Files, type ListOptions, type ReadOptions, type UserOptions, type WriteOptions } from "./files.js";
+export { parseSize, type Size } from "./size.js";
+export { Workspace, Workspaces, type CommandOptions, type CreateOptions } from "./workspace.js";
+export { Code } from "@connectrpc/connect";
+export { FileType, type FileInfo } from "./gen/kibotos/ctrl/v1/file_pb.js";
+export { ProcessEndCause } from "./gen/kibotos/ctrl/v1/process_pb.js";
+export { FailureReason, FailureStage, WorkspaceState, type ErrorDetail, type WorkspaceFailure } from "./gen/kibotos/ctrl/v1/types_pb.js";

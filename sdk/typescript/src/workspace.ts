@@ -1,0 +1,195 @@
+// Workspaces: create one and wait until it runs, use it, stop, start and
+// delete it. Each lifecycle call is a command under a command_id made here
+// and kept across its retries; the SDK follows the command to its end as
+// `kibotos workspace create` does, by polling GetWorkspaceCommand.
+import { setTimeout as sleep } from "node:timers/promises";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  StopMode,
+  WorkspaceCommandState,
+  type WorkspaceCommand,
+} from "./gen/kibotos/ctrl/v1/workspace_pb.js";
+import {
+  WorkspaceCreateSpecSchema,
+  WorkspaceVolumeMode,
+  type Workspace as WorkspaceMessage,
+  type WorkspaceState,
+} from "./gen/kibotos/ctrl/v1/types_pb.js";
+import { newCommandId, type Api } from "./api.js";
+import { CommandFailedError } from "./errors.js";
+import { exec, execStream, type ExecEvent, type ExecOptions, type ExecResult } from "./exec.js";
+import { Files } from "./files.js";
+import { parseSize, type Size } from "./size.js";
+
+/** How often a lifecycle command is looked at while the SDK waits for it, as the CLI does. */
+const pollMs = 200;
+
+/** What every lifecycle call takes. */
+export interface CommandOptions {
+  /** The command_id to send: a retry of a call that may have been admitted passes the id it used. Default: a new one. */
+  commandId?: string;
+  /** false returns once ctrl admitted the command instead of waiting for its end. Default true. */
+  wait?: boolean;
+  /** Gives up waiting (the command goes on in ctrl). */
+  signal?: AbortSignal;
+}
+
+/** What a new Workspace is made of; every field has a default. */
+export interface CreateOptions extends CommandOptions {
+  /** "NAME" or "NAME@REVISION"; default: the deployment's default template at its default revision. */
+  template?: string;
+  /** Guest memory: "512Mi", "1G", or bytes. Default 512Mi, as the CLI's. */
+  memory?: Size;
+  /** CPU in thousandths of a vCPU. Default 1000. */
+  cpuMillis?: number;
+  /** Capacity of the writable layer (the root filesystem's changes); default: the storage profile's. */
+  disk?: Size;
+  /** false: no Volume. Default: a new Volume of the defaults at /data, deleted with the Workspace. */
+  volume?: false | { size?: Size; mountPath?: string };
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+
+/** Workspaces is `kibotos.workspaces`. */
+export class Workspaces {
+  constructor(private readonly api: Api) {}
+
+  /** create admits a Workspace and, unless `wait: false`, waits until it is AVAILABLE. */
+  async create(opts: CreateOptions = {}): Promise<Workspace> {
+    const spec = createSpec(opts);
+    const commandId = opts.commandId ?? newCommandId();
+    const res = await this.api.call(() => this.api.workspaces.createWorkspace({ command: { commandId }, spec }, { signal: opts.signal }), opts.signal);
+    const ws = new Workspace(this.api, res.workspace!);
+    if (opts.wait !== false) await ws.follow(commandId, opts.signal);
+    return ws;
+  }
+
+  /** get returns the Workspace with this id as ctrl has it now. */
+  async get(workspaceId: string): Promise<Workspace> {
+    const res = await this.api.call(() => this.api.workspaces.getWorkspace({ workspaceId }));
+    return new Workspace(this.api, res.workspace!);
+  }
+
+  /** list returns every Workspace a label selector ("team=ml", "env in (a,b)"; "" for all) selects. */
+  async list(labelSelector = ""): Promise<Workspace[]> {
+    const out: Workspace[] = [];
+    let pageToken = "";
+    do {
+      const res = await this.api.call(() => this.api.workspaces.listWorkspaces({ labelSelector, pageToken }));
+      out.push(...res.workspaces.map((w) => new Workspace(this.api, w)));
+      pageToken = res.nextPageToken;
+    } while (pageToken !== "");
+    return out;
+  }
+}
+
+/** createSpec is the WorkspaceCreateSpec the options ask for. */
+function createSpec(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreateSpecSchema> {
+  const [template, revision = ""] = (opts.template ?? "").split("@", 2);
+  let volume: MessageInitShape<typeof WorkspaceCreateSpecSchema>["volume"];
+  if (opts.volume === false) {
+    volume = { mode: WorkspaceVolumeMode.NONE };
+  } else if (opts.volume) {
+    volume = {
+      mode: WorkspaceVolumeMode.NEW,
+      mountPath: opts.volume.mountPath ?? "",
+      newVolume: { capacityBytes: opts.volume.size === undefined ? 0n : parseSize(opts.volume.size, "volume.size") },
+    };
+  }
+  return {
+    template: { template, revision },
+    resources: {
+      memoryBytes: parseSize(opts.memory ?? "512Mi", "memory"),
+      cpuMillis: opts.cpuMillis ?? 1000,
+      writableLayerCapacityBytes: opts.disk === undefined ? 0n : parseSize(opts.disk, "disk"),
+    },
+    volume,
+    labels: opts.labels ?? {},
+    annotations: opts.annotations ?? {},
+  };
+}
+
+/** Workspace is one Workspace: its id, what ctrl last said of it, and what can be done with it. */
+export class Workspace {
+  readonly id: string;
+  /** Files in the guest. */
+  readonly files: Files;
+  private message: WorkspaceMessage;
+
+  constructor(private readonly api: Api, message: WorkspaceMessage) {
+    this.id = message.workspaceId;
+    this.message = message;
+    this.files = new Files(api, this.id);
+  }
+
+  /** The Workspace as ctrl last answered it (refresh() asks again). */
+  get info(): WorkspaceMessage {
+    return this.message;
+  }
+
+  get state(): WorkspaceState {
+    return this.message.state;
+  }
+
+  /** refresh reads the Workspace again. */
+  async refresh(): Promise<this> {
+    const res = await this.api.call(() => this.api.workspaces.getWorkspace({ workspaceId: this.id }));
+    this.message = res.workspace!;
+    return this;
+  }
+
+  /** exec runs argv in the guest to its end and returns its exit code, stdout and stderr. */
+  exec(argv: string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    return exec(this.api, this.id, argv, opts);
+  }
+
+  /** execStream runs argv in the guest and yields its output as it comes, then its exit. */
+  execStream(argv: string[], opts: ExecOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
+    return execStream(this.api, this.id, argv, opts);
+  }
+
+  /** start starts a stopped Workspace and, unless `wait: false`, waits until it is AVAILABLE again. */
+  async start(opts: CommandOptions = {}): Promise<this> {
+    return this.command(opts, (commandId) => this.api.workspaces.startWorkspace({ command: { commandId }, workspaceId: this.id }, { signal: opts.signal }));
+  }
+
+  /** stop stops the guest (force: at once, without its sync and unmount) and, unless `wait: false`, waits until STOPPED. */
+  async stop(opts: CommandOptions & { force?: boolean } = {}): Promise<this> {
+    const mode = opts.force ? StopMode.FORCE : StopMode.NORMAL;
+    return this.command(opts, (commandId) => this.api.workspaces.stopWorkspace({ command: { commandId }, workspaceId: this.id, mode }, { signal: opts.signal }));
+  }
+
+  /** delete deletes the Workspace (and the Volume it made) and, unless `wait: false`, waits until DELETED. */
+  async delete(opts: CommandOptions = {}): Promise<this> {
+    return this.command(opts, (commandId) => this.api.workspaces.deleteWorkspace({ command: { commandId }, workspaceId: this.id }, { signal: opts.signal }));
+  }
+
+  /** command sends one lifecycle command under one command_id, then follows it. */
+  private async command(opts: CommandOptions, send: (commandId: string) => Promise<{ workspace?: WorkspaceMessage }>): Promise<this> {
+    const commandId = opts.commandId ?? newCommandId();
+    const res = await this.api.call(() => send(commandId), opts.signal);
+    this.message = res.workspace!;
+    if (opts.wait !== false) await this.follow(commandId, opts.signal);
+    return this;
+  }
+
+  /**
+   * follow waits for a command on this Workspace to end: SUCCEEDED reads
+   * the Workspace again, FAILED throws CommandFailedError.
+   */
+  async follow(commandId: string, signal?: AbortSignal): Promise<WorkspaceCommand> {
+    for (;;) {
+      const res = await this.api.call(() => this.api.workspaces.getWorkspaceCommand({ workspaceId: this.id, commandId }, { signal }), signal);
+      const c = res.command!;
+      if (c.state === WorkspaceCommandState.SUCCEEDED) {
+        await this.refresh();
+        return c;
+      }
+      if (c.state === WorkspaceCommandState.FAILED) {
+        await this.refresh();
+        throw new CommandFailedError(this.id, commandId, c.failure);
+      }
+      await sleep(pollMs, undefined, { signal });
+    }
+  }
+}

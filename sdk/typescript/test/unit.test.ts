@@ -1,0 +1,87 @@
+// Unit tests: what needs no deployment. The retry rule runs against an
+// in-memory WorkspaceService (connect's router transport): a fake, for the
+// one thing a real ctrl cannot be made to do on demand, fail `unavailable`
+// and then answer.
+import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
+import { WorkspaceService } from "@kibotos/sdk/gen/workspace_pb";
+import { WorkspaceSchema, WorkspaceState } from "@kibotos/sdk/gen/types_pb";
+import { ApiError, Kibotos, loadConfig, parseEnvFile, parseSize } from "@kibotos/sdk";
+
+test("parseEnvFile reads what clientconfig writes", () => {
+  const got = parseEnvFile(["# Written by kibotos.", "", "KIBOTOS_WORKSPACE_ENDPOINT=http://127.0.0.1:7670", "export KIBOTOS_TOKEN='kbt_a'\\''b c'", 'X="q"'].join("\n"));
+  assert.deepEqual(got, { KIBOTOS_WORKSPACE_ENDPOINT: "http://127.0.0.1:7670", KIBOTOS_TOKEN: "kbt_a'b c", X: "q" });
+  assert.throws(() => parseEnvFile("NOT A PAIR", "bad.env"), /bad.env:1: want KEY=VALUE/);
+});
+
+test("loadConfig: $KIBOTOS_HOME/config.env, the environment wins, a missing file is empty", () => {
+  const home = mkdtempSync(join(tmpdir(), "kibotos-sdk-"));
+  writeFileSync(join(home, "config.env"), "KIBOTOS_WORKSPACE_ENDPOINT=http://127.0.0.1:1\nKIBOTOS_TOKEN=kbt_file\n");
+  assert.deepEqual(loadConfig({ KIBOTOS_HOME: home }), { baseUrl: "http://127.0.0.1:1", apiKey: "kbt_file" });
+  assert.deepEqual(loadConfig({ KIBOTOS_HOME: home, KIBOTOS_TOKEN: "kbt_env" }), { baseUrl: "http://127.0.0.1:1", apiKey: "kbt_env" });
+  assert.deepEqual(loadConfig({ KIBOTOS_CONFIG: join(home, "none.env") }), { baseUrl: undefined, apiKey: undefined });
+});
+
+test("parseSize reads sizes as the CLI does", () => {
+  assert.equal(parseSize("512Mi"), 512n << 20n);
+  assert.equal(parseSize("1G"), 1n << 30n);
+  assert.equal(parseSize("4GiB"), 4n << 30n);
+  assert.equal(parseSize("1.5g"), 3n << 29n);
+  assert.equal(parseSize("256"), 256n << 20n, "a string of digits is MiB");
+  assert.equal(parseSize(4096), 4096n, "a number is bytes");
+  assert.throws(() => parseSize("lots", "memory"), /memory "lots": want a number with a unit/);
+});
+
+test("a create cut by `unavailable` is sent again under the same command_id", async () => {
+  const seen: string[] = [];
+  const transport = createRouterTransport(({ service }) => {
+    service(WorkspaceService, {
+      createWorkspace(req) {
+        seen.push(req.command?.commandId ?? "");
+        if (seen.length < 3) throw new ConnectError("ctrl restarting", Code.Unavailable);
+        return { workspace: create(WorkspaceSchema, { workspaceId: "ws-1", state: WorkspaceState.CREATING }) };
+      },
+    });
+  });
+  const kibotos = new Kibotos({ transport, retry: { initialDelayMs: 1 } });
+  const ws = await kibotos.workspaces.create({ wait: false });
+  assert.equal(ws.id, "ws-1");
+  assert.equal(seen.length, 3);
+  assert.match(seen[0], /^ts-[0-9a-f-]{36}$/);
+  assert.ok(seen.every((id) => id === seen[0]), `command ids ${seen}`);
+});
+
+/** failingGet is a WorkspaceService whose GetWorkspace always fails with code, counting its calls. */
+function failingGet(code: Code) {
+  const counter = { calls: 0 };
+  const transport = createRouterTransport(({ service }) => {
+    service(WorkspaceService, {
+      getWorkspace() {
+        counter.calls++;
+        throw new ConnectError("refused", code);
+      },
+    });
+  });
+  return { transport, counter };
+}
+
+test("what is not `unavailable` is not retried and comes out as an ApiError with its code", async () => {
+  const { transport, counter } = failingGet(Code.NotFound);
+  const err = await new Kibotos({ transport }).workspaces.get("ws-x").catch((e: unknown) => e);
+  assert.ok(err instanceof ApiError, String(err));
+  assert.equal(err.code, Code.NotFound);
+  assert.equal(err.codeName, "not_found");
+  assert.equal(counter.calls, 1);
+});
+
+test("retries end: the last `unavailable` is thrown", async () => {
+  const { transport, counter } = failingGet(Code.Unavailable);
+  const err = await new Kibotos({ transport, retry: { attempts: 3, initialDelayMs: 1 } }).workspaces.get("ws-x").catch((e: unknown) => e);
+  assert.ok(err instanceof ApiError && err.code === Code.Unavailable && err.retryable, String(err));
+  assert.equal(counter.calls, 3);
+});

@@ -1,0 +1,145 @@
+// The SDK against a real `kibotos dev` with real VMs: the one the client
+// configuration names ($KIBOTOS_HOME/config.env; scripts/test-sdk-ts.sh
+// starts one on its own state and ports).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { createClient } from "@connectrpc/connect";
+import { VolumeService } from "@kibotos/sdk/gen/volume_pb";
+import {
+  ApiError,
+  Code,
+  FailureReason,
+  FailureStage,
+  FileType,
+  Kibotos,
+  ProcessEndCause,
+  WorkspaceState,
+  type ExecEvent,
+} from "@kibotos/sdk";
+
+const kibotos = new Kibotos();
+
+test("a Workspace's life: create, exec, files, stop, start, delete", async (t) => {
+  const ws = await kibotos.workspaces.create({ template: "busybox", memory: "256Mi", labels: { suite: "sdk-ts" } });
+  t.after(() => ws.delete().catch(() => {}));
+  assert.equal(ws.state, WorkspaceState.AVAILABLE);
+  assert.match(ws.id, /^ws-/);
+  assert.equal(ws.info.spec?.resources?.memoryBytes, 256n << 20n);
+
+  await t.test("exec returns the exit code, stdout and stderr", async () => {
+    const r = await ws.exec(["sh", "-c", "echo out; echo err >&2; exit 3"]);
+    assert.deepEqual([r.exitCode, r.stdout, r.stderr, r.cause], [3, "out\n", "err\n", ProcessEndCause.EXITED]);
+    assert.match(r.processId, /./);
+  });
+
+  await t.test("exec with env, cwd and stdin", async () => {
+    const r = await ws.exec(["sh", "-c", 'pwd; echo "$GREETING"; tr a-z A-Z'], { env: { GREETING: "hello" }, cwd: "/tmp", stdin: "from stdin\n" });
+    assert.equal(r.stdout, "/tmp\nhello\nFROM STDIN\n");
+    assert.equal(r.exitCode, 0);
+  });
+
+  await t.test("a process a signal ends exits 128+N", async () => {
+    const r = await ws.exec(["sh", "-c", "kill -TERM $$"]);
+    assert.deepEqual([r.exitCode, r.signal, r.cause], [143, 15, ProcessEndCause.SIGNALED]);
+  });
+
+  await t.test("execStream yields started, the output as it comes, then exit", async () => {
+    const events: ExecEvent[] = [];
+    for await (const ev of ws.execStream(["sh", "-c", "for i in 1 2 3; do echo line $i; done; echo oops >&2"])) events.push(ev);
+    assert.equal(events[0].type, "started");
+    const last = events[events.length - 1];
+    assert.ok(last.type === "exit" && last.exitCode === 0, JSON.stringify(last));
+    const text = (type: string) => Buffer.concat(events.flatMap((e) => (e.type === type && "data" in e ? [e.data] : []))).toString();
+    assert.equal(text("stdout"), "line 1\nline 2\nline 3\n");
+    assert.equal(text("stderr"), "oops\n");
+  });
+
+  await t.test("files: write, read, list, stat, remove", async () => {
+    const bytes = new Uint8Array(1 << 20).map((_, i) => (i * 7) % 251); // two WriteFile chunks
+    await ws.files.write("/data/dir/blob.bin", bytes, { createParents: true });
+    await ws.files.write("/data/dir/note.txt", "one\n");
+    await ws.files.write("/data/dir/note.txt", "two\n", { append: true });
+    assert.ok(Buffer.from(await ws.files.readBytes("/data/dir/blob.bin")).equals(bytes), "the bytes read back differ");
+    assert.equal(await ws.files.read("/data/dir/note.txt"), "one\ntwo\n");
+    assert.equal(await ws.files.read("/data/dir/note.txt", { offset: 4, length: 3 }), "two");
+    const entries = await ws.files.list("/data/dir");
+    assert.deepEqual(entries.map((e) => [e.name, e.type, e.sizeBytes]), [
+      ["blob.bin", FileType.REGULAR, 1n << 20n],
+      ["note.txt", FileType.REGULAR, 8n],
+    ]);
+    assert.equal((await ws.files.stat("/data/dir")).type, FileType.DIRECTORY);
+    assert.equal((await ws.exec(["cat", "/data/dir/note.txt"])).stdout, "one\ntwo\n", "the guest sees what files wrote");
+    assert.equal(await ws.files.remove("/data/dir/blob.bin"), true);
+    assert.equal(await ws.files.remove("/data/dir/blob.bin", { allowMissing: true }), false);
+  });
+
+  await t.test("stop: STOPPED, and the data plane says failed_precondition", async () => {
+    await ws.stop();
+    assert.equal(ws.state, WorkspaceState.STOPPED);
+    const err = await ws.exec(["true"]).catch((e: unknown) => e);
+    assert.ok(err instanceof ApiError, String(err));
+    assert.equal(err.code, Code.FailedPrecondition);
+    assert.equal(err.stage, FailureStage.STARTING_PROCESS);
+  });
+
+  await t.test("start: AVAILABLE again, the Volume's file kept", async () => {
+    await ws.start();
+    assert.equal(ws.state, WorkspaceState.AVAILABLE);
+    assert.equal(await ws.files.read("/data/dir/note.txt"), "one\ntwo\n");
+  });
+
+  await t.test("get and list find it", async () => {
+    assert.equal((await kibotos.workspaces.get(ws.id)).state, WorkspaceState.AVAILABLE);
+    assert.deepEqual((await kibotos.workspaces.list("suite=sdk-ts")).map((w) => w.id), [ws.id]);
+  });
+
+  await t.test("kibotos.transport reaches the services the SDK does not wrap", async () => {
+    const volumeId = ws.info.spec?.volume?.volumeId ?? "";
+    assert.match(volumeId, /^vol-/);
+    const res = await createClient(VolumeService, kibotos.transport).getVolume({ volumeId });
+    assert.equal(res.volume?.volumeId, volumeId);
+  });
+
+  await t.test("delete: DELETED", async () => {
+    await ws.delete();
+    assert.equal(ws.state, WorkspaceState.DELETED);
+    assert.equal((await kibotos.workspaces.get(ws.id)).state, WorkspaceState.DELETED);
+  });
+});
+
+test("a create sent twice under one command_id admits one Workspace", async (t) => {
+  const commandId = `ts-replay-${process.pid}-${Date.now()}`;
+  const first = await kibotos.workspaces.create({ memory: "256Mi", volume: false, commandId, wait: false });
+  t.after(() => first.delete().catch(() => {}));
+  const again = await kibotos.workspaces.create({ memory: "256Mi", volume: false, commandId });
+  assert.equal(again.id, first.id);
+  assert.equal(again.state, WorkspaceState.AVAILABLE);
+  const other = await kibotos.workspaces.create({ memory: "512Mi", volume: false, commandId }).catch((e: unknown) => e);
+  assert.ok(other instanceof ApiError, String(other));
+  assert.deepEqual([other.code, other.reason, other.field, other.commandId], [Code.AlreadyExists, FailureReason.CONFLICT, "command.command_id", commandId]);
+  await again.delete();
+});
+
+test("refusals are ApiErrors carrying the ErrorDetail", async (t) => {
+  await t.test("an unknown template is not_found naming the field", async () => {
+    const err = await kibotos.workspaces.create({ template: "no-such-template" }).catch((e: unknown) => e);
+    assert.ok(err instanceof ApiError, String(err));
+    assert.deepEqual([err.code, err.codeName, err.reason, err.field], [Code.NotFound, "not_found", FailureReason.NOT_FOUND, "spec.template.template"]);
+    assert.match(err.message, /no-such-template/);
+  });
+  await t.test("memory below the minimum is invalid_argument at VALIDATING", async () => {
+    const err = await kibotos.workspaces.create({ memory: "64Mi" }).catch((e: unknown) => e);
+    assert.ok(err instanceof ApiError, String(err));
+    assert.deepEqual([err.code, err.stage, err.stageName, err.reason, err.field, err.retryable], [
+      Code.InvalidArgument, FailureStage.VALIDATING, "VALIDATING", FailureReason.INVALID_REQUEST, "spec.resources.memory_bytes", false,
+    ]);
+  });
+  await t.test("a Workspace that does not exist is not_found", async () => {
+    const err = await kibotos.workspaces.get("ws-0000000000000000").catch((e: unknown) => e);
+    assert.ok(err instanceof ApiError && err.code === Code.NotFound, String(err));
+  });
+  await t.test("a wrong API key is unauthenticated", async () => {
+    const err = await new Kibotos({ apiKey: "kbt_wrong" }).workspaces.list().catch((e: unknown) => e);
+    assert.ok(err instanceof ApiError && err.code === Code.Unauthenticated, String(err));
+  });
+});
