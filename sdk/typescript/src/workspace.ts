@@ -1,8 +1,8 @@
 // Workspaces: create one and wait until it runs, use it, stop, start and
 // delete it. Each lifecycle call is a command under a command_id made here
 // and kept across its retries; the SDK follows the command to its end as
-// `kibotos workspace create` does, by polling GetWorkspaceCommand.
-import { setTimeout as sleep } from "node:timers/promises";
+// `kibotos workspace create` does, with WaitWorkspace: ctrl answers as soon
+// as the command ends, so nothing polls.
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   StopMode,
@@ -21,8 +21,8 @@ import { exec, execStream, type ExecEvent, type ExecOptions, type ExecResult } f
 import { Files } from "./files.js";
 import { parseSize, type Size } from "./size.js";
 
-/** How often a lifecycle command is looked at while the SDK waits for it, as the CLI does. */
-const pollMs = 200;
+/** The longest one WaitWorkspace call waits before answering with the command's progress (ctrl allows 60 s). */
+const waitStepSeconds = 30n;
 
 /** What every lifecycle call takes. */
 export interface CommandOptions {
@@ -179,17 +179,14 @@ export class Workspace {
    */
   async follow(commandId: string, signal?: AbortSignal): Promise<WorkspaceCommand> {
     for (;;) {
-      const res = await this.api.call(() => this.api.workspaces.getWorkspaceCommand({ workspaceId: this.id, commandId }, { signal }), signal);
+      const res = await this.api.call(
+        () => this.api.workspaces.waitWorkspace({ workspaceId: this.id, commandId, timeout: { seconds: waitStepSeconds } }, { signal }),
+        signal,
+      );
       const c = res.command!;
-      if (c.state === WorkspaceCommandState.SUCCEEDED) {
-        await this.refresh();
-        return c;
-      }
-      if (c.state === WorkspaceCommandState.FAILED) {
-        await this.refresh();
-        throw new CommandFailedError(this.id, commandId, c.failure);
-      }
-      await sleep(pollMs, undefined, { signal });
+      if (res.workspace) this.message = res.workspace;
+      if (c.state === WorkspaceCommandState.SUCCEEDED) return c;
+      if (c.state === WorkspaceCommandState.FAILED) throw new CommandFailedError(this.id, commandId, c.failure);
     }
   }
 }
