@@ -26,6 +26,7 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
+	"github.com/kibotos/kibotos/internal/failpoint"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -101,7 +102,7 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 		// (PostgreSQL): undo ours and answer as a replay would.
 		return nil, errRaced
 	}
-	admitted(tx.Context(), kind, !eff.Long)
+	admitted(tx.Context(), commandID, kind, !eff.Long)
 	return eff.Result, nil
 }
 
@@ -123,6 +124,7 @@ func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error 
 	if err == nil {
 		m := metrics.FromContext(ctx)
 		for _, a := range adm.list {
+			failpoint.Hit(failpoint.Admitted, a.id)
 			a.count(m)
 		}
 	}
@@ -131,7 +133,7 @@ func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error 
 
 // admission is one command a transaction admitted.
 type admission struct {
-	kind string
+	id, kind string
 	// final: the command was final at admission (not long): it
 	// succeeded as it was admitted.
 	final bool
@@ -154,8 +156,8 @@ type admissionsKey struct{}
 // egress fan-out, a pool cleanup, made within a larger transaction) is
 // counted at once; if that transaction rolls back and runs again, it is
 // counted again.
-func admitted(ctx context.Context, kind string, final bool) {
-	a := admission{kind: kind, final: final}
+func admitted(ctx context.Context, id, kind string, final bool) {
+	a := admission{id: id, kind: kind, final: final}
 	if adm, ok := ctx.Value(admissionsKey{}).(*admissions); ok {
 		adm.list = append(adm.list, a)
 		return

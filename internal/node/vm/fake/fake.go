@@ -68,7 +68,8 @@ func (p *Provider) Restarted() *Provider { return &Provider{h: p.h} }
 func (p *Provider) Name() string     { return Name }
 func (p *Provider) Available() error { return nil }
 
-// Capabilities are provider.fake, which ctrl does not place on.
+// Capabilities are provider.fake, which ctrl does not place on (only a
+// ctrl built with the failpoint tag does, for the commit-point test).
 func (p *Provider) Capabilities() []string { return []string{capability.Provider(Name)} }
 
 // Start implements vm.Provider.
