@@ -34,12 +34,12 @@ type scenario struct {
 }
 
 const (
-	volumeBytes   = 16 << 20
-	resizedBytes  = 32 << 20
-	layerBytes    = 64 << 20
-	workspaceMiB  = 128
-	volumeMount   = "/data"
-	noExecutions  = -1
+	volumeBytes  = 16 << 20
+	resizedBytes = 32 << 20
+	layerBytes   = 64 << 20
+	workspaceMiB = 128
+	volumeMount  = "/data"
+	noExecutions = -1
 )
 
 var scenarios = []scenario{
@@ -80,7 +80,9 @@ var scenarios = []scenario{
 		send: func(ctx context.Context, s *system, id, _ string) (proto.Message, error) {
 			return unary(ctx, s.c.Workspaces.CreateWorkspace, createRequest(id))
 		},
-		target:  func(m proto.Message) string { return m.(*ctrlv1.CreateWorkspaceResponse).GetWorkspace().GetWorkspaceId() },
+		target: func(m proto.Message) string {
+			return m.(*ctrlv1.CreateWorkspaceResponse).GetWorkspace().GetWorkspaceId()
+		},
 		done:    workspaceCommandDone(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE),
 		starts:  1,
 		cleanup: deleteWorkspace,
