@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/failpoint"
 	"github.com/kibotos/kibotos/internal/store/storetest"
@@ -44,7 +45,7 @@ func TestACrashAtEveryCommitPoint(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
-			crashes := map[string]int{}
+			crashes, walked := map[string]int{}, 0
 			t.Run("walks", func(t *testing.T) {
 				for _, sc := range scenarios {
 					t.Run(sc.name, func(t *testing.T) {
@@ -53,6 +54,7 @@ func TestACrashAtEveryCommitPoint(t *testing.T) {
 						s.walk(t, sc)
 						mu.Lock()
 						defer mu.Unlock()
+						walked++
 						for _, h := range s.hits(t) {
 							if h.crash {
 								crashes[h.point]++
@@ -61,6 +63,9 @@ func TestACrashAtEveryCommitPoint(t *testing.T) {
 					})
 				}
 			})
+			if walked < len(scenarios) {
+				return // the walks that failed, or were skipped (no PostgreSQL), said so
+			}
 			for _, p := range failpoint.Points {
 				if crashes[p] == 0 {
 					t.Errorf("the walk never crashed ctrl at %s", p)
@@ -333,37 +338,31 @@ func (s *system) agree(t *testing.T, id string) {
 		}
 		return true
 	})
+	// The pools' objects are exactly the block files, at their
+	// capacities; the Volume API places each Volume where they do.
+	files, want := s.blockFiles(t), map[string]int64{}
 	for _, name := range poolNames {
-		want := map[string]int64{}
 		for _, o := range s.objects(t, name) {
-			switch o.GetKind() {
-			case operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_VOLUME:
-				want[filepath.Join("volumes", o.GetVolumeId()+".img")] = int64(o.GetCapacityBytes())
-			default:
-				want[filepath.Join("layers", o.GetWorkspaceId()+".img")] = int64(o.GetCapacityBytes())
+			if o.GetKind() == operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_VOLUME {
+				want[filepath.Join(s.pools[name], "volumes", o.GetVolumeId()+".img")] = int64(o.GetCapacityBytes())
+			} else {
+				want[filepath.Join(s.pools[name], "layers", o.GetWorkspaceId()+".img")] = int64(o.GetCapacityBytes())
 			}
-		}
-		got := map[string]int64{}
-		err := filepath.WalkDir(s.pools[name], func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(s.pools[name], path)
-			got[rel] = info.Size()
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !maps.Equal(got, want) {
-			t.Errorf("after %s, pool %s holds the block files %v; ctrl lists %v", id, name, got, want)
 		}
 	}
-	placed := map[string]bool{}
+	if !maps.Equal(files, want) {
+		t.Errorf("after %s, the pools hold the block files %v; ctrl lists %v", id, files, want)
+	}
+	for _, v := range s.volumes(t) {
+		path := filepath.Join(s.pools[v.GetSpec().GetStoragePool()], "volumes", v.GetVolumeId()+".img")
+		if size, ok := files[path]; v.GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETED && (!ok || size != int64(v.GetSpec().GetCapacityBytes())) {
+			t.Errorf("after %s, volume %s (%s, %d bytes in pool %s) has the block file %v (%d bytes)", id, v.GetVolumeId(), v.GetState(),
+				v.GetSpec().GetCapacityBytes(), v.GetSpec().GetStoragePool(), ok, size)
+		}
+	}
+	// The executions running are exactly the ones ctrl places, and those
+	// are the AVAILABLE Workspaces'.
+	instances, placed := map[string]bool{}, map[string]bool{}
 	res, err := s.c.Nodes.ListWorkspacePlacements(ctx, connect.NewRequest(&operatorv1.ListWorkspacePlacementsRequest{
 		Filter: &operatorv1.ListWorkspacePlacementsRequest_NodeId{NodeId: nodeID}, PageSize: 1000,
 	}))
@@ -371,10 +370,19 @@ func (s *system) agree(t *testing.T, id string) {
 		t.Fatal(err)
 	}
 	for _, p := range res.Msg.GetWorkspacePlacements() {
-		placed[p.GetInstanceId()] = true
+		instances[p.GetInstanceId()], placed[p.GetWorkspaceId()] = true, true
 	}
-	if running := s.vms.instances(); !maps.Equal(running, placed) {
-		t.Errorf("after %s, the node runs %v; ctrl places %v", id, slices.Sorted(maps.Keys(running)), slices.Sorted(maps.Keys(placed)))
+	if running := s.vms.instances(); !maps.Equal(running, instances) {
+		t.Errorf("after %s, the node runs %v; ctrl places %v", id, slices.Sorted(maps.Keys(running)), slices.Sorted(maps.Keys(instances)))
+	}
+	available := map[string]bool{}
+	for _, w := range s.workspaces(t) {
+		if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+			available[w.GetWorkspaceId()] = true
+		}
+	}
+	if !maps.Equal(available, placed) {
+		t.Errorf("after %s, the Workspaces %v are AVAILABLE; ctrl places %v", id, slices.Sorted(maps.Keys(available)), slices.Sorted(maps.Keys(placed)))
 	}
 	for op, n := range s.applied(t) {
 		if n > 1 {
@@ -383,19 +391,75 @@ func (s *system) agree(t *testing.T, id string) {
 	}
 }
 
+// blockFiles are the files in the pool directories, with their sizes.
+func (s *system) blockFiles(t *testing.T) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, dir := range s.pools {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			info, err := d.Info()
+			if err == nil {
+				out[path] = info.Size()
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func (s *system) volumes(t *testing.T) []*ctrlv1.Volume {
+	t.Helper()
+	return pages(t, func(token string) ([]*ctrlv1.Volume, string, error) {
+		res, err := s.c.Volumes.ListVolumes(context.Background(), connect.NewRequest(&ctrlv1.ListVolumesRequest{PageSize: 1000, PageToken: token}))
+		if err != nil {
+			return nil, "", err
+		}
+		return res.Msg.GetVolumes(), res.Msg.GetNextPageToken(), nil
+	})
+}
+
+func (s *system) workspaces(t *testing.T) []*ctrlv1.Workspace {
+	t.Helper()
+	return pages(t, func(token string) ([]*ctrlv1.Workspace, string, error) {
+		res, err := s.c.Workspaces.ListWorkspaces(context.Background(), connect.NewRequest(&ctrlv1.ListWorkspacesRequest{PageSize: 1000, PageToken: token}))
+		if err != nil {
+			return nil, "", err
+		}
+		return res.Msg.GetWorkspaces(), res.Msg.GetNextPageToken(), nil
+	})
+}
+
 func (s *system) objects(t *testing.T, pool string) []*operatorv1.StoragePoolObject {
 	t.Helper()
-	var out []*operatorv1.StoragePoolObject
-	token := ""
-	for {
+	return pages(t, func(token string) ([]*operatorv1.StoragePoolObject, string, error) {
 		res, err := s.c.Nodes.ListStoragePoolObjects(context.Background(), connect.NewRequest(&operatorv1.ListStoragePoolObjectsRequest{
 			StoragePool: pool, PageSize: 1000, PageToken: token,
 		}))
 		if err != nil {
+			return nil, "", err
+		}
+		return res.Msg.GetObjects(), res.Msg.GetNextPageToken(), nil
+	})
+}
+
+// pages reads every page of a list.
+func pages[T any](t *testing.T, page func(token string) ([]T, string, error)) []T {
+	t.Helper()
+	var out []T
+	token := ""
+	for {
+		items, next, err := page(token)
+		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, res.Msg.GetObjects()...)
-		if token = res.Msg.GetNextPageToken(); token == "" {
+		out = append(out, items...)
+		if token = next; token == "" {
 			return out
 		}
 	}

@@ -3,7 +3,9 @@
 // answering a few guest agent calls (Ping, Shutdown, StatFile) over an
 // in-process channel, and it passes the provider conformance suite
 // (internal/node/vm/vmtest) like a real provider. Never wire it into a
-// node that serves Workspaces.
+// node that serves Workspaces; the one exception is the commit-point
+// test's node (test/commitpoint), which a ctrl built with the failpoint
+// tag places on.
 //
 // Its "template root" disk is a text file listing the paths the guest
 // has, one a line; the Volume's mount path is there too. An agent restart
