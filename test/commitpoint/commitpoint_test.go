@@ -19,6 +19,7 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/failpoint"
 	"github.com/kibotos/kibotos/internal/store/storetest"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // The commit-point test (issue 16). For each command, a run without a
@@ -384,7 +385,7 @@ func (s *system) agree(t *testing.T, id string) {
 	if !maps.Equal(available, placed) {
 		t.Errorf("after %s, the Workspaces %v are AVAILABLE; ctrl places %v", id, slices.Sorted(maps.Keys(available)), slices.Sorted(maps.Keys(placed)))
 	}
-	for op, n := range s.applied(t) {
+	for op, n := range testenv.AppliedOperations(t, s.nodeLog) {
 		if n > 1 {
 			t.Errorf("after %s, the node applied operation %s %d times", id, op, n)
 		}

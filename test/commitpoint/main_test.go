@@ -21,15 +21,16 @@ var kibotosBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "kibotos-commitpoint")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	if err == nil {
+		kibotosBin = filepath.Join(dir, "kibotos")
+		var out []byte
+		out, err = exec.Command("go", "build", "-tags", "failpoint", "-o", kibotosBin, "github.com/kibotos/kibotos/cmd/kibotos").CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
 	}
-	kibotosBin = filepath.Join(dir, "kibotos")
-	build := exec.Command("go", "build", "-tags", "failpoint", "-o", kibotosBin, "github.com/kibotos/kibotos/cmd/kibotos")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build:", err)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "build kibotos with the failpoint tag:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

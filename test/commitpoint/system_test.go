@@ -1,22 +1,18 @@
 package commitpoint_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
@@ -76,18 +72,16 @@ func newSystem(t *testing.T, dsn string) *system {
 		top: t, dsn: dsn, stateDir: t.TempDir(), trace: filepath.Join(t.TempDir(), "trace"),
 		pools: map[string]string{}, crashes: map[string]int{},
 	}
-	for i := range s.addrs {
-		s.addrs[i] = freeAddr(t)
+	s.c = testenv.New(t, func(c *ctrl.Config) { c.StateDir, c.Database = s.stateDir, dsn })
+	// The ctrl under test listens where this one did (on ports it chose),
+	// with the keys this one made in the state directory: the clients
+	// stay.
+	for i, url := range []string{s.c.Ctrl.Client.WorkspaceEndpoint, s.c.Ctrl.Client.OperatorEndpoint, s.c.Ctrl.NodeEndpoint} {
+		s.addrs[i] = strings.TrimPrefix(url, "http://")
 	}
-	s.c = testenv.New(t, func(c *ctrl.Config) {
-		c.StateDir, c.Database = s.stateDir, dsn
-		c.WorkspaceListen, c.OperatorListen, c.NodeListen = s.addrs[0], s.addrs[1], s.addrs[2]
-	})
 	// Template and platform files no VM boots; the fake provider reads
 	// the template root as its list of guest paths.
 	s.c.UnbootableCatalog(t)
-	// The clients stay: the ctrl under test listens where this one did,
-	// with the keys this one made in the state directory.
 	s.c.Ctrl.Close()
 	s.restart(t, "")
 
@@ -111,16 +105,6 @@ func newSystem(t *testing.T, dsn string) *system {
 		s.c.EnsureCapacity(t, name, testenv.DefaultPoolCapacity)
 	}
 	return s
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // restart ends the running ctrl, if it still runs, and starts another,
@@ -148,25 +132,11 @@ func (s *system) startCtrl(t *testing.T, crash string) *ctrlProc {
 		t.Fatal(err)
 	}
 	cmd.Stderr = stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	p := &ctrlProc{cmd: cmd, stderr: stderr.Name(), exited: make(chan struct{})}
-	ready := make(chan bool, 1)
 	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "endpoints file:") {
-				ready <- true
-				break
-			}
-		}
-		ready <- false
-		_, _ = io.Copy(io.Discard, stdout)
 		_ = cmd.Wait()
 		stderr.Close()
 		close(p.exited)
@@ -179,15 +149,15 @@ func (s *system) startCtrl(t *testing.T, crash string) *ctrlProc {
 			s.top.Logf("the last ctrl's stderr:\n%s", tail(string(b), 60))
 		}
 	})
-	select {
-	case ok := <-ready:
-		if !ok {
+	// It serves once its Operator endpoint answers.
+	testenv.WaitFor(t, "ctrl to serve", func() bool {
+		if !p.running() {
 			b, _ := os.ReadFile(p.stderr)
 			t.Fatalf("ctrl exited before it served:\n%s", tail(string(b), 40))
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("ctrl did not serve within a minute")
-	}
+		_, err := s.c.Nodes.ListNodeRegistrations(context.Background(), connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{}))
+		return err == nil
+	})
 	return p
 }
 
@@ -245,22 +215,6 @@ func (s *system) hits(t *testing.T) []hit {
 // its key is the command_id or one of its operations.
 func about(key, commandID string) bool {
 	return key == commandID || strings.HasPrefix(key, commandID+"/")
-}
-
-var appliedLine = regexp.MustCompile(`msg="operation applied".* operation_id=(\S+)`)
-
-// applied counts, per operation_id, how often the node applied it.
-func (s *system) applied(t *testing.T) map[string]int {
-	t.Helper()
-	b, err := os.ReadFile(s.nodeLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]int{}
-	for _, m := range appliedLine.FindAllStringSubmatch(string(b), -1) {
-		counts[m[1]]++
-	}
-	return counts
 }
 
 // countingProvider is the fake VM provider, counting the executions it
