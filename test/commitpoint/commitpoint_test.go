@@ -35,8 +35,9 @@ import (
 //     applied no operation twice;
 //   - ctrl's records agree with the node: the block files in each pool
 //     directory are exactly the Volumes and layers ctrl lists there, at
-//     their capacities, and the executions running are exactly the
-//     placements ctrl lists.
+//     their capacities (each Volume where the Volume API says), and the
+//     executions running are exactly the placements ctrl lists, which are
+//     the AVAILABLE Workspaces'.
 //
 // Every point of failpoint.Points must have crashed ctrl at least once on
 // each database. Each command walks on a system of its own (a database, a

@@ -38,9 +38,6 @@ const lease = "2s"
 // and state directory, with one node agent in this process that runs the
 // fake VM provider and keeps real block files in two pool directories.
 type system struct {
-	// top is the test of the whole walk: what outlives one run (the
-	// ctrl processes, their files) is its to clean up.
-	top           *testing.T
 	dsn, stateDir string
 	// addrs are the ctrl's three listeners, the same at every restart so
 	// the node and the clients find it again.
@@ -53,8 +50,6 @@ type system struct {
 	// nodeLog is the node agent's log, read for the operations it applied.
 	nodeLog string
 	pools   map[string]string // name → directory
-	// crashes counts, by point, the crashes walked.
-	crashes map[string]int
 }
 
 // ctrlProc is one incarnation of `kibotos ctrl`.
@@ -69,8 +64,7 @@ type ctrlProc struct {
 // the ctrl under test on them with a node enrolled.
 func newSystem(t *testing.T, dsn string) *system {
 	s := &system{
-		top: t, dsn: dsn, stateDir: t.TempDir(), trace: filepath.Join(t.TempDir(), "trace"),
-		pools: map[string]string{}, crashes: map[string]int{},
+		dsn: dsn, stateDir: t.TempDir(), trace: filepath.Join(t.TempDir(), "trace"), pools: map[string]string{},
 	}
 	s.c = testenv.New(t, func(c *ctrl.Config) { c.StateDir, c.Database = s.stateDir, dsn })
 	// The ctrl under test listens where this one did (on ports it chose),
@@ -109,7 +103,8 @@ func newSystem(t *testing.T, dsn string) *system {
 
 // restart ends the running ctrl, if it still runs, and starts another,
 // armed with crash (KIBOTOS_FAILPOINT; "" arms nothing), and waits until
-// it serves and the node is READY on it again.
+// it serves. The node reconnects on its own; a command that needs it
+// meanwhile waits for it.
 func (s *system) restart(t *testing.T, crash string) {
 	t.Helper()
 	if s.ctrl != nil {
@@ -117,9 +112,6 @@ func (s *system) restart(t *testing.T, crash string) {
 		<-s.ctrl.exited
 	}
 	s.ctrl = s.startCtrl(t, crash)
-	if s.vms != nil {
-		s.c.WaitStatus(t, nodeID, operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY)
-	}
 }
 
 func (s *system) startCtrl(t *testing.T, crash string) *ctrlProc {
@@ -127,7 +119,7 @@ func (s *system) startCtrl(t *testing.T, crash string) *ctrlProc {
 	cmd := exec.Command(kibotosBin, "ctrl", "--state-dir", s.stateDir, "--database", s.dsn,
 		"--workspace-listen", s.addrs[0], "--operator-listen", s.addrs[1], "--node-listen", s.addrs[2])
 	cmd.Env = append(os.Environ(), failpoint.EnvTrace+"="+s.trace, failpoint.EnvLease+"="+lease, failpoint.EnvCrash+"="+crash)
-	stderr, err := os.CreateTemp(s.top.TempDir(), "ctrl-*.stderr")
+	stderr, err := os.CreateTemp(t.TempDir(), "ctrl-*.stderr")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,12 +133,12 @@ func (s *system) startCtrl(t *testing.T, crash string) *ctrlProc {
 		stderr.Close()
 		close(p.exited)
 	}()
-	s.top.Cleanup(func() {
+	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.exited
-		if s.top.Failed() && s.ctrl == p {
+		if t.Failed() && s.ctrl == p {
 			b, _ := os.ReadFile(p.stderr)
-			s.top.Logf("the last ctrl's stderr:\n%s", tail(string(b), 60))
+			t.Logf("the last ctrl's stderr:\n%s", tail(string(b), 60))
 		}
 	})
 	// It serves once its Operator endpoint answers.
