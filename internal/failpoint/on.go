@@ -12,9 +12,6 @@ import (
 	"time"
 )
 
-// Enabled says whether this binary was built with the failpoint tag.
-const Enabled = true
-
 type config struct {
 	point, key string
 	n          int
