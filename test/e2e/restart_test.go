@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -266,19 +265,9 @@ func availableVolumes(t *testing.T, client ctrlv1connect.VolumeServiceClient) ma
 	}
 }
 
-var appliedLine = regexp.MustCompile(`msg="operation applied".* operation_id=(\S+)`)
-
 // appliedOperations counts, per operation_id, how often the node applied it.
 func appliedOperations(t *testing.T, stderrPath string) map[string]int {
-	b, err := os.ReadFile(stderrPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]int{}
-	for _, m := range appliedLine.FindAllStringSubmatch(string(b), -1) {
-		counts[m[1]]++
-	}
-	return counts
+	return testenv.AppliedOperations(t, stderrPath)
 }
 
 // checkExactlyOnce asserts every admitted command's block file exists and

@@ -26,6 +26,7 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
+	"github.com/kibotos/kibotos/internal/failpoint"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/telemetry"
 )
@@ -104,7 +105,7 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 		// (PostgreSQL): undo ours and answer as a replay would.
 		return nil, errRaced
 	}
-	admitted(tx.Context(), kind, !eff.Long)
+	admitted(tx.Context(), commandID, kind, !eff.Long)
 	return eff.Result, nil
 }
 
@@ -126,6 +127,7 @@ func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error 
 	if err == nil {
 		m := metrics.FromContext(ctx)
 		for _, a := range adm.list {
+			failpoint.Hit(failpoint.Admitted, a.id)
 			a.count(m)
 		}
 	}
@@ -134,7 +136,7 @@ func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error 
 
 // admission is one command a transaction admitted.
 type admission struct {
-	kind string
+	id, kind string
 	// final: the command was final at admission (not long): it
 	// succeeded as it was admitted.
 	final bool
@@ -157,8 +159,8 @@ type admissionsKey struct{}
 // egress fan-out, a pool cleanup, made within a larger transaction) is
 // counted at once; if that transaction rolls back and runs again, it is
 // counted again.
-func admitted(ctx context.Context, kind string, final bool) {
-	a := admission{kind: kind, final: final}
+func admitted(ctx context.Context, id, kind string, final bool) {
+	a := admission{id: id, kind: kind, final: final}
 	if adm, ok := ctx.Value(admissionsKey{}).(*admissions); ok {
 		adm.list = append(adm.list, a)
 		return

@@ -14,6 +14,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
+	"github.com/kibotos/kibotos/internal/failpoint"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -41,7 +42,7 @@ type Runner struct {
 func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *Runner {
 	r := &Runner{
 		store: s, owner: owner, handlers: map[string]Handler{}, log: log,
-		now: time.Now, lease: 30 * time.Second, poll: time.Second, workers: 8,
+		now: time.Now, lease: failpoint.Lease(30 * time.Second), poll: time.Second, workers: 8,
 		kick: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
@@ -107,6 +108,7 @@ func (r *Runner) Run(ctx context.Context) {
 				r.log.Error("claim command", "err", err)
 				break
 			}
+			failpoint.Hit(failpoint.Claimed, c.GetCommandId())
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
@@ -213,7 +215,7 @@ func (w *Work) Now() time.Time { return w.r.now() }
 // update changes the command and other records in one transaction, only if
 // this worker still holds the command's lease.
 func (w *Work) update(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRow) error) error {
-	return w.r.store.Tx(ctx, func(tx *store.Tx) error {
+	err := w.r.store.Tx(ctx, func(tx *store.Tx) error {
 		c, err := tx.GetCommand(w.c.GetCommandId(), true)
 		if err != nil {
 			return err
@@ -231,6 +233,10 @@ func (w *Work) update(ctx context.Context, fn func(tx *store.Tx, c *store.Comman
 		w.c = c
 		return nil
 	})
+	if err == nil && !w.c.Final() {
+		failpoint.Hit(failpoint.StepCommitted, w.c.GetCommandId())
+	}
+	return err
 }
 
 // Succeed ends the command successfully after fn's writes.
@@ -268,6 +274,7 @@ func (w *Work) end(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRo
 		c := w.c.Command
 		w.r.metrics.CommandFinished(c.GetKind(), c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED,
 			c.GetCompletedAt().AsTime().Sub(c.GetAdmittedAt().AsTime()))
+		failpoint.Hit(failpoint.Ended, c.GetCommandId())
 	}
 	return err
 }
@@ -304,5 +311,10 @@ func (w *Work) reschedule(ctx context.Context, state storev1.CommandState, waiti
 		return nil
 	})
 	w.ended = err == nil
+	if w.ended {
+		// A step due again at once (retry 0, or woken) goes on now, not
+		// at the runner's next poll (up to a second later).
+		w.r.Kick()
+	}
 	return err
 }

@@ -25,6 +25,9 @@ import (
 type Waker interface {
 	Wake(ctx context.Context, commandIDs ...string) error
 	WakeWaiting(ctx context.Context) error
+	// Kick makes the runner look for due commands now: a transaction
+	// that woke some (store.Tx.WakeCommand) committed.
+	Kick()
 }
 
 // Config tunes the fleet.

@@ -24,6 +24,7 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/failpoint"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/telemetry"
 )
@@ -679,8 +680,10 @@ func (f *Fleet) PollOperations(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// operationAnswered records a node's answer and wakes the command.
+// operationAnswered records a node's answer and wakes the command, in one
+// transaction.
 func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.CommandResult) error {
+	failpoint.Hit(failpoint.AnswerReceived, r.GetOperationId())
 	var commandID string
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
 		op, err := tx.GetNodeOperation(r.GetOperationId(), true)
@@ -697,10 +700,17 @@ func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.Com
 		op.Code, op.Message, op.Result = r.GetCode(), r.GetMessage(), r.GetResult()
 		op.AnsweredAt = timestamppb.New(f.now())
 		commandID = op.GetCommandId()
-		return tx.PutNodeOperation(op)
+		if err := tx.PutNodeOperation(op); err != nil {
+			return err
+		}
+		// The wake commits with the answer: woken after the commit, a
+		// crash between the two left the command asleep until its next
+		// attempt, up to 30 s later (the commit-point test found it).
+		return tx.WakeCommand(commandID, f.now())
 	})
 	if err == nil && commandID != "" {
-		err = f.waker.Wake(ctx, commandID)
+		failpoint.Hit(failpoint.AnswerRecorded, commandID)
+		f.waker.Kick()
 	}
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/failpoint"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -146,11 +147,17 @@ func (f *Fleet) commitWrites(ctx context.Context, batch []*registrationWrite) {
 			}
 			unchangedPools = append(unchangedPools, n)
 		}
-		return tx.UpdateNodes(unchangedPools)
+		if err := tx.UpdateNodes(unchangedPools); err != nil {
+			return err
+		}
+		failpoint.Hit(failpoint.BatchWritten, "")
+		return nil
 	})
 	if err != nil {
 		failAll(batch, err)
+		return
 	}
+	failpoint.Hit(failpoint.BatchCommitted, "")
 }
 
 // applyWrites applies the writes of one node to its registration n, and

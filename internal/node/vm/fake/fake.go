@@ -3,7 +3,9 @@
 // answering a few guest agent calls (Ping, Shutdown, StatFile) over an
 // in-process channel, and it passes the provider conformance suite
 // (internal/node/vm/vmtest) like a real provider. Never wire it into a
-// node that serves Workspaces.
+// node that serves Workspaces; the one exception is the commit-point
+// test's node (test/commitpoint), which a ctrl built with the failpoint
+// tag places on.
 //
 // Its "template root" disk is a text file listing the paths the guest
 // has, one a line; the Volume's mount path is there too. An agent restart
@@ -68,7 +70,8 @@ func (p *Provider) Restarted() *Provider { return &Provider{h: p.h} }
 func (p *Provider) Name() string     { return Name }
 func (p *Provider) Available() error { return nil }
 
-// Capabilities are provider.fake, which ctrl does not place on.
+// Capabilities are provider.fake, which ctrl does not place on (only a
+// ctrl built with the failpoint tag does, for the commit-point test).
 func (p *Provider) Capabilities() []string { return []string{capability.Provider(Name)} }
 
 // Start implements vm.Provider.
