@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -45,11 +47,14 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; rows are interleaved in each round and the median round is shown")
 	conc := flag.Int("c", 16, "concurrent callers")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it); empty skips PostgreSQL")
+	prefills := flag.String("volumes", "0", "Volumes already in the pool before a row's admissions, comma-separated: each is a row")
+	paths := flag.String("paths", "domain,connect", "paths to admit through, comma-separated: domain, connect")
 	flag.Parse()
 	ctx := context.Background()
 
 	type row struct {
 		db, path string
+		volumes  int
 		rounds   []result
 	}
 	var rows []*row
@@ -58,8 +63,14 @@ func main() {
 		backends = append(backends, struct{ name, dsn string }{"postgres", *pg})
 	}
 	for _, b := range backends {
-		for _, path := range []string{"domain", "connect"} {
-			rows = append(rows, &row{db: b.name, path: path})
+		for _, path := range strings.Split(*paths, ",") {
+			for _, v := range strings.Split(*prefills, ",") {
+				volumes, err := strconv.Atoi(v)
+				if err != nil {
+					panic(fmt.Sprintf("-volumes %q: %v", v, err))
+				}
+				rows = append(rows, &row{db: b.name, path: path, volumes: volumes})
+			}
 		}
 	}
 	for round := 0; round < *rounds; round++ {
@@ -71,7 +82,7 @@ func main() {
 					panic(err)
 				}
 			}
-			res, err := run(ctx, dsn, r.path, *n, *conc)
+			res, err := run(ctx, dsn, r.path, r.volumes, *n, *conc)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, r.db, r.path, err)
 				os.Exit(1)
@@ -82,7 +93,7 @@ func main() {
 	fmt.Printf("CreateVolume admissions: %d per row and round, %d concurrent callers, %d rounds (median round shown), GOMAXPROCS %d\n",
 		*n, *conc, *rounds, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tpath\tcommands/s\tp50\tp99\tall rounds (commands/s)\t")
+	fmt.Fprintln(tw, "database\tpath\tVolumes before\tcommands/s\tp50\tp99\tall rounds (commands/s)\t")
 	for _, r := range rows {
 		sorted := slices.Clone(r.rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return int(a.perSecond - b.perSecond) })
@@ -94,7 +105,7 @@ func main() {
 			}
 			all += fmt.Sprintf("%.0f", x.perSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t\n", r.db, r.path, med.perSecond, med.p50.Round(10*time.Microsecond), med.p99.Round(10*time.Microsecond), all)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t\n", r.db, r.path, r.volumes, med.perSecond, med.p50.Round(10*time.Microsecond), med.p99.Round(10*time.Microsecond), all)
 	}
 	tw.Flush()
 }
@@ -113,8 +124,9 @@ type result struct {
 }
 
 // run admits n CreateVolume commands with conc callers, through the domain
-// directly or through Connect over HTTP on an in-process server.
-func run(ctx context.Context, dsn, path string, n, conc int) (result, error) {
+// directly or through Connect over HTTP on an in-process server, into a
+// pool that holds volumes Volumes already.
+func run(ctx context.Context, dsn, path string, volumes, n, conc int) (result, error) {
 	if dsn == "sqlite" {
 		dsn = sqliteDSN() // a fresh file per row
 	}
@@ -133,7 +145,16 @@ func run(ctx context.Context, dsn, path string, n, conc int) (result, error) {
 			return err
 		}
 		// A pool takes no new Volumes until it has a capacity: room for every round's.
-		return tx.SetStoragePoolCapacity("default", 1<<62)
+		if err := tx.SetStoragePoolCapacity("default", 1<<62); err != nil {
+			return err
+		}
+		for i := 0; i < volumes; i++ {
+			if err := tx.PutVolume(&ctrlv1.Volume{VolumeId: fmt.Sprintf("vol-before-%d", i), State: ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE,
+				Spec: &ctrlv1.VolumeSpec{StoragePool: "default", CapacityBytes: 1 << 30}}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		return result{}, err
 	}

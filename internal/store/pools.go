@@ -194,13 +194,15 @@ func (t *Tx) StoragePoolUsage(name string) (PoolUsage, error) {
 
 // StoragePoolReserved sums the declared capacities of what lives in a pool
 // and of what moves into it: what a new object is admitted against.
+// It reads the pool's counter (pool_reserved), so it costs the same however
+// many objects the pool holds.
 func (t *Tx) StoragePoolReserved(name string) (uint64, error) {
-	l, err := t.living(name)
+	reserved, err := t.reservedIn(name)
 	if err != nil {
 		return 0, err
 	}
 	moving, err := t.movingIn(name)
-	return uint64(l.volumeBytes+l.layerBytes) + moving, err
+	return reserved + moving, err
 }
 
 type living struct{ volumes, volumeBytes, layers, layerBytes int64 }

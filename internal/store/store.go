@@ -264,9 +264,10 @@ func byteOrder(ctx context.Context, conn *sql.Conn) error {
 // migrationHooks are the Go steps of a migration, run after its SQL in the
 // same transaction: what SQL cannot do, such as reading protobuf bodies.
 var migrationHooks = map[int]func(*sql.Tx, dialect) error{
-	4: backfillRuntimeNodes,
-	7: backfillPools,
-	8: backfillPlacement,
+	4:  backfillRuntimeNodes,
+	7:  backfillPools,
+	8:  backfillPlacement,
+	14: backfillPoolReserved,
 }
 
 func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int, body string, hook func(*sql.Tx, dialect) error) error {

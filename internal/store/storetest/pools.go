@@ -19,11 +19,12 @@ import (
 // capacity, loss, what lives in a pool) against databases from b.
 func RunStoragePools(t *testing.T, b Backend) {
 	for name, fn := range map[string]func(*testing.T, string){
-		"PoolsDeclaredByRegistrations": testPoolsDeclaredByRegistrations,
-		"PoolCapacityAndLoss":          testPoolCapacityAndLoss,
-		"PoolUsageAndObjects":          testPoolUsageAndObjects,
-		"PoolsBackfilled":              testPoolsBackfilled,
-		"PoolMovesAndCleanups":         testPoolMovesAndCleanups,
+		"PoolsDeclaredByRegistrations":  testPoolsDeclaredByRegistrations,
+		"PoolCapacityAndLoss":           testPoolCapacityAndLoss,
+		"PoolUsageAndObjects":           testPoolUsageAndObjects,
+		"PoolsBackfilled":               testPoolsBackfilled,
+		"PoolMovesAndCleanups":          testPoolMovesAndCleanups,
+		"PoolReservedFollowsEveryWrite": testPoolReservedFollowsEveryWrite,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -224,6 +225,7 @@ func testPoolsBackfilled(t *testing.T, dsn string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	undoPoolReserved(t, db, driver == "pgx")
 	for _, stmt := range []string{
 		"DROP TABLE storage_pools",
 		"DROP INDEX workspace_runtime_layer_pool",
@@ -246,6 +248,9 @@ func testPoolsBackfilled(t *testing.T, dsn string) {
 		}
 		if want := (store.PoolUsage{Volumes: 1, Layers: 1, ReservedBytes: 5 << 30}); u != want {
 			t.Errorf("usage after the backfill %+v, want %+v", u, want)
+		}
+		if reserved, err := tx.StoragePoolReserved("pool-a"); err != nil || reserved != 5<<30 {
+			t.Errorf("reserved after the backfill %d (%v), want %d", reserved, err, 5<<30)
 		}
 		_, err = tx.GetStoragePool("pool-a", false)
 		return err
@@ -323,6 +328,117 @@ func testPoolMovesAndCleanups(t *testing.T, dsn string) {
 		u, err := tx.StoragePoolUsage("pool-a")
 		if u != (store.PoolUsage{}) {
 			t.Errorf("usage of pool-a after the removal %+v", u)
+		}
+		return err
+	})
+}
+
+// undoPoolReserved undoes migration 14 (the pool_reserved counters and
+// their triggers), which the columns of migration 7 cannot be dropped under.
+func undoPoolReserved(t *testing.T, db *sql.DB, postgres bool) {
+	t.Helper()
+	stmts := []string{"DROP FUNCTION volumes_reserved, runtime_reserved, workspaces_reserved CASCADE", "DROP FUNCTION pool_reserved_add"}
+	if !postgres {
+		stmts = nil
+		for _, table := range []string{"volumes", "runtime", "workspaces"} {
+			for _, op := range []string{"insert", "update", "delete"} {
+				stmts = append(stmts, "DROP TRIGGER "+table+"_reserved_"+op)
+			}
+		}
+	}
+	for _, stmt := range append(stmts, "DROP TABLE pool_reserved", "DELETE FROM schema_migrations WHERE version = 14") {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
+// testPoolReservedFollowsEveryWrite: the counter a new object is admitted
+// against (StoragePoolReserved) equals the sum over the pool's objects
+// (StoragePoolUsage) after every kind of write that moves it: Volumes
+// created, resized, moved between pools, deleted and removed; layers
+// placed, resized, moved; Workspaces deleting and deleted; and writes that
+// change none of it.
+func testPoolReservedFollowsEveryWrite(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	const (
+		available = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+		deleting  = ctrlv1.VolumeState_VOLUME_STATE_DELETING
+		deleted   = ctrlv1.VolumeState_VOLUME_STATE_DELETED
+		stopped   = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
+		wsGoing   = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING
+	)
+	steps := []struct {
+		what string
+		fn   func(tx *store.Tx) error
+	}{
+		{"volumes created", func(tx *store.Tx) error {
+			if err := tx.PutVolume(poolVolume("vol-a", "pool-a", available, 1<<30)); err != nil {
+				return err
+			}
+			return tx.PutVolume(poolVolume("vol-b", "pool-a", ctrlv1.VolumeState_VOLUME_STATE_CREATING, 2<<30))
+		}},
+		{"a volume written unchanged", func(tx *store.Tx) error {
+			v := poolVolume("vol-a", "pool-a", available, 1<<30)
+			v.Labels = map[string]string{"k": "v"}
+			return tx.PutVolume(v)
+		}},
+		{"a volume resized", func(tx *store.Tx) error { return tx.PutVolume(poolVolume("vol-a", "pool-a", available, 3<<30)) }},
+		{"a volume moved", func(tx *store.Tx) error { return tx.PutVolume(poolVolume("vol-b", "pool-b", available, 2<<30)) }},
+		{"a layer placed before its workspace", func(tx *store.Tx) error {
+			if err := tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-a", LayerPool: "pool-a", LayerCapacityBytes: 4 << 30}); err != nil {
+				return err
+			}
+			return tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-a", State: stopped})
+		}},
+		{"a workspace with its layer", func(tx *store.Tx) error { return putLayer(tx, "ws-b", "pool-b", stopped, 8<<30) }},
+		{"a layer resized and a layer moved", func(tx *store.Tx) error {
+			if err := tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-a", LayerPool: "pool-a", LayerCapacityBytes: 5 << 30}); err != nil {
+				return err
+			}
+			return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-b", LayerPool: "pool-a", LayerCapacityBytes: 8 << 30})
+		}},
+		{"a workspace deleting, then written again", func(tx *store.Tx) error {
+			if err := tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-b", State: wsGoing}); err != nil {
+				return err
+			}
+			return tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-b", State: wsGoing, Generation: 2})
+		}},
+		{"its layer cleared", func(tx *store.Tx) error { return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-b"}) }},
+		{"a volume deleting, another deleted", func(tx *store.Tx) error {
+			if err := tx.PutVolume(poolVolume("vol-a", "pool-a", deleting, 3<<30)); err != nil {
+				return err
+			}
+			return tx.PutVolume(poolVolume("vol-b", "pool-b", deleted, 2<<30))
+		}},
+	}
+	for _, step := range steps {
+		mustTx(t, s, step.fn)
+		mustTx(t, s, func(tx *store.Tx) error {
+			for _, pool := range []string{"pool-a", "pool-b"} {
+				u, err := tx.StoragePoolUsage(pool)
+				if err != nil {
+					return err
+				}
+				reserved, err := tx.StoragePoolReserved(pool)
+				if err != nil {
+					return err
+				}
+				if reserved != u.ReservedBytes {
+					t.Errorf("after %s: %s reserved %d by its counter, %d by its objects", step.what, pool, reserved, u.ReservedBytes)
+				}
+			}
+			return nil
+		})
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		a, err := tx.StoragePoolReserved("pool-a")
+		if err != nil {
+			return err
+		}
+		b, err := tx.StoragePoolReserved("pool-b")
+		if a != 5<<30 || b != 0 {
+			t.Errorf("at the end pool-a reserves %d, pool-b %d; want %d and 0", a, b, 5<<30)
 		}
 		return err
 	})
