@@ -38,7 +38,8 @@ func (r *Refusal) Failure(stage ctrlv1.FailureStage, now time.Time) *ctrlv1.Work
 
 // Reserve admits a new object of size bytes in pool, inside the caller's
 // transaction, which then stores the object: the object's own record is
-// the reservation (the pool sums the objects living in it). It returns the
+// the reservation (the store keeps each pool's sum of them as a counter,
+// so this costs the same however many objects the pool holds). It returns the
 // refusal when the pool takes no such object: a pool declared lost
 // (failed_precondition), one with no capacity set, or one whose capacity
 // the object would exceed (resource_exhausted). The pool's row lock
