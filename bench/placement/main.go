@@ -174,7 +174,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -183,8 +183,8 @@ func print(rows [][]result) {
 		for i, x := range rounds {
 			all[i] = fmt.Sprintf("%.1f", x.perSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n", r.db, r.nodes, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, strings.Join(all, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%s\t\n", r.db, r.nodes, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, strings.Join(all, " "))
 	}
 	tw.Flush()
 }
@@ -229,6 +229,10 @@ type result struct {
 	perSecond            float64
 	placement, available []time.Duration
 	nodesUsed            int
+	// txsEach and commitsEach are the store's transactions and database
+	// commits while the callers ran, over the Workspaces AVAILABLE (the
+	// fleet's own writes in that time included).
+	txsEach, commitsEach float64
 }
 
 // placements is what the simulated nodes saw: when each Workspace's
@@ -325,7 +329,14 @@ func runRow(r row) (result, error) {
 	}
 
 	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
-	return create(ctx, r, ws, p, res)
+	st0 := srv.Store().Stats()
+	res, err = create(ctx, r, ws, p, res)
+	if n := len(res.available); n > 0 {
+		st1 := srv.Store().Stats()
+		res.txsEach = float64(st1.Transactions-st0.Transactions) / float64(n)
+		res.commitsEach = float64(st1.Commits-st0.Commits) / float64(n)
+	}
+	return res, err
 }
 
 // create runs the callers and collects their timings.

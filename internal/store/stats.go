@@ -8,8 +8,12 @@ import (
 // Stats is what this Store's transactions have cost since it opened.
 type Stats struct {
 	// Transactions counts the transactions that began (each attempt of a
-	// retried one), committed or not.
+	// retried one), committed or not. On SQLite several of them share one
+	// database transaction and its commit (group.go).
 	Transactions uint64
+	// Commits counts the database transactions committed. On PostgreSQL
+	// one per committed transaction; on SQLite one per group (group.go).
+	Commits uint64
 	// Held is the time they held a database connection, from BEGIN to the
 	// end of COMMIT or ROLLBACK. On SQLite, whose one connection every
 	// transaction takes in turn, Held over wall time is the share of time
@@ -23,15 +27,19 @@ type Stats struct {
 // benchmarks).
 type txStats struct {
 	transactions atomic.Uint64
+	commits      atomic.Uint64
 	heldNanos    atomic.Int64
 }
 
-func (t *txStats) held(since time.Time) {
-	t.transactions.Add(1)
-	t.heldNanos.Add(int64(time.Since(since)))
-}
+func (t *txStats) began() { t.transactions.Add(1) }
+
+func (t *txStats) committed() { t.commits.Add(1) }
+
+// heldFor adds the time a database transaction held its connection (on
+// SQLite one group of transactions sharing a commit).
+func (t *txStats) heldFor(since time.Time) { t.heldNanos.Add(int64(time.Since(since))) }
 
 // Stats reads the counters.
 func (s *Store) Stats() Stats {
-	return Stats{Transactions: s.stats.transactions.Load(), Held: time.Duration(s.stats.heldNanos.Load())}
+	return Stats{Transactions: s.stats.transactions.Load(), Commits: s.stats.commits.Load(), Held: time.Duration(s.stats.heldNanos.Load())}
 }

@@ -46,6 +46,8 @@ type Store struct {
 	stats txStats
 	// changes tells this process's waiters of committed writes.
 	changes changes
+	// group shares commits between concurrent transactions (SQLite).
+	group grouper
 }
 
 // Open connects to dsn and brings its schema up to date. A dsn starting with
@@ -327,11 +329,15 @@ func (s *Store) Tx(ctx context.Context, fn func(*Tx) error) error {
 }
 
 func (s *Store) tryTx(ctx context.Context, fn func(*Tx) error) error {
+	if s.lock != nil {
+		return s.groupTx(ctx, fn)
+	}
 	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	defer s.stats.held(time.Now())
+	s.stats.began()
+	defer s.stats.heldFor(time.Now())
 	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts}
 	if err := fn(tx); err != nil {
 		_ = sqlTx.Rollback()
@@ -340,6 +346,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(*Tx) error) error {
 	if err := sqlTx.Commit(); err != nil {
 		return err
 	}
+	s.stats.committed()
 	s.changes.committed(tx.written)
 	return nil
 }

@@ -65,10 +65,11 @@ func StateLabel(name string) string {
 	return strings.ToLower(strings.TrimPrefix(name, "WORKSPACE_STATE_"))
 }
 
-// Store is kibotos_store_transactions_total and
-// kibotos_store_transaction_seconds_total: the transactions ctrl's store
-// began and the time they held a database connection (store.Stats), read
-// at each scrape. The rate of the second is the database's busy share on
+// Store is kibotos_store_transactions_total,
+// kibotos_store_commits_total and kibotos_store_transaction_seconds_total:
+// the transactions ctrl's store began, the database commits they took (on
+// SQLite concurrent transactions share one) and the time they held a
+// database connection (store.Stats), read at each scrape. The rate of the second is the database's busy share on
 // SQLite (one connection); seconds over transactions is the mean time.
 func Store(st *store.Store) []prometheus.Collector {
 	return []prometheus.Collector{
@@ -76,6 +77,10 @@ func Store(st *store.Store) []prometheus.Collector {
 			Name: "kibotos_store_transactions_total",
 			Help: "Database transactions ctrl began (each attempt of a retried one), committed or rolled back.",
 		}, func() float64 { return float64(st.Stats().Transactions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "kibotos_store_commits_total",
+			Help: "Database commits ctrl made; on SQLite, transactions that arrive together share one commit.",
+		}, func() float64 { return float64(st.Stats().Commits) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "kibotos_store_transaction_seconds_total",
 			Help: "Time ctrl's transactions held a database connection, BEGIN to the end of COMMIT or ROLLBACK.",
