@@ -113,6 +113,10 @@ func checkMetrics(t *testing.T, d *dev, id string) {
 	if connect.CodeOf(err) != connect.CodeNotFound || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_READING_METRICS {
 		t.Errorf("metrics of a missing Workspace: %v (stage %v)", err, stageOf(err))
 	}
+	_, err = d.metrics(apiKey).GetWorkspaceMetrics(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceMetricsRequest{}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || fieldOf(err) != "workspace_id" || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_READING_METRICS {
+		t.Errorf("metrics without a workspace_id: %v (field %q, stage %v)", err, fieldOf(err), stageOf(err))
+	}
 	checkMetricsOfAFrozenGuest(t, d, id)
 }
 
@@ -128,8 +132,9 @@ func checkMetricsOfAFrozenGuest(t *testing.T, d *dev, id string) {
 	client := d.metrics(d.env[clientconfig.EnvToken])
 	_, err := client.GetWorkspaceMetrics(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceMetricsRequest{WorkspaceId: id}))
 	thaw()
-	if connect.CodeOf(err) != connect.CodeUnavailable || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_READING_METRICS {
-		t.Errorf("metrics of a frozen guest: %v (stage %v)", err, stageOf(err))
+	if connect.CodeOf(err) != connect.CodeUnavailable || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_READING_METRICS ||
+		!strings.Contains(err.Error(), "did not answer") {
+		t.Errorf("metrics of a frozen guest: %v (stage %v), want unavailable: the guest did not answer", err, stageOf(err))
 	}
 	waitUntil(t, "a sample once the guest is thawed", time.Minute, func() bool {
 		_, err := client.GetWorkspaceMetrics(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceMetricsRequest{WorkspaceId: id}))
