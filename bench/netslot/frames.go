@@ -86,6 +86,7 @@ func (*framedAttachment) Draining() uint64                         { return 0 }
 func (*framedAttachment) EgressDraining() []netslot.EgressDraining { return nil }
 func (*framedAttachment) EgressFaults() []netslot.EgressFault      { return nil }
 func (*framedAttachment) ResolverFaults() []netslot.ResolverFault  { return nil }
+func (a *framedAttachment) Counters() netslot.Counters             { return a.slot.Counters() }
 
 func (a *framedAttachment) Release() error {
 	close(a.done)

@@ -404,6 +404,7 @@ func (openUserMode) Draining() uint64                         { return 0 }
 func (openUserMode) EgressDraining() []netslot.EgressDraining { return nil }
 func (openUserMode) EgressFaults() []netslot.EgressFault      { return nil }
 func (openUserMode) ResolverFaults() []netslot.ResolverFault  { return nil }
+func (openUserMode) Counters() netslot.Counters               { return netslot.Counters{} }
 
 // round runs the three measures once in s's guest; keep adds them to its
 // samples.

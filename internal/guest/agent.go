@@ -3,6 +3,7 @@ package guest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -58,6 +59,8 @@ type Agent struct {
 	// Memory is the guest's memory watch, reported by Ping; nil reports
 	// none.
 	Memory *MemoryWatch
+	// Sampler answers Sample; nil answers unimplemented.
+	Sampler *Sampler
 
 	shutdownOnce sync.Once
 }
@@ -107,4 +110,17 @@ func (a *Agent) Shutdown(ctx context.Context, _ *connect.Request[guestv1.Shutdow
 		}()
 	})
 	return connect.NewResponse(&guestv1.ShutdownResponse{Durable: r.Durable, Message: r.Message}), nil
+}
+
+// Sample reads the guest's resource usage now: the MetricsSample fields
+// the guest knows.
+func (a *Agent) Sample(context.Context, *connect.Request[guestv1.SampleRequest]) (*connect.Response[guestv1.SampleResponse], error) {
+	if a.Sampler == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this agent does not sample its guest"))
+	}
+	sample, err := a.Sampler.Sample(time.Now())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("sampling the guest: %w", err))
+	}
+	return connect.NewResponse(&guestv1.SampleResponse{Sample: sample}), nil
 }

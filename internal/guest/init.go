@@ -80,7 +80,8 @@ func RunStandalone(ctx context.Context, port, bootID, version string, logger *lo
 	defer cancel()
 	reaper := NewReaper()
 	go reaper.Run(ctx)
-	agent := &Agent{BootID: bootID, Version: version, Reaper: reaper, Machine: Standalone(logger, cancel)}
+	agent := &Agent{BootID: bootID, Version: version, Reaper: reaper, Machine: Standalone(logger, cancel),
+		Sampler: startSampler(ctx, []string{"/", "/tmp", "/run"}, logger)}
 	logger.Printf("agent %s serving on %s (boot id %s)", version, port, bootID)
 	return Serve(ctx, port, agent.Handler(), func(err error) { logger.Printf("%v", err) })
 }
@@ -99,7 +100,7 @@ func RunInit(version string) {
 	go reaper.Run(context.Background())
 	go s.handleSignals(sigs)
 
-	port, bootID, err := s.boot()
+	port, bootID, cfg, err := s.boot()
 	if err != nil {
 		s.PowerOff(fmt.Sprintf("boot failed: %v", err))
 	}
@@ -109,7 +110,8 @@ func RunInit(version string) {
 			s.Log.Printf("memory watch: %v", err)
 		}
 	}()
-	agent := &Agent{BootID: bootID, Version: version, Reaper: reaper, Machine: s, Memory: memory}
+	agent := &Agent{BootID: bootID, Version: version, Reaper: reaper, Machine: s, Memory: memory,
+		Sampler: startSampler(context.Background(), SampledPaths(cfg), s.Log)}
 	s.Log.Printf("agent %s serving on %s (boot id %s)", version, port, bootID)
 	_ = Serve(context.Background(), port, agent.Handler(), func(err error) {
 		if !s.down.Load() {
@@ -132,8 +134,33 @@ func (s *System) handleSignals(sigs <-chan os.Signal) {
 	}
 }
 
-// boot runs PID 1's steps and returns the agent's port and the boot id.
-func (s *System) boot() (port, bootID string, err error) {
+// startSampler starts the CPU watch the sampler reads, from now until ctx
+// ends; a /proc it cannot read leaves the agent without one (Sample then
+// answers unimplemented), which is not worth failing a boot for.
+func startSampler(ctx context.Context, paths []string, logger *log.Logger) *Sampler {
+	cpu, err := NewCPUWatch("/proc", time.Now())
+	if err != nil {
+		logger.Printf("cpu watch: %v", err)
+		return nil
+	}
+	go cpu.Run(ctx)
+	return &Sampler{ProcDir: "/proc", CPU: cpu, Paths: paths}
+}
+
+// SampledPaths are the filesystems a Sample reports, in MetricsFilesystem's
+// order: "/" (the writable layer), the Volume's mount path, "/tmp" and
+// "/run". The sampler skips those that are not mount points.
+func SampledPaths(cfg Config) []string {
+	paths := []string{"/"}
+	if cfg.Volume != nil {
+		paths = append(paths, cfg.Volume.Path)
+	}
+	return append(paths, "/tmp", "/run")
+}
+
+// boot runs PID 1's steps and returns the agent's port, the boot id and
+// the configuration it booted with.
+func (s *System) boot() (port, bootID string, cfg Config, err error) {
 	ctx := context.Background()
 	s.Log.Printf("mounting /dev, /proc, /sys")
 	for _, m := range PseudoMounts() {
@@ -166,7 +193,7 @@ func (s *System) boot() (port, bootID string, err error) {
 	}
 	s.Log.Printf("config: %s", describe(cfg))
 	if err := s.mountStorage(ctx, cfg); err != nil {
-		return "", "", err
+		return "", "", cfg, err
 	}
 	if err := loopbackUp(); err != nil {
 		s.Log.Printf("loopback: %v", err)
@@ -181,15 +208,15 @@ func (s *System) boot() (port, bootID string, err error) {
 	bootID = cfg.BootID
 	if bootID == "" {
 		if bootID, err = KernelBootID("/proc"); err != nil {
-			return "", "", fmt.Errorf("boot id: %w", err)
+			return "", "", cfg, fmt.Errorf("boot id: %w", err)
 		}
 	}
 	s.Log.Printf("waiting for the virtio-serial port %q", guestchan.PortName)
 	port, err = WaitPort(ctx, "/sys", "/dev", guestchan.PortName, PortTimeout)
 	if err != nil {
-		return "", "", err
+		return "", "", cfg, err
 	}
-	return port, bootID, nil
+	return port, bootID, cfg, nil
 }
 
 func describe(cfg Config) string {

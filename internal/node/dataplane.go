@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	"github.com/kibotos/kibotos/internal/guestchan"
 	"github.com/kibotos/kibotos/internal/telemetry"
 )
@@ -25,6 +26,8 @@ const DefaultDataListen = "127.0.0.1:0"
 
 // dataServer is the data endpoint, for ctrl only: h2c (and HTTP/1.1),
 // every call authorised by the data token of the latest session welcome.
+// It serves the node's own kibotos.node.v1.NodeDataService (what needs the
+// host as well as the guest: a metrics sample) and relays the rest.
 //
 // It relays guest agent calls (kibotos.guest.v1.GuestAgentService) to the
 // execution that the Kibotos-Instance header names, as an HTTP reverse
@@ -55,7 +58,8 @@ func startDataServer(a *agent) (*dataServer, error) {
 	}
 	// ctrl is the only caller, and a trusted one: its trace context is
 	// the parent of the relay's spans.
-	relay := telemetry.Handler(&guestRelay{a: a, errors: connect.NewErrorWriter()}, a.cfg.TracerProvider, false)
+	ownPath, own := nodev1connect.NewNodeDataServiceHandler(nodeData{a: a})
+	relay := telemetry.Handler(&guestRelay{a: a, errors: connect.NewErrorWriter(), ownPath: ownPath, own: own}, a.cfg.TracerProvider, false)
 	d.srv = &http.Server{Handler: relay, ReadHeaderTimeout: 10 * time.Second}
 	d.srv.Protocols = new(http.Protocols)
 	d.srv.Protocols.SetHTTP1(true)
@@ -86,17 +90,28 @@ func (d *dataServer) close() {
 	_ = d.srv.Close()
 }
 
-// guestRelay relays authorised guest agent calls to a running execution.
+// guestRelay relays authorised guest agent calls to a running execution,
+// and passes those of the node's own service (under ownPath) to own.
 type guestRelay struct {
-	a      *agent
-	errors *connect.ErrorWriter
+	a       *agent
+	errors  *connect.ErrorWriter
+	ownPath string
+	own     http.Handler
 }
 
 // relayedPrefix is the URL path of the calls the relay passes on.
 var relayedPrefix = "/" + guestv1connect.GuestAgentServiceName + "/"
 
 func (g *guestRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := g.admit(r); err != nil {
+	if err := g.authorised(r); err != nil {
+		g.errors.Write(w, r, err)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, g.ownPath) {
+		g.own.ServeHTTP(w, r)
+		return
+	}
+	if err := g.relayed(r); err != nil {
 		g.errors.Write(w, r, err)
 		return
 	}
@@ -123,15 +138,21 @@ func (g *guestRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	proxy.ServeHTTP(w, r)
 }
 
-// admit checks the data token and that the call is one the relay passes.
-func (g *guestRelay) admit(r *http.Request) error {
+// authorised checks the data token.
+func (g *guestRelay) authorised(r *http.Request) error {
 	want := g.a.dataToken.Load()
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if want == nil || *want == "" || !ok || subtle.ConstantTimeCompare([]byte(got), []byte(*want)) != 1 {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("this call needs the data token of the node's current session"))
 	}
+	return nil
+}
+
+// relayed checks that the call is one the relay passes.
+func (g *guestRelay) relayed(r *http.Request) error {
 	if !strings.HasPrefix(r.URL.Path, relayedPrefix) {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("the data endpoint relays only %s calls", guestv1connect.GuestAgentServiceName))
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("the data endpoint serves only %s and relays %s calls",
+			nodev1connect.NodeDataServiceName, guestv1connect.GuestAgentServiceName))
 	}
 	if r.URL.Path == guestv1connect.GuestAgentServiceShutdownProcedure {
 		return connect.NewError(connect.CodePermissionDenied, errors.New("only StopExecution shuts a guest down"))

@@ -511,23 +511,30 @@ func (e *vmSet) removeRunDir(runDir string) {
 
 // runningVM finds the VM of a running execution, for the data plane.
 func (e *vmSet) runningVM(id string) (vm.Instance, error) {
+	inst, _, err := e.runningWithNetwork(id)
+	return inst, err
+}
+
+// runningWithNetwork finds the VM of a running execution and its network
+// attachment (nil: none).
+func (e *vmSet) runningWithNetwork(id string) (vm.Instance, netslot.Attachment, error) {
 	e.mu.Lock()
 	x := e.byID[id]
 	e.mu.Unlock()
 	if x == nil {
 		if validInstanceID(id) == nil {
 			if _, err := os.Stat(filepath.Join(e.dir, id)); err == nil {
-				return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("execution %s is not running", id))
+				return nil, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("execution %s is not running", id))
 			}
 		}
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("this node has no execution %s", id))
+		return nil, nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("this node has no execution %s", id))
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if x.state != running || x.stopping {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("execution %s is not running", id))
+		return nil, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("execution %s is not running", id))
 	}
-	return x.vm, nil
+	return x.vm, x.net, nil
 }
 
 var bootIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)

@@ -78,8 +78,8 @@ func fieldOf(err error) string {
 }
 
 // The data plane on one real VM: files through the API and `workspace cp`,
-// processes with stdin, signals and a pty, and both refused once the
-// Workspace is stopped. One VM for every check: boots are slow under TCG.
+// processes with stdin, signals and a pty, metrics, and all refused once
+// the Workspace is stopped. One VM for every check: boots are slow under TCG.
 func TestDataPlaneOnARealVM(t *testing.T) {
 	d := startDev(t)
 	id := d.createWorkspace(t)
@@ -190,6 +190,7 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 
 	testProcessesOnTheVM(t, d, id)
 	recorded := testStartsAreCommands(t, d, id)
+	checkMetrics(t, d, id)
 
 	// A stream open when the execution ends fails as failed_precondition.
 	long, err := d.processes().ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"sleep", "600"}}}))
@@ -228,6 +229,7 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 	if out, code := d.kibotos(t, "workspace", "cp", local, id+":/root/x"); code == 0 || !strings.Contains(out, "failed_precondition") {
 		t.Errorf("cp into a stopped Workspace: exit %d: %s", code, out)
 	}
+	checkMetricsStopped(t, d, id)
 	d.mustKibotos(t, "workspace", "delete", id)
 }
 

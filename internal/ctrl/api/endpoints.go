@@ -85,7 +85,7 @@ func NewWorkspaceHandler(b *Backend, interceptors ...connect.Interceptor) http.H
 	e.mount(ctrlv1connect.NewFileServiceHandler(b.Processes.Files(), opts))
 	e.mount(ctrlv1connect.NewExposureServiceHandler(ctrlv1connect.UnimplementedExposureServiceHandler{}, opts))
 	e.mount(ctrlv1connect.NewDesktopServiceHandler(ctrlv1connect.UnimplementedDesktopServiceHandler{}, opts))
-	e.mount(ctrlv1connect.NewMetricsServiceHandler(ctrlv1connect.UnimplementedMetricsServiceHandler{}, opts))
+	e.mount(ctrlv1connect.NewMetricsServiceHandler(b.Processes.Metrics(), opts))
 	return e.handler()
 }
 

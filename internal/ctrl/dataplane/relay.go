@@ -11,6 +11,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
@@ -37,10 +38,13 @@ func newRelay(w *workspace.Service, f *fleet.Fleet, tp trace.TracerProvider) *re
 	return &relay{workspaces: w, fleet: f, http: &http.Client{Transport: telemetry.Transport(t, tp)}}
 }
 
-// target is the guest agent of a Workspace's current execution.
+// target is the guest agent of a Workspace's current execution, and the
+// node's own data service on the same endpoint.
 type target struct {
 	guestv1connect.GuestAgentServiceClient
+	node      nodev1connect.NodeDataServiceClient
 	workspace *ctrlv1.Workspace
+	nodeID    string
 	instance  string
 }
 
@@ -63,7 +67,8 @@ func (r *relay) guest(ctx context.Context, workspaceID string, stage ctrlv1.Fail
 	}
 	client := guestv1connect.NewGuestAgentServiceClient(r.http, endpoint,
 		connect.WithInterceptors(auth.Bearer(token), header{guestchan.InstanceHeader, instance}))
-	return &target{GuestAgentServiceClient: client, workspace: w, instance: instance}, nil
+	node := nodev1connect.NewNodeDataServiceClient(r.http, endpoint, connect.WithInterceptors(auth.Bearer(token)))
+	return &target{GuestAgentServiceClient: client, node: node, workspace: w, nodeID: nodeID, instance: instance}, nil
 }
 
 func notAvailable(w *ctrlv1.Workspace, stage ctrlv1.FailureStage) error {

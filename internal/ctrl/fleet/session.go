@@ -776,6 +776,19 @@ func (f *Fleet) FetchArtifact(ctx context.Context, header http.Header, req *node
 	}
 }
 
+// NodeLive reports whether node's control session is live now (Live).
+func (f *Fleet) NodeLive(ctx context.Context, nodeID string) (live bool, err error) {
+	err = f.store.Tx(ctx, func(tx *store.Tx) error {
+		n, err := tx.GetNode(nodeID, false)
+		live = err == nil && f.Live(n, f.now())
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	return live, err
+}
+
 // NodeData is how ctrl reaches node's data endpoint: its URL and the token
 // of its current session.
 func (f *Fleet) NodeData(ctx context.Context, nodeID string) (endpoint, token string, err error) {

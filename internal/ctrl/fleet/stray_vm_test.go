@@ -1,15 +1,19 @@
 package fleet_test
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/testenv"
@@ -48,6 +52,13 @@ func TestANodeBackFromIsolationStopsTheVMItsOldIncarnationLeft(t *testing.T) {
 		t.Fatal("the VM ended with its node agent")
 	}
 	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+	// Its Workspace is still AVAILABLE, but there is no sample to take
+	// without a live session.
+	metrics := ctrlv1connect.NewMetricsServiceClient(http.DefaultClient, c.Ctrl.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(c.Ctrl.Client.Token)))
+	_, err = metrics.GetWorkspaceMetrics(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceMetricsRequest{WorkspaceId: id}))
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "no live control session") {
+		t.Errorf("metrics of a Workspace whose node has no live session: %v", err)
+	}
 	if _, err := e.isolate("iso-1", "node-a", incarnation); err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,9 @@ type Attachment interface {
 	// upstream fails now, each with the run of failures it is in; the
 	// entry's next answered query clears it.
 	ResolverFaults() []ResolverFault
+	// Counters are the guest's traffic through the attachment since it was
+	// made (MetricsSample's network counters), as the host counts it.
+	Counters() Counters
 	// Release undoes what Attach made; it is idempotent.
 	Release() error
 }
@@ -115,6 +118,14 @@ type Addressing struct {
 	// default gateway (link-local or in AddressV6); zero: no IPv6.
 	AddressV6 netip.Prefix
 	GatewayV6 netip.Addr
+}
+
+// Counters are the bytes of the Ethernet frames (their headers included,
+// as the guest's own interface counts them) the guest received and sent.
+// An attachment made by a node agent that restarted counts from its start:
+// the counts live in the agent, and a restart makes the attachment anew.
+type Counters struct {
+	Received, Sent uint64
 }
 
 // EgressDraining is an Egress with connections of an earlier revision

@@ -2263,11 +2263,91 @@ func (x *WaitProcessResponse) GetResponse() *v1.WaitProcessResponse {
 	return nil
 }
 
+type SampleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SampleRequest) Reset() {
+	*x = SampleRequest{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SampleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SampleRequest) ProtoMessage() {}
+
+func (x *SampleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SampleRequest.ProtoReflect.Descriptor instead.
+func (*SampleRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{43}
+}
+
+type SampleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sample        *v1.MetricsSample      `protobuf:"bytes,1,opt,name=sample,proto3" json:"sample,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SampleResponse) Reset() {
+	*x = SampleResponse{}
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SampleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SampleResponse) ProtoMessage() {}
+
+func (x *SampleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_guest_v1_agent_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SampleResponse.ProtoReflect.Descriptor instead.
+func (*SampleResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_guest_v1_agent_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SampleResponse) GetSample() *v1.MetricsSample {
+	if x != nil {
+		return x.Sample
+	}
+	return nil
+}
+
 var File_kibotos_guest_v1_agent_proto protoreflect.FileDescriptor
 
 const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1ckibotos/guest/v1/agent.proto\x12\x10kibotos.guest.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/file.proto\x1a\x1dkibotos/ctrl/v1/process.proto\"\r\n" +
+	"\x1ckibotos/guest/v1/agent.proto\x12\x10kibotos.guest.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/file.proto\x1a\x1dkibotos/ctrl/v1/metrics.proto\x1a\x1dkibotos/ctrl/v1/process.proto\"\r\n" +
 	"\vPingRequest\"\xbf\x01\n" +
 	"\fPingResponse\x12\x17\n" +
 	"\aboot_id\x18\x01 \x01(\tR\x06bootId\x12#\n" +
@@ -2389,7 +2469,10 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\x12WaitProcessRequest\x12=\n" +
 	"\arequest\x18\x01 \x01(\v2#.kibotos.ctrl.v1.WaitProcessRequestR\arequest\"W\n" +
 	"\x13WaitProcessResponse\x12@\n" +
-	"\bresponse\x18\x01 \x01(\v2$.kibotos.ctrl.v1.WaitProcessResponseR\bresponse*p\n" +
+	"\bresponse\x18\x01 \x01(\v2$.kibotos.ctrl.v1.WaitProcessResponseR\bresponse\"\x0f\n" +
+	"\rSampleRequest\"H\n" +
+	"\x0eSampleResponse\x126\n" +
+	"\x06sample\x18\x01 \x01(\v2\x1e.kibotos.ctrl.v1.MetricsSampleR\x06sample*p\n" +
 	"\x0fMemoryCondition\x12 \n" +
 	"\x1cMEMORY_CONDITION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17MEMORY_CONDITION_NORMAL\x10\x01\x12\x1e\n" +
@@ -2398,7 +2481,7 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"ExecStream\x12\x1b\n" +
 	"\x17EXEC_STREAM_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EXEC_STREAM_STDOUT\x10\x01\x12\x16\n" +
-	"\x12EXEC_STREAM_STDERR\x10\x022\xf1\r\n" +
+	"\x12EXEC_STREAM_STDERR\x10\x022\xbe\x0e\n" +
 	"\x11GuestAgentService\x12E\n" +
 	"\x04Ping\x12\x1d.kibotos.guest.v1.PingRequest\x1a\x1e.kibotos.guest.v1.PingResponse\x12G\n" +
 	"\x04Exec\x12\x1d.kibotos.guest.v1.ExecRequest\x1a\x1e.kibotos.guest.v1.ExecResponse0\x01\x12Q\n" +
@@ -2420,7 +2503,8 @@ const file_kibotos_guest_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"GetProcess\x12#.kibotos.guest.v1.GetProcessRequest\x1a$.kibotos.guest.v1.GetProcessResponse\x12`\n" +
 	"\rListProcesses\x12&.kibotos.guest.v1.ListProcessesRequest\x1a'.kibotos.guest.v1.ListProcessesResponse\x12Z\n" +
-	"\vWaitProcess\x12$.kibotos.guest.v1.WaitProcessRequest\x1a%.kibotos.guest.v1.WaitProcessResponseB9Z7github.com/kibotos/kibotos/gen/kibotos/guest/v1;guestv1b\x06proto3"
+	"\vWaitProcess\x12$.kibotos.guest.v1.WaitProcessRequest\x1a%.kibotos.guest.v1.WaitProcessResponse\x12K\n" +
+	"\x06Sample\x12\x1f.kibotos.guest.v1.SampleRequest\x1a .kibotos.guest.v1.SampleResponseB9Z7github.com/kibotos/kibotos/gen/kibotos/guest/v1;guestv1b\x06proto3"
 
 var (
 	file_kibotos_guest_v1_agent_proto_rawDescOnce sync.Once
@@ -2435,7 +2519,7 @@ func file_kibotos_guest_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_guest_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_kibotos_guest_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_kibotos_guest_v1_agent_proto_goTypes = []any{
 	(MemoryCondition)(0),                   // 0: kibotos.guest.v1.MemoryCondition
 	(ExecStream)(0),                        // 1: kibotos.guest.v1.ExecStream
@@ -2482,131 +2566,137 @@ var file_kibotos_guest_v1_agent_proto_goTypes = []any{
 	(*ListProcessesResponse)(nil),          // 42: kibotos.guest.v1.ListProcessesResponse
 	(*WaitProcessRequest)(nil),             // 43: kibotos.guest.v1.WaitProcessRequest
 	(*WaitProcessResponse)(nil),            // 44: kibotos.guest.v1.WaitProcessResponse
-	nil,                                    // 45: kibotos.guest.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil),          // 46: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 47: google.protobuf.Duration
-	(*v1.ProcessSpec)(nil),                 // 48: kibotos.ctrl.v1.ProcessSpec
-	(*v1.StartProcessResponse)(nil),        // 49: kibotos.ctrl.v1.StartProcessResponse
-	(*v1.ReadFileRequest)(nil),             // 50: kibotos.ctrl.v1.ReadFileRequest
-	(*v1.ReadFileResponse)(nil),            // 51: kibotos.ctrl.v1.ReadFileResponse
-	(*v1.WriteFileRequest)(nil),            // 52: kibotos.ctrl.v1.WriteFileRequest
-	(*v1.WriteFileResponse)(nil),           // 53: kibotos.ctrl.v1.WriteFileResponse
-	(*v1.StatFileRequest)(nil),             // 54: kibotos.ctrl.v1.StatFileRequest
-	(*v1.StatFileResponse)(nil),            // 55: kibotos.ctrl.v1.StatFileResponse
-	(*v1.ListDirectoryRequest)(nil),        // 56: kibotos.ctrl.v1.ListDirectoryRequest
-	(*v1.ListDirectoryResponse)(nil),       // 57: kibotos.ctrl.v1.ListDirectoryResponse
-	(*v1.MakeDirectoryRequest)(nil),        // 58: kibotos.ctrl.v1.MakeDirectoryRequest
-	(*v1.MakeDirectoryResponse)(nil),       // 59: kibotos.ctrl.v1.MakeDirectoryResponse
-	(*v1.MoveFileRequest)(nil),             // 60: kibotos.ctrl.v1.MoveFileRequest
-	(*v1.MoveFileResponse)(nil),            // 61: kibotos.ctrl.v1.MoveFileResponse
-	(*v1.DeleteFileRequest)(nil),           // 62: kibotos.ctrl.v1.DeleteFileRequest
-	(*v1.DeleteFileResponse)(nil),          // 63: kibotos.ctrl.v1.DeleteFileResponse
-	(*v1.WatchDirectoryRequest)(nil),       // 64: kibotos.ctrl.v1.WatchDirectoryRequest
-	(*v1.WatchDirectoryResponse)(nil),      // 65: kibotos.ctrl.v1.WatchDirectoryResponse
-	(*v1.StreamProcessOutputRequest)(nil),  // 66: kibotos.ctrl.v1.StreamProcessOutputRequest
-	(*v1.StreamProcessOutputResponse)(nil), // 67: kibotos.ctrl.v1.StreamProcessOutputResponse
-	(*v1.SendProcessInputRequest)(nil),     // 68: kibotos.ctrl.v1.SendProcessInputRequest
-	(*v1.SendProcessInputResponse)(nil),    // 69: kibotos.ctrl.v1.SendProcessInputResponse
-	(*v1.ResizeProcessPtyRequest)(nil),     // 70: kibotos.ctrl.v1.ResizeProcessPtyRequest
-	(*v1.ResizeProcessPtyResponse)(nil),    // 71: kibotos.ctrl.v1.ResizeProcessPtyResponse
-	(*v1.SignalProcessRequest)(nil),        // 72: kibotos.ctrl.v1.SignalProcessRequest
-	(*v1.SignalProcessResponse)(nil),       // 73: kibotos.ctrl.v1.SignalProcessResponse
-	(*v1.GetProcessRequest)(nil),           // 74: kibotos.ctrl.v1.GetProcessRequest
-	(*v1.GetProcessResponse)(nil),          // 75: kibotos.ctrl.v1.GetProcessResponse
-	(*v1.ListProcessesRequest)(nil),        // 76: kibotos.ctrl.v1.ListProcessesRequest
-	(*v1.ListProcessesResponse)(nil),       // 77: kibotos.ctrl.v1.ListProcessesResponse
-	(*v1.WaitProcessRequest)(nil),          // 78: kibotos.ctrl.v1.WaitProcessRequest
-	(*v1.WaitProcessResponse)(nil),         // 79: kibotos.ctrl.v1.WaitProcessResponse
+	(*SampleRequest)(nil),                  // 45: kibotos.guest.v1.SampleRequest
+	(*SampleResponse)(nil),                 // 46: kibotos.guest.v1.SampleResponse
+	nil,                                    // 47: kibotos.guest.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil),          // 48: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 49: google.protobuf.Duration
+	(*v1.ProcessSpec)(nil),                 // 50: kibotos.ctrl.v1.ProcessSpec
+	(*v1.StartProcessResponse)(nil),        // 51: kibotos.ctrl.v1.StartProcessResponse
+	(*v1.ReadFileRequest)(nil),             // 52: kibotos.ctrl.v1.ReadFileRequest
+	(*v1.ReadFileResponse)(nil),            // 53: kibotos.ctrl.v1.ReadFileResponse
+	(*v1.WriteFileRequest)(nil),            // 54: kibotos.ctrl.v1.WriteFileRequest
+	(*v1.WriteFileResponse)(nil),           // 55: kibotos.ctrl.v1.WriteFileResponse
+	(*v1.StatFileRequest)(nil),             // 56: kibotos.ctrl.v1.StatFileRequest
+	(*v1.StatFileResponse)(nil),            // 57: kibotos.ctrl.v1.StatFileResponse
+	(*v1.ListDirectoryRequest)(nil),        // 58: kibotos.ctrl.v1.ListDirectoryRequest
+	(*v1.ListDirectoryResponse)(nil),       // 59: kibotos.ctrl.v1.ListDirectoryResponse
+	(*v1.MakeDirectoryRequest)(nil),        // 60: kibotos.ctrl.v1.MakeDirectoryRequest
+	(*v1.MakeDirectoryResponse)(nil),       // 61: kibotos.ctrl.v1.MakeDirectoryResponse
+	(*v1.MoveFileRequest)(nil),             // 62: kibotos.ctrl.v1.MoveFileRequest
+	(*v1.MoveFileResponse)(nil),            // 63: kibotos.ctrl.v1.MoveFileResponse
+	(*v1.DeleteFileRequest)(nil),           // 64: kibotos.ctrl.v1.DeleteFileRequest
+	(*v1.DeleteFileResponse)(nil),          // 65: kibotos.ctrl.v1.DeleteFileResponse
+	(*v1.WatchDirectoryRequest)(nil),       // 66: kibotos.ctrl.v1.WatchDirectoryRequest
+	(*v1.WatchDirectoryResponse)(nil),      // 67: kibotos.ctrl.v1.WatchDirectoryResponse
+	(*v1.StreamProcessOutputRequest)(nil),  // 68: kibotos.ctrl.v1.StreamProcessOutputRequest
+	(*v1.StreamProcessOutputResponse)(nil), // 69: kibotos.ctrl.v1.StreamProcessOutputResponse
+	(*v1.SendProcessInputRequest)(nil),     // 70: kibotos.ctrl.v1.SendProcessInputRequest
+	(*v1.SendProcessInputResponse)(nil),    // 71: kibotos.ctrl.v1.SendProcessInputResponse
+	(*v1.ResizeProcessPtyRequest)(nil),     // 72: kibotos.ctrl.v1.ResizeProcessPtyRequest
+	(*v1.ResizeProcessPtyResponse)(nil),    // 73: kibotos.ctrl.v1.ResizeProcessPtyResponse
+	(*v1.SignalProcessRequest)(nil),        // 74: kibotos.ctrl.v1.SignalProcessRequest
+	(*v1.SignalProcessResponse)(nil),       // 75: kibotos.ctrl.v1.SignalProcessResponse
+	(*v1.GetProcessRequest)(nil),           // 76: kibotos.ctrl.v1.GetProcessRequest
+	(*v1.GetProcessResponse)(nil),          // 77: kibotos.ctrl.v1.GetProcessResponse
+	(*v1.ListProcessesRequest)(nil),        // 78: kibotos.ctrl.v1.ListProcessesRequest
+	(*v1.ListProcessesResponse)(nil),       // 79: kibotos.ctrl.v1.ListProcessesResponse
+	(*v1.WaitProcessRequest)(nil),          // 80: kibotos.ctrl.v1.WaitProcessRequest
+	(*v1.WaitProcessResponse)(nil),         // 81: kibotos.ctrl.v1.WaitProcessResponse
+	(*v1.MetricsSample)(nil),               // 82: kibotos.ctrl.v1.MetricsSample
 }
 var file_kibotos_guest_v1_agent_proto_depIdxs = []int32{
-	46, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
+	48, // 0: kibotos.guest.v1.PingResponse.guest_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: kibotos.guest.v1.PingResponse.memory:type_name -> kibotos.guest.v1.MemoryReport
 	0,  // 2: kibotos.guest.v1.MemoryReport.condition:type_name -> kibotos.guest.v1.MemoryCondition
-	46, // 3: kibotos.guest.v1.MemoryReport.saturated_since:type_name -> google.protobuf.Timestamp
+	48, // 3: kibotos.guest.v1.MemoryReport.saturated_since:type_name -> google.protobuf.Timestamp
 	5,  // 4: kibotos.guest.v1.MemoryReport.latest_kill:type_name -> kibotos.guest.v1.MemoryKill
-	46, // 5: kibotos.guest.v1.MemoryKill.killed_at:type_name -> google.protobuf.Timestamp
-	47, // 6: kibotos.guest.v1.MemoryKill.window:type_name -> google.protobuf.Duration
-	47, // 7: kibotos.guest.v1.MemoryKill.saturated_for:type_name -> google.protobuf.Duration
-	45, // 8: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
+	48, // 5: kibotos.guest.v1.MemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	49, // 6: kibotos.guest.v1.MemoryKill.window:type_name -> google.protobuf.Duration
+	49, // 7: kibotos.guest.v1.MemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	47, // 8: kibotos.guest.v1.ExecRequest.env:type_name -> kibotos.guest.v1.ExecRequest.EnvEntry
 	8,  // 9: kibotos.guest.v1.ExecResponse.started:type_name -> kibotos.guest.v1.ExecStarted
 	9,  // 10: kibotos.guest.v1.ExecResponse.output:type_name -> kibotos.guest.v1.ExecOutput
 	10, // 11: kibotos.guest.v1.ExecResponse.exited:type_name -> kibotos.guest.v1.ExecExited
 	1,  // 12: kibotos.guest.v1.ExecOutput.stream:type_name -> kibotos.guest.v1.ExecStream
-	48, // 13: kibotos.guest.v1.StartProcessRequest.spec:type_name -> kibotos.ctrl.v1.ProcessSpec
-	49, // 14: kibotos.guest.v1.StartProcessResponse.response:type_name -> kibotos.ctrl.v1.StartProcessResponse
-	50, // 15: kibotos.guest.v1.ReadFileRequest.request:type_name -> kibotos.ctrl.v1.ReadFileRequest
-	51, // 16: kibotos.guest.v1.ReadFileResponse.response:type_name -> kibotos.ctrl.v1.ReadFileResponse
-	52, // 17: kibotos.guest.v1.WriteFileRequest.request:type_name -> kibotos.ctrl.v1.WriteFileRequest
-	53, // 18: kibotos.guest.v1.WriteFileResponse.response:type_name -> kibotos.ctrl.v1.WriteFileResponse
-	54, // 19: kibotos.guest.v1.StatFileRequest.request:type_name -> kibotos.ctrl.v1.StatFileRequest
-	55, // 20: kibotos.guest.v1.StatFileResponse.response:type_name -> kibotos.ctrl.v1.StatFileResponse
-	56, // 21: kibotos.guest.v1.ListDirectoryRequest.request:type_name -> kibotos.ctrl.v1.ListDirectoryRequest
-	57, // 22: kibotos.guest.v1.ListDirectoryResponse.response:type_name -> kibotos.ctrl.v1.ListDirectoryResponse
-	58, // 23: kibotos.guest.v1.MakeDirectoryRequest.request:type_name -> kibotos.ctrl.v1.MakeDirectoryRequest
-	59, // 24: kibotos.guest.v1.MakeDirectoryResponse.response:type_name -> kibotos.ctrl.v1.MakeDirectoryResponse
-	60, // 25: kibotos.guest.v1.MoveFileRequest.request:type_name -> kibotos.ctrl.v1.MoveFileRequest
-	61, // 26: kibotos.guest.v1.MoveFileResponse.response:type_name -> kibotos.ctrl.v1.MoveFileResponse
-	62, // 27: kibotos.guest.v1.DeleteFileRequest.request:type_name -> kibotos.ctrl.v1.DeleteFileRequest
-	63, // 28: kibotos.guest.v1.DeleteFileResponse.response:type_name -> kibotos.ctrl.v1.DeleteFileResponse
-	64, // 29: kibotos.guest.v1.WatchDirectoryRequest.request:type_name -> kibotos.ctrl.v1.WatchDirectoryRequest
-	65, // 30: kibotos.guest.v1.WatchDirectoryResponse.response:type_name -> kibotos.ctrl.v1.WatchDirectoryResponse
-	66, // 31: kibotos.guest.v1.StreamProcessOutputRequest.request:type_name -> kibotos.ctrl.v1.StreamProcessOutputRequest
-	67, // 32: kibotos.guest.v1.StreamProcessOutputResponse.response:type_name -> kibotos.ctrl.v1.StreamProcessOutputResponse
-	68, // 33: kibotos.guest.v1.SendProcessInputRequest.request:type_name -> kibotos.ctrl.v1.SendProcessInputRequest
-	69, // 34: kibotos.guest.v1.SendProcessInputResponse.response:type_name -> kibotos.ctrl.v1.SendProcessInputResponse
-	70, // 35: kibotos.guest.v1.ResizeProcessPtyRequest.request:type_name -> kibotos.ctrl.v1.ResizeProcessPtyRequest
-	71, // 36: kibotos.guest.v1.ResizeProcessPtyResponse.response:type_name -> kibotos.ctrl.v1.ResizeProcessPtyResponse
-	72, // 37: kibotos.guest.v1.SignalProcessRequest.request:type_name -> kibotos.ctrl.v1.SignalProcessRequest
-	73, // 38: kibotos.guest.v1.SignalProcessResponse.response:type_name -> kibotos.ctrl.v1.SignalProcessResponse
-	74, // 39: kibotos.guest.v1.GetProcessRequest.request:type_name -> kibotos.ctrl.v1.GetProcessRequest
-	75, // 40: kibotos.guest.v1.GetProcessResponse.response:type_name -> kibotos.ctrl.v1.GetProcessResponse
-	76, // 41: kibotos.guest.v1.ListProcessesRequest.request:type_name -> kibotos.ctrl.v1.ListProcessesRequest
-	77, // 42: kibotos.guest.v1.ListProcessesResponse.response:type_name -> kibotos.ctrl.v1.ListProcessesResponse
-	78, // 43: kibotos.guest.v1.WaitProcessRequest.request:type_name -> kibotos.ctrl.v1.WaitProcessRequest
-	79, // 44: kibotos.guest.v1.WaitProcessResponse.response:type_name -> kibotos.ctrl.v1.WaitProcessResponse
-	2,  // 45: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
-	6,  // 46: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
-	11, // 47: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
-	15, // 48: kibotos.guest.v1.GuestAgentService.ReadFile:input_type -> kibotos.guest.v1.ReadFileRequest
-	17, // 49: kibotos.guest.v1.GuestAgentService.WriteFile:input_type -> kibotos.guest.v1.WriteFileRequest
-	19, // 50: kibotos.guest.v1.GuestAgentService.StatFile:input_type -> kibotos.guest.v1.StatFileRequest
-	21, // 51: kibotos.guest.v1.GuestAgentService.ListDirectory:input_type -> kibotos.guest.v1.ListDirectoryRequest
-	23, // 52: kibotos.guest.v1.GuestAgentService.MakeDirectory:input_type -> kibotos.guest.v1.MakeDirectoryRequest
-	25, // 53: kibotos.guest.v1.GuestAgentService.MoveFile:input_type -> kibotos.guest.v1.MoveFileRequest
-	27, // 54: kibotos.guest.v1.GuestAgentService.DeleteFile:input_type -> kibotos.guest.v1.DeleteFileRequest
-	29, // 55: kibotos.guest.v1.GuestAgentService.WatchDirectory:input_type -> kibotos.guest.v1.WatchDirectoryRequest
-	13, // 56: kibotos.guest.v1.GuestAgentService.StartProcess:input_type -> kibotos.guest.v1.StartProcessRequest
-	31, // 57: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:input_type -> kibotos.guest.v1.StreamProcessOutputRequest
-	33, // 58: kibotos.guest.v1.GuestAgentService.SendProcessInput:input_type -> kibotos.guest.v1.SendProcessInputRequest
-	35, // 59: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:input_type -> kibotos.guest.v1.ResizeProcessPtyRequest
-	37, // 60: kibotos.guest.v1.GuestAgentService.SignalProcess:input_type -> kibotos.guest.v1.SignalProcessRequest
-	39, // 61: kibotos.guest.v1.GuestAgentService.GetProcess:input_type -> kibotos.guest.v1.GetProcessRequest
-	41, // 62: kibotos.guest.v1.GuestAgentService.ListProcesses:input_type -> kibotos.guest.v1.ListProcessesRequest
-	43, // 63: kibotos.guest.v1.GuestAgentService.WaitProcess:input_type -> kibotos.guest.v1.WaitProcessRequest
-	3,  // 64: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
-	7,  // 65: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
-	12, // 66: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
-	16, // 67: kibotos.guest.v1.GuestAgentService.ReadFile:output_type -> kibotos.guest.v1.ReadFileResponse
-	18, // 68: kibotos.guest.v1.GuestAgentService.WriteFile:output_type -> kibotos.guest.v1.WriteFileResponse
-	20, // 69: kibotos.guest.v1.GuestAgentService.StatFile:output_type -> kibotos.guest.v1.StatFileResponse
-	22, // 70: kibotos.guest.v1.GuestAgentService.ListDirectory:output_type -> kibotos.guest.v1.ListDirectoryResponse
-	24, // 71: kibotos.guest.v1.GuestAgentService.MakeDirectory:output_type -> kibotos.guest.v1.MakeDirectoryResponse
-	26, // 72: kibotos.guest.v1.GuestAgentService.MoveFile:output_type -> kibotos.guest.v1.MoveFileResponse
-	28, // 73: kibotos.guest.v1.GuestAgentService.DeleteFile:output_type -> kibotos.guest.v1.DeleteFileResponse
-	30, // 74: kibotos.guest.v1.GuestAgentService.WatchDirectory:output_type -> kibotos.guest.v1.WatchDirectoryResponse
-	14, // 75: kibotos.guest.v1.GuestAgentService.StartProcess:output_type -> kibotos.guest.v1.StartProcessResponse
-	32, // 76: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:output_type -> kibotos.guest.v1.StreamProcessOutputResponse
-	34, // 77: kibotos.guest.v1.GuestAgentService.SendProcessInput:output_type -> kibotos.guest.v1.SendProcessInputResponse
-	36, // 78: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:output_type -> kibotos.guest.v1.ResizeProcessPtyResponse
-	38, // 79: kibotos.guest.v1.GuestAgentService.SignalProcess:output_type -> kibotos.guest.v1.SignalProcessResponse
-	40, // 80: kibotos.guest.v1.GuestAgentService.GetProcess:output_type -> kibotos.guest.v1.GetProcessResponse
-	42, // 81: kibotos.guest.v1.GuestAgentService.ListProcesses:output_type -> kibotos.guest.v1.ListProcessesResponse
-	44, // 82: kibotos.guest.v1.GuestAgentService.WaitProcess:output_type -> kibotos.guest.v1.WaitProcessResponse
-	64, // [64:83] is the sub-list for method output_type
-	45, // [45:64] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	50, // 13: kibotos.guest.v1.StartProcessRequest.spec:type_name -> kibotos.ctrl.v1.ProcessSpec
+	51, // 14: kibotos.guest.v1.StartProcessResponse.response:type_name -> kibotos.ctrl.v1.StartProcessResponse
+	52, // 15: kibotos.guest.v1.ReadFileRequest.request:type_name -> kibotos.ctrl.v1.ReadFileRequest
+	53, // 16: kibotos.guest.v1.ReadFileResponse.response:type_name -> kibotos.ctrl.v1.ReadFileResponse
+	54, // 17: kibotos.guest.v1.WriteFileRequest.request:type_name -> kibotos.ctrl.v1.WriteFileRequest
+	55, // 18: kibotos.guest.v1.WriteFileResponse.response:type_name -> kibotos.ctrl.v1.WriteFileResponse
+	56, // 19: kibotos.guest.v1.StatFileRequest.request:type_name -> kibotos.ctrl.v1.StatFileRequest
+	57, // 20: kibotos.guest.v1.StatFileResponse.response:type_name -> kibotos.ctrl.v1.StatFileResponse
+	58, // 21: kibotos.guest.v1.ListDirectoryRequest.request:type_name -> kibotos.ctrl.v1.ListDirectoryRequest
+	59, // 22: kibotos.guest.v1.ListDirectoryResponse.response:type_name -> kibotos.ctrl.v1.ListDirectoryResponse
+	60, // 23: kibotos.guest.v1.MakeDirectoryRequest.request:type_name -> kibotos.ctrl.v1.MakeDirectoryRequest
+	61, // 24: kibotos.guest.v1.MakeDirectoryResponse.response:type_name -> kibotos.ctrl.v1.MakeDirectoryResponse
+	62, // 25: kibotos.guest.v1.MoveFileRequest.request:type_name -> kibotos.ctrl.v1.MoveFileRequest
+	63, // 26: kibotos.guest.v1.MoveFileResponse.response:type_name -> kibotos.ctrl.v1.MoveFileResponse
+	64, // 27: kibotos.guest.v1.DeleteFileRequest.request:type_name -> kibotos.ctrl.v1.DeleteFileRequest
+	65, // 28: kibotos.guest.v1.DeleteFileResponse.response:type_name -> kibotos.ctrl.v1.DeleteFileResponse
+	66, // 29: kibotos.guest.v1.WatchDirectoryRequest.request:type_name -> kibotos.ctrl.v1.WatchDirectoryRequest
+	67, // 30: kibotos.guest.v1.WatchDirectoryResponse.response:type_name -> kibotos.ctrl.v1.WatchDirectoryResponse
+	68, // 31: kibotos.guest.v1.StreamProcessOutputRequest.request:type_name -> kibotos.ctrl.v1.StreamProcessOutputRequest
+	69, // 32: kibotos.guest.v1.StreamProcessOutputResponse.response:type_name -> kibotos.ctrl.v1.StreamProcessOutputResponse
+	70, // 33: kibotos.guest.v1.SendProcessInputRequest.request:type_name -> kibotos.ctrl.v1.SendProcessInputRequest
+	71, // 34: kibotos.guest.v1.SendProcessInputResponse.response:type_name -> kibotos.ctrl.v1.SendProcessInputResponse
+	72, // 35: kibotos.guest.v1.ResizeProcessPtyRequest.request:type_name -> kibotos.ctrl.v1.ResizeProcessPtyRequest
+	73, // 36: kibotos.guest.v1.ResizeProcessPtyResponse.response:type_name -> kibotos.ctrl.v1.ResizeProcessPtyResponse
+	74, // 37: kibotos.guest.v1.SignalProcessRequest.request:type_name -> kibotos.ctrl.v1.SignalProcessRequest
+	75, // 38: kibotos.guest.v1.SignalProcessResponse.response:type_name -> kibotos.ctrl.v1.SignalProcessResponse
+	76, // 39: kibotos.guest.v1.GetProcessRequest.request:type_name -> kibotos.ctrl.v1.GetProcessRequest
+	77, // 40: kibotos.guest.v1.GetProcessResponse.response:type_name -> kibotos.ctrl.v1.GetProcessResponse
+	78, // 41: kibotos.guest.v1.ListProcessesRequest.request:type_name -> kibotos.ctrl.v1.ListProcessesRequest
+	79, // 42: kibotos.guest.v1.ListProcessesResponse.response:type_name -> kibotos.ctrl.v1.ListProcessesResponse
+	80, // 43: kibotos.guest.v1.WaitProcessRequest.request:type_name -> kibotos.ctrl.v1.WaitProcessRequest
+	81, // 44: kibotos.guest.v1.WaitProcessResponse.response:type_name -> kibotos.ctrl.v1.WaitProcessResponse
+	82, // 45: kibotos.guest.v1.SampleResponse.sample:type_name -> kibotos.ctrl.v1.MetricsSample
+	2,  // 46: kibotos.guest.v1.GuestAgentService.Ping:input_type -> kibotos.guest.v1.PingRequest
+	6,  // 47: kibotos.guest.v1.GuestAgentService.Exec:input_type -> kibotos.guest.v1.ExecRequest
+	11, // 48: kibotos.guest.v1.GuestAgentService.Shutdown:input_type -> kibotos.guest.v1.ShutdownRequest
+	15, // 49: kibotos.guest.v1.GuestAgentService.ReadFile:input_type -> kibotos.guest.v1.ReadFileRequest
+	17, // 50: kibotos.guest.v1.GuestAgentService.WriteFile:input_type -> kibotos.guest.v1.WriteFileRequest
+	19, // 51: kibotos.guest.v1.GuestAgentService.StatFile:input_type -> kibotos.guest.v1.StatFileRequest
+	21, // 52: kibotos.guest.v1.GuestAgentService.ListDirectory:input_type -> kibotos.guest.v1.ListDirectoryRequest
+	23, // 53: kibotos.guest.v1.GuestAgentService.MakeDirectory:input_type -> kibotos.guest.v1.MakeDirectoryRequest
+	25, // 54: kibotos.guest.v1.GuestAgentService.MoveFile:input_type -> kibotos.guest.v1.MoveFileRequest
+	27, // 55: kibotos.guest.v1.GuestAgentService.DeleteFile:input_type -> kibotos.guest.v1.DeleteFileRequest
+	29, // 56: kibotos.guest.v1.GuestAgentService.WatchDirectory:input_type -> kibotos.guest.v1.WatchDirectoryRequest
+	13, // 57: kibotos.guest.v1.GuestAgentService.StartProcess:input_type -> kibotos.guest.v1.StartProcessRequest
+	31, // 58: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:input_type -> kibotos.guest.v1.StreamProcessOutputRequest
+	33, // 59: kibotos.guest.v1.GuestAgentService.SendProcessInput:input_type -> kibotos.guest.v1.SendProcessInputRequest
+	35, // 60: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:input_type -> kibotos.guest.v1.ResizeProcessPtyRequest
+	37, // 61: kibotos.guest.v1.GuestAgentService.SignalProcess:input_type -> kibotos.guest.v1.SignalProcessRequest
+	39, // 62: kibotos.guest.v1.GuestAgentService.GetProcess:input_type -> kibotos.guest.v1.GetProcessRequest
+	41, // 63: kibotos.guest.v1.GuestAgentService.ListProcesses:input_type -> kibotos.guest.v1.ListProcessesRequest
+	43, // 64: kibotos.guest.v1.GuestAgentService.WaitProcess:input_type -> kibotos.guest.v1.WaitProcessRequest
+	45, // 65: kibotos.guest.v1.GuestAgentService.Sample:input_type -> kibotos.guest.v1.SampleRequest
+	3,  // 66: kibotos.guest.v1.GuestAgentService.Ping:output_type -> kibotos.guest.v1.PingResponse
+	7,  // 67: kibotos.guest.v1.GuestAgentService.Exec:output_type -> kibotos.guest.v1.ExecResponse
+	12, // 68: kibotos.guest.v1.GuestAgentService.Shutdown:output_type -> kibotos.guest.v1.ShutdownResponse
+	16, // 69: kibotos.guest.v1.GuestAgentService.ReadFile:output_type -> kibotos.guest.v1.ReadFileResponse
+	18, // 70: kibotos.guest.v1.GuestAgentService.WriteFile:output_type -> kibotos.guest.v1.WriteFileResponse
+	20, // 71: kibotos.guest.v1.GuestAgentService.StatFile:output_type -> kibotos.guest.v1.StatFileResponse
+	22, // 72: kibotos.guest.v1.GuestAgentService.ListDirectory:output_type -> kibotos.guest.v1.ListDirectoryResponse
+	24, // 73: kibotos.guest.v1.GuestAgentService.MakeDirectory:output_type -> kibotos.guest.v1.MakeDirectoryResponse
+	26, // 74: kibotos.guest.v1.GuestAgentService.MoveFile:output_type -> kibotos.guest.v1.MoveFileResponse
+	28, // 75: kibotos.guest.v1.GuestAgentService.DeleteFile:output_type -> kibotos.guest.v1.DeleteFileResponse
+	30, // 76: kibotos.guest.v1.GuestAgentService.WatchDirectory:output_type -> kibotos.guest.v1.WatchDirectoryResponse
+	14, // 77: kibotos.guest.v1.GuestAgentService.StartProcess:output_type -> kibotos.guest.v1.StartProcessResponse
+	32, // 78: kibotos.guest.v1.GuestAgentService.StreamProcessOutput:output_type -> kibotos.guest.v1.StreamProcessOutputResponse
+	34, // 79: kibotos.guest.v1.GuestAgentService.SendProcessInput:output_type -> kibotos.guest.v1.SendProcessInputResponse
+	36, // 80: kibotos.guest.v1.GuestAgentService.ResizeProcessPty:output_type -> kibotos.guest.v1.ResizeProcessPtyResponse
+	38, // 81: kibotos.guest.v1.GuestAgentService.SignalProcess:output_type -> kibotos.guest.v1.SignalProcessResponse
+	40, // 82: kibotos.guest.v1.GuestAgentService.GetProcess:output_type -> kibotos.guest.v1.GetProcessResponse
+	42, // 83: kibotos.guest.v1.GuestAgentService.ListProcesses:output_type -> kibotos.guest.v1.ListProcessesResponse
+	44, // 84: kibotos.guest.v1.GuestAgentService.WaitProcess:output_type -> kibotos.guest.v1.WaitProcessResponse
+	46, // 85: kibotos.guest.v1.GuestAgentService.Sample:output_type -> kibotos.guest.v1.SampleResponse
+	66, // [66:86] is the sub-list for method output_type
+	46, // [46:66] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_guest_v1_agent_proto_init() }
@@ -2625,7 +2715,7 @@ func file_kibotos_guest_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_guest_v1_agent_proto_rawDesc), len(file_kibotos_guest_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

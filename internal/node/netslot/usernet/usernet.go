@@ -81,6 +81,13 @@ func (attachment) EgressFaults() []netslot.EgressFault { return nil }
 // so it forwards no query.
 func (attachment) ResolverFaults() []netslot.ResolverFault { return nil }
 
+// Counters implements netslot.Attachment: zero, because the frames never
+// leave the VMM and QEMU counts none of them (HMP's "info usernet" lists
+// the open connections only; QMP's query-stats serves KVM's statistics,
+// not the network's). The userstack slot, which carries every frame,
+// counts them.
+func (attachment) Counters() netslot.Counters { return netslot.Counters{} }
+
 // Started implements netslot.Attachment: the network is inside the VMM.
 func (attachment) Started(string) {}
 

@@ -230,6 +230,10 @@ func (a *attachment) EgressDraining() []netslot.EgressDraining {
 	return out
 }
 
+// Counters implements netslot.Attachment: the slot's count of the frames
+// it carried.
+func (a *attachment) Counters() netslot.Counters { return a.slot.Counters() }
+
 // Started implements netslot.Attachment: it connects to QEMU's socket in
 // runDir, and again whenever the connection ends, until Release.
 func (a *attachment) Started(runDir string) {

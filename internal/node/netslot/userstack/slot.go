@@ -39,6 +39,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
+	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/netslot/policy"
 	"github.com/kibotos/kibotos/internal/node/netslot/qemustream"
 )
@@ -132,6 +133,9 @@ type Slot struct {
 	// dnsConns are idle sockets to the deployment resolvers.
 	dnsConns dnsConns
 	echoes   chan struct{} // bounds the echoes waiting for a reply
+	// received and sent count the bytes of the frames the guest received
+	// from the slot and sent to it, across every stream the slot served.
+	received, sent atomic.Uint64
 }
 
 // maxEchoes is how many guest echo requests may wait for their reply at
@@ -302,6 +306,7 @@ func (s *Slot) receiveFrames(r *qemustream.Reader) error {
 			return err
 		}
 		buf = frame[:cap(frame)]
+		s.sent.Add(uint64(len(frame)))
 		if len(frame) < header.EthernetMinimumSize || len(frame) > frameMTU {
 			continue
 		}
@@ -327,7 +332,15 @@ func (s *Slot) sendFrames(ctx context.Context, w *qemustream.Writer) {
 		if err != nil {
 			return
 		}
+		s.received.Add(uint64(len(frame)))
 	}
+}
+
+// Counters are the bytes of the frames the guest received from the slot
+// and sent to it: every frame on the stream, those the slot refused or
+// dropped too, as the guest's interface counts them.
+func (s *Slot) Counters() netslot.Counters {
+	return netslot.Counters{Received: s.received.Load(), Sent: s.sent.Load()}
 }
 
 // toGuest sends a frame the slot made itself (ICMP answers).

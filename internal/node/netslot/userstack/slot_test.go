@@ -495,3 +495,24 @@ func TestAReconnectFromTheSamePortIsServed(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// The slot counts the bytes of the frames the guest sends and receives,
+// refused traffic too: a query REFUSED under DENY_ALL moves both counts by
+// at least its Ethernet, IPv4 and UDP headers and its DNS message.
+func TestTheSlotCountsTheGuestsFrames(t *testing.T) {
+	s, conn := startSlot(t, compile(t, &ctrlv1.NetworkPolicy{}), &fakeUplink{})
+	if c := s.Counters(); c.Sent != 0 || c.Received != 0 {
+		t.Fatalf("counters %+v before any frame", c)
+	}
+	r := query(t, guestStack(t, conn), userstack.GatewayV4, "example.com.")
+	packed, _ := new(dns.Msg).SetQuestion("example.com.", dns.TypeA).Pack()
+	headers := uint64(header.EthernetMinimumSize + header.IPv4MinimumSize + header.UDPMinimumSize)
+	reply, _ := r.Pack()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Counters().Received < headers+uint64(len(reply)) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // the count follows the write the guest already read
+	}
+	if c := s.Counters(); c.Sent < headers+uint64(len(packed)) || c.Received < headers+uint64(len(reply)) {
+		t.Errorf("counters %+v after a %d-byte query and a %d-byte answer", c, len(packed), len(reply))
+	}
+}

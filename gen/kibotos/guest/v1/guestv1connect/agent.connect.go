@@ -93,6 +93,9 @@ const (
 	// GuestAgentServiceWaitProcessProcedure is the fully-qualified name of the GuestAgentService's
 	// WaitProcess RPC.
 	GuestAgentServiceWaitProcessProcedure = "/kibotos.guest.v1.GuestAgentService/WaitProcess"
+	// GuestAgentServiceSampleProcedure is the fully-qualified name of the GuestAgentService's Sample
+	// RPC.
+	GuestAgentServiceSampleProcedure = "/kibotos.guest.v1.GuestAgentService/Sample"
 )
 
 // GuestAgentServiceClient is a client for the kibotos.guest.v1.GuestAgentService service.
@@ -140,6 +143,15 @@ type GuestAgentServiceClient interface {
 	GetProcess(context.Context, *connect.Request[v1.GetProcessRequest]) (*connect.Response[v1.GetProcessResponse], error)
 	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
 	WaitProcess(context.Context, *connect.Request[v1.WaitProcessRequest]) (*connect.Response[v1.WaitProcessResponse], error)
+	// Sample reads the guest's resource usage now, for
+	// kibotos.ctrl.v1.MetricsService: the fields of MetricsSample the guest
+	// knows (uptime, cpu_usage_millis, memory_total_bytes,
+	// memory_used_bytes, filesystems, process_count). The node adds what its
+	// host knows (node.v1.NodeDataService.SampleExecution) and ctrl the
+	// Workspace's own. cpu_usage_millis averages the guest's readings of the
+	// last 10 seconds; a guest up for less than that answers the average
+	// since it booted.
+	Sample(context.Context, *connect.Request[v1.SampleRequest]) (*connect.Response[v1.SampleResponse], error)
 }
 
 // NewGuestAgentServiceClient constructs a client for the kibotos.guest.v1.GuestAgentService
@@ -267,6 +279,12 @@ func NewGuestAgentServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(guestAgentServiceMethods.ByName("WaitProcess")),
 			connect.WithClientOptions(opts...),
 		),
+		sample: connect.NewClient[v1.SampleRequest, v1.SampleResponse](
+			httpClient,
+			baseURL+GuestAgentServiceSampleProcedure,
+			connect.WithSchema(guestAgentServiceMethods.ByName("Sample")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -291,6 +309,7 @@ type guestAgentServiceClient struct {
 	getProcess          *connect.Client[v1.GetProcessRequest, v1.GetProcessResponse]
 	listProcesses       *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
 	waitProcess         *connect.Client[v1.WaitProcessRequest, v1.WaitProcessResponse]
+	sample              *connect.Client[v1.SampleRequest, v1.SampleResponse]
 }
 
 // Ping calls kibotos.guest.v1.GuestAgentService.Ping.
@@ -388,6 +407,11 @@ func (c *guestAgentServiceClient) WaitProcess(ctx context.Context, req *connect.
 	return c.waitProcess.CallUnary(ctx, req)
 }
 
+// Sample calls kibotos.guest.v1.GuestAgentService.Sample.
+func (c *guestAgentServiceClient) Sample(ctx context.Context, req *connect.Request[v1.SampleRequest]) (*connect.Response[v1.SampleResponse], error) {
+	return c.sample.CallUnary(ctx, req)
+}
+
 // GuestAgentServiceHandler is an implementation of the kibotos.guest.v1.GuestAgentService service.
 type GuestAgentServiceHandler interface {
 	// Ping is the node's liveness probe. A guest that answers is RESPONDING; a
@@ -433,6 +457,15 @@ type GuestAgentServiceHandler interface {
 	GetProcess(context.Context, *connect.Request[v1.GetProcessRequest]) (*connect.Response[v1.GetProcessResponse], error)
 	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
 	WaitProcess(context.Context, *connect.Request[v1.WaitProcessRequest]) (*connect.Response[v1.WaitProcessResponse], error)
+	// Sample reads the guest's resource usage now, for
+	// kibotos.ctrl.v1.MetricsService: the fields of MetricsSample the guest
+	// knows (uptime, cpu_usage_millis, memory_total_bytes,
+	// memory_used_bytes, filesystems, process_count). The node adds what its
+	// host knows (node.v1.NodeDataService.SampleExecution) and ctrl the
+	// Workspace's own. cpu_usage_millis averages the guest's readings of the
+	// last 10 seconds; a guest up for less than that answers the average
+	// since it booted.
+	Sample(context.Context, *connect.Request[v1.SampleRequest]) (*connect.Response[v1.SampleResponse], error)
 }
 
 // NewGuestAgentServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -556,6 +589,12 @@ func NewGuestAgentServiceHandler(svc GuestAgentServiceHandler, opts ...connect.H
 		connect.WithSchema(guestAgentServiceMethods.ByName("WaitProcess")),
 		connect.WithHandlerOptions(opts...),
 	)
+	guestAgentServiceSampleHandler := connect.NewUnaryHandler(
+		GuestAgentServiceSampleProcedure,
+		svc.Sample,
+		connect.WithSchema(guestAgentServiceMethods.ByName("Sample")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.guest.v1.GuestAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GuestAgentServicePingProcedure:
@@ -596,6 +635,8 @@ func NewGuestAgentServiceHandler(svc GuestAgentServiceHandler, opts ...connect.H
 			guestAgentServiceListProcessesHandler.ServeHTTP(w, r)
 		case GuestAgentServiceWaitProcessProcedure:
 			guestAgentServiceWaitProcessHandler.ServeHTTP(w, r)
+		case GuestAgentServiceSampleProcedure:
+			guestAgentServiceSampleHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -679,4 +720,8 @@ func (UnimplementedGuestAgentServiceHandler) ListProcesses(context.Context, *con
 
 func (UnimplementedGuestAgentServiceHandler) WaitProcess(context.Context, *connect.Request[v1.WaitProcessRequest]) (*connect.Response[v1.WaitProcessResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.WaitProcess is not implemented"))
+}
+
+func (UnimplementedGuestAgentServiceHandler) Sample(context.Context, *connect.Request[v1.SampleRequest]) (*connect.Response[v1.SampleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.guest.v1.GuestAgentService.Sample is not implemented"))
 }
