@@ -94,6 +94,7 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM # so that cleanup runs when the test is interrupted
 
 # The container's root: the host's / under an overlay whose upper layer is a
 # tmpfs, so the install, the state and the VMs' block files (sparse) never
@@ -180,16 +181,24 @@ inside systemctl enable --now kibotos-node
 node_ready() { inside kibotos node get "$node_id" -o json | grep -q '"NODE_REGISTRATION_STATUS_READY"'; }
 wait_for "node $node_id to be READY" 120 node_ready
 
+# The hardening is in force, not only written: the agent runs as kibotos
+# with no capability, no_new_privs and a seccomp filter.
+node_pid=$(inside systemctl show -p MainPID --value kibotos-node)
+status=$(inside cat "/proc/$node_pid/status")
+for want in 'CapEff:[[:space:]]+0+$' 'NoNewPrivs:[[:space:]]+1$' 'Seccomp:[[:space:]]+2$'; do
+	grep -Eq "^$want" <<<"$status" || { say "kibotos-node's process lacks $want"; exit 1; }
+done
+[ "$(inside ps -o user= -p "$node_pid")" = kibotos ] || { say "kibotos-node does not run as kibotos"; exit 1; }
+
 say "pool capacity, platform (Debian's kernel, cached) and a busybox template"
 inside kibotos pool set-capacity default 20G >&2
 inside kibotos platform build --key default --set-default --cache /var/cache/kibotos-pkgtest >&2
+# The Template root as README's steps make it.
 inside sh -euc '
-	root=/var/cache/kibotos-pkgtest/rootfs
-	mkdir -p $root/bin $root/etc $root/root $root/tmp $root/proc $root/sys $root/dev $root/run
-	cp /bin/busybox $root/bin/
-	for a in $($root/bin/busybox --list); do [ -e $root/bin/$a ] || ln -s busybox $root/bin/$a; done
-	echo "root:x:0:0:root:/root:/bin/sh" >$root/etc/passwd
-	echo "root:x:0:" >$root/etc/group
+	cd /var/cache/kibotos-pkgtest
+	mkdir -p rootfs/bin rootfs/etc && cp /bin/busybox rootfs/bin/
+	for a in $(rootfs/bin/busybox --list); do [ -e rootfs/bin/$a ] || ln -s busybox rootfs/bin/$a; done
+	echo "root:x:0:0:root:/root:/bin/sh" > rootfs/etc/passwd
 '
 inside kibotos template build busybox --from /var/cache/kibotos-pkgtest/rootfs --set-default >&2
 
@@ -212,4 +221,11 @@ inside kibotos workspace delete "$id" >&2
 no_qemu() { ! node_qemu; }
 wait_for "the Workspace's VM to end" 30 no_qemu
 inside systemctl is-active -q kibotos-ctrl kibotos-node
-say "PASS: the .deb installed, kibotos-ctrl and kibotos-node ran as services, a Workspace was created, ran a command and was deleted"
+
+say "purging the package"
+inside apt-get purge -y -q kibotos >&2
+for unit in kibotos-ctrl kibotos-node; do
+	if inside systemctl is-active -q "$unit"; then say "$unit still runs after the purge"; exit 1; fi
+done
+if inside test -e /var/lib/kibotos; then say "the purge left /var/lib/kibotos"; exit 1; fi
+say "PASS: the .deb installed, kibotos-ctrl and kibotos-node ran as services, a Workspace was created, ran a command and was deleted; the purge stopped them"
