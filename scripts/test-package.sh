@@ -40,7 +40,8 @@ kpkg=$(apt-cache depends linux-image-amd64 | awk '$1 == "Depends:" && $2 ~ /^lin
 say "fetching $kpkg into $cache (once)"
 (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$kpkg" >&2)
 
-machine=kibotos-pkgtest
+# Its own name, so that two runs on one machine do not meet.
+machine=kibotos-pkgtest-$$
 work=$(mktemp -d /tmp/kibotos-pkgtest.XXXXXX)
 cgroups=()
 nspawn_pid=""
@@ -111,19 +112,23 @@ cp "$cache/${kpkg}"_*.deb "$stage/"
 # in: a cgroup of this test's own in each hierarchy the host mounts, so they
 # are found and removed at the end.
 for h in /sys/fs/cgroup/systemd /sys/fs/cgroup/unified; do
-	[ -d "$h" ] && cgroups+=("$h/$machine-$$")
+	[ -d "$h" ] && cgroups+=("$h/$machine")
 done
-[ -f /sys/fs/cgroup/cgroup.controllers ] && cgroups+=("/sys/fs/cgroup/$machine-$$")
+[ -f /sys/fs/cgroup/cgroup.controllers ] && cgroups+=("/sys/fs/cgroup/$machine")
 for cg in "${cgroups[@]}"; do mkdir "$cg"; done
 
 say "booting systemd in a container ($machine)"
 # basic.target: the system without the host's own enabled services (a
 # PostgreSQL the test command installed, say); the package's postinst and
 # the test start the kibotos units themselves.
+nspawn=(systemd-nspawn --quiet --register=no --keep-unit --private-network --console=read-only -D "$work/root" -M "$machine")
+# Where the host has KVM, the node gets it as it would on a real host (its
+# unit allows /dev/kvm to group kvm); without it QEMU runs TCG. (The
+# machines this runs on today have no KVM: that path is untried here.)
+[ -c /dev/kvm ] && nspawn+=(--bind=/dev/kvm)
 (
 	for cg in "${cgroups[@]}"; do echo "$BASHPID" >"$cg/cgroup.procs"; done
-	exec systemd-nspawn --quiet --register=no --keep-unit --private-network --console=read-only \
-		-D "$work/root" -M "$machine" -b -- systemd.unit=basic.target
+	exec "${nspawn[@]}" -b -- systemd.unit=basic.target
 ) >"$work/console.log" 2>&1 </dev/null &
 nspawn_pid=$!
 
@@ -171,7 +176,7 @@ if inside systemctl is-active -q kibotos-node; then
 fi
 
 say "the client configuration from ctrl's state (as README says)"
-inside install -D -m 0600 /var/lib/kibotos/ctrl/endpoints.env /root/.kibotos/config.env
+inside sh -c 'mkdir -p ~/.kibotos && install -m 0600 /var/lib/kibotos/ctrl/endpoints.env ~/.kibotos/config.env'
 node_id=$(inside hostname -s)
 grant=$(inside kibotos enrollment create --node-id "$node_id" | grep -o 'kbg_[A-Za-z0-9_-]*' | head -n 1)
 [ -n "$grant" ] || { say "no grant secret in kibotos enrollment create's output"; exit 1; }
