@@ -23,6 +23,9 @@ cd "$(dirname "$0")/.."
 
 say() { printf 'test-package.sh: %s\n' "$*" >&2; }
 
+# Mounts, cgroups and nspawn need root (CI is root).
+[ "$(id -u)" -eq 0 ] || { say "needs root (mounts, cgroups, systemd-nspawn)"; exit 1; }
+
 # systemd and nspawn; the runtime dependencies the package declares (so
 # installing it inside needs no download); busybox for the Template.
 apt_ensure systemd systemd-container util-linux qemu-system-x86 e2fsprogs xz-utils ca-certificates busybox-static
