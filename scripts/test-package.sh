@@ -224,6 +224,18 @@ if ! node_qemu; then
 	say "no QEMU of user kibotos in kibotos-node.service"
 	exit 1
 fi
+# A restart of the agent (what an upgrade does) leaves the VM running
+# (KillMode=process), and the next agent re-attaches to it.
+qemu_pid() { inside ps -eo pid=,user=,unit=,comm= | awk '$2 == "kibotos" && $3 == "kibotos-node.service" && $4 ~ /^qemu-system/ { print $1 }'; }
+before=$(qemu_pid)
+say "restarting kibotos-node (QEMU pid $before)"
+inside systemctl restart kibotos-node
+reattached() { [ "$(inside kibotos workspace exec "$id" -- echo again)" = again ]; }
+wait_for "exec through the restarted agent" 60 reattached
+if [ "$(qemu_pid)" != "$before" ]; then
+	say "the VM did not outlive the agent's restart (QEMU pid $before, now $(qemu_pid))"
+	exit 1
+fi
 # delete follows the command to its end: the VM is gone with it.
 inside kibotos workspace delete "$id" >&2
 no_qemu() { ! node_qemu; }
@@ -236,4 +248,4 @@ for unit in kibotos-ctrl kibotos-node; do
 	if inside systemctl is-active -q "$unit"; then say "$unit still runs after the purge"; exit 1; fi
 done
 if inside test -e /var/lib/kibotos; then say "the purge left /var/lib/kibotos"; exit 1; fi
-say "PASS: the .deb installed, kibotos-ctrl and kibotos-node ran as services, a Workspace was created, ran a command and was deleted; the purge stopped them"
+say "PASS: the .deb installed, kibotos-ctrl and kibotos-node ran as services, a Workspace was created, ran commands (its VM outliving an agent restart) and was deleted; the purge stopped them"
