@@ -63,6 +63,13 @@ step "TypeScript SDK"
 # lockfile, tsc, then node's test runner against a kibotos dev it starts.
 scripts/test-sdk-ts.sh
 
+step "the .deb (scripts/test-package.sh)"
+# Builds the package, boots systemd in a systemd-nspawn container over an
+# overlay of this machine's / (Debian's systemd-container), installs it there,
+# starts kibotos-ctrl and kibotos-node as services and creates a Workspace
+# through them (a real VM); removes the container, mounts and cgroups after.
+scripts/test-package.sh
+
 step "fuzz (short)"
 # The seed corpora (f.Add and testdata/fuzz) ran above; this searches a
 # little further each run: every fuzz target for 2000 inputs, one after the
