@@ -162,6 +162,7 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 			return err
 		}
 		plan = &launchPlan{w: w, node: node}
+		before := bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}
 		if plan.runtime, err = tx.GetRuntime(w.GetWorkspaceId(), true); err != nil {
 			return err
 		}
@@ -179,10 +180,23 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 		if plan.resolvers, err = resolvedResolvers(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
 			return err
 		}
+		if (bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}) == before {
+			// Nothing resolved anew (a later step, a retried one): the
+			// step reads only, and commits nothing.
+			return nil
+		}
 		w.UpdatedAt = timestamppb.New(s.now())
 		return tx.PutWorkspace(w)
 	})
 	return plan, wait, err
+}
+
+// bound is what resolve may bind in a Workspace's spec: whether it has a
+// template, and its Launch.
+type bound struct {
+	template      bool
+	launch        string
+	launchVersion uint64
 }
 
 // resolve fills the plan's template and Launch. A create's template was
