@@ -20,6 +20,9 @@ import (
 func (s *Service) RunExpiration(ctx context.Context, interval time.Duration, log *slog.Logger) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	// A sweep's lines concern no request: they name the sweep (the
+	// commands it admits log their own ids).
+	log = log.With("sweep", "expiration")
 	for {
 		if n, err := s.ExpireDue(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("expiration", "err", err)
