@@ -2,7 +2,6 @@ package ctrl_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -12,9 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"connectrpc.com/connect"
-
-	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/telemetry"
@@ -37,16 +33,7 @@ func TestCreateWorkspaceLogLinesCarryRequestAndCommandIDs(t *testing.T) {
 	c.EnsureCapacity(t, "default", testenv.DefaultPoolCapacity)
 
 	const commandID = "logged-create"
-	created, err := c.Workspaces.CreateWorkspace(context.Background(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-		Command: &ctrlv1.CommandMetadata{CommandId: commandID},
-		Spec: &ctrlv1.WorkspaceCreateSpec{
-			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerCapacityBytes: 256 << 20},
-			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
-		},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := c.CreateSmall(t, commandID)
 	requestID := created.Header().Get(telemetry.HeaderRequestID)
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
 	waitAvailable(t, c, id)
