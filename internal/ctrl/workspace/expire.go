@@ -25,7 +25,7 @@ func (s *Service) RunExpiration(ctx context.Context, interval time.Duration, log
 	log = log.With("sweep", "expiration")
 	for {
 		if n, err := s.ExpireDue(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("expiration", "err", err)
+			log.Warn("sweep failed", "err", err)
 		} else if n > 0 {
 			log.Info("expired workspaces", "count", n)
 		}
