@@ -13,6 +13,9 @@ step "dependencies"
 # the kernel package) and e2fsprogs (block files and images) for the VM tests;
 # iproute2 and util-linux (ip, nsenter) for the network tests' own internet.
 apt_ensure git ca-certificates qemu-system-x86 busybox-static xz-utils e2fsprogs iproute2 util-linux
+# bash-completion, which the script of `kibotos completion bash` (cobra's)
+# builds on: internal/cli's completion test presses TAB in bash.
+apt_ensure bash-completion
 # The Python SDK (sdk/python): Debian's python3 with the gRPC and protobuf
 # runtimes and pytest, and protoc with the gRPC Python plugin and the
 # well-known types' .proto files for its stubs.

@@ -40,6 +40,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/volume"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 func main() {
@@ -136,6 +137,9 @@ func run(ctx context.Context, dsn, path string, volumes, n, conc int) (result, e
 	}
 	defer st.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Admission logs each command it admits with the context's logger:
+	// this one, as ctrl gives its own (not slog's default, to stderr).
+	ctx = telemetry.WithLogger(ctx, log)
 	runner := command.NewRunner(st, "bench", log) // not run: admissions only
 	f := fleet.New(st, runner, log, fleet.DefaultConfig, fleet.Deps{})
 	vols := volume.New(st, f, runner, volume.DefaultProfile)

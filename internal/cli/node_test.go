@@ -18,12 +18,18 @@ import (
 // output.
 func kibotos(t *testing.T, c *testenv.Cluster, args ...string) (int, string, string) {
 	t.Helper()
-	t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
-	t.Setenv(clientconfig.EnvOperatorEndpoint, c.Ctrl.Client.OperatorEndpoint)
-	t.Setenv(clientconfig.EnvOperatorToken, c.Ctrl.Client.OperatorToken)
+	useOperator(t, c)
 	var stdout, stderr strings.Builder
 	code := cli.Main(context.Background(), args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
+}
+
+// useOperator points the client configuration at c's Operator endpoint
+// only.
+func useOperator(t *testing.T, c *testenv.Cluster) {
+	t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
+	t.Setenv(clientconfig.EnvOperatorEndpoint, c.Ctrl.Client.OperatorEndpoint)
+	t.Setenv(clientconfig.EnvOperatorToken, c.Ctrl.Client.OperatorToken)
 }
 
 // The node lifecycle from the command line: tables by default, the API's

@@ -25,9 +25,14 @@ import (
 // kibotosAll is kibotos with the Workspace endpoint configured too.
 func kibotosAll(t *testing.T, c *testenv.Cluster, args ...string) (int, string, string) {
 	t.Helper()
+	useWorkspace(t, c)
+	return kibotos(t, c, args...)
+}
+
+// useWorkspace points the client configuration's Workspace endpoint at c.
+func useWorkspace(t *testing.T, c *testenv.Cluster) {
 	t.Setenv(clientconfig.EnvWorkspaceEndpoint, c.Ctrl.Client.WorkspaceEndpoint)
 	t.Setenv(clientconfig.EnvToken, c.Ctrl.Client.Token)
-	return kibotos(t, c, args...)
 }
 
 // A mistyped subcommand fails, names the word, what was likely meant when

@@ -105,6 +105,7 @@ func NewRootCommand() *cobra.Command {
 		root.AddCommand(c)
 	}
 	nounsRefuseUnknownCommands(root)
+	registerIDCompletion(root)
 	return root
 }
 

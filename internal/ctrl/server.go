@@ -149,7 +149,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// finds it there); the RPC interceptor puts it in each call's.
 	m := metrics.New()
 	// The tracer provider travels the same way, for the runner's spans.
-	workCtx, stop := context.WithCancel(telemetry.NewContext(metrics.NewContext(context.WithoutCancel(ctx), m), cfg.TracerProvider))
+	// The logger too, for command admission's line.
+	workCtx, stop := context.WithCancel(telemetry.WithLogger(telemetry.NewContext(metrics.NewContext(context.WithoutCancel(ctx), m), cfg.TracerProvider), cfg.Logger))
 	s := &Server{cfg: cfg, errs: make(chan error, 3), store: st, stop: stop, done: make(chan struct{}), NewKeys: newKeys, metrics: m}
 	backend, err := newBackend(st, cfg, "http://"+lns[0].Addr().String(), m)
 	if err == nil && st.Exclusive() {
@@ -200,10 +201,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint, true},
 		{"node", auth.Gate(api.NewNodeHandler(backend.api, m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint, false},
 	}
+	// Every request's context carries the logger (command admission logs
+	// with it), and nothing else of ctx: a request is not cancelled with it.
+	requestBase := telemetry.WithLogger(context.Background(), cfg.Logger)
 	for i, l := range listeners {
 		ln := lns[i]
 		*l.url = "http://" + ln.Addr().String()
-		srv := newHTTPServer(s.handlers.track(telemetry.Handler(l.handler, cfg.TracerProvider, l.public)))
+		srv := newHTTPServer(s.handlers.track(telemetry.Handler(l.handler, cfg.TracerProvider, l.public)), requestBase)
 		s.servers = append(s.servers, srv)
 		go func() { s.errs <- srv.Serve(ln) }()
 		cfg.Logger.Info("listening", "endpoint", l.name, "url", *l.url)
@@ -223,8 +227,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 // newHTTPServer serves HTTP/1.1 and cleartext HTTP/2, so gRPC clients work
 // without TLS on a trusted network. Put TLS in front for anything else.
-func newHTTPServer(h http.Handler) *http.Server {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+func newHTTPServer(h http.Handler, base context.Context) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)

@@ -40,16 +40,7 @@ func TestCreateWorkspaceTraceSpansCtrlAndNode(t *testing.T) {
 	t.Cleanup(n.PowerOff)
 	c.EnsureCapacity(t, "default", testenv.DefaultPoolCapacity)
 
-	created, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-		Command: &ctrlv1.CommandMetadata{CommandId: "traced-create"},
-		Spec: &ctrlv1.WorkspaceCreateSpec{
-			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerCapacityBytes: 256 << 20},
-			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
-		},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := c.CreateSmall(t, "traced-create")
 	requestID := created.Header().Get(telemetry.HeaderRequestID)
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
 	waitAvailable(t, c, id)

@@ -181,35 +181,34 @@ func (a *agent) execute(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.Co
 
 func (a *agent) executeOnce(ctx context.Context, cmd *nodev1.NodeCommand) *nodev1.CommandResult {
 	opID := cmd.GetOperationId()
-	log := a.log.With("operation_id", opID, "command_id", cmd.GetCommandId())
 	if opID == "" {
 		return failure("", connect.CodeInvalidArgument, "command without operation_id")
 	}
 	data, found, err := a.store.LookupOperation(opID)
 	if err != nil {
-		log.Error("cannot read the operations record", "err", err)
+		a.log.ErrorContext(ctx, "cannot read the operations record", "err", err)
 		return failure(opID, connect.CodeInternal, "node cannot read its operations record: "+err.Error())
 	}
 	if found {
 		var res nodev1.CommandResult
 		if err := proto.Unmarshal(data, &res); err != nil {
-			log.Error("corrupt operations record", "err", err)
+			a.log.ErrorContext(ctx, "corrupt operations record", "err", err)
 			return failure(opID, connect.CodeInternal, "node's record of the operation is corrupt: "+err.Error())
 		}
-		log.Info("operation already applied; answering from the record")
+		a.log.InfoContext(ctx, "operation already applied; answering from the record")
 		return &res
 	}
 
 	start := time.Now()
 	res := a.apply(ctx, cmd)
 	if ctx.Err() != nil {
-		log.Info("agent stopping; operation abandoned")
+		a.log.InfoContext(ctx, "agent stopping; operation abandoned")
 		return nil
 	}
 	a.metrics.applied(string(cmd.GetBody().MessageName().Name()), res.Code, time.Since(start))
 	res.OperationId = opID
 	if res.Code != 0 {
-		log.Warn("operation failed", "operation", cmd.GetBody().GetTypeUrl(), "code", connect.Code(res.Code), "message", res.Message)
+		a.log.WarnContext(ctx, "operation failed", "operation", cmd.GetBody().GetTypeUrl(), "code", connect.Code(res.Code), "message", res.Message)
 		return res
 	}
 	data, err = proto.Marshal(res)
@@ -219,10 +218,10 @@ func (a *agent) executeOnce(ctx context.Context, cmd *nodev1.NodeCommand) *nodev
 	if err != nil {
 		// Applied but not recorded: ctrl's resend applies it again, which
 		// the block file operations tolerate.
-		log.Error("operation applied but not recorded", "err", err)
+		a.log.ErrorContext(ctx, "operation applied but not recorded", "err", err)
 		return failure(opID, connect.CodeInternal, "operation applied but the node could not record it: "+err.Error())
 	}
-	log.Info("operation applied", "operation", cmd.GetBody().GetTypeUrl())
+	a.log.InfoContext(ctx, "operation applied", "operation", cmd.GetBody().GetTypeUrl())
 	return res
 }
 

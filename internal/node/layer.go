@@ -20,6 +20,6 @@ func growLayer(ctx context.Context, blocks *blockfile.Manager, ref blockfile.Ref
 	if err != nil {
 		return st, err
 	}
-	log.Info("writable layer grown", "from_bytes", st.CapacityBytes, "capacity_bytes", grown.CapacityBytes)
+	log.InfoContext(ctx, "writable layer grown", "from_bytes", st.CapacityBytes, "capacity_bytes", grown.CapacityBytes)
 	return grown, nil
 }

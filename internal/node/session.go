@@ -149,10 +149,11 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 				a.log.Debug("clock reply not sent", "err", err)
 			}
 		case *nodev1.SessionResponse_Command:
-			a.lanes.enqueue(m.Command, func(res *nodev1.CommandResult) {
+			cmd := m.Command
+			a.lanes.enqueue(cmd, func(res *nodev1.CommandResult) {
 				err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_CommandResult{CommandResult: res}})
 				if err != nil {
-					a.log.Warn("command result not sent; ctrl will send the command again", "operation_id", res.GetOperationId(), "err", err)
+					a.log.WarnContext(operationLog(ctx, cmd), "command result not sent; ctrl will send the command again", "err", err)
 				}
 			})
 		case *nodev1.SessionResponse_Welcome:

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"path"
 
 	"connectrpc.com/connect"
@@ -17,9 +18,10 @@ import (
 // startOperation starts the span of one operation ctrl sent, a child of
 // the ctrl command step that recorded it (the traceparent it carries), so
 // that a command's trace shows what the node did for it. Its context's log
-// lines carry the command_id.
+// lines carry the request_id and command_id of the command, and the
+// operation_id.
 func (a *agent) startOperation(ctx context.Context, cmd *nodev1.NodeCommand) (context.Context, trace.Span) {
-	ctx = telemetry.WithCommandID(ctx, cmd.GetCommandId())
+	ctx = operationLog(ctx, cmd)
 	if a.cfg.TracerProvider == nil {
 		return ctx, tracenoop.Span{}
 	}
@@ -36,6 +38,13 @@ func (a *agent) startOperation(ctx context.Context, cmd *nodev1.NodeCommand) (co
 			attribute.String("kibotos.command_id", cmd.GetCommandId()),
 			attribute.String("kibotos.node_id", a.cfg.NodeID),
 		))
+}
+
+// operationLog is ctx whose log lines carry cmd's request_id, command_id
+// and operation_id.
+func operationLog(ctx context.Context, cmd *nodev1.NodeCommand) context.Context {
+	ctx = telemetry.WithRequestID(telemetry.WithCommandID(ctx, cmd.GetCommandId()), cmd.GetRequestId())
+	return telemetry.WithLogAttrs(ctx, slog.String("operation_id", cmd.GetOperationId()))
 }
 
 // endOperation ends the span with the node's answer (nil: the agent

@@ -28,6 +28,7 @@ import (
 	"github.com/kibotos/kibotos/internal/node/fsutil"
 	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/vm"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // Timings of executions. Variables so tests can shorten them.
@@ -670,9 +671,8 @@ func (e *networkError) Unwrap() error { return e.err }
 
 // launch is one start in progress: what its steps found and made.
 type launch struct {
-	op  *nodev1.StartExecution
-	id  string
-	log *slog.Logger
+	op *nodev1.StartExecution
+	id string
 
 	layerRef              blockfile.Ref
 	layerPath, volumePath string
@@ -697,7 +697,9 @@ func (e *vmSet) start(ctx context.Context, op *nodev1.StartExecution) (*nodev1.E
 	if x := e.runningExecution(id); x != nil {
 		return e.answerRunning(ctx, x)
 	}
-	l := &launch{op: op, id: id, log: e.a.log.With("instance_id", id)}
+	// The start's lines name its execution, after the operation's ids.
+	ctx = telemetry.WithLogAttrs(ctx, slog.String("instance_id", id))
+	l := &launch{op: op, id: id}
 	if err := e.resolveBlockFiles(l); err != nil {
 		return nil, err
 	}
@@ -727,7 +729,7 @@ func (e *vmSet) start(ctx context.Context, op *nodev1.StartExecution) (*nodev1.E
 		if errors.Is(err, errStopping) {
 			return nil, err
 		}
-		return nil, e.undo(l, err)
+		return nil, e.undo(ctx, l, err)
 	}
 	return e.status(l.x), nil
 }
@@ -856,7 +858,7 @@ func (e *vmSet) ensureLayer(ctx context.Context, l *launch) error {
 	if st.Exists {
 		// A layer ResizeWorkspaceWritableLayer grew is grown here, before
 		// the guest mounts it.
-		if _, err := growLayer(ctx, e.a.blocks, l.layerRef, st, l.op.GetLayerCapacityBytes(), l.log); err != nil {
+		if _, err := growLayer(ctx, e.a.blocks, l.layerRef, st, l.op.GetLayerCapacityBytes(), e.a.log); err != nil {
 			return codedf(errorCode(err), "grow the writable layer: %v", err)
 		}
 		return nil
@@ -865,7 +867,7 @@ func (e *vmSet) ensureLayer(ctx context.Context, l *launch) error {
 		return codedf(errorCode(err), "make the writable layer: %v", err)
 	}
 	l.layerCreated = true
-	l.log.Info("writable layer created", "path", l.layerPath, "capacity_bytes", st.CapacityBytes)
+	e.a.log.InfoContext(ctx, "writable layer created", "path", l.layerPath, "capacity_bytes", st.CapacityBytes)
 	return nil
 }
 
@@ -950,9 +952,9 @@ func (e *vmSet) boot(ctx context.Context, l *launch) error {
 	}
 	// The record names the accelerator, which the provider chose at Start.
 	if err := writeRecord(runDir, l.x.rec); err != nil {
-		l.log.Warn("cannot write the execution record", "err", err)
+		e.a.log.WarnContext(ctx, "cannot write the execution record", "err", err)
 	}
-	l.log.Info("execution booting", "provider", rec.Provider, "pid", inst.PID(), "accel", inst.Accel(), "vcpus", spec.VCPUs, "memory_mib", spec.MemoryMiB, "boot_id", rec.BootID)
+	e.a.log.InfoContext(ctx, "execution booting", "provider", rec.Provider, "pid", inst.PID(), "accel", inst.Accel(), "vcpus", spec.VCPUs, "memory_mib", spec.MemoryMiB, "boot_id", rec.BootID)
 	return nil
 }
 
@@ -977,26 +979,26 @@ func (e *vmSet) waitAgent(ctx context.Context, l *launch) error {
 		x.stopping = true
 		e.mu.Unlock()
 		if kerr := x.vm.Kill(); kerr != nil {
-			l.log.Error("cannot kill a VM that did not boot", "pid", x.vm.PID(), "err", kerr)
+			e.a.log.ErrorContext(ctx, "cannot kill a VM that did not boot", "pid", x.vm.PID(), "err", kerr)
 		}
 		return codedf(code, "the execution did not boot: %v", err)
 	}
 	if ping.GetBootId() != x.rec.BootID {
-		l.log.Warn("the guest answers with another boot_id", "got", ping.GetBootId(), "want", x.rec.BootID)
+		e.a.log.WarnContext(ctx, "the guest answers with another boot_id", "got", ping.GetBootId(), "want", x.rec.BootID)
 	}
 	e.mu.Lock()
 	x.state, x.responding = running, true
 	e.watch(x)
 	e.mu.Unlock()
 	e.a.metrics.booted(time.Since(l.bootStart))
-	l.log.Info("execution running", "boot_time", time.Since(start).Round(time.Millisecond))
+	e.a.log.InfoContext(ctx, "execution running", "boot_time", time.Since(start).Round(time.Millisecond))
 	e.notify()
 	return nil
 }
 
 // undo forgets a start that failed after the layer step: its execution,
 // its run directory, its network and the layer it made.
-func (e *vmSet) undo(l *launch, err error) error {
+func (e *vmSet) undo(ctx context.Context, l *launch, err error) error {
 	if x := l.x; x != nil {
 		e.mu.Lock()
 		if e.byID[l.id] == x {
@@ -1007,14 +1009,14 @@ func (e *vmSet) undo(l *launch, err error) error {
 	}
 	if l.net != nil {
 		if rerr := l.net.Release(); rerr != nil {
-			l.log.Warn("cannot release the network of a failed start", "err", rerr)
+			e.a.log.WarnContext(ctx, "cannot release the network of a failed start", "err", rerr)
 		}
 	}
-	l.log.Warn("execution did not start", "code", connect.CodeOf(err), "message", errorMessage(err))
+	e.a.log.WarnContext(ctx, "execution did not start", "code", connect.CodeOf(err), "message", errorMessage(err))
 	removed := false
 	if l.layerCreated {
 		if _, rerr := e.a.blocks.Remove(l.layerRef); rerr != nil {
-			l.log.Warn("cannot remove the layer this failed start made", "err", rerr)
+			e.a.log.WarnContext(ctx, "cannot remove the layer this failed start made", "err", rerr)
 		} else {
 			removed = true
 		}
@@ -1069,7 +1071,7 @@ func (e *vmSet) answerRunning(ctx context.Context, x *execution) (*nodev1.Execut
 			return nil, codedf(code, "the execution runs but its guest agent does not answer: %v", err)
 		}
 	}
-	e.a.log.Info("execution runs already; answering its status", "instance_id", x.id)
+	e.a.log.InfoContext(ctx, "execution runs already; answering its status", "instance_id", x.id)
 	return e.status(x), nil
 }
 
@@ -1138,7 +1140,7 @@ func (e *vmSet) stopExecution(ctx context.Context, op *nodev1.StopExecution) *no
 	if err := validInstanceID(id); err != nil {
 		return failure("", connect.CodeInvalidArgument, "StopExecution: "+err.Error())
 	}
-	log := e.a.log.With("instance_id", id)
+	ctx = telemetry.WithLogAttrs(ctx, slog.String("instance_id", id))
 	e.mu.Lock()
 	x := e.byID[id]
 	if x == nil || x.state != running {
@@ -1184,9 +1186,9 @@ func (e *vmSet) stopExecution(ctx context.Context, op *nodev1.StopExecution) *no
 	e.releaseNetwork(x)
 	// Answered here: a restart must not report it again.
 	if err := os.Remove(filepath.Join(x.runDir, recordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		log.Warn("cannot remove the execution record", "err", err)
+		e.a.log.WarnContext(ctx, "cannot remove the execution record", "err", err)
 	}
-	log.Info("execution stopped", "durable", res.Durable, "message", res.Message)
+	e.a.log.InfoContext(ctx, "execution stopped", "durable", res.Durable, "message", res.Message)
 	e.notify()
 	return resultOf(&res)
 }
@@ -1303,9 +1305,9 @@ func (e *vmSet) applyNetworkPolicy(ctx context.Context, op *nodev1.ApplyNetworkP
 	rec := x.rec
 	e.mu.Unlock()
 	if err := writeRecord(x.runDir, rec); err != nil {
-		e.a.log.Warn("cannot write the execution record", "instance_id", id, "err", err)
+		e.a.log.WarnContext(ctx, "cannot write the execution record", "instance_id", id, "err", err)
 	}
-	e.a.log.Info("network policy applied", "instance_id", id, "revision", pol.GetRevision(), "mode", netslot.Mode(pol), "drain_seconds", op.GetDrainSeconds())
+	e.a.log.InfoContext(ctx, "network policy applied", "instance_id", id, "revision", pol.GetRevision(), "mode", netslot.Mode(pol), "drain_seconds", op.GetDrainSeconds())
 	return resultOf(&nodev1.ApplyNetworkPolicyResult{AppliedRevision: pol.GetRevision(), DrainingRevision: att.Draining(),
 		Egresses: appliedEgresses(op.GetEgresses(), att)})
 }

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/kibotos/kibotos/internal/telemetry"
 )
@@ -38,6 +41,38 @@ func TestJSONLogCarriesRequestAndCommandIDs(t *testing.T) {
 		if line[k] != want {
 			t.Errorf("%s = %v, want %v (line %s)", k, line[k], want, buf.String())
 		}
+	}
+}
+
+// A line logged in a traced context carries its trace and span ids, and
+// the attributes the context was given for its unit of work.
+func TestLogCarriesTraceIDsAndContextAttrs(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := telemetry.NewLogger(&buf, telemetry.LogJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx, span := tp.Tracer("test").Start(context.Background(), "op")
+	defer span.End()
+	ctx = telemetry.WithLogAttrs(telemetry.WithLogAttrs(ctx, slog.String("operation_id", "op-1")), slog.String("instance_id", "i-1"))
+	log.InfoContext(ctx, "applied")
+	log.Info("no context")
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	var line map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &line); err != nil {
+		t.Fatal(err)
+	}
+	sc := span.SpanContext()
+	for k, want := range map[string]any{"trace_id": sc.TraceID().String(), "span_id": sc.SpanID().String(), "operation_id": "op-1", "instance_id": "i-1"} {
+		if line[k] != want {
+			t.Errorf("%s = %v, want %v (line %s)", k, line[k], want, lines[0])
+		}
+	}
+	if strings.Contains(lines[1], "trace_id") || strings.Contains(lines[1], "operation_id") {
+		t.Errorf("a line without a context carries its ids: %s", lines[1])
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/node/netslot/userstack"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // Cluster is a running ctrl and the clients to reach it.
@@ -60,12 +61,15 @@ func FastFleet() Option {
 	return WithFleet(fleet.Config{ObservationInterval: 500 * time.Millisecond, ClockProbeInterval: 250 * time.Millisecond, ClockTolerance: 10 * time.Second})
 }
 
-// Logger is quiet unless KIBOTOS_TEST_LOG is set.
+// Logger is quiet unless KIBOTOS_TEST_LOG is set; then it logs as the
+// processes do, with the ids of each line's context.
 func Logger() *slog.Logger {
+	w := io.Discard
 	if os.Getenv("KIBOTOS_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+		w = os.Stderr
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	log, _ := telemetry.NewLogger(w, telemetry.LogText)
+	return log
 }
 
 // New starts ctrl on free loopback ports with SQLite in a temporary directory.

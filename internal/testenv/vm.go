@@ -196,3 +196,21 @@ func (c *Cluster) TryExec(id string, argv ...string) (string, int32, error) {
 	}
 	return out.String(), code, stream.Err()
 }
+
+// CreateSmall asks c for a Workspace of one vCPU, 256 MiB of memory and a
+// 256 MiB writable layer, without a Volume, under commandID, and answers
+// the call (its headers carry the request id).
+func (c *Cluster) CreateSmall(t testing.TB, commandID string) *connect.Response[ctrlv1.CreateWorkspaceResponse] {
+	t.Helper()
+	res, err := c.Workspaces.CreateWorkspace(context.Background(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: commandID},
+		Spec: &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerCapacityBytes: 256 << 20},
+			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
+		},
+	}))
+	if err != nil {
+		t.Fatalf("create %s: %v", commandID, err)
+	}
+	return res
+}

@@ -67,7 +67,7 @@ func (c *Catalog) runBuild(ctx context.Context, wk *command.Work) error {
 		return buildErr
 	}
 	if buildErr != nil {
-		c.log.Warn("template build failed", "template", ref.GetTemplate(), "revision", ref.GetRevision(), "err", buildErr)
+		c.log.WarnContext(ctx, "template build failed", "template", ref.GetTemplate(), "revision", ref.GetRevision(), "err", buildErr)
 		return wk.Fail(ctx, &ctrlv1.WorkspaceFailure{
 			Stage: ctrlv1.FailureStage_FAILURE_STAGE_CREATING, Reason: ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST, Message: buildErr.Error(),
 		}, func(tx *store.Tx) error { return c.finish(tx, r, nil, buildErr, false) })

@@ -83,7 +83,7 @@ func (c *Catalog) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if err := c.Sweep(ctx, c.now()); err != nil && ctx.Err() == nil {
-			c.log.Warn("catalog sweep", "err", err)
+			c.log.Warn("sweep failed", "sweep", "uploads", "err", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -253,7 +253,7 @@ func (c *Catalog) Sweep(ctx context.Context, now time.Time) error {
 			if err := os.Remove(c.fileOf(kind, d)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
-			c.log.Info("removed an upload nothing references", "kind", kind, "digest", d)
+			c.log.Info("removed an upload nothing references", "sweep", "uploads", "kind", kind, "digest", d)
 		}
 	}
 	return nil

@@ -89,6 +89,7 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 			Request: reqAny, Result: resAny, AdmittedAt: ts, UpdatedAt: ts,
 			// The runner's steps join the admitting request's trace.
 			Traceparent: telemetry.Traceparent(tx.Context()),
+			RequestId:   telemetry.RequestID(tx.Context()),
 		},
 		InputHash:     hash,
 		NextAttemptAt: now,
@@ -105,7 +106,7 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 		// (PostgreSQL): undo ours and answer as a replay would.
 		return nil, errRaced
 	}
-	admitted(tx.Context(), commandID, kind, !eff.Long)
+	admitted(tx.Context(), admission{id: commandID, kind: kind, target: eff.Target, final: !eff.Long})
 	return eff.Result, nil
 }
 
@@ -129,6 +130,7 @@ func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error 
 		for _, a := range adm.list {
 			failpoint.Hit(failpoint.Admitted, a.id)
 			a.count(m)
+			a.log(ctx)
 		}
 	}
 	return err
@@ -136,7 +138,7 @@ func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error 
 
 // admission is one command a transaction admitted.
 type admission struct {
-	id, kind string
+	id, kind, target string
 	// final: the command was final at admission (not long): it
 	// succeeded as it was admitted.
 	final bool
@@ -149,23 +151,29 @@ func (a admission) count(m *metrics.Metrics) {
 	}
 }
 
+// log says the command was admitted, in ctx's request: the line that ties
+// the request_id to the command_id the runner's lines carry.
+func (a admission) log(ctx context.Context) {
+	telemetry.Logger(ctx).InfoContext(telemetry.WithCommandID(ctx, a.id), "command admitted", "kind", a.kind, "target_id", a.target, "final", a.final)
+}
+
 // admissions are what a Do's transaction admitted in its current run.
 type admissions struct{ list []admission }
 
 type admissionsKey struct{}
 
-// admitted counts an admission once its transaction commits: at the end
+// admitted counts and logs an admission once its transaction commits: at the end
 // of Do, when ctx is a Do's. An admission inside another transaction (an
 // egress fan-out, a pool cleanup, made within a larger transaction) is
 // counted at once; if that transaction rolls back and runs again, it is
 // counted again.
-func admitted(ctx context.Context, id, kind string, final bool) {
-	a := admission{id: id, kind: kind, final: final}
+func admitted(ctx context.Context, a admission) {
 	if adm, ok := ctx.Value(admissionsKey{}).(*admissions); ok {
 		adm.list = append(adm.list, a)
 		return
 	}
 	a.count(metrics.FromContext(ctx))
+	a.log(ctx)
 }
 
 // errRaced makes the caller's transaction roll back and run again, when it

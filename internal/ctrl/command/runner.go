@@ -105,7 +105,7 @@ func (r *Runner) Run(ctx context.Context) {
 				break
 			}
 			if err != nil {
-				r.log.Error("claim command", "err", err)
+				r.log.Error("claim command", "sweep", "command-runner", "err", err)
 				break
 			}
 			failpoint.Hit(failpoint.Claimed, c.GetCommandId())
@@ -183,7 +183,7 @@ func (r *Runner) step(ctx context.Context, c *store.CommandRow) {
 		return
 	}
 	backoff := min(time.Duration(c.Attempts)*time.Second, 30*time.Second)
-	r.log.Warn("command step failed; retrying", "command_id", c.GetCommandId(), "kind", c.GetKind(), "err", err, "retry_in", backoff)
+	r.log.WarnContext(ctx, "command step failed; retrying", "kind", c.GetKind(), "err", err, "retry_in", backoff)
 	_ = w.update(ctx, func(_ *store.Tx, c *store.CommandRow) error {
 		c.Progress = "retrying after: " + err.Error()
 		c.NextAttemptAt = r.now().Add(backoff)
@@ -272,8 +272,15 @@ func (w *Work) end(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRo
 	w.ended = err == nil
 	if w.ended {
 		c := w.c.Command
-		w.r.metrics.CommandFinished(c.GetKind(), c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED,
-			c.GetCompletedAt().AsTime().Sub(c.GetAdmittedAt().AsTime()))
+		took := c.GetCompletedAt().AsTime().Sub(c.GetAdmittedAt().AsTime())
+		failed := c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED
+		w.r.metrics.CommandFinished(c.GetKind(), failed, took)
+		if failed {
+			w.r.log.WarnContext(ctx, "command failed", "kind", c.GetKind(), "target_id", c.GetTargetId(), "stage", c.GetFailure().GetStage(),
+				"reason", c.GetFailure().GetReason(), "message", c.GetFailure().GetMessage(), "took", took.Round(time.Millisecond))
+		} else {
+			w.r.log.InfoContext(ctx, "command succeeded", "kind", c.GetKind(), "target_id", c.GetTargetId(), "took", took.Round(time.Millisecond))
+		}
 		failpoint.Hit(failpoint.Ended, c.GetCommandId())
 	}
 	return err

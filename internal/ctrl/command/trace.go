@@ -12,11 +12,11 @@ import (
 	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
-// startStep is ctx for one step of c: its log lines carry the command_id,
-// and its span (when tracing is on) is a child of the request that
+// startStep is ctx for one step of c: its log lines carry the command_id
+// and the request_id of the request that admitted it, and its span (when tracing is on) is a child of the request that
 // admitted c, so the trace of a create goes on after the create answered.
 func startStep(ctx context.Context, c *store.CommandRow) (context.Context, trace.Span) {
-	ctx = telemetry.WithCommandID(ctx, c.GetCommandId())
+	ctx = telemetry.WithRequestID(telemetry.WithCommandID(ctx, c.GetCommandId()), c.GetRequestId())
 	parent := telemetry.WithTraceparent(ctx, c.GetTraceparent())
 	return telemetry.Tracer(ctx, "github.com/kibotos/kibotos/internal/ctrl/command").Start(parent, "command "+c.GetKind(),
 		trace.WithAttributes(

@@ -289,7 +289,7 @@ func (f *Fleet) Enroll(ctx context.Context, req *nodev1.EnrollRequest) (*nodev1.
 		return nil
 	})
 	if err == nil {
-		f.log.Info("node enrolled", "node_id", req.GetNodeId())
+		f.log.InfoContext(ctx, "node enrolled", "node_id", req.GetNodeId())
 	}
 	return res, err
 }

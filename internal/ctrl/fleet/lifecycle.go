@@ -16,6 +16,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // nodeChange is the effect of one lifecycle command on a node, run in the
@@ -89,7 +90,7 @@ func (f *Fleet) nodeCommand(ctx context.Context, meta *ctrlv1.CommandMetadata, k
 	})
 	if err == nil && len(wake) > 0 {
 		if werr := f.waker.Wake(context.WithoutCancel(ctx), wake...); werr != nil {
-			f.log.Warn("wake commands of a node", "node_id", nodeID, "err", werr)
+			f.log.WarnContext(telemetry.WithCommandID(ctx, meta.GetCommandId()), "wake commands of a node", "node_id", nodeID, "err", werr)
 		}
 	}
 	return out, err
@@ -123,7 +124,7 @@ func (f *Fleet) DrainNode(ctx context.Context, req *operatorv1.DrainNodeRequest)
 	if err != nil {
 		return nil, err
 	}
-	f.log.Info("node drained", "node_id", req.GetNodeId())
+	f.log.InfoContext(telemetry.WithCommandID(ctx, req.GetCommand().GetCommandId()), "node drained", "node_id", req.GetNodeId())
 	return out.(*operatorv1.DrainNodeResponse), nil
 }
 
@@ -154,7 +155,7 @@ func (f *Fleet) IsolateNode(ctx context.Context, req *operatorv1.IsolateNodeRequ
 		return nil, err
 	}
 	res := out.(*operatorv1.IsolateNodeResponse)
-	f.log.Warn("node isolated by the operator", "node_id", req.GetNodeId(), "incarnation", req.GetIncarnation(),
+	f.log.WarnContext(telemetry.WithCommandID(ctx, req.GetCommand().GetCommandId()), "node isolated by the operator", "node_id", req.GetNodeId(), "incarnation", req.GetIncarnation(),
 		"failed_workspaces", res.GetFailedWorkspaces(), "released_volumes", res.GetReleasedVolumes(), "released_retained_layers", res.GetReleasedRetainedLayers())
 	return res, nil
 }
@@ -249,7 +250,7 @@ func (f *Fleet) RetireNode(ctx context.Context, req *operatorv1.RetireNodeReques
 		return nil, err
 	}
 	f.endSession(req.GetNodeId(), denied("node "+req.GetNodeId()+" is retired; a new host takes a new node_id"))
-	f.log.Info("node retired", "node_id", req.GetNodeId())
+	f.log.InfoContext(telemetry.WithCommandID(ctx, req.GetCommand().GetCommandId()), "node retired", "node_id", req.GetNodeId())
 	return out.(*operatorv1.RetireNodeResponse), nil
 }
 

@@ -75,7 +75,7 @@ func (f *Fleet) watchSilence(ctx context.Context, s *session) {
 		silent := f.now().Sub(s.obs.heardAt)
 		s.mu.Unlock()
 		if silent > limit {
-			f.log.Warn("node session silent; ending it", "node_id", s.nodeID, "silent", silent.Round(time.Millisecond))
+			f.log.WarnContext(ctx, "node session silent; ending it", "node_id", s.nodeID, "silent", silent.Round(time.Millisecond))
 			s.end(connect.NewError(connect.CodeDeadlineExceeded, errors.New("no message from the node within three observation intervals")))
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // Overcommit ratios are in thousandths, each in [MinRatio, MaxRatio].
@@ -92,7 +93,7 @@ func (f *Fleet) SetOvercommitDefaults(ctx context.Context, req *operatorv1.SetOv
 		return nil, err
 	}
 	res := out.(*operatorv1.SetOvercommitDefaultsResponse)
-	f.log.Info("overcommit defaults set", "cpu_thousandths", res.GetDefaults().GetCpuThousandths(),
+	f.log.InfoContext(telemetry.WithCommandID(ctx, req.GetCommand().GetCommandId()), "overcommit defaults set", "cpu_thousandths", res.GetDefaults().GetCpuThousandths(),
 		"memory_thousandths", res.GetDefaults().GetMemoryThousandths(), "version", res.GetDefaults().GetVersion())
 	_ = f.waker.WakeWaiting(context.WithoutCancel(ctx)) // placements waiting for room may fit now
 	return res, nil
@@ -170,7 +171,7 @@ func (f *Fleet) SetNodeOvercommit(ctx context.Context, req *operatorv1.SetNodeOv
 	if err != nil {
 		return nil, err
 	}
-	f.log.Info("node overcommit set", "node_id", req.GetNodeId(), "cpu_thousandths", req.CpuThousandths, "memory_thousandths", req.MemoryThousandths)
+	f.log.InfoContext(telemetry.WithCommandID(ctx, req.GetCommand().GetCommandId()), "node overcommit set", "node_id", req.GetNodeId(), "cpu_thousandths", req.CpuThousandths, "memory_thousandths", req.MemoryThousandths)
 	_ = f.waker.WakeWaiting(context.WithoutCancel(ctx))
 	return out.(*operatorv1.SetNodeOvercommitResponse), nil
 }

@@ -111,7 +111,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	defer s.end(nil)
 	f.attach(s)
 	defer f.detach(ctx, s)
-	f.log.Info("node session opened", "node_id", nodeID, "incarnation", s.incarnation)
+	f.log.InfoContext(ctx, "node session opened", "node_id", nodeID, "incarnation", s.incarnation)
 
 	if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Welcome{Welcome: &nodev1.SessionWelcome{
 		ObservationInterval: durationpb.New(f.cfg.ObservationInterval), CtrlTime: timestamppb.New(f.now()), DataToken: s.dataToken,
@@ -153,7 +153,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 				return err
 			}
 			if err != nil {
-				f.log.Warn("node session message", "node_id", nodeID, "err", err)
+				f.log.WarnContext(ctx, "node session message", "node_id", nodeID, "err", err)
 			}
 		}
 	}
@@ -324,9 +324,9 @@ func (f *Fleet) detach(ctx context.Context, s *session) {
 		return tx.PutNode(n)
 	})
 	if err != nil {
-		f.log.Warn("record lost node session", "node_id", s.nodeID, "err", err)
+		f.log.WarnContext(ctx, "record lost node session", "node_id", s.nodeID, "err", err)
 	}
-	f.log.Info("node session closed", "node_id", s.nodeID)
+	f.log.InfoContext(ctx, "node session closed", "node_id", s.nodeID)
 }
 
 // sessionLost records in n that its session ended at now.
@@ -447,7 +447,7 @@ func (f *Fleet) writeObservations(ctx context.Context, s *session) {
 			return
 		}
 		if err != nil {
-			f.log.Warn("node observation", "node_id", s.nodeID, "err", err)
+			f.log.WarnContext(ctx, "node observation", "node_id", s.nodeID, "err", err)
 		}
 	}
 }
@@ -625,7 +625,7 @@ func (f *Fleet) sendOperations(ctx context.Context, s *session) {
 			return err
 		})
 		if err != nil && ctx.Err() == nil {
-			f.log.Warn("read pending node operations", "node_id", s.nodeID, "err", err)
+			f.log.WarnContext(ctx, "read pending node operations", "node_id", s.nodeID, "err", err)
 		}
 		for _, op := range pending {
 			s.mu.Lock()
@@ -636,7 +636,7 @@ func (f *Fleet) sendOperations(ctx context.Context, s *session) {
 				continue
 			}
 			if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Command{Command: &nodev1.NodeCommand{
-				OperationId: op.GetOperationId(), CommandId: op.GetCommandId(), Body: op.GetBody(), Traceparent: op.GetTraceparent(),
+				OperationId: op.GetOperationId(), CommandId: op.GetCommandId(), Body: op.GetBody(), Traceparent: op.GetTraceparent(), RequestId: op.GetRequestId(),
 			}}}); err != nil {
 				return
 			}
@@ -670,7 +670,7 @@ func (f *Fleet) PollOperations(ctx context.Context, interval time.Duration) {
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				f.log.Warn("poll pending node operations", "err", err)
+				f.log.Warn("poll pending node operations", "sweep", "node-operations", "err", err)
 			}
 			continue
 		}
@@ -725,6 +725,7 @@ func StartOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID 
 		// The node's span of the operation joins the trace of the
 		// command step recording it.
 		Traceparent: telemetry.Traceparent(tx.Context()),
+		RequestId:   telemetry.RequestID(tx.Context()),
 	})
 	return err
 }

@@ -46,6 +46,6 @@ func (f *Fleet) StopStray(tx *store.Tx, nodeID, instanceID string) (bool, error)
 	if err := StartOperation(tx, f.now(), opID, nodeID, "", body); err != nil {
 		return false, err
 	}
-	f.log.Warn("node reports an execution that is not current there: stopping it", "node_id", nodeID, "instance_id", instanceID, "operation_id", opID)
+	f.log.WarnContext(tx.Context(), "node reports an execution that is not current there: stopping it", "node_id", nodeID, "instance_id", instanceID, "operation_id", opID)
 	return true, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // Refusal is why a pool takes no new object of some size.
@@ -121,6 +122,6 @@ func (s *Service) SetStoragePoolCapacity(ctx context.Context, req *operatorv1.Se
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("storage pool capacity set", "storage_pool", req.GetStoragePool(), "capacity_bytes", req.GetCapacityBytes(), "version", res.GetPool().GetVersion())
+	s.log.InfoContext(telemetry.WithCommandID(ctx, req.GetCommand().GetCommandId()), "storage pool capacity set", "storage_pool", req.GetStoragePool(), "capacity_bytes", req.GetCapacityBytes(), "version", res.GetPool().GetVersion())
 	return res, nil
 }

@@ -110,7 +110,7 @@ func (s *Service) runRemoveCopy(ctx context.Context, w *command.Work) error {
 		return err
 	}
 	if f := answer.Failure; f != nil {
-		s.log.Warn("copy a move left not removed; trying again", "command_id", w.Command().GetCommandId(), "storage_pool", pool,
+		s.log.WarnContext(ctx, "copy a move left not removed; trying again", "storage_pool", pool,
 			"object", key, "attempt", attempt+1, "err", f.GetMessage())
 		return w.Continue(ctx, fmt.Sprintf("removal %d failed (%s); trying again", attempt+1, f.GetMessage()), removalRetry(attempt),
 			func(_ *store.Tx, c *storev1.Command) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 const kindDeclareLost = "DeclareStoragePoolLost"
@@ -43,10 +44,10 @@ func (s *Service) DeclareStoragePoolLost(ctx context.Context, req *operatorv1.De
 	// Commands waiting on the pool (a removal, a placement reaching it) go
 	// on now: they find their objects lost, removed or to be placed anew.
 	if werr := s.waker.WakeWaiting(context.WithoutCancel(ctx)); werr != nil {
-		s.log.Warn("wake commands after a pool loss", "storage_pool", req.GetStoragePool(), "err", werr)
+		s.log.WarnContext(telemetry.WithCommandID(ctx, req.GetCommand().GetCommandId()), "wake commands after a pool loss", "storage_pool", req.GetStoragePool(), "err", werr)
 	}
 	res := out.(*operatorv1.DeclareStoragePoolLostResponse)
-	s.log.Warn("storage pool declared lost by the operator", "storage_pool", req.GetStoragePool(), "lost_volumes", res.GetLostVolumes(),
+	s.log.WarnContext(telemetry.WithCommandID(ctx, req.GetCommand().GetCommandId()), "storage pool declared lost by the operator", "storage_pool", req.GetStoragePool(), "lost_volumes", res.GetLostVolumes(),
 		"lost_retained_layers", res.GetLostRetainedLayers(), "discarded_cleanups", res.GetDiscardedCleanups())
 	return res, nil
 }

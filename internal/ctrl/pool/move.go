@@ -44,6 +44,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 const (
@@ -226,7 +227,6 @@ func (s *Service) move(ctx context.Context, meta *ctrlv1.CommandMetadata, kind s
 	}
 	if long {
 		s.kick.Kick()
-		s.log.Info("move admitted", "command_id", commandID, "kind", kind, "storage_pool", target)
 	}
 	return s.awaitMove(ctx, commandID, target, load)
 }
@@ -494,7 +494,7 @@ func (s *Service) copy(ctx context.Context, w *command.Work, m *moved, mv *store
 		// file) is the target's cleanup until a node removed it, and the
 		// command fails with the copy's failure after that removal.
 		failure := answer.Failure
-		s.log.Warn("move failed", "command_id", w.Command().GetCommandId(), "object", m.key, "err", failure.GetMessage())
+		s.log.WarnContext(ctx, "move failed", "object", m.key, "err", failure.GetMessage())
 		return w.Continue(ctx, fmt.Sprintf("copy failed; removing what it left in storage pool %q", mv.TargetPool), 0,
 			func(tx *store.Tx, c *storev1.Command) error {
 				c.NodeId = ""
@@ -613,7 +613,7 @@ func (s *Service) removeCopy(ctx context.Context, w *command.Work, m *moved) err
 	if answer.Failure != nil {
 		// The move ends as it would have; the removal is retried by a
 		// command of its own, which holds up none of the object's.
-		s.log.Warn("copy a move left not removed; retrying", "command_id", w.Command().GetCommandId(), "storage_pool", pool, "err", answer.Failure.GetMessage())
+		s.log.WarnContext(ctx, "copy a move left not removed; retrying", "storage_pool", pool, "err", answer.Failure.GetMessage())
 		err := end(func(tx *store.Tx) error { return s.retryRemoval(tx, w.Command().GetCommandId(), m.ref(pool)) })
 		if err == nil {
 			s.kick.Kick()
@@ -639,7 +639,7 @@ func (s *Service) CopyProgress(ctx context.Context, nodeID string, p *nodev1.Cop
 		return tx.UpdateCommand(c)
 	})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.log.Debug("copy progress not recorded", "operation_id", p.GetOperationId(), "err", err)
+		s.log.DebugContext(telemetry.WithCommandID(ctx, commandID), "copy progress not recorded", "node_id", nodeID, "operation_id", p.GetOperationId(), "err", err)
 	}
 }
 

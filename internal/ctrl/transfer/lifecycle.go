@@ -158,9 +158,10 @@ func (s *Service) removeArchive(id string) error {
 func (s *Service) Run(ctx context.Context, interval time.Duration, log *slog.Logger) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	log = log.With("sweep", "transfers")
 	for {
 		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("transfer sweep", "err", err)
+			log.Warn("sweep failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():

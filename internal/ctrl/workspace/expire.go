@@ -20,9 +20,12 @@ import (
 func (s *Service) RunExpiration(ctx context.Context, interval time.Duration, log *slog.Logger) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	// A sweep's lines concern no request: they name the sweep (the
+	// commands it admits log their own ids).
+	log = log.With("sweep", "expiration")
 	for {
 		if n, err := s.ExpireDue(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("expiration", "err", err)
+			log.Warn("sweep failed", "err", err)
 		} else if n > 0 {
 			log.Info("expired workspaces", "count", n)
 		}

@@ -29,7 +29,10 @@ func (s *Service) Wait(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	// The reads run under the call's context, not the wait's timeout: a
+	// read the timeout cut short (a loaded store) would answer
+	// deadline_exceeded instead of "not reached".
+	timer, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	poll := time.NewTicker(waitPoll)
 	defer poll.Stop()
@@ -43,9 +46,9 @@ func (s *Service) Wait(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*
 		select {
 		case <-changed:
 		case <-poll.C:
-		case <-ctx.Done():
+		case <-timer.Done():
 			stop()
-			if ctx.Err() == context.DeadlineExceeded {
+			if ctx.Err() == nil {
 				return res, nil // the timeout passed: not reached
 			}
 			return nil, ctx.Err()

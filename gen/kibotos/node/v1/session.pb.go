@@ -1179,7 +1179,10 @@ type NodeCommand struct {
 	// recorded this operation, empty when it was not traced: the node starts
 	// its span of the operation under it, so a command's trace spans ctrl and
 	// node.
-	Traceparent   string `protobuf:"bytes,4,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,4,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// request_id is the id of the API request that admitted the command, for
+	// logs: the node's lines of the operation carry it beside the command_id.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1238,6 +1241,13 @@ func (x *NodeCommand) GetBody() *anypb.Any {
 func (x *NodeCommand) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *NodeCommand) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1819,13 +1829,15 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"ClockReply\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\x04R\aprobeId\x127\n" +
 	"\tnode_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bnodeTime\x12O\n" +
-	"\x0fsynchronization\x18\x03 \x01(\x0e2%.kibotos.node.v1.ClockSynchronizationR\x0fsynchronization\"\x9b\x01\n" +
+	"\x0fsynchronization\x18\x03 \x01(\x0e2%.kibotos.node.v1.ClockSynchronizationR\x0fsynchronization\"\xba\x01\n" +
 	"\vNodeCommand\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
 	"\x04body\x18\x03 \x01(\v2\x14.google.protobuf.AnyR\x04body\x12 \n" +
-	"\vtraceparent\x18\x04 \x01(\tR\vtraceparent\"\x8e\x01\n" +
+	"\vtraceparent\x18\x04 \x01(\tR\vtraceparent\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"\x8e\x01\n" +
 	"\rCommandResult\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +

@@ -170,7 +170,11 @@ type Command struct {
 	// traceparent is the W3C trace context of the request that admitted the
 	// command, when it was traced: the runner's step spans are its children,
 	// so a command's trace goes on after admission answered.
-	Traceparent   string `protobuf:"bytes,15,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,15,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// request_id is the id of the request that admitted the command (its
+	// Kibotos-Request-Id): the runner's steps log it beside the command_id,
+	// so a request's id finds the lines of the work it admitted.
+	RequestId     string `protobuf:"bytes,16,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -310,6 +314,13 @@ func (x *Command) GetTraceparent() string {
 	return ""
 }
 
+func (x *Command) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // NodeOperation is one piece of work for one node.
 type NodeOperation struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -328,7 +339,10 @@ type NodeOperation struct {
 	AnsweredAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=answered_at,json=answeredAt,proto3" json:"answered_at,omitempty"`
 	// traceparent is the W3C trace context of the command step that recorded
 	// the operation, when it was traced; the node's operation span is its child.
-	Traceparent   string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// request_id is the id of the request that admitted the command, which
+	// the node's log lines of the operation carry (NodeCommand.request_id).
+	RequestId     string `protobuf:"bytes,12,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -436,6 +450,13 @@ func (x *NodeOperation) GetAnsweredAt() *timestamppb.Timestamp {
 func (x *NodeOperation) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *NodeOperation) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -737,7 +758,7 @@ var File_kibotos_store_v1_records_proto protoreflect.FileDescriptor
 
 const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\n" +
-	"\x1ekibotos/store/v1/records.proto\x12\x10kibotos.store.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1fkibotos/node/v1/execution.proto\"\xed\x04\n" +
+	"\x1ekibotos/store/v1/records.proto\x12\x10kibotos.store.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bkibotos/ctrl/v1/types.proto\x1a\x1fkibotos/node/v1/execution.proto\"\x8c\x05\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x12\n" +
@@ -758,7 +779,9 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\fcompleted_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12\x17\n" +
 	"\anode_id\x18\r \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04step\x18\x0e \x01(\rR\x04step\x12 \n" +
-	"\vtraceparent\x18\x0f \x01(\tR\vtraceparent\"\xc6\x03\n" +
+	"\vtraceparent\x18\x0f \x01(\tR\vtraceparent\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x10 \x01(\tR\trequestId\"\xe5\x03\n" +
 	"\rNodeOperation\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1d\n" +
@@ -774,7 +797,9 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\vanswered_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"answeredAt\x12 \n" +
-	"\vtraceparent\x18\v \x01(\tR\vtraceparent\"\x92\x02\n" +
+	"\vtraceparent\x18\v \x01(\tR\vtraceparent\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\f \x01(\tR\trequestId\"\x92\x02\n" +
 	"\x06Launch\x12\x1d\n" +
 	"\n" +
 	"launch_ref\x18\x01 \x01(\tR\tlaunchRef\x12!\n" +
