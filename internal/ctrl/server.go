@@ -197,9 +197,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// the interceptors check each call in full.
 		// The metrics interceptor comes first, so it counts the calls the
 		// others refuse.
-		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, m.Interceptor(), backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint, true},
-		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint, true},
-		{"node", auth.Gate(api.NewNodeHandler(backend.api, m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint, false},
+		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor(), backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint, true},
+		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint, true},
+		{"node", auth.Gate(api.NewNodeHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint, false},
 	}
 	// Every request's context carries the logger (command admission logs
 	// with it), and nothing else of ctx: a request is not cancelled with it.

@@ -58,7 +58,7 @@ func startDataServer(a *agent) (*dataServer, error) {
 	}
 	// ctrl is the only caller, and a trusted one: its trace context is
 	// the parent of the relay's spans.
-	ownPath, own := nodev1connect.NewNodeDataServiceHandler(nodeData{a: a})
+	ownPath, own := nodev1connect.NewNodeDataServiceHandler(nodeData{a: a}, connect.WithInterceptors(telemetry.ErrorStatus()))
 	relay := telemetry.Handler(&guestRelay{a: a, errors: connect.NewErrorWriter(), ownPath: ownPath, own: own}, a.cfg.TracerProvider, false)
 	d.srv = &http.Server{Handler: relay, ReadHeaderTimeout: 10 * time.Second}
 	d.srv.Protocols = new(http.Protocols)
