@@ -98,13 +98,29 @@ func tail(s string, n int) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.mu.Lock()
+	defer handedOut.mu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		// The kernel may give a port it gave before once its listener
+		// closed: two ctrls of one test once got the same one.
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
+
+// handedOut are the addresses freeAddr gave in this test process.
+var handedOut = struct {
+	mu    sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
 
 // ctrlAddrs are the three listeners of one ctrl, fixed so a restarted ctrl
 // is found where the node and clients left it.
