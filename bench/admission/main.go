@@ -48,6 +48,10 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; rows are interleaved in each round and the median round is shown")
 	conc := flag.Int("c", 16, "concurrent callers")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it); empty skips PostgreSQL")
+	// The connect rows' requests carry no logger of their own, so
+	// admission logs them with slog's default: quiet it, as the domain
+	// rows' context logger is.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	prefills := flag.String("volumes", "0", "Volumes already in the pool before a row's admissions, comma-separated: each is a row")
 	paths := flag.String("paths", "domain,connect", "paths to admit through, comma-separated: domain, connect")
 	flag.Parse()
