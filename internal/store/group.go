@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -117,19 +118,12 @@ func (s *Store) runMember(ctx context.Context, b *group, fn func(*Tx) error) err
 	}
 	if _, err := b.tx.ExecContext(bg, "RELEASE member"); err != nil {
 		b.err = fmt.Errorf("group commit: %w", err)
-		return cmpErr(fnErr, b.err)
+		return cmp.Or(fnErr, b.err)
 	}
 	if fnErr == nil {
 		b.written = append(b.written, tx.written...)
 	}
 	return fnErr
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // endGroup commits b (or rolls it back when a member broke it) and

@@ -90,3 +90,64 @@ func TestGroupCommitSharesOneCommit(t *testing.T) {
 		t.Errorf("%d transactions took %d commits; want 5 transactions in 2 commits", txs, commits)
 	}
 }
+
+// A group ends when it is full even while others still wait: maxGroup
+// members share one commit and the ones behind them start the next group.
+// The holder keeps the connection until every other call waits, so the
+// first group's size is the bound, not timing.
+func TestGroupCommitEndsAGroupAtMaxGroup(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "group.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := s.Stats()
+
+	const extra = 5
+	hold, holding := make(chan struct{}), make(chan struct{})
+	errs := make([]error, maxGroup+extra)
+	var wg sync.WaitGroup
+	member := func(i int, wait func()) {
+		defer wg.Done()
+		errs[i] = s.Tx(ctx, func(tx *Tx) error {
+			wait()
+			_, err := tx.InitSetting(fmt.Sprint("member-", i), []byte("1"))
+			return err
+		})
+	}
+	wg.Add(1)
+	go member(0, func() { close(holding); <-hold })
+	<-holding
+	for i := 1; i < len(errs); i++ {
+		wg.Add(1)
+		go member(i, func() {})
+	}
+	for int(s.group.waiting.Load()) != len(errs)-1 {
+		runtime.Gosched()
+	}
+	close(hold)
+	wg.Wait()
+
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("member %d: %v", i, err)
+		}
+	}
+	after := s.Stats()
+	// maxGroup members in the first commit, the extra ones in a second:
+	// each call returned after its own group's commit.
+	if txs, commits := after.Transactions-before.Transactions, after.Commits-before.Commits; txs != uint64(len(errs)) || commits != 2 {
+		t.Errorf("%d transactions took %d commits; want %d in 2 commits", txs, commits, len(errs))
+	}
+	if err := s.Tx(ctx, func(tx *Tx) error {
+		for i := range errs {
+			if _, err := tx.Setting(fmt.Sprint("member-", i)); err != nil {
+				t.Errorf("member-%d after the commits: %v", i, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
