@@ -37,7 +37,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -159,9 +158,9 @@ func runRow(r row) (result, error) {
 		defer pprof.StopCPUProfile()
 	}
 	res := result{db: r.db, nodes: r.nodes, ready: ready}
-	cpu0, sim0, st0, t0 := selfCPU(), processCPU(fleet.Process.Pid), srv.Store().Stats(), time.Now()
+	cpu0, sim0, st0, t0 := benchfleet.SelfCPU(), processCPU(fleet.Process.Pid), srv.Store().Stats(), time.Now()
 	time.Sleep(r.window)
-	cpu1, sim1, st1, wall := selfCPU(), processCPU(fleet.Process.Pid), srv.Store().Stats(), time.Since(t0)
+	cpu1, sim1, st1, wall := benchfleet.SelfCPU(), processCPU(fleet.Process.Pid), srv.Store().Stats(), time.Since(t0)
 	res.ctrlCores = (cpu1 - cpu0).Seconds() / wall.Seconds()
 	res.simCores = (sim1 - sim0).Seconds() / wall.Seconds()
 	res.dbBusy, res.txPerSecond, res.meanTx = busy(st0, st1, wall)
@@ -178,15 +177,6 @@ func busy(a, b store.Stats, wall time.Duration) (float64, float64, time.Duration
 		mean = held / time.Duration(txs)
 	}
 	return held.Seconds() / wall.Seconds(), float64(txs) / wall.Seconds(), mean
-}
-
-// selfCPU is this process's user and system CPU time.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		fail(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // processCPU is another process's user and system CPU time, from

@@ -174,7 +174,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tDB busy\tCPU each\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -183,8 +183,8 @@ func print(rows [][]result) {
 		for i, x := range rounds {
 			all[i] = fmt.Sprintf("%.1f", x.perSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%s\t\n", r.db, r.nodes, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, strings.Join(all, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t\n", r.db, r.nodes, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, 100*r.dbBusy, ms(r.cpuEach), strings.Join(all, " "))
 	}
 	tw.Flush()
 }
@@ -233,6 +233,13 @@ type result struct {
 	// commits while the callers ran, over the Workspaces AVAILABLE (the
 	// fleet's own writes in that time included).
 	txsEach, commitsEach float64
+	// dbBusy is the share of the callers' time the store's transactions
+	// held a connection (store.Stats.Held over wall time: on SQLite, one
+	// connection, how busy the database was); cpuEach is this process's
+	// CPU time (getrusage: ctrl, the simulated fleet and the callers)
+	// over the Workspaces AVAILABLE.
+	dbBusy  float64
+	cpuEach time.Duration
 }
 
 // placements is what the simulated nodes saw: when each Workspace's
@@ -329,12 +336,14 @@ func runRow(r row) (result, error) {
 	}
 
 	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
-	st0 := srv.Store().Stats()
+	st0, cpu0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), time.Now()
 	res, err = create(ctx, r, ws, p, res)
 	if n := len(res.available); n > 0 {
-		st1 := srv.Store().Stats()
+		st1, cpu1, wall := srv.Store().Stats(), benchfleet.SelfCPU(), time.Since(t1)
 		res.txsEach = float64(st1.Transactions-st0.Transactions) / float64(n)
 		res.commitsEach = float64(st1.Commits-st0.Commits) / float64(n)
+		res.dbBusy = float64(st1.Held-st0.Held) / float64(wall)
+		res.cpuEach = (cpu1 - cpu0) / time.Duration(n)
 	}
 	return res, err
 }

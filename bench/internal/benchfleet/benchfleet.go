@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -83,4 +84,13 @@ func Ctrl(ctx context.Context, db, pg, prefix, dir string, fc *fleet.Config) (*c
 		cfg.Database = dsn
 	}
 	return ctrl.Start(ctx, cfg)
+}
+
+// SelfCPU is this process's user and system CPU time so far (getrusage).
+func SelfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err) // RUSAGE_SELF with a valid pointer cannot fail
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
