@@ -67,7 +67,7 @@ func newPlatformKey(def bool) *operatorv1.PlatformKey {
 // queryDefaulted reads rows of (deployment_default, body): the body decoded
 // into newMsg(deployment_default), where the body leaves the flag false.
 func queryDefaulted[M proto.Message](t *Tx, q string, args []any, newMsg func(def bool) M) ([]M, error) {
-	rows, err := t.query(q, args...)
+	rows, err := t.queryDrained(q, args...)
 	if err != nil {
 		return nil, err
 	}

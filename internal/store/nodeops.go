@@ -51,7 +51,7 @@ func (t *Tx) NodesWithPendingOperations() ([]string, error) {
 
 // PendingNodeOperations lists a node's unanswered operations, oldest first.
 func (t *Tx) PendingNodeOperations(nodeID string, limit int) ([]*storev1.NodeOperation, error) {
-	rows, err := t.query(`SELECT body FROM node_operations WHERE node_id = ? AND state = 'NODE_OPERATION_STATE_PENDING'
+	rows, err := t.queryDrained(`SELECT body FROM node_operations WHERE node_id = ? AND state = 'NODE_OPERATION_STATE_PENDING'
 		ORDER BY created_at, operation_id LIMIT ?`, nodeID, limit)
 	if err != nil {
 		return nil, err

@@ -256,7 +256,7 @@ func (t *Tx) PlacementCandidates(q CandidateQuery) ([]*NodePlacement, error) {
 			args = append(args, "%,"+pool+",%")
 		}
 	}
-	rows, err := t.query(placementColumns+where+" ORDER BY node_id LIMIT ?", append(args, q.Limit)...)
+	rows, err := t.queryDrained(placementColumns+where+" ORDER BY node_id LIMIT ?", append(args, q.Limit)...)
 	if err != nil {
 		return nil, err
 	}

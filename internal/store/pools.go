@@ -126,7 +126,7 @@ func (t *Tx) updatePool(q string, args ...any) error {
 
 // LostPools is the set of pools declared lost.
 func (t *Tx) LostPools() (map[string]bool, error) {
-	rows, err := t.query("SELECT storage_pool FROM storage_pools WHERE lost_at <> 0")
+	rows, err := t.queryDrained("SELECT storage_pool FROM storage_pools WHERE lost_at <> 0")
 	if err != nil {
 		return nil, err
 	}

@@ -83,11 +83,11 @@ func waitTimeout(req *ctrlv1.WaitWorkspaceRequest) (time.Duration, error) {
 	}
 }
 
-// waitRead reads the Workspace (and the command) once, in one transaction
+// waitRead reads the Workspace (and the command) once, from one snapshot
 // so that they agree, and says whether the wait is over.
 func (s *Service) waitRead(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*ctrlv1.WaitWorkspaceResponse, error) {
 	res := &ctrlv1.WaitWorkspaceResponse{}
-	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+	err := s.store.Snapshot(ctx, func(tx *store.Tx) error {
 		w, err := get(tx, req.GetWorkspaceId(), false)
 		if err != nil {
 			return err
