@@ -2,6 +2,7 @@ package command_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -234,6 +235,62 @@ func TestAWakeDuringAStepIsNotLost(t *testing.T) {
 		waitFor(t, "SUCCEEDED after the wake", func() bool { return commandState(t, s, "woken-1").Final() })
 		if steps.Load() != 2 {
 			t.Errorf("%d steps, want 2", steps.Load())
+		}
+	})
+}
+
+// A step that holds its command (Hold) keeps the lease, shows its
+// progress, and waits in memory (Idle) without taking one of the runner's
+// eight workers: with eight steps waiting so, a ninth command still runs,
+// and each held command then ends in the same step, claimed once.
+func TestAHeldStepWaitsWithoutAWorker(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default())
+		const holders = 8
+		lastRan := make(chan struct{})
+		var held, steps atomic.Int32
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			steps.Add(1)
+			if w.Command().GetCommandId() == "last" {
+				defer close(lastRan)
+				return w.Succeed(ctx, func(*store.Tx) error { return nil })
+			}
+			if err := w.Hold(ctx, "handed out", nil); err != nil {
+				return err
+			}
+			held.Add(1)
+			w.Idle(func() { <-lastRan })
+			return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		})
+		go r.Run(ctx)
+		effects := 0
+		for i := range holders {
+			if _, err := admit(t, s, createVolume(fmt.Sprint("hold-", i), 1<<30), true, &effects); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Kick()
+		waitFor(t, "every holder held", func() bool { return held.Load() == holders })
+		c := commandState(t, s, "hold-0")
+		if c.LeaseOwner != "test-replica" || !c.LeaseUntil.After(time.Now()) || c.GetProgress() != "handed out" ||
+			c.GetState() != storev1.CommandState_COMMAND_STATE_RUNNING {
+			t.Errorf("a held command: owner %q, lease until %v, %v; want this replica's lease, RUNNING, its progress", c.LeaseOwner, c.LeaseUntil, c.Command)
+		}
+		if _, err := admit(t, s, createVolume("last", 1<<30), true, &effects); err != nil {
+			t.Fatal(err)
+		}
+		r.Kick()
+		for i := range holders {
+			id := fmt.Sprint("hold-", i)
+			waitFor(t, id+" SUCCEEDED", func() bool { return commandState(t, s, id).Final() })
+			if c := commandState(t, s, id); c.GetState() != storev1.CommandState_COMMAND_STATE_SUCCEEDED || c.Attempts != 1 {
+				t.Errorf("%s: %v after %d claims, want SUCCEEDED after one", id, c.GetState(), c.Attempts)
+			}
+		}
+		if steps.Load() != holders+1 {
+			t.Errorf("%d steps, want %d", steps.Load(), holders+1)
 		}
 	})
 }

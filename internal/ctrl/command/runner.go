@@ -113,7 +113,7 @@ func (r *Runner) Run(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				r.step(ctx, c)
+				r.step(ctx, c, sem)
 			}()
 		}
 		timer := time.NewTimer(r.untilNext(ctx))
@@ -167,10 +167,10 @@ func (r *Runner) untilNext(ctx context.Context) time.Duration {
 	return d
 }
 
-func (r *Runner) step(ctx context.Context, c *store.CommandRow) {
+func (r *Runner) step(ctx context.Context, c *store.CommandRow, slot chan struct{}) {
 	ctx, span := startStep(ctx, c)
 	defer span.End()
-	w := &Work{r: r, c: c}
+	w := &Work{r: r, c: c, slot: slot}
 	err := r.handlers[c.GetKind()](ctx, w)
 	endStep(span, w, err)
 	if err == nil && w.ended {
@@ -201,6 +201,9 @@ type Work struct {
 	r     *Runner
 	c     *store.CommandRow
 	ended bool
+	// slot is the runner's worker semaphore this step holds a place in
+	// (Idle gives it back while the step waits), nil for none.
+	slot chan struct{}
 }
 
 // Command is the command as claimed.

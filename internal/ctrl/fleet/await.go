@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,11 +32,25 @@ type Answer struct {
 // ends the step (the command continues when the answer arrives) and returns
 // nil: the caller then returns nil too. Commands of several operations
 // await them one after the other, each under its own name.
+//
+// When this replica holds the node's session, the step records the
+// operation keeping its lease and waits for the answer in memory (handOver):
+// the answer usually comes within answerWait, and the step goes on at once.
 func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string, body proto.Message, stage ctrlv1.FailureStage) (*Answer, error) {
 	opID := w.Command().GetCommandId() + "/" + name
+	anyBody, err := anypb.New(body)
+	if err != nil {
+		return nil, err
+	}
+	if f.holds(nodeID) {
+		answer, err := f.handOver(ctx, w, name, opID, nodeID, anyBody, stage)
+		if !errors.Is(err, errNotNew) {
+			return answer, err
+		}
+	}
 	var op *storev1.NodeOperation
 	var gone string
-	err := f.store.Tx(ctx, func(tx *store.Tx) error {
+	err = f.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
 		op, err = tx.GetNodeOperation(opID, false)
 		if errors.Is(err, store.ErrNotFound) {
@@ -55,30 +70,93 @@ func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string,
 		}}, nil
 	}
 	if op == nil {
-		anyBody, err := anypb.New(body)
-		if err != nil {
-			return nil, err
-		}
-		err = w.Continue(ctx, fmt.Sprintf("%s: sent to node %s", name, nodeID), 30*time.Second, func(tx *store.Tx, c *storev1.Command) error {
+		err := w.Continue(ctx, sentTo(name, nodeID), 30*time.Second, func(tx *store.Tx, c *storev1.Command) error {
 			c.NodeId = nodeID
-			return StartOperation(tx, w.Now(), opID, nodeID, c.GetCommandId(), anyBody)
+			_, err := StartOperation(tx, w.Now(), opID, nodeID, c.GetCommandId(), anyBody)
+			return err
 		})
 		if err == nil {
 			f.Notify(nodeID)
 		}
 		return nil, err
 	}
+	if answer := answerOf(op, stage); answer != nil {
+		return answer, nil
+	}
+	return nil, w.Continue(ctx, waitingFor(name, op.GetNodeId()), 30*time.Second, nil)
+}
+
+// errNotNew rolls back handOver's transaction: the operation was recorded
+// by an earlier step, or the node can serve none. Await's reads take it.
+var errNotNew = errors.New("the operation is not new")
+
+// handOver records a new operation for nodeID, whose session this replica
+// holds, keeping the step's lease (Hold), in the transaction that checks
+// it is new; hands it to the session; and waits for the answer in memory.
+// When none comes within answerWait it ends the step as Await does.
+func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeID string, body *anypb.Any, stage ctrlv1.FailureStage) (*Answer, error) {
+	answered := f.answers.expect(opID)
+	defer f.answers.forget(opID)
+	var recorded *storev1.NodeOperation
+	err := w.Hold(ctx, sentTo(name, nodeID), func(tx *store.Tx, c *storev1.Command) error {
+		if _, err := tx.GetNodeOperation(opID, false); !errors.Is(err, store.ErrNotFound) {
+			return cmp.Or(err, errNotNew)
+		}
+		if gone, err := f.cannotServe(tx, nodeID); gone != "" || err != nil {
+			return cmp.Or(err, errNotNew)
+		}
+		c.NodeId = nodeID
+		var err error
+		recorded, err = StartOperation(tx, w.Now(), opID, nodeID, c.GetCommandId(), body)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.deliver(recorded)
+	var op *storev1.NodeOperation
+	w.Idle(func() {
+		t := time.NewTimer(w.HoldFor(answerWait))
+		defer t.Stop()
+		select {
+		case op = <-answered:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	})
+	if answer := answerOf(op, stage); answer != nil {
+		return answer, nil
+	}
+	return nil, w.Continue(ctx, waitingFor(name, nodeID), 30*time.Second, nil)
+}
+
+func sentTo(name, nodeID string) string { return fmt.Sprintf("%s: sent to node %s", name, nodeID) }
+
+func waitingFor(name, nodeID string) string {
+	return fmt.Sprintf("%s: waiting for node %s to answer", name, nodeID)
+}
+
+// answerOf is the answer op holds, nil while it has none.
+func answerOf(op *storev1.NodeOperation, stage ctrlv1.FailureStage) *Answer {
 	switch op.GetState() {
 	case storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED:
-		return &Answer{Result: op.GetResult()}, nil
+		return &Answer{Result: op.GetResult()}
 	case storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED:
 		code := connect.Code(op.GetCode())
 		return &Answer{Result: op.GetResult(), Failure: &ctrlv1.WorkspaceFailure{
 			Stage: stage, Reason: apierr.ReasonOf(code), Retryable: code == connect.CodeUnavailable,
 			Message: fmt.Sprintf("node %s: %s", op.GetNodeId(), op.GetMessage()),
-		}}, nil
+		}}
 	}
-	return nil, w.Continue(ctx, fmt.Sprintf("%s: waiting for node %s to answer", name, op.GetNodeId()), 30*time.Second, nil)
+	return nil
+}
+
+// holds reports whether this replica holds nodeID's session: only then
+// does its answer reach a step waiting here.
+func (f *Fleet) holds(nodeID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sessions[nodeID] != nil
 }
 
 // cannotServe says why nodeID will never answer a new operation (it is

@@ -38,7 +38,8 @@ type Config struct {
 	// RegistrationRefresh is the longest a live session's registration
 	// goes unwritten while nothing placement reads changes (its status,
 	// pools, memory tightness, clock tolerance, cache, executions' reports);
-	// zero is twelve observation intervals (a minute by default). Between
+	// zero is twelve observation intervals (a minute by default), or 15
+	// minutes on SQLite (the database's only user: Fleet.refresh). Between
 	// writes the replica holding the session serves its newest sample
 	// (host_usage, last_seen_at, clock) from memory.
 	RegistrationRefresh time.Duration
@@ -75,7 +76,14 @@ type Fleet struct {
 	mu       sync.Mutex
 	sessions map[string]*session // node_id → the session this replica holds
 
-	writes registrationWrites
+	// exclusive: this process is the database's only user (SQLite), so
+	// every session the database calls live is one this process holds
+	// (it ended those of a process before it at start, and writes each of
+	// its own lost as it ends): liveness needs no periodic write.
+	exclusive bool
+
+	writes  registrationWrites
+	answers answerWaiters
 
 	artifacts  Artifacts
 	executions Executions
@@ -146,7 +154,8 @@ func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config, deps Deps) *
 		cfg.PlacementTimeout = DefaultPlacementTimeout
 	}
 	f := &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{},
-		artifacts: deps.Artifacts, executions: noExecutions{}, moves: noMoves{}, metrics: deps.Metrics}
+		artifacts: deps.Artifacts, executions: noExecutions{}, moves: noMoves{}, metrics: deps.Metrics,
+		exclusive: s.Exclusive()}
 	if f.artifacts == nil {
 		f.artifacts = noArtifacts{}
 	}
@@ -197,6 +206,21 @@ func (f *Fleet) PlacementTimeout() time.Duration { return f.cfg.PlacementTimeout
 // more: a session whose replica died.
 func (f *Fleet) liveWindow() time.Duration { return f.cfg.liveWindow() }
 
+// refresh is the longest a live session's registration goes unwritten
+// while nothing placement reads changes. On an exclusive database nothing
+// judges liveness by the write (LiveSince), so unless configured it is
+// rarer: only the stored observation's own fields (its observed_at, the
+// guests' reports' observed_at) age between writes.
+func (f *Fleet) refresh() time.Duration {
+	if f.exclusive && f.cfg.RegistrationRefresh == 0 {
+		return exclusiveRefresh
+	}
+	return f.cfg.refresh()
+}
+
+// exclusiveRefresh is refresh on an exclusive database, unless configured.
+const exclusiveRefresh = 15 * time.Minute
+
 func (c Config) liveWindow() time.Duration { return c.refresh() + c.silenceLimit() }
 
 // silenceLimit is how long a session may go without a message from its
@@ -224,8 +248,14 @@ func (c Config) refresh() time.Duration {
 func (c Config) LiveSince(now time.Time) time.Time { return now.Add(-c.liveWindow()) }
 
 // LiveSince is the oldest last_seen_at of a session that is live at now:
-// a node ctrl heard from since then still reports what it holds.
-func (f *Fleet) LiveSince(now time.Time) time.Time { return now.Add(-f.liveWindow()) }
+// a node ctrl heard from since then still reports what it holds. On an
+// exclusive database it is the zero time: every session recorded live is.
+func (f *Fleet) LiveSince(now time.Time) time.Time {
+	if f.exclusive {
+		return time.Time{}
+	}
+	return now.Add(-f.liveWindow())
+}
 
 // Live reports whether n's control session is live at now. A session this
 // replica holds is live (it ends one that goes silent); another's is live
@@ -236,7 +266,7 @@ func (f *Fleet) Live(n *operatorv1.NodeRegistration, now time.Time) bool {
 		return true
 	}
 	s := n.GetSession()
-	return s.GetLive() && now.Sub(s.GetLastSeenAt().AsTime()) <= f.liveWindow()
+	return s.GetLive() && !s.GetLastSeenAt().AsTime().Before(f.LiveSince(now))
 }
 
 // lifecycle is what a registration's view is derived from beside the
@@ -367,7 +397,7 @@ func (f *Fleet) NodeForPools(tx *store.Tx, pools ...string) (string, error) {
 // pickForPool is the first node by node_id that can do pool work on all
 // of pools now; only draining ones when draining is set.
 func (f *Fleet) pickForPool(tx *store.Tx, pools []string, draining bool) (string, error) {
-	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveSince: f.now().Add(-f.liveWindow()), Pools: pools}
+	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveSince: f.LiveSince(f.now()), Pools: pools}
 	for {
 		batch, err := tx.PlacementCandidates(q)
 		if err != nil {

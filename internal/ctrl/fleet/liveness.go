@@ -26,7 +26,8 @@ import (
 //   - writes an observation only when something placement or the API's
 //     records read changed (observationDue), and at least once every
 //     refresh otherwise, so that the database's last_seen_at still shows,
-//     to every replica, that the session's replica is alive;
+//     to every replica, that the session's replica is alive (on SQLite,
+//     where there is no other replica, the refresh is rare: Fleet.refresh);
 //   - serves the newest sample (host_usage, memory_tight, last_seen_at,
 //     clock) from memory to what it reads of the node (overlay).
 

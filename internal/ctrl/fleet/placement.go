@@ -96,7 +96,7 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 		}
 	} else {
 		q := store.CandidateQuery{
-			Limit: firstCandidates, LiveSince: now.Add(-f.liveWindow()), Fit: true, Defaults: defaults,
+			Limit: firstCandidates, LiveSince: f.LiveSince(now), Fit: true, Defaults: defaults,
 			Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Pools: nonEmpty(p.Pools),
 		}
 		for {
@@ -123,7 +123,12 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 // charge charges p's Allocation to row's node when the node takes it:
 // every constraint checked, and the room charged in one conditional update.
 func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, p Placement, defaults store.Ratios, now time.Time) (*Placed, error) {
-	if class, _ := unfit(row, p, defaults, now.Add(-f.liveWindow())); class != store.UnfitNone {
+	if class, _ := unfit(row, p, defaults, f.LiveSince(now)); class != store.UnfitNone {
+		return nil, nil
+	}
+	if f.exclusive && !f.holds(row.NodeID) {
+		// Recorded live, yet no session of this process, the only one:
+		// a lost session whose write failed. No node answers there.
 		return nil, nil
 	}
 	ok, err := tx.Allocate(store.Allocation{
@@ -156,7 +161,7 @@ const maxNamed = 8
 // placement rows and one aggregate over all of them, however large the
 // fleet (only when a placement fails).
 func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now time.Time) (*Refusal, error) {
-	liveSince := now.Add(-f.liveWindow())
+	liveSince := f.LiveSince(now)
 	r := &Refusal{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE}
 	if p.Node != "" {
 		row, err := tx.GetNodePlacement(p.Node)

@@ -42,12 +42,16 @@ type session struct {
 	stream      *sessionStream
 
 	sendMu sync.Mutex
+	// notify wakes the sender (sendOperations): to read the node's pending
+	// operations (reread) or to send those in outbox.
 	notify chan struct{}
 
 	mu     sync.Mutex
 	probes map[uint64]time.Time // probe_id → when it was sent
 	nextID uint64
 	sent   map[string]bool // operation_ids sent on this session
+	reread bool
+	outbox []*storev1.NodeOperation
 	// clock is the latest clock measurement; clockWritten says whether one
 	// was written in this session, and writtenExceeds what it said.
 	clock          *operatorv1.NodeClockObservation
@@ -370,14 +374,32 @@ func (f *Fleet) EndOrphanedSessions(ctx context.Context) error {
 // Notify tells the session of node (if this replica holds it) that it has
 // operations to send.
 func (f *Fleet) Notify(nodeID string) {
+	f.wakeSender(nodeID, func(s *session) { s.reread = true })
+}
+
+// deliver hands the session of op's node op, recorded and committed, to
+// send without reading the node's pending operations from the database
+// (a transaction per placement). A session that starts later reads it
+// there.
+func (f *Fleet) deliver(op *storev1.NodeOperation) {
+	f.wakeSender(op.GetNodeId(), func(s *session) { s.outbox = append(s.outbox, op) })
+}
+
+// wakeSender applies note to nodeID's session, if this replica holds it,
+// and wakes its sender.
+func (f *Fleet) wakeSender(nodeID string, note func(*session)) {
 	f.mu.Lock()
 	s := f.sessions[nodeID]
 	f.mu.Unlock()
-	if s != nil {
-		select {
-		case s.notify <- struct{}{}:
-		default:
-		}
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	note(s)
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
 	}
 }
 
@@ -463,7 +485,7 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	// multiply the rows every batch writes.
 	held := o.GetArtifacts()
 	changed := !s.artifactsWritten || !slices.EqualFunc(s.artifacts, held, func(a, b *nodev1.CachedArtifact) bool { return proto.Equal(a, b) })
-	due, reports, all := s.observationDue(o, now, f.cfg.refresh())
+	due, reports, all := s.observationDue(o, now, f.refresh())
 	if !due && !changed {
 		return nil
 	}
@@ -617,15 +639,24 @@ func MeasureClock(sent, received, nodeTime time.Time, tolerance time.Duration) *
 // replica recorded. One fleet-wide poll instead of one per session keeps
 // ctrl's load flat in the number of idle sessions.
 func (f *Fleet) sendOperations(ctx context.Context, s *session) {
+	reread := true // at the start of the session
 	for {
-		var pending []*storev1.NodeOperation
-		err := f.store.Tx(ctx, func(tx *store.Tx) error {
-			var err error
-			pending, err = tx.PendingNodeOperations(s.nodeID, 100)
-			return err
-		})
-		if err != nil && ctx.Err() == nil {
-			f.log.WarnContext(ctx, "read pending node operations", "node_id", s.nodeID, "err", err)
+		s.mu.Lock()
+		pending := s.outbox
+		s.outbox = nil
+		reread = reread || s.reread
+		s.reread = false
+		s.mu.Unlock()
+		if reread {
+			err := f.store.Tx(ctx, func(tx *store.Tx) error {
+				var err error
+				pending, err = tx.PendingNodeOperations(s.nodeID, 100)
+				return err
+			})
+			if err != nil && ctx.Err() == nil {
+				f.log.WarnContext(ctx, "read pending node operations", "node_id", s.nodeID, "err", err)
+			}
+			reread = false
 		}
 		for _, op := range pending {
 			s.mu.Lock()
@@ -685,7 +716,9 @@ func (f *Fleet) PollOperations(ctx context.Context, interval time.Duration) {
 func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.CommandResult) error {
 	failpoint.Hit(failpoint.AnswerReceived, r.GetOperationId())
 	var commandID string
+	var answered *storev1.NodeOperation
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
+		commandID, answered = "", nil // the transaction may be a retry
 		op, err := tx.GetNodeOperation(r.GetOperationId(), true)
 		if err != nil {
 			return err
@@ -699,7 +732,7 @@ func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.Com
 		}
 		op.Code, op.Message, op.Result = r.GetCode(), r.GetMessage(), r.GetResult()
 		op.AnsweredAt = timestamppb.New(f.now())
-		commandID = op.GetCommandId()
+		commandID, answered = op.GetCommandId(), op
 		if err := tx.PutNodeOperation(op); err != nil {
 			return err
 		}
@@ -710,24 +743,28 @@ func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.Com
 	})
 	if err == nil && commandID != "" {
 		failpoint.Hit(failpoint.AnswerRecorded, commandID)
-		f.waker.Kick()
+		if !f.answers.answered(answered) {
+			f.waker.Kick()
+		}
 	}
 	return err
 }
 
 // StartOperation records an operation for node in tx; the node's session
 // sends it (again after every reconnect) until the node answers. Call Notify
-// after the transaction commits.
-func StartOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID string, body *anypb.Any) error {
-	_, err := tx.InsertNodeOperation(&storev1.NodeOperation{
+// after the transaction commits, or hand the operation it returns to
+// deliver.
+func StartOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID string, body *anypb.Any) (*storev1.NodeOperation, error) {
+	op := &storev1.NodeOperation{
 		OperationId: operationID, NodeId: nodeID, CommandId: commandID,
 		State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING, Body: body, CreatedAt: timestamppb.New(now),
 		// The node's span of the operation joins the trace of the
 		// command step recording it.
 		Traceparent: telemetry.Traceparent(tx.Context()),
 		RequestId:   telemetry.RequestID(tx.Context()),
-	})
-	return err
+	}
+	_, err := tx.InsertNodeOperation(op)
+	return op, err
 }
 
 // FetchArtifact streams an artifact to an authenticated node.

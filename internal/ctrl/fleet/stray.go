@@ -43,7 +43,7 @@ func (f *Fleet) StopStray(tx *store.Tx, nodeID, instanceID string) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	if err := StartOperation(tx, f.now(), opID, nodeID, "", body); err != nil {
+	if _, err := StartOperation(tx, f.now(), opID, nodeID, "", body); err != nil {
 		return false, err
 	}
 	f.log.WarnContext(tx.Context(), "node reports an execution that is not current there: stopping it", "node_id", nodeID, "instance_id", instanceID, "operation_id", opID)

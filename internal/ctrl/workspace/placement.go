@@ -59,7 +59,20 @@ type launchPlan struct {
 // execution on a node, create the NEW Volume there if it is not yet, start
 // the VM and wait for its agent.
 func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
-	plan, wait, err := s.plan(ctx, wk)
+	// A step that must place places in the transaction that reads its plan.
+	var placed *placement
+	plan, wait, err := s.plan(ctx, wk, func(tx *store.Tx, plan *launchPlan) error {
+		placed = nil
+		if wk.Command().GetNodeId() != "" || plan.GetVolume().GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+			return nil // placed by an earlier step; or failing below
+		}
+		var err error
+		placed, err = s.place(tx, wk, plan)
+		return err
+	})
+	if errors.Is(err, errPoolRefused) {
+		err = nil // placed says so; the Allocation made went with the rollback
+	}
 	stage := ctrlv1.FailureStage_FAILURE_STAGE_STARTING
 	switch wk.Command().GetKind() {
 	case kindCreate:
@@ -81,18 +94,16 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	nodeID := wk.Command().GetNodeId()
-	if nodeID == "" {
-		var refusal *fleet.Refusal
-		var poolRefusal *pool.Refusal
-		nodeID, refusal, poolRefusal, err = s.place(ctx, wk, plan)
+	if placed != nil {
+		// Counted once committed: a transaction run again counts once.
+		countPlacement(s.fleet.Metrics(), placed.refusal, placed.poolRefusal)
 		switch {
-		case err != nil:
-			return err
-		case poolRefusal != nil:
-			return s.failStart(ctx, wk, poolRefusal.Failure(ctrlv1.FailureStage_FAILURE_STAGE_PLACING, s.now()))
-		case refusal != nil:
-			return s.placementRefused(ctx, wk, refusal)
+		case placed.poolRefusal != nil:
+			return s.failStart(ctx, wk, placed.poolRefusal.Failure(ctrlv1.FailureStage_FAILURE_STAGE_PLACING, s.now()))
+		case placed.refusal != nil:
+			return s.placementRefused(ctx, wk, placed.refusal)
 		}
+		nodeID = placed.nodeID
 	}
 	if wk.Command().GetKind() == kindRestore {
 		if done, err := s.importParts(ctx, wk, plan, nodeID); !done || err != nil {
@@ -147,8 +158,9 @@ func (p *launchPlan) GetVolume() *ctrlv1.Volume {
 }
 
 // plan reads the Workspace and resolves its template and Launch, storing
-// them in its spec the first time. wait says why the command cannot go on.
-func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, string, error) {
+// them in its spec the first time, then runs then (when the command can go
+// on) in the same transaction. wait says why the command cannot go on.
+func (s *Service) plan(ctx context.Context, wk *command.Work, then func(tx *store.Tx, plan *launchPlan) error) (*launchPlan, string, error) {
 	req, err := wk.Request()
 	if err != nil {
 		return nil, "", err
@@ -180,13 +192,14 @@ func (s *Service) plan(ctx context.Context, wk *command.Work) (*launchPlan, stri
 		if plan.resolvers, err = resolvedResolvers(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
 			return err
 		}
-		if (bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}) == before {
-			// Nothing resolved anew (a later step, a retried one): the
-			// step reads only, and commits nothing.
-			return nil
+		if (bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}) != before {
+			// Resolved anew (not a later step, nor a retried one).
+			w.UpdatedAt = timestamppb.New(s.now())
+			if err := tx.PutWorkspace(w); err != nil {
+				return err
+			}
 		}
-		w.UpdatedAt = timestamppb.New(s.now())
-		return tx.PutWorkspace(w)
+		return then(tx, plan)
 	})
 	return plan, wait, err
 }
@@ -254,12 +267,19 @@ func (s *Service) resolve(tx *store.Tx, plan *launchPlan, req any) (string, erro
 // layer: the Allocation made in the same transaction goes with it.
 var errPoolRefused = errors.New("the layer's pool refused it")
 
+// placement is what a placement decided: the node, or why none takes the
+// execution (refusal), or why the layer's pool takes no new layer
+// (poolRefusal; its transaction is rolled back then, errPoolRefused).
+type placement struct {
+	nodeID      string
+	refusal     *fleet.Refusal
+	poolRefusal *pool.Refusal
+}
+
 // place charges the execution to a node (fleet.Place: every placement
 // constraint), and records where a first writable layer goes: beside the
 // Volume, or in the node's default pool, where it reserves its capacity.
-// refusal says why no node takes it, poolRefusal why that pool takes no new
-// layer; nothing is placed then.
-func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan) (nodeID string, refusal *fleet.Refusal, poolRefusal *pool.Refusal, err error) {
+func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan) (*placement, error) {
 	res := plan.w.GetSpec().GetResources()
 	p := fleet.Placement{
 		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), wk.Command().GetCommandId()),
@@ -269,50 +289,37 @@ func (s *Service) place(ctx context.Context, wk *command.Work, plan *launchPlan)
 	if plan.volume != nil {
 		p.Pools = append(p.Pools, plan.volume.GetSpec().GetStoragePool())
 	}
-	err = s.store.Tx(ctx, func(tx *store.Tx) error {
-		nodeID, refusal, poolRefusal = "", nil, nil
-		placed, why, err := s.fleet.Place(tx, p)
-		if why != nil || err != nil {
-			refusal = why
-			return err
-		}
-		rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
-		if err != nil {
-			return err
-		}
-		if rt.GetLayerPool() == "" {
-			rt.LayerPool = placed.DefaultPool
-			if plan.volume != nil {
-				rt.LayerPool = plan.volume.GetSpec().GetStoragePool()
-			}
-			rt.LayerCapacityBytes = layerCapacity(plan.w)
-			rt.LayerUnconfirmed = true
-			if poolRefusal, err = pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
-				return cmp.Or(err, errPoolRefused)
-			}
-			if err := tx.PutRuntime(rt); err != nil {
-				return err
-			}
-		} else if grow := layerCapacity(plan.w); grow > rt.GetLayerCapacityBytes() {
-			// A resized layer grows at this start: its pool must have room
-			// for the difference, which the layer reserves once the node
-			// grew it (started records the capacity it has).
-			if poolRefusal, err = pool.Reserve(tx, rt.GetLayerPool(), grow-rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
-				return cmp.Or(err, errPoolRefused)
-			}
-		}
-		nodeID = placed.NodeID
-		plan.runtime = rt
-		return nil
-	})
-	if errors.Is(err, errPoolRefused) {
-		err = nil
+	placed, why, err := s.fleet.Place(tx, p)
+	if why != nil || err != nil {
+		return &placement{refusal: why}, err
 	}
-	if err == nil {
-		// Counted once committed: a transaction run again counts once.
-		countPlacement(s.fleet.Metrics(), refusal, poolRefusal)
+	rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
+	if err != nil {
+		return nil, err
 	}
-	return nodeID, refusal, poolRefusal, err
+	if rt.GetLayerPool() == "" {
+		rt.LayerPool = placed.DefaultPool
+		if plan.volume != nil {
+			rt.LayerPool = plan.volume.GetSpec().GetStoragePool()
+		}
+		rt.LayerCapacityBytes = layerCapacity(plan.w)
+		rt.LayerUnconfirmed = true
+		if poolRefusal, err := pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
+			return &placement{poolRefusal: poolRefusal}, cmp.Or(err, errPoolRefused)
+		}
+		if err := tx.PutRuntime(rt); err != nil {
+			return nil, err
+		}
+	} else if grow := layerCapacity(plan.w); grow > rt.GetLayerCapacityBytes() {
+		// A resized layer grows at this start: its pool must have room
+		// for the difference, which the layer reserves once the node
+		// grew it (started records the capacity it has).
+		if poolRefusal, err := pool.Reserve(tx, rt.GetLayerPool(), grow-rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
+			return &placement{poolRefusal: poolRefusal}, cmp.Or(err, errPoolRefused)
+		}
+	}
+	plan.runtime = rt
+	return &placement{nodeID: placed.NodeID}, nil
 }
 
 // countPlacement counts one placement decision in
