@@ -236,6 +236,27 @@ func (s *system) ended(t *testing.T, id string) int {
 	return n
 }
 
+// endUnheard says whether the command id, final through the API, may have
+// ended unheard: the last crash was at a point without a key (an
+// observation batch), which can come after the command's final commit
+// and before its worker met command.ended. No later ctrl runs a final
+// command, so the trace then never shows its end. (Batches share their
+// commit with the command steps around them, which made this common.)
+func (s *system) endUnheard(t *testing.T, sc scenario, id string) bool {
+	t.Helper()
+	if !sc.final {
+		return false
+	}
+	in, keyless := false, false
+	for _, h := range s.hits(t) {
+		in = in || about(h.key, id)
+		if in && h.crash {
+			keyless = h.key == ""
+		}
+	}
+	return keyless
+}
+
 // crashedAbout says whether a ctrl crashed at a hit about id, or at a
 // point without a key after id's first hit.
 func (s *system) crashedAbout(t *testing.T, id string) bool {
@@ -261,7 +282,7 @@ func (s *system) finish(t *testing.T, sc scenario, id, target string, first *ans
 	// The command's target may show its end before the command's last
 	// step committed (a move settles, then removes its source copy): the
 	// trace's command.ended is the end.
-	waitLong(t, id+" done", func() bool { return sc.done(t, s, id, target) && s.ended(t, id) > 0 })
+	waitLong(t, id+" done", func() bool { return sc.done(t, s, id, target) && (s.ended(t, id) > 0 || s.endUnheard(t, sc, id)) })
 	again := s.replay(t, sc, id, target)
 	want := replay
 	if first != nil && first.err == nil {
@@ -270,7 +291,7 @@ func (s *system) finish(t *testing.T, sc scenario, id, target string, first *ans
 	if !proto.Equal(again, want) {
 		t.Errorf("%s: a replay answered\n%v\nwant (the first answer)\n%v", id, again, want)
 	}
-	if ended := s.ended(t, id); ended != 1 {
+	if ended := s.ended(t, id); ended > 1 || ended == 0 && !s.endUnheard(t, sc, id) {
 		t.Errorf("%s ended %d times, want once", id, ended)
 	}
 	if sc.starts >= 0 {

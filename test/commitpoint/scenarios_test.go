@@ -26,6 +26,9 @@ type scenario struct {
 	// done says whether the command reached its end; it fails the test
 	// when the command failed.
 	done func(t *testing.T, s *system, commandID, target string) bool
+	// final: done reads the command itself final through the API (a
+	// Workspace command), not only its target.
+	final bool
 	// starts is how many executions the node must have started for the
 	// target (a Workspace) when the command ended; -1 for a Volume.
 	starts int
@@ -84,6 +87,7 @@ var scenarios = []scenario{
 			return m.(*ctrlv1.CreateWorkspaceResponse).GetWorkspace().GetWorkspaceId()
 		},
 		done:    workspaceCommandDone(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE),
+		final:   true,
 		starts:  1,
 		cleanup: deleteWorkspace,
 	},
@@ -101,6 +105,7 @@ var scenarios = []scenario{
 			return unary(ctx, s.c.Workspaces.StartWorkspace, &ctrlv1.StartWorkspaceRequest{Command: cmd(id), WorkspaceId: workspaceID})
 		},
 		done:    workspaceCommandDone(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE),
+		final:   true,
 		starts:  2, // the setup's create, and this start
 		cleanup: deleteWorkspace,
 	},
@@ -111,6 +116,7 @@ var scenarios = []scenario{
 			return unary(ctx, s.c.Workspaces.DeleteWorkspace, &ctrlv1.DeleteWorkspaceRequest{Command: cmd(id), WorkspaceId: workspaceID})
 		},
 		done:   workspaceCommandDone(ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED),
+		final:  true,
 		starts: 1, // the setup's create
 	},
 }
