@@ -17,11 +17,7 @@ import (
 // which is what makes a group, so the grouping is not left to timing.
 func TestGroupCommitSharesOneCommit(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "group.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openGroupTestStore(t)
 	before := s.Stats()
 
 	hold, holding := make(chan struct{}), make(chan struct{})
@@ -97,11 +93,7 @@ func TestGroupCommitSharesOneCommit(t *testing.T) {
 // first group's size is the bound, not timing.
 func TestGroupCommitEndsAGroupAtMaxGroup(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "group.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openGroupTestStore(t)
 	before := s.Stats()
 
 	const extra = 5
@@ -150,4 +142,15 @@ func TestGroupCommitEndsAGroupAtMaxGroup(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openGroupTestStore opens a store on a new SQLite file, closed when t ends.
+func openGroupTestStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "group.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
