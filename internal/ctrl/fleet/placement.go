@@ -126,11 +126,6 @@ func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, p Placement, defa
 	if class, _ := unfit(row, p, defaults, f.LiveSince(now)); class != store.UnfitNone {
 		return nil, nil
 	}
-	if f.exclusive && !f.holds(row.NodeID) {
-		// Recorded live, yet no session of this process, the only one:
-		// a lost session whose write failed. No node answers there.
-		return nil, nil
-	}
 	ok, err := tx.Allocate(store.Allocation{
 		WorkspaceID: p.WorkspaceID, InstanceID: p.InstanceID, NodeID: row.NodeID,
 		CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes, AllocatedAt: now,
