@@ -26,7 +26,7 @@ func ChooseAccel(ctx context.Context, s Spec) (Accel, string) {
 		return TCG, fmt.Sprintf("KVM probe: %v: software emulation (TCG)", err)
 	}
 	defer os.RemoveAll(dir)
-	s.RunDir, s.Accel, s.Drives = dir, KVM, nil
+	s.RunDir, s.Accel, s.Drives, s.DiesWithAgent = dir, KVM, nil, true
 	if s.MemoryMiB == 0 {
 		s.MemoryMiB = 256
 	}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,11 @@ type Spec struct {
 	// device.
 	Net       *netslot.UserMode
 	NetStream string
+	// DiesWithAgent kills the VM when the process that started it dies,
+	// however it dies. Only the KVM boot probe asks for it: a Workspace's
+	// VM outlives its agent, but a probe left by an agent killed while
+	// probing would run on with nobody to stop it.
+	DiesWithAgent bool
 }
 
 // Files in a run directory.
@@ -209,14 +215,35 @@ func Start(s Spec) (*VM, error) {
 	defer stderr.Close()
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start QEMU: %w", err)
+	if s.DiesWithAgent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	vm := &VM{RunDir: s.RunDir, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
+	return launch(cmd, s.DiesWithAgent)
+}
+
+// launch starts cmd and watches for its exit. The kernel sends a parent-death
+// signal when the thread that forked the child exits, not the process; a
+// Go thread may exit while the agent lives on, so with deathSignal the
+// starting goroutine keeps its thread locked until QEMU is gone.
+func launch(cmd *exec.Cmd, deathSignal bool) (*VM, error) {
+	started := make(chan error, 1)
+	vm := &VM{RunDir: cmd.Dir, cmd: cmd, exited: make(chan struct{})}
 	go func() {
+		if deathSignal {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		}
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("start QEMU: %w", err)
+			return
+		}
+		vm.PID = cmd.Process.Pid
+		started <- nil
 		vm.err = cmd.Wait()
 		close(vm.exited)
 	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
 	return vm, nil
 }
 
