@@ -97,6 +97,10 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 	if !eff.Long {
 		row.CompletedAt = ts
 	}
+	offer := offered(tx.Context(), eff.Long, kind)
+	if offer != nil {
+		row.LeaseOwner, row.LeaseUntil, row.Attempts = offer.owner, offer.until, 1
+	}
 	inserted, err := tx.InsertCommand(row)
 	if err != nil {
 		return nil, err
@@ -106,7 +110,10 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 		// (PostgreSQL): undo ours and answer as a replay would.
 		return nil, errRaced
 	}
-	admitted(tx.Context(), admission{id: commandID, kind: kind, target: eff.Target, final: !eff.Long})
+	if offer != nil {
+		offer.taken = row
+	}
+	admitted(tx.Context(), admission{id: commandID, kind: kind, target: eff.Target, final: !eff.Long, claimed: offer != nil})
 	return eff.Result, nil
 }
 
@@ -115,25 +122,40 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 // commands its transaction admitted are counted (metrics) once it
 // committed: not those of a run rolled back and run again.
 func Do(ctx context.Context, s *store.Store, fn func(tx *store.Tx) error) error {
-	adm := &admissions{}
+	_, err := do(ctx, s, nil, fn)
+	return err
+}
+
+// do is Do, offering a runner's worker to the first long command the
+// transaction admits (offer, nil for none). It answers what the committed
+// run admitted.
+func do(ctx context.Context, s *store.Store, offer *claimOffer, fn func(tx *store.Tx) error) (*admissions, error) {
+	adm := &admissions{offer: offer}
 	ctx = context.WithValue(ctx, admissionsKey{}, adm)
 	run := func(tx *store.Tx) error {
 		adm.list = adm.list[:0]
+		if offer != nil {
+			offer.taken = nil
+		}
 		return fn(tx)
 	}
 	err := s.Tx(ctx, run)
 	if IsRaced(err) {
 		err = s.Tx(ctx, run)
 	}
-	if err == nil {
-		m := metrics.FromContext(ctx)
-		for _, a := range adm.list {
-			failpoint.Hit(failpoint.Admitted, a.id)
-			a.count(m)
-			a.log(ctx)
+	if err != nil {
+		if offer != nil {
+			offer.taken = nil
 		}
+		return nil, err
 	}
-	return err
+	m := metrics.FromContext(ctx)
+	for _, a := range adm.list {
+		failpoint.Hit(failpoint.Admitted, a.id)
+		a.count(m)
+		a.log(ctx)
+	}
+	return adm, nil
 }
 
 // admission is one command a transaction admitted.
@@ -142,6 +164,8 @@ type admission struct {
 	// final: the command was final at admission (not long): it
 	// succeeded as it was admitted.
 	final bool
+	// claimed: the admission leased the command to the worker offered.
+	claimed bool
 }
 
 func (a admission) count(m *metrics.Metrics) {
@@ -158,7 +182,42 @@ func (a admission) log(ctx context.Context) {
 }
 
 // admissions are what a Do's transaction admitted in its current run.
-type admissions struct{ list []admission }
+type admissions struct {
+	list  []admission
+	offer *claimOffer
+}
+
+// unclaimed reports whether a long command was admitted that no worker
+// holds yet: a runner must claim it.
+func (a *admissions) unclaimed() bool {
+	for _, c := range a.list {
+		if !c.final && !c.claimed {
+			return true
+		}
+	}
+	return false
+}
+
+// claimOffer is a runner worker reserved for the command a transaction
+// admits: the admission writes the command leased to it (owner, until),
+// as a claim would, and taken is the row written.
+type claimOffer struct {
+	owner string
+	until time.Time
+	takes func(kind string) bool
+	taken *store.CommandRow
+}
+
+// offered is the claim offer of ctx's Do for a command of kind, nil when
+// there is none, the command is not long, the offer was taken already, or
+// the runner has no handler of kind.
+func offered(ctx context.Context, long bool, kind string) *claimOffer {
+	adm, ok := ctx.Value(admissionsKey{}).(*admissions)
+	if !ok || !long || adm.offer == nil || adm.offer.taken != nil || !adm.offer.takes(kind) {
+		return nil
+	}
+	return adm.offer
+}
 
 type admissionsKey struct{}
 

@@ -294,3 +294,87 @@ func TestAHeldStepWaitsWithoutAWorker(t *testing.T) {
 		}
 	})
 }
+
+// admitVia admits req as a long command through r.Do.
+func admitVia(t *testing.T, r *command.Runner, req *ctrlv1.CreateVolumeRequest) {
+	t.Helper()
+	if err := r.Do(context.Background(), func(tx *store.Tx) error {
+		_, err := command.Admit(tx, time.Now(), req.GetCommand().GetCommandId(), "CreateVolume", req, func() (command.Effect, error) {
+			v := &ctrlv1.Volume{VolumeId: "vol-" + req.GetCommand().GetCommandId(), Spec: req.GetSpec()}
+			return command.Effect{Target: v.VolumeId, Result: &ctrlv1.CreateVolumeResponse{Volume: v}, Long: true}, tx.PutVolume(v)
+		})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A long command admitted through Runner.Do starts at once in a worker,
+// leased to it by its admission: with the runner polling once an hour, the
+// store sees the admission and the step's end, and no claim (nor the look
+// for work a kick starts).
+func TestACommandAdmittedThroughTheRunnerStartsWithoutAClaim(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour))
+		ended := make(chan error, 1)
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			err := w.Succeed(ctx, func(*store.Tx) error { return nil })
+			ended <- err
+			return err
+		})
+		base := s.Stats().Transactions
+		go r.Run(ctx)
+		// The runner's first look: a claim finding nothing, then the
+		// read of when the next command is due; then it sleeps an hour.
+		waitFor(t, "the runner's first look", func() bool { return r.Running() && s.Stats().Transactions-base >= 2 })
+		before := s.Stats().Transactions
+		admitVia(t, r, createVolume("at-once", 1<<30))
+		if err := <-ended; err != nil {
+			t.Fatal(err)
+		}
+		if n := s.Stats().Transactions - before; n != 2 {
+			t.Errorf("%d transactions from admission to the step's end, want 2 (admission, end)", n)
+		}
+		if c := commandState(t, s, "at-once"); c.GetState() != storev1.CommandState_COMMAND_STATE_SUCCEEDED || c.Attempts != 1 {
+			t.Errorf("the command: %v after %d claims, want SUCCEEDED after one", c.GetState(), c.Attempts)
+		}
+	})
+}
+
+// With every worker busy, Runner.Do admits the command unleased and kicks
+// the runner (which polls once an hour here): it runs once a worker is
+// free, claimed once.
+func TestACommandAdmittedWithNoWorkerFreeWaitsForAClaim(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour))
+		const workers = 8
+		release := make(chan struct{})
+		var busy atomic.Int32
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			if w.Command().GetCommandId() != "ninth" {
+				busy.Add(1)
+				<-release
+			}
+			return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		})
+		go r.Run(ctx)
+		waitFor(t, "the runner running", func() bool { return r.Running() })
+		for i := range workers {
+			admitVia(t, r, createVolume(fmt.Sprint("busy-", i), 1<<30))
+		}
+		waitFor(t, "every worker busy", func() bool { return busy.Load() == workers })
+		admitVia(t, r, createVolume("ninth", 1<<30))
+		if c := commandState(t, s, "ninth"); c.Final() {
+			t.Errorf("the ninth ended with every worker busy: %v", c.Command)
+		}
+		close(release)
+		waitFor(t, "the ninth SUCCEEDED", func() bool { return commandState(t, s, "ninth").Final() })
+		if c := commandState(t, s, "ninth"); c.Attempts != 1 {
+			t.Errorf("the ninth ended after %d claims, want 1", c.Attempts)
+		}
+	})
+}

@@ -35,6 +35,14 @@ type Runner struct {
 	workers  int
 	kick     chan struct{}
 	metrics  *metrics.Metrics
+	// sem holds a place for each step running (workers places).
+	sem chan struct{}
+
+	// mu guards running: Run's context while it runs, nil otherwise. A
+	// step Do starts joins Run's steps (wg) only while Run runs.
+	mu      sync.Mutex
+	running context.Context
+	wg      sync.WaitGroup
 }
 
 // NewRunner makes a Runner. owner names this ctrl replica in leases; it
@@ -48,6 +56,7 @@ func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *
 	for _, o := range opts {
 		o(r)
 	}
+	r.sem = make(chan struct{}, r.workers)
 	return r
 }
 
@@ -57,6 +66,10 @@ type Option func(*Runner)
 // WithMetrics makes the runner count the commands it ends in m
 // (kibotos_commands_finished_total, kibotos_command_duration_seconds).
 func WithMetrics(m *metrics.Metrics) Option { return func(r *Runner) { r.metrics = m } }
+
+// WithPoll sets how long the runner sleeps between looks for due
+// commands when nothing kicks it (one second unless set).
+func WithPoll(d time.Duration) Option { return func(r *Runner) { r.poll = d } }
 
 // Handle registers the handler of kind.
 func (r *Runner) Handle(kind string, h Handler) { r.handlers[kind] = h }
@@ -95,9 +108,15 @@ func (r *Runner) WakeWaiting(ctx context.Context) error {
 
 // Run drives commands until ctx ends.
 func (r *Runner) Run(ctx context.Context) {
-	sem := make(chan struct{}, r.workers)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	r.mu.Lock()
+	r.running = ctx
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running = nil
+		r.mu.Unlock()
+		r.wg.Wait()
+	}()
 	for {
 		for ctx.Err() == nil {
 			c, err := r.claim(ctx)
@@ -109,12 +128,9 @@ func (r *Runner) Run(ctx context.Context) {
 				break
 			}
 			failpoint.Hit(failpoint.Claimed, c.GetCommandId())
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				r.step(ctx, c, sem)
-			}()
+			r.sem <- struct{}{}
+			r.wg.Add(1)
+			go r.stepIn(ctx, c)
 		}
 		timer := time.NewTimer(r.untilNext(ctx))
 		select {
@@ -126,6 +142,72 @@ func (r *Runner) Run(ctx context.Context) {
 		}
 		timer.Stop()
 	}
+}
+
+// stepIn runs a step in the worker place it holds, and gives the place
+// back.
+func (r *Runner) stepIn(ctx context.Context, c *store.CommandRow) {
+	defer func() { <-r.sem; r.wg.Done() }()
+	r.step(ctx, c, r.sem)
+}
+
+// Do admits as command.Do does, and the first long command its
+// transaction admits starts at once in a worker of this runner: the
+// admission leases the command to it, as a claim would, so that no claim
+// transaction follows and no poll. With no worker free, or Run not
+// running, the command is left for a claim, and the runner is kicked. A
+// crash after the admission committed leaves the command leased: a ctrl
+// that is its database's only user releases the leases at start, and
+// other replicas take it over once the lease ran out, as after a crash
+// during any step.
+func (r *Runner) Do(ctx context.Context, fn func(tx *store.Tx) error) error {
+	runCtx := r.reserve()
+	var offer *claimOffer
+	if runCtx != nil {
+		offer = &claimOffer{owner: r.owner, until: r.now().Add(r.lease), takes: r.takes}
+	}
+	adm, err := do(ctx, r.store, offer, fn)
+	if offer != nil && offer.taken != nil {
+		failpoint.Hit(failpoint.Claimed, offer.taken.GetCommandId())
+		go r.stepIn(runCtx, offer.taken)
+	} else if runCtx != nil {
+		<-r.sem
+		r.wg.Done()
+	}
+	if err == nil && adm.unclaimed() {
+		r.Kick()
+	}
+	return err
+}
+
+// Running reports whether Run runs.
+func (r *Runner) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running != nil
+}
+
+// reserve takes a worker place for a step Do starts, and answers the
+// context steps run in; nil when no place is free or Run is not running.
+func (r *Runner) reserve() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running == nil || r.running.Err() != nil {
+		return nil
+	}
+	select {
+	case r.sem <- struct{}{}:
+		r.wg.Add(1)
+		return r.running
+	default:
+		return nil
+	}
+}
+
+// takes reports whether the runner has a handler of kind.
+func (r *Runner) takes(kind string) bool {
+	_, ok := r.handlers[kind]
+	return ok
 }
 
 func (r *Runner) claim(ctx context.Context) (*store.CommandRow, error) {

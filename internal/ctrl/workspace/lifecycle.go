@@ -69,8 +69,7 @@ func (s *Service) lifecycle(ctx context.Context, meta *ctrlv1.CommandMetadata, k
 		return nil, err
 	}
 	var out proto.Message
-	long := false
-	err := command.Do(ctx, s.store, func(tx *store.Tx) error {
+	err := s.runner.Do(ctx, func(tx *store.Tx) error {
 		now := s.now()
 		var err error
 		out, err = command.Admit(tx, now, meta.GetCommandId(), kind, req, func() (command.Effect, error) {
@@ -78,7 +77,7 @@ func (s *Service) lifecycle(ctx context.Context, meta *ctrlv1.CommandMetadata, k
 			if err != nil {
 				return command.Effect{}, err
 			}
-			long, err = apply(tx, w, now)
+			long, err := apply(tx, w, now)
 			if err != nil {
 				return command.Effect{}, err
 			}
@@ -95,9 +94,6 @@ func (s *Service) lifecycle(ctx context.Context, meta *ctrlv1.CommandMetadata, k
 		})
 		return err
 	})
-	if err == nil && long {
-		s.runner.Kick()
-	}
 	return out, err
 }
 

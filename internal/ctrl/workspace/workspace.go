@@ -40,6 +40,9 @@ import (
 type Runner interface {
 	Kick()
 	Handle(kind string, h command.Handler)
+	// Do admits as command.Do, starting a long command it admitted at
+	// once (command.Runner.Do).
+	Do(ctx context.Context, fn func(tx *store.Tx) error) error
 }
 
 // Service is the Workspace domain.
@@ -149,7 +152,7 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 	}
 	spec := req.GetSpec()
 	var res proto.Message
-	err = command.Do(ctx, s.store, func(tx *store.Tx) error {
+	err = s.runner.Do(ctx, func(tx *store.Tx) error {
 		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), c.kind, input, func() (command.Effect, error) {
 			if err := registered(tx, nodeID); err != nil {
 				return command.Effect{}, err
@@ -198,9 +201,6 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 		}
 		return err
 	})
-	if err == nil {
-		s.runner.Kick()
-	}
 	return res, err
 }
 
