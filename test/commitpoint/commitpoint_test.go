@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -414,13 +415,15 @@ func (s *system) agree(t *testing.T, id string) {
 	}
 }
 
-// blockFiles are the files in the pool directories, with their sizes.
+// blockFiles are the files in the pool directories, with their sizes. The
+// node's writability probe (a file it makes and removes at once, now and
+// then) is not one.
 func (s *system) blockFiles(t *testing.T) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	for _, dir := range s.pools {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
+			if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), writableProbe) {
 				return err
 			}
 			info, err := d.Info()
@@ -435,6 +438,10 @@ func (s *system) blockFiles(t *testing.T) map[string]int64 {
 	}
 	return out
 }
+
+// writableProbe begins the name of the node's writability probe
+// (hostinfo.Writable).
+const writableProbe = ".kibotos-probe-"
 
 func (s *system) volumes(t *testing.T) []*ctrlv1.Volume {
 	t.Helper()
