@@ -44,7 +44,7 @@ func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string,
 	}
 	if f.holds(nodeID) {
 		answer, err := f.handOver(ctx, w, name, opID, nodeID, anyBody, stage)
-		if !errors.Is(err, errNotNew) {
+		if !errors.Is(err, ErrNotNew) {
 			return answer, err
 		}
 	}
@@ -86,9 +86,10 @@ func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string,
 	return nil, w.Continue(ctx, waitingFor(name, op.GetNodeId()), 30*time.Second, nil)
 }
 
-// errNotNew rolls back handOver's transaction: the operation was recorded
-// by an earlier step, or the node can serve none. Await's reads take it.
-var errNotNew = errors.New("the operation is not new")
+// ErrNotNew rolls back handOver's (or AwaitDecided's) transaction: the
+// operation was recorded by an earlier step, or the node can serve none.
+// Await's reads take it.
+var ErrNotNew = errors.New("the operation is not new")
 
 // handOver records a new operation for nodeID, whose session this replica
 // holds, keeping the step's lease (Hold), in the transaction that checks
@@ -100,10 +101,10 @@ func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeI
 	var recorded *storev1.NodeOperation
 	err := w.Hold(ctx, sentTo(name, nodeID), func(tx *store.Tx, c *storev1.Command) error {
 		if _, err := tx.GetNodeOperation(opID, false); !errors.Is(err, store.ErrNotFound) {
-			return cmp.Or(err, errNotNew)
+			return cmp.Or(err, ErrNotNew)
 		}
 		if gone, err := f.cannotServe(tx, nodeID); gone != "" || err != nil {
-			return cmp.Or(err, errNotNew)
+			return cmp.Or(err, ErrNotNew)
 		}
 		c.NodeId = nodeID
 		var err error
@@ -113,6 +114,58 @@ func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeI
 	if err != nil {
 		return nil, err
 	}
+	return f.waitAnswer(ctx, w, name, nodeID, recorded, answered, stage)
+}
+
+// AwaitDecided is Await for a first operation the step decides (a
+// placement: which node, and what to tell it) in the transaction that
+// records it, keeping the step's lease (Hold): decide answers the node
+// and the operation's body, or an error that rolls everything back and is
+// returned as it is. When this replica holds the chosen node's session,
+// the operation is handed to it and the answer waited for in memory, as
+// Await does; otherwise the step ends waiting for the answer.
+func (f *Fleet) AwaitDecided(ctx context.Context, w *command.Work, name string, stage ctrlv1.FailureStage,
+	decide func(tx *store.Tx) (nodeID string, body proto.Message, err error),
+) (string, *Answer, error) {
+	opID := w.Command().GetCommandId() + "/" + name
+	answered := f.answers.expect(opID)
+	defer f.answers.forget(opID)
+	var recorded *storev1.NodeOperation
+	var nodeID string
+	err := w.Hold(ctx, "", func(tx *store.Tx, c *storev1.Command) error {
+		if _, err := tx.GetNodeOperation(opID, false); !errors.Is(err, store.ErrNotFound) {
+			return cmp.Or(err, ErrNotNew)
+		}
+		var body proto.Message
+		var err error
+		if nodeID, body, err = decide(tx); err != nil {
+			return err
+		}
+		anyBody, err := anypb.New(body)
+		if err != nil {
+			return err
+		}
+		c.NodeId, c.Progress = nodeID, sentTo(name, nodeID)
+		recorded, err = StartOperation(tx, w.Now(), opID, nodeID, c.GetCommandId(), anyBody)
+		return err
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	if !f.holds(nodeID) {
+		f.Notify(nodeID)
+		return nodeID, nil, w.Continue(ctx, waitingFor(name, nodeID), 30*time.Second, nil)
+	}
+	answer, err := f.waitAnswer(ctx, w, name, nodeID, recorded, answered, stage)
+	return nodeID, answer, err
+}
+
+// waitAnswer hands recorded to nodeID's session, which this replica holds,
+// and waits in memory for its answer (answered) for at most answerWait;
+// without one it ends the step waiting for it.
+func (f *Fleet) waitAnswer(ctx context.Context, w *command.Work, name, nodeID string, recorded *storev1.NodeOperation,
+	answered <-chan *storev1.NodeOperation, stage ctrlv1.FailureStage,
+) (*Answer, error) {
 	f.deliver(recorded)
 	var op *storev1.NodeOperation
 	w.Idle(func() {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -59,6 +60,16 @@ type launchPlan struct {
 // execution on a node, create the NEW Volume there if it is not yet, start
 // the VM and wait for its agent.
 func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
+	stage := startStage(wk.Command().GetKind())
+	if wk.Command().GetNodeId() == "" && wk.Command().GetKind() != kindRestore {
+		nodeID, plan, start, answer, err := s.placeAndStart(ctx, wk, stage)
+		if !errors.Is(err, errNotAtOnce) && !errors.Is(err, fleet.ErrNotNew) {
+			if answer == nil || err != nil {
+				return err
+			}
+			return s.startAnswered(ctx, wk, plan, nodeID, start, answer)
+		}
+	}
 	// A step that must place places in the transaction that reads its plan.
 	var placed *placement
 	plan, wait, err := s.plan(ctx, wk, func(tx *store.Tx, plan *launchPlan) error {
@@ -72,13 +83,6 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 	})
 	if errors.Is(err, errPoolRefused) {
 		err = nil // placed says so; the Allocation made went with the rollback
-	}
-	stage := ctrlv1.FailureStage_FAILURE_STAGE_STARTING
-	switch wk.Command().GetKind() {
-	case kindCreate:
-		stage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING
-	case kindRestore:
-		stage = restoreStage
 	}
 	if v := plan.GetVolume(); err == nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
 		// Its pool was declared lost while the start waited.
@@ -131,6 +135,64 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 	if answer == nil || err != nil {
 		return err
 	}
+	return s.startAnswered(ctx, wk, plan, nodeID, start, answer)
+}
+
+// startStage is the FailureStage of a failed start of a command of kind.
+func startStage(kind string) ctrlv1.FailureStage {
+	switch kind {
+	case kindCreate:
+		return ctrlv1.FailureStage_FAILURE_STAGE_CREATING
+	case kindRestore:
+		return restoreStage
+	}
+	return ctrlv1.FailureStage_FAILURE_STAGE_STARTING
+}
+
+// errNotAtOnce rolls back placeAndStart's transaction: the step cannot
+// place and start in one (it waits, a placement is refused, a Volume is
+// to be made first, or its pool is lost); the step goes the long way.
+var errNotAtOnce = errors.New("not placed and started at once")
+
+// placeAndStart is the short way of a first step: it reads the plan,
+// places the execution and records StartExecution for the node chosen in
+// one transaction, then waits for the node's answer (fleet.AwaitDecided).
+// Anything else the step has to do first answers errNotAtOnce, having
+// written nothing.
+func (s *Service) placeAndStart(ctx context.Context, wk *command.Work, stage ctrlv1.FailureStage) (string, *launchPlan, *nodev1.StartExecution, *fleet.Answer, error) {
+	req, err := wk.Request()
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	req, node := unpin(req)
+	var plan *launchPlan
+	var start *nodev1.StartExecution
+	nodeID, answer, err := s.fleet.AwaitDecided(ctx, wk, "start", stage, func(tx *store.Tx) (string, proto.Message, error) {
+		var wait string
+		var err error
+		if plan, wait, err = s.planIn(tx, wk, req, node); err != nil {
+			return "", nil, err
+		}
+		if v := plan.GetVolume().GetState(); wait != "" || v == ctrlv1.VolumeState_VOLUME_STATE_CREATING || v == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+			return "", nil, errNotAtOnce
+		}
+		placed, err := s.place(tx, wk, plan)
+		if errors.Is(err, errPoolRefused) || err == nil && placed.refusal != nil {
+			return "", nil, errNotAtOnce
+		} else if err != nil {
+			return "", nil, err
+		}
+		start = s.startExecution(plan, placed.nodeID, wk.Command().GetCommandId())
+		return placed.nodeID, start, nil
+	})
+	if nodeID != "" { // committed
+		countPlacement(s.fleet.Metrics(), nil, nil)
+	}
+	return nodeID, plan, start, answer, err
+}
+
+// startAnswered ends a start with the node's answer to StartExecution.
+func (s *Service) startAnswered(ctx context.Context, wk *command.Work, plan *launchPlan, nodeID string, start *nodev1.StartExecution, answer *fleet.Answer) error {
 	if answer.Failure != nil {
 		if networkUnenforceable(answer) {
 			answer.Failure.Stage = ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK
@@ -169,39 +231,49 @@ func (s *Service) plan(ctx context.Context, wk *command.Work, then func(tx *stor
 	var plan *launchPlan
 	var wait string
 	err = s.store.Tx(ctx, func(tx *store.Tx) error {
-		w, err := tx.GetWorkspace(wk.Command().GetTargetId(), true)
-		if err != nil {
+		var err error
+		if plan, wait, err = s.planIn(tx, wk, req, node); err != nil || wait != "" {
 			return err
-		}
-		plan = &launchPlan{w: w, node: node}
-		before := bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}
-		if plan.runtime, err = tx.GetRuntime(w.GetWorkspaceId(), true); err != nil {
-			return err
-		}
-		if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
-			if plan.volume, err = tx.GetVolume(b.GetVolumeId(), false); err != nil {
-				return err
-			}
-		}
-		if wait, err = s.resolve(tx, plan, req); err != nil || wait != "" {
-			return err
-		}
-		if plan.egresses, err = resolvedEgresses(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
-			return err
-		}
-		if plan.resolvers, err = resolvedResolvers(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
-			return err
-		}
-		if (bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}) != before {
-			// Resolved anew (not a later step, nor a retried one).
-			w.UpdatedAt = timestamppb.New(s.now())
-			if err := tx.PutWorkspace(w); err != nil {
-				return err
-			}
 		}
 		return then(tx, plan)
 	})
 	return plan, wait, err
+}
+
+// planIn is plan's reading in tx, for a request req (unpinned) and the
+// node it pins to ("" for none).
+func (s *Service) planIn(tx *store.Tx, wk *command.Work, req any, node string) (*launchPlan, string, error) {
+	w, err := tx.GetWorkspace(wk.Command().GetTargetId(), true)
+	if err != nil {
+		return nil, "", err
+	}
+	plan := &launchPlan{w: w, node: node}
+	before := bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}
+	if plan.runtime, err = tx.GetRuntime(w.GetWorkspaceId(), true); err != nil {
+		return nil, "", err
+	}
+	if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+		if plan.volume, err = tx.GetVolume(b.GetVolumeId(), false); err != nil {
+			return nil, "", err
+		}
+	}
+	if wait, err := s.resolve(tx, plan, req); err != nil || wait != "" {
+		return plan, wait, err // the Volume read: a LOST one fails the start first
+	}
+	if plan.egresses, err = resolvedEgresses(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
+		return nil, "", err
+	}
+	if plan.resolvers, err = resolvedResolvers(tx, w.GetSpec().GetNetworkPolicy()); err != nil {
+		return nil, "", err
+	}
+	if (bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}) != before {
+		// Resolved anew (not a later step, nor a retried one).
+		w.UpdatedAt = timestamppb.New(s.now())
+		if err := tx.PutWorkspace(w); err != nil {
+			return nil, "", err
+		}
+	}
+	return plan, "", nil
 }
 
 // bound is what resolve may bind in a Workspace's spec: whether it has a
