@@ -16,16 +16,26 @@
 // "sim-shared", its default, as a deployment with shared storage would:
 // every node reaches the pool of every layer, so placement may choose among
 // all N. Once all N are READY (ListNodeRegistrations, every second; or
-// -ready-timeout passed), c callers create
-// -workspaces Workspaces through the public Connect API (2 CPUs, 4 GiB, no
-// Volume), each caller one at a time: CreateWorkspace, then wait for the
-// placement, then follow it until AVAILABLE, then the next. -follow picks
-// how: wait (WaitWorkspace, answered when the Workspace is AVAILABLE) or
-// poll (GetWorkspace every 10 ms, which costs ctrl a read per caller every
-// 10 ms); both in one run are rows side by side.
+// -ready-timeout passed), the row creates -workspaces Workspaces through
+// the public Connect API (2 CPUs, 4 GiB, no Volume), under one of two loads
+// (-load, each a row side by side):
+//   - closed: c callers, each one at a time: CreateWorkspace, then wait for
+//     the placement, then follow it until AVAILABLE, then the next. What it
+//     measures is bounded by c over the latency; raise -c until it is not.
+//   - open at R a second (open:R): CreateWorkspace calls start on a fixed
+//     schedule, one every 1/R s, whatever ctrl's answers, each in its own
+//     caller, so a slow ctrl meets a growing queue instead of a slower
+//     caller; latencies are timed from the scheduled start (no coordinated
+//     omission).
+//
+// -follow picks how a caller follows its Workspace: wait (WaitWorkspace,
+// answered when the Workspace is AVAILABLE) or poll (GetWorkspace every
+// 10 ms, which costs ctrl a read per caller every 10 ms); both in one run
+// are rows side by side.
 //
 // Definitions:
-//   - placement latency: from the CreateWorkspace call to the moment the
+//   - placement latency: from the CreateWorkspace call (open load: its
+//     scheduled start) to the moment the
 //     StartExecution operation for that Workspace reaches the simulated
 //     node ctrl chose. It covers admission (the command and the Workspace
 //     committed), the command runner picking the command up, resolving the
@@ -39,7 +49,8 @@
 //   - placed: Workspaces whose StartExecution reached a node in the row's
 //     time; AVAILABLE: those GetWorkspace read AVAILABLE in it.
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
-//     CreateWorkspace call to the last AVAILABLE, with c callers.
+//     CreateWorkspace call to the last AVAILABLE; under an open load at most
+//     the offered rate.
 //
 // Percentiles are nearest-rank. A fleet not READY within -ready-timeout is
 // reported with the nodes READY by then, and the row goes on under that
@@ -104,6 +115,7 @@ func main() {
 	observe := flag.Duration("observation-interval", 0, "ctrl's node observation interval (0: ctrl's default, 5 s); clock probes go at twice it")
 	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
 	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
+	loads := flag.String("load", "closed", "loads, comma-separated, each a row: closed (-c callers one creation at a time) or open:R (a creation started every 1/R s, R a second)")
 	follows := flag.String("follow", "wait", "how callers follow a Workspace to AVAILABLE, comma-separated: wait (WaitWorkspace) or poll (GetWorkspace every 10 ms); each is a row")
 	flag.Parse()
 	var sizes []int
@@ -145,20 +157,30 @@ func main() {
 			fail(fmt.Errorf("-follow %q: want wait or poll", m))
 		}
 	}
-	rows := make([][]result, len(sizes)*len(backends)*len(modes))
+	var offered []load
+	for _, l := range strings.Split(*loads, ",") {
+		ld, err := parseLoad(strings.TrimSpace(l), *conc)
+		if err != nil {
+			fail(err)
+		}
+		offered = append(offered, ld)
+	}
+	rows := make([][]result, len(sizes)*len(backends)*len(modes)*len(offered))
 	started := time.Now().UTC()
 	for round := range *rounds {
 		for i, n := range sizes {
 			for j, db := range backends {
 				for l, follow := range modes {
-					progress("round %d: %s, %d simulated nodes, callers %s", round+1, db, n, follow)
-					r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, conc: *conc, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp, follow: follow})
-					if err != nil {
-						pprof.StopCPUProfile()
-						fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
+					for m, ld := range offered {
+						progress("round %d: %s, %d simulated nodes, %s load, callers %s", round+1, db, n, ld, follow)
+						r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, load: ld, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp, follow: follow})
+						if err != nil {
+							pprof.StopCPUProfile()
+							fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
+						}
+						k := ((i*len(backends)+j)*len(modes)+l)*len(offered) + m
+						rows[k] = append(rows[k], r)
 					}
-					k := (i*len(backends)+j)*len(modes) + l
-					rows[k] = append(rows[k], r)
 				}
 			}
 		}
@@ -167,14 +189,14 @@ func main() {
 	if *observe > 0 {
 		interval = *observe
 	}
-	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d concurrent callers, %d rounds (median round by placements/s shown), observations every %v, GOMAXPROCS %d, started %s\n",
-		*workspaces, *conc, *rounds, interval, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
+	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d rounds (median round by placements/s shown), observations every %v, GOMAXPROCS %d, started %s\n",
+		*workspaces, *rounds, interval, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
 	print(rows)
 }
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tDB busy\tCPU each\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tDB busy\tCPU each\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -183,7 +205,7 @@ func print(rows [][]result) {
 		for i, x := range rounds {
 			all[i] = fmt.Sprintf("%.1f", x.perSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t\n", r.db, r.nodes, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
 			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, 100*r.dbBusy, ms(r.cpuEach), strings.Join(all, " "))
 	}
 	tw.Flush()
@@ -210,18 +232,20 @@ func fail(err error) {
 }
 
 type row struct {
-	db, pg           string
-	nodes            int
-	workspaces, conc int
-	timeout          time.Duration
-	readyTimeout     time.Duration
-	observe          time.Duration
-	follow           string
-	dir              string
+	db, pg       string
+	nodes        int
+	workspaces   int
+	load         load
+	timeout      time.Duration
+	readyTimeout time.Duration
+	observe      time.Duration
+	follow       string
+	dir          string
 }
 
 type result struct {
 	db, follow           string
+	load                 load
 	nodes                int
 	placed               int // Workspaces whose StartExecution reached a node
 	readyNodes           int // READY when the creations began
@@ -301,7 +325,7 @@ func runRow(r row) (result, error) {
 	if err := sim.RegisterCatalog(ctx, srv.Catalog(), filepath.Join(dir, "catalog")); err != nil {
 		return result{}, err
 	}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: r.conc + 4}}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: r.load.callers + 4}}
 	op := connect.WithInterceptors(auth.Bearer(srv.Client.OperatorToken))
 	grant, err := sim.CreateGrant(ctx, operatorv1connect.NewEnrollmentServiceClient(hc, srv.Client.OperatorEndpoint, op), time.Hour)
 	if err != nil {
@@ -329,7 +353,7 @@ func runRow(r row) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	res := result{db: r.db, follow: r.follow, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
+	res := result{db: r.db, follow: r.follow, load: r.load, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
 	progress("  %d of %d nodes READY after %.1f s over %d connections", ready, r.nodes, res.ready.Seconds(), simFleet.Connections())
 	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, sim.DefaultPoolBytes); err != nil {
 		return result{}, err
@@ -352,38 +376,33 @@ func runRow(r row) (result, error) {
 func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient, p *placements, res result) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	var next atomic.Int64
 	var mu sync.Mutex
 	var firstErr error
 	var last time.Time
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range r.conc {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= r.workspaces || ctx.Err() != nil {
-					return
-				}
-				available, err := createOne(ctx, ws, p, i, r.follow)
-				mu.Lock()
-				if err != nil {
-					// A call cut by the row's deadline ends the row: ctrl may
-					// answer deadline_exceeded just before ctx says so.
-					if firstErr == nil && ctx.Err() == nil && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
-						firstErr = err
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-				res.available = append(res.available, available)
-				last = time.Now()
-				mu.Unlock()
+	// one creates Workspace i, timed from t0; false ends its caller.
+	one := func(i int, t0 time.Time) bool {
+		available, err := createOne(ctx, ws, p, i, t0, r.follow)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			// A call cut by the row's deadline ends the row: ctrl may
+			// answer deadline_exceeded just before ctx says so.
+			if firstErr == nil && ctx.Err() == nil && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+				firstErr = err
 			}
-		})
+			cancel()
+			return false
+		}
+		res.available = append(res.available, available)
+		last = time.Now()
+		return true
 	}
-	wg.Wait()
+	start := time.Now()
+	if r.load.rate > 0 {
+		openLoad(ctx, r.workspaces, r.load.rate, start, one)
+	} else {
+		closedLoad(ctx, r.workspaces, r.load.callers, one)
+	}
 	if firstErr != nil {
 		return res, firstErr
 	}
@@ -408,10 +427,76 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 	return res, nil
 }
 
-// createOne creates Workspace i and times it to its placement and to
-// AVAILABLE.
-func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int, follow string) (available time.Duration, err error) {
-	t0 := time.Now()
+// closedLoad runs n creations by callers, each one at a time.
+func closedLoad(ctx context.Context, n, callers int, one func(i int, t0 time.Time) bool) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil || !one(i, time.Now()) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// openLoad starts creation i at start + i/rate, each in its own goroutine,
+// whether or not the earlier ones have ended, and waits for them all.
+// Creations whose time passed while this one slept start together, with
+// their own scheduled times.
+func openLoad(ctx context.Context, n int, rate float64, start time.Time, one func(i int, t0 time.Time) bool) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range n {
+		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return
+			}
+		}
+		wg.Go(func() { one(i, at) })
+	}
+}
+
+// load is how a row offers its creations: callers one at a time (closed,
+// rate 0) or rate a second on a schedule (open).
+type load struct {
+	callers int
+	rate    float64
+}
+
+func parseLoad(s string, callers int) (load, error) {
+	if s == "closed" {
+		if callers < 1 {
+			return load{}, fmt.Errorf("-c %d: want at least one caller", callers)
+		}
+		return load{callers: callers}, nil
+	}
+	r, ok := strings.CutPrefix(s, "open:")
+	rate, err := strconv.ParseFloat(r, 64)
+	if !ok || err != nil || rate <= 0 {
+		return load{}, fmt.Errorf("-load %q: want closed or open:R, R a positive rate a second", s)
+	}
+	// The HTTP client keeps as many idle connections as a second's calls.
+	return load{callers: int(rate), rate: rate}, nil
+}
+
+func (l load) String() string {
+	if l.rate > 0 {
+		return fmt.Sprintf("open %g/s", l.rate)
+	}
+	return fmt.Sprintf("closed %d", l.callers)
+}
+
+// createOne creates Workspace i and times it, from t0, to its placement
+// and to AVAILABLE.
+func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int, t0 time.Time, follow string) (available time.Duration, err error) {
 	created, err := ws.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("bench-placement-%d", i)},
 		Spec: &ctrlv1.WorkspaceCreateSpec{

@@ -84,7 +84,10 @@ func openPostgres(dsn string) (*Store, error) {
 // every transaction: SQLite has one writer anyway, and this rules out
 // SQLITE_BUSY between our own transactions. An exclusive lock on
 // <path>.lock keeps a second ctrl off the same file: replicas share
-// PostgreSQL, never SQLite.
+// PostgreSQL, never SQLite. temp_store(MEMORY) keeps the statement
+// journal of each group-commit SAVEPOINT (group.go) in memory: on a file
+// it was written past 64 KiB with a syscall per page, 6% of the CPU of a
+// placement (docs/PERFORMANCE.md).
 func openSQLite(path string) (*Store, error) {
 	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -99,7 +102,7 @@ func openSQLite(path string) (*Store, error) {
 		return nil, err
 	}
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)", "busy_timeout(10000)"} {
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)", "busy_timeout(10000)", "temp_store(MEMORY)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
