@@ -7,7 +7,10 @@
 //	go run ./bench/fleet -nodes 1000,10000 -window 60s -postgres "$KIBOTOS_TEST_POSTGRES_DSN"
 //
 // Each row starts a fresh ctrl in this process (default fleet timings:
-// observations every 5 s, clock probes every 10 s) on a fresh database and
+// observations every 5 s, clock probes every 10 s, both spread beyond 2,500
+// nodes so that at most 500 observations a second arrive: at 10,000 nodes
+// every 20 s and 40 s; a session already open learns its new interval
+// with its next clock probe, so let -settle cover one) on a fresh database and
 // the simulated fleet as a separate `kibotos sim` process (built once from
 // this module), so that this process's CPU time is ctrl's alone. Once every
 // node is READY and -settle has passed, it reads, over -window:
@@ -45,6 +48,7 @@ import (
 	"github.com/kibotos/kibotos/bench/internal/benchfleet"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/sim"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -91,8 +95,8 @@ func main() {
 			rows = append(rows, r)
 		}
 	}
-	fmt.Printf("Idle fleet of SIMULATED nodes (internal/sim, its own process): %v windows after %v settling, observations every 5 s, clock probes every 10 s, GOMAXPROCS %d, started %s\n",
-		*window, *settle, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
+	fmt.Printf("Idle fleet of SIMULATED nodes (internal/sim, its own process): %v windows after %v settling, observations every 5 s and clock probes every 10 s, spread beyond %d nodes (at most %d observations a second), GOMAXPROCS %d, started %s\n",
+		*window, *settle, int(fleet.DefaultMaxObservationRate*fleet.DefaultConfig.ObservationInterval.Seconds()), fleet.DefaultMaxObservationRate, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "database\tnodes\tREADY\tctrl cores\tDB busy\ttransactions/s\tmean transaction\tsim cores\t")
 	for _, r := range rows {
@@ -130,14 +134,14 @@ func runRow(r row) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	fleet := exec.CommandContext(ctx, r.bin, "sim", "--nodes", strconv.Itoa(r.nodes), "--ctrl", srv.NodeEndpoint, "--enrollment-grant", grant)
-	fleet.Env = append(os.Environ(), "KIBOTOS_HOME="+filepath.Join(dir, "sim"))
-	if err := fleet.Start(); err != nil {
+	simProc := exec.CommandContext(ctx, r.bin, "sim", "--nodes", strconv.Itoa(r.nodes), "--ctrl", srv.NodeEndpoint, "--enrollment-grant", grant)
+	simProc.Env = append(os.Environ(), "KIBOTOS_HOME="+filepath.Join(dir, "sim"))
+	if err := simProc.Start(); err != nil {
 		return result{}, err
 	}
 	defer func() {
-		_ = fleet.Process.Signal(os.Interrupt)
-		_ = fleet.Wait()
+		_ = simProc.Process.Signal(os.Interrupt)
+		_ = simProc.Wait()
 	}()
 	nodes := operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op)
 	ready, err := benchfleet.WaitReady(ctx, nodes, r.nodes, r.readyTimeout, func(ready int) { progress("  %d of %d nodes READY", ready, r.nodes) })
@@ -158,9 +162,9 @@ func runRow(r row) (result, error) {
 		defer pprof.StopCPUProfile()
 	}
 	res := result{db: r.db, nodes: r.nodes, ready: ready}
-	cpu0, sim0, st0, t0 := benchfleet.SelfCPU(), processCPU(fleet.Process.Pid), srv.Store().Stats(), time.Now()
+	cpu0, sim0, st0, t0 := benchfleet.SelfCPU(), processCPU(simProc.Process.Pid), srv.Store().Stats(), time.Now()
 	time.Sleep(r.window)
-	cpu1, sim1, st1, wall := benchfleet.SelfCPU(), processCPU(fleet.Process.Pid), srv.Store().Stats(), time.Since(t0)
+	cpu1, sim1, st1, wall := benchfleet.SelfCPU(), processCPU(simProc.Process.Pid), srv.Store().Stats(), time.Since(t0)
 	res.ctrlCores = (cpu1 - cpu0).Seconds() / wall.Seconds()
 	res.simCores = (sim1 - sim0).Seconds() / wall.Seconds()
 	res.dbBusy, res.txPerSecond, res.meanTx = busy(st0, st1, wall)

@@ -189,8 +189,8 @@ func main() {
 	if *observe > 0 {
 		interval = *observe
 	}
-	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d rounds (median round by placements/s shown), observations every %v, GOMAXPROCS %d, started %s\n",
-		*workspaces, *rounds, interval, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
+	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d rounds (median round by placements/s shown), observations every %v, spread beyond %d nodes (at most %d a second), GOMAXPROCS %d, started %s\n",
+		*workspaces, *rounds, interval, int(fleet.DefaultMaxObservationRate*interval.Seconds()), fleet.DefaultMaxObservationRate, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
 	print(rows)
 }
 

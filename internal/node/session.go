@@ -129,7 +129,8 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	}
 	a.log.Info("session established", "observation_interval", interval)
 
-	wg.Go(func() { a.observe(sctx, s, interval) })
+	schedule := make(chan time.Duration, 1)
+	wg.Go(func() { a.observe(sctx, s, interval, schedule) })
 	a.current.Store(s)
 	defer a.current.CompareAndSwap(s, nil)
 
@@ -156,6 +157,11 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 					a.log.WarnContext(operationLog(ctx, cmd), "command result not sent; ctrl will send the command again", "err", err)
 				}
 			})
+		case *nodev1.SessionResponse_Schedule:
+			if d := m.Schedule.GetObservationInterval().AsDuration(); d > 0 {
+				a.log.Info("observation interval changed", "observation_interval", d)
+				reschedule(schedule, max(d, minObservationInterval))
+			}
 		case *nodev1.SessionResponse_Welcome:
 			a.log.Debug("ignoring a second welcome")
 		default:
@@ -173,7 +179,25 @@ func receiveError(stream *connect.BidiStreamForClient[nodev1.SessionRequest, nod
 	return sendErr
 }
 
-func (a *agent) observe(ctx context.Context, s *session, interval time.Duration) {
+// reschedule hands the observer a new interval, replacing one it has not
+// taken yet.
+func reschedule(schedule chan time.Duration, d time.Duration) {
+	for {
+		select {
+		case schedule <- d:
+			return
+		default:
+		}
+		select {
+		case <-schedule:
+		default:
+		}
+	}
+}
+
+// observe sends an observation now, then every interval (until schedule
+// changes it) and at once when an execution changed.
+func (a *agent) observe(ctx context.Context, s *session, interval time.Duration, schedule <-chan time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -182,12 +206,18 @@ func (a *agent) observe(ctx context.Context, s *session, interval time.Duration)
 			return
 		}
 		a.vms.reported(ended)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-a.vms.changed:
-			// An execution changed: report it now.
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				break wait
+			case <-a.vms.changed:
+				break wait // an execution changed: report it now
+			case d := <-schedule:
+				t.Reset(d) // the next observation an interval from now
+			}
 		}
 	}
 }

@@ -181,7 +181,8 @@ func (n *simNode) session(ctx context.Context) (welcomed bool, err error) {
 	if d := welcome.GetObservationInterval().AsDuration(); d > 0 {
 		interval = d
 	}
-	wg.Go(func() { n.observe(sctx, s, interval) })
+	schedule := make(chan time.Duration, 1)
+	wg.Go(func() { n.observe(sctx, s, interval, schedule) })
 	for {
 		msg, err := s.bidi.Receive()
 		if err != nil {
@@ -195,6 +196,14 @@ func (n *simNode) session(ctx context.Context) (welcomed bool, err error) {
 				ProbeId: m.ClockProbe.GetProbeId(), NodeTime: timestamppb.Now(),
 				Synchronization: nodev1.ClockSynchronization_CLOCK_SYNCHRONIZATION_SYNCHRONIZED,
 			}}})
+		case *nodev1.SessionResponse_Schedule:
+			if d := m.Schedule.GetObservationInterval().AsDuration(); d > 0 {
+				select {
+				case <-schedule: // not taken yet: replaced
+				default:
+				}
+				schedule <- d // this goroutine alone sends
+			}
 		case *nodev1.SessionResponse_Command:
 			// Simulated operations take no time: answer in order, at once.
 			res := n.execute(m.Command)
@@ -206,8 +215,9 @@ func (n *simNode) session(ctx context.Context) (welcomed bool, err error) {
 // observe sends an observation now (ctrl marks the node READY on the
 // first), then every interval and at once when an execution changed. The
 // first periodic one comes after a random part of the interval, so a fleet
-// that connected in a burst does not report in lockstep.
-func (n *simNode) observe(ctx context.Context, s *stream, interval time.Duration) {
+// that connected in a burst does not report in lockstep. schedule changes
+// the interval (ctrl's SessionSchedule): the next one comes within it.
+func (n *simNode) observe(ctx context.Context, s *stream, interval time.Duration, schedule <-chan time.Duration) {
 	t := time.NewTimer(rand.N(interval) + 1)
 	defer t.Stop()
 	for {
@@ -216,12 +226,20 @@ func (n *simNode) observe(ctx context.Context, s *stream, interval time.Duration
 			return
 		}
 		n.reported(ended)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			t.Reset(interval)
-		case <-n.changed:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				t.Reset(interval)
+				break wait
+			case <-n.changed:
+				break wait
+			case interval = <-schedule:
+				// Spread within the new interval, as at the start.
+				t.Reset(rand.N(interval) + 1)
+			}
 		}
 	}
 }

@@ -212,6 +212,13 @@ func (f *Fleet) holds(nodeID string) bool {
 	return f.sessions[nodeID] != nil
 }
 
+// sessionsHeld is how many sessions this replica holds.
+func (f *Fleet) sessionsHeld() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.sessions)
+}
+
 // cannotServe says why nodeID will never answer a new operation (it is
 // isolated, retired or revoked), or "" when it may.
 func (f *Fleet) cannotServe(tx *store.Tx, nodeID string) (string, error) {

@@ -32,9 +32,18 @@ type Waker interface {
 
 // Config tunes the fleet.
 type Config struct {
-	// ObservationInterval is how often a node reports; a session silent for
-	// three intervals (at least 10 s) is ended.
+	// ObservationInterval is how often a node reports while the sessions
+	// this replica holds are few enough for MaxObservationRate; a session
+	// silent for three of its intervals (at least 10 s) is ended.
 	ObservationInterval time.Duration
+	// MaxObservationRate is how many observations a second this replica
+	// asks of the nodes whose sessions it holds, at most, as Nomad's
+	// max_heartbeats_per_second: with more sessions than
+	// ObservationInterval allows within it, every node is asked to report
+	// less often (interval × sessions ÷ (rate × interval)), and its clock
+	// probed less often by the same factor; as sessions end, more often
+	// again. Zero is DefaultMaxObservationRate.
+	MaxObservationRate float64
 	// RegistrationRefresh is the longest a live session's registration
 	// goes unwritten while nothing placement reads changes (its status,
 	// pools, memory tightness, clock tolerance, cache, executions' reports);
@@ -53,6 +62,14 @@ type Config struct {
 	// placement that found no node; zero is DefaultPlacementTimeout.
 	PlacementTimeout time.Duration
 }
+
+// DefaultMaxObservationRate is the MaxObservationRate a zero Config gets:
+// up to 2,500 nodes report every 5 s (the default interval); 10,000 every
+// 20 s, and their clocks are probed every 40 s. Receiving a message cost
+// ctrl about 70 µs of CPU on the benchmark machine (docs/PERFORMANCE.md,
+// the idle fleet), so this budget keeps an idle fleet of any size near a
+// tenth of a core.
+const DefaultMaxObservationRate = 500
 
 // DefaultPlacementTimeout is the PlacementTimeout a zero Config gets.
 const DefaultPlacementTimeout = time.Minute
@@ -150,6 +167,9 @@ type Deps struct {
 
 // New makes a Fleet with its deps.
 func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config, deps Deps) *Fleet {
+	if cfg.MaxObservationRate <= 0 {
+		cfg.MaxObservationRate = DefaultMaxObservationRate
+	}
 	if cfg.PlacementTimeout == 0 {
 		cfg.PlacementTimeout = DefaultPlacementTimeout
 	}
@@ -218,6 +238,17 @@ func (f *Fleet) refresh() time.Duration {
 	return f.cfg.refresh()
 }
 
+// refreshOf is how long after its last write an observation of s writes
+// its registration while nothing changed: refresh, less the session's
+// interval, so that the write lands within refresh whatever the interval
+// the node was asked for (other replicas judge liveness by it).
+func (f *Fleet) refreshOf(s *session) time.Duration {
+	s.mu.Lock()
+	interval := s.interval
+	s.mu.Unlock()
+	return max(f.refresh()-interval, interval)
+}
+
 // exclusiveRefresh is refresh on an exclusive database, unless configured.
 const exclusiveRefresh = 15 * time.Minute
 
@@ -229,7 +260,32 @@ func (c Config) liveWindow() time.Duration { return c.refresh() + c.silenceLimit
 // for a host that vanished, and ending a session costs the node a new one
 // (a new data token, SYNCING again), so a busy host or a pause of the
 // collector must not end it.
-func (c Config) silenceLimit() time.Duration { return max(3*c.ObservationInterval, minSilenceLimit) }
+func (c Config) silenceLimit() time.Duration { return silenceLimitFor(c.ObservationInterval) }
+
+// silenceLimitFor is the silence limit of a session whose node reports
+// every interval.
+func silenceLimitFor(interval time.Duration) time.Duration {
+	return max(3*interval, minSilenceLimit)
+}
+
+// spread is the factor (1 or more) by which the nodes of held sessions
+// are asked to report and are probed less often than the Config says, so
+// that their observations stay within MaxObservationRate.
+func (c Config) spread(held int) float64 {
+	return max(1, float64(held)/(c.MaxObservationRate*c.ObservationInterval.Seconds()))
+}
+
+// observationInterval is the interval asked of each node while held
+// sessions are held.
+func (c Config) observationInterval(held int) time.Duration {
+	return time.Duration(float64(c.ObservationInterval) * c.spread(held))
+}
+
+// clockProbeInterval is how often each node's clock is probed while held
+// sessions are held.
+func (c Config) clockProbeInterval(held int) time.Duration {
+	return time.Duration(float64(c.ClockProbeInterval) * c.spread(held))
+}
 
 // minSilenceLimit is the least silence that ends a session.
 const minSilenceLimit = 10 * time.Second

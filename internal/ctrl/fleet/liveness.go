@@ -61,27 +61,43 @@ func (s *session) heard(now time.Time) {
 
 // watchSilence ends the session when its node says nothing for the
 // silence limit: its host died or its network went, without the
-// connection closing.
-func (f *Fleet) watchSilence(ctx context.Context, s *session) {
-	limit := f.cfg.silenceLimit()
-	tick := time.NewTicker(limit / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// connection closing. It is a timer, not a goroutine: it fires when the
+// limit could first have passed since the last message heard, looks, and
+// is set again for when it next could. With 10,000 sessions a ticker and
+// a goroutine each woke ctrl 2,000 times a second (docs/PERFORMANCE.md,
+// the idle fleet). stop stops it; the session's end stops it too.
+func (f *Fleet) watchSilence(ctx context.Context, s *session) (stop func()) {
+	var t *time.Timer
+	// t is set and read under s.mu: the timer's function runs in a
+	// goroutine of its own.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t = time.AfterFunc(silenceLimitFor(s.interval), func() {
+		if ctx.Err() != nil {
 			return
-		case <-tick.C:
 		}
 		s.mu.Lock()
+		limit := silenceLimitFor(s.interval)
 		silent := f.now().Sub(s.obs.heardAt)
-		s.mu.Unlock()
-		if silent > limit {
-			f.log.WarnContext(ctx, "node session silent; ending it", "node_id", s.nodeID, "silent", silent.Round(time.Millisecond))
-			s.end(connect.NewError(connect.CodeDeadlineExceeded, errors.New("no message from the node within three observation intervals")))
+		if silent <= limit {
+			t.Reset(limit - silent + silenceSlack)
+			s.mu.Unlock()
 			return
 		}
+		s.mu.Unlock()
+		f.log.WarnContext(ctx, "node session silent; ending it", "node_id", s.nodeID, "silent", silent.Round(time.Millisecond))
+		s.end(connect.NewError(connect.CodeDeadlineExceeded, errors.New("no message from the node within three of its observation intervals")))
+	})
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		t.Stop()
 	}
 }
+
+// silenceSlack is how long after the limit could first have passed the
+// silence timer looks again, so that a look never comes just before it.
+const silenceSlack = 10 * time.Millisecond
 
 // sample keeps o's usage sample as the newest, received at now.
 func (s *session) sample(o *nodev1.NodeObservation, now time.Time) {
@@ -115,6 +131,24 @@ func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refre
 		!proto.Equal(o.GetMemoryTightSince(), w.tightSince) ||
 		(len(o.GetStoragePools()) > 0 && !slices.EqualFunc(o.GetStoragePools(), w.pools, func(a, b *nodev1.StoragePoolDeclaration) bool { return proto.Equal(a, b) }))
 	return due, reports, all
+}
+
+// unwritten reports whether o holds anything to write: what the node's
+// cache holds changed, or the registration is due (observationDue).
+func (s *session) unwritten(o *nodev1.NodeObservation, now time.Time, refresh time.Duration) bool {
+	if s.artifactsChanged(o.GetArtifacts()) {
+		return true
+	}
+	due, _, _ := s.observationDue(o, now, refresh)
+	return due
+}
+
+// artifactsChanged reports whether held differs from what the session
+// last wrote of the node's cache (or it wrote none yet).
+func (s *session) artifactsChanged(held []*nodev1.CachedArtifact) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.artifactsWritten || !slices.EqualFunc(s.artifacts, held, func(a, b *nodev1.CachedArtifact) bool { return proto.Equal(a, b) })
 }
 
 // wrote notes that o was written at now, with the reports applied (all:

@@ -427,6 +427,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Welcome
 	//	*SessionResponse_ClockProbe
 	//	*SessionResponse_Command
+	//	*SessionResponse_Schedule
 	Message       isSessionResponse_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -496,6 +497,15 @@ func (x *SessionResponse) GetCommand() *NodeCommand {
 	return nil
 }
 
+func (x *SessionResponse) GetSchedule() *SessionSchedule {
+	if x != nil {
+		if x, ok := x.Message.(*SessionResponse_Schedule); ok {
+			return x.Schedule
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Message interface {
 	isSessionResponse_Message()
 }
@@ -512,11 +522,68 @@ type SessionResponse_Command struct {
 	Command *NodeCommand `protobuf:"bytes,3,opt,name=command,proto3,oneof"`
 }
 
+type SessionResponse_Schedule struct {
+	Schedule *SessionSchedule `protobuf:"bytes,4,opt,name=schedule,proto3,oneof"`
+}
+
 func (*SessionResponse_Welcome) isSessionResponse_Message() {}
 
 func (*SessionResponse_ClockProbe) isSessionResponse_Message() {}
 
 func (*SessionResponse_Command) isSessionResponse_Message() {}
+
+func (*SessionResponse_Schedule) isSessionResponse_Message() {}
+
+// SessionSchedule changes how often the node sends an observation when
+// nothing changes, from when it arrives until the next one (or the
+// session's end). ctrl asks each node to report less often as the number
+// of sessions it holds grows, so that their observations stay within its
+// budget (fleet.Config.MaxObservationRate), and more often again as it
+// shrinks; it sends one when a session's interval is to change by a
+// quarter or more. A node that does not know it keeps the welcome's.
+type SessionSchedule struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ObservationInterval *durationpb.Duration   `protobuf:"bytes,1,opt,name=observation_interval,json=observationInterval,proto3" json:"observation_interval,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *SessionSchedule) Reset() {
+	*x = SessionSchedule{}
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionSchedule) ProtoMessage() {}
+
+func (x *SessionSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionSchedule.ProtoReflect.Descriptor instead.
+func (*SessionSchedule) Descriptor() ([]byte, []int) {
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SessionSchedule) GetObservationInterval() *durationpb.Duration {
+	if x != nil {
+		return x.ObservationInterval
+	}
+	return nil
+}
 
 // NodeHello opens a session.
 type NodeHello struct {
@@ -546,7 +613,7 @@ type NodeHello struct {
 
 func (x *NodeHello) Reset() {
 	*x = NodeHello{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[5]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +625,7 @@ func (x *NodeHello) String() string {
 func (*NodeHello) ProtoMessage() {}
 
 func (x *NodeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[5]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +638,7 @@ func (x *NodeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHello.ProtoReflect.Descriptor instead.
 func (*NodeHello) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeHello) GetNodeId() string {
@@ -641,7 +708,7 @@ func (x *NodeHello) GetDataEndpoint() string {
 type SessionWelcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// observation_interval is how often the node sends an observation when
-	// nothing changes.
+	// nothing changes, until a SessionSchedule changes it.
 	ObservationInterval *durationpb.Duration `protobuf:"bytes,1,opt,name=observation_interval,json=observationInterval,proto3" json:"observation_interval,omitempty"`
 	// ctrl_time is ctrl's clock when it sent the welcome.
 	CtrlTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=ctrl_time,json=ctrlTime,proto3" json:"ctrl_time,omitempty"`
@@ -654,7 +721,7 @@ type SessionWelcome struct {
 
 func (x *SessionWelcome) Reset() {
 	*x = SessionWelcome{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +733,7 @@ func (x *SessionWelcome) String() string {
 func (*SessionWelcome) ProtoMessage() {}
 
 func (x *SessionWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[6]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +746,7 @@ func (x *SessionWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWelcome.ProtoReflect.Descriptor instead.
 func (*SessionWelcome) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionWelcome) GetObservationInterval() *durationpb.Duration {
@@ -714,7 +781,7 @@ type HostResources struct {
 
 func (x *HostResources) Reset() {
 	*x = HostResources{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +793,7 @@ func (x *HostResources) String() string {
 func (*HostResources) ProtoMessage() {}
 
 func (x *HostResources) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[7]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +806,7 @@ func (x *HostResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostResources.ProtoReflect.Descriptor instead.
 func (*HostResources) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HostResources) GetCpuMillis() uint32 {
@@ -778,7 +845,7 @@ type StoragePoolDeclaration struct {
 
 func (x *StoragePoolDeclaration) Reset() {
 	*x = StoragePoolDeclaration{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +857,7 @@ func (x *StoragePoolDeclaration) String() string {
 func (*StoragePoolDeclaration) ProtoMessage() {}
 
 func (x *StoragePoolDeclaration) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[8]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +870,7 @@ func (x *StoragePoolDeclaration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoragePoolDeclaration.ProtoReflect.Descriptor instead.
 func (*StoragePoolDeclaration) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StoragePoolDeclaration) GetStoragePool() string {
@@ -872,7 +939,7 @@ type NodeObservation struct {
 
 func (x *NodeObservation) Reset() {
 	*x = NodeObservation{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +951,7 @@ func (x *NodeObservation) String() string {
 func (*NodeObservation) ProtoMessage() {}
 
 func (x *NodeObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[9]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +964,7 @@ func (x *NodeObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeObservation.ProtoReflect.Descriptor instead.
 func (*NodeObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeObservation) GetVmCpuMillis() uint32 {
@@ -1003,7 +1070,7 @@ type CachedArtifact struct {
 
 func (x *CachedArtifact) Reset() {
 	*x = CachedArtifact{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1082,7 @@ func (x *CachedArtifact) String() string {
 func (*CachedArtifact) ProtoMessage() {}
 
 func (x *CachedArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[10]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1095,7 @@ func (x *CachedArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachedArtifact.ProtoReflect.Descriptor instead.
 func (*CachedArtifact) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CachedArtifact) GetDigest() string {
@@ -1069,7 +1136,7 @@ type ClockProbe struct {
 
 func (x *ClockProbe) Reset() {
 	*x = ClockProbe{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1148,7 @@ func (x *ClockProbe) String() string {
 func (*ClockProbe) ProtoMessage() {}
 
 func (x *ClockProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[11]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1161,7 @@ func (x *ClockProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockProbe.ProtoReflect.Descriptor instead.
 func (*ClockProbe) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClockProbe) GetProbeId() uint64 {
@@ -1116,7 +1183,7 @@ type ClockReply struct {
 
 func (x *ClockReply) Reset() {
 	*x = ClockReply{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1195,7 @@ func (x *ClockReply) String() string {
 func (*ClockReply) ProtoMessage() {}
 
 func (x *ClockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[12]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1208,7 @@ func (x *ClockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReply.ProtoReflect.Descriptor instead.
 func (*ClockReply) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClockReply) GetProbeId() uint64 {
@@ -1189,7 +1256,7 @@ type NodeCommand struct {
 
 func (x *NodeCommand) Reset() {
 	*x = NodeCommand{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1268,7 @@ func (x *NodeCommand) String() string {
 func (*NodeCommand) ProtoMessage() {}
 
 func (x *NodeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[13]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1281,7 @@ func (x *NodeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCommand.ProtoReflect.Descriptor instead.
 func (*NodeCommand) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeCommand) GetOperationId() string {
@@ -1266,7 +1333,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[14]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1345,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[14]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1358,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommandResult) GetOperationId() string {
@@ -1337,7 +1404,7 @@ type UploadTransferPartHeader struct {
 
 func (x *UploadTransferPartHeader) Reset() {
 	*x = UploadTransferPartHeader{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[15]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1416,7 @@ func (x *UploadTransferPartHeader) String() string {
 func (*UploadTransferPartHeader) ProtoMessage() {}
 
 func (x *UploadTransferPartHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[15]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1429,7 @@ func (x *UploadTransferPartHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTransferPartHeader.ProtoReflect.Descriptor instead.
 func (*UploadTransferPartHeader) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UploadTransferPartHeader) GetOperationId() string {
@@ -1406,7 +1473,7 @@ type UploadTransferPartRequest struct {
 
 func (x *UploadTransferPartRequest) Reset() {
 	*x = UploadTransferPartRequest{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[16]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1485,7 @@ func (x *UploadTransferPartRequest) String() string {
 func (*UploadTransferPartRequest) ProtoMessage() {}
 
 func (x *UploadTransferPartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[16]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1498,7 @@ func (x *UploadTransferPartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTransferPartRequest.ProtoReflect.Descriptor instead.
 func (*UploadTransferPartRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UploadTransferPartRequest) GetMessage() isUploadTransferPartRequest_Message {
@@ -1486,7 +1553,7 @@ type UploadTransferPartResponse struct {
 
 func (x *UploadTransferPartResponse) Reset() {
 	*x = UploadTransferPartResponse{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[17]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1565,7 @@ func (x *UploadTransferPartResponse) String() string {
 func (*UploadTransferPartResponse) ProtoMessage() {}
 
 func (x *UploadTransferPartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[17]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1578,7 @@ func (x *UploadTransferPartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTransferPartResponse.ProtoReflect.Descriptor instead.
 func (*UploadTransferPartResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UploadTransferPartResponse) GetSizeBytes() uint64 {
@@ -1540,7 +1607,7 @@ type FetchTransferPartRequest struct {
 
 func (x *FetchTransferPartRequest) Reset() {
 	*x = FetchTransferPartRequest{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[18]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1619,7 @@ func (x *FetchTransferPartRequest) String() string {
 func (*FetchTransferPartRequest) ProtoMessage() {}
 
 func (x *FetchTransferPartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[18]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1632,7 @@ func (x *FetchTransferPartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTransferPartRequest.ProtoReflect.Descriptor instead.
 func (*FetchTransferPartRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FetchTransferPartRequest) GetOperationId() string {
@@ -1594,7 +1661,7 @@ type FetchTransferPartResponse struct {
 
 func (x *FetchTransferPartResponse) Reset() {
 	*x = FetchTransferPartResponse{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[19]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1673,7 @@ func (x *FetchTransferPartResponse) String() string {
 func (*FetchTransferPartResponse) ProtoMessage() {}
 
 func (x *FetchTransferPartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[19]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1686,7 @@ func (x *FetchTransferPartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTransferPartResponse.ProtoReflect.Descriptor instead.
 func (*FetchTransferPartResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FetchTransferPartResponse) GetPart() *TransferPart {
@@ -1659,7 +1726,7 @@ type TransferPart struct {
 
 func (x *TransferPart) Reset() {
 	*x = TransferPart{}
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[20]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1738,7 @@ func (x *TransferPart) String() string {
 func (*TransferPart) ProtoMessage() {}
 
 func (x *TransferPart) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_node_v1_session_proto_msgTypes[20]
+	mi := &file_kibotos_node_v1_session_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1751,7 @@ func (x *TransferPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferPart.ProtoReflect.Descriptor instead.
 func (*TransferPart) Descriptor() ([]byte, []int) {
-	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_node_v1_session_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TransferPart) GetName() string {
@@ -1758,13 +1825,16 @@ const file_kibotos_node_v1_session_proto_rawDesc = "" +
 	"instanceId\x12'\n" +
 	"\x0fdelivered_bytes\x18\x02 \x01(\x04R\x0edeliveredBytes\x12\x1f\n" +
 	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
-	"totalBytes\"\xd3\x01\n" +
+	"totalBytes\"\x93\x02\n" +
 	"\x0fSessionResponse\x12;\n" +
 	"\awelcome\x18\x01 \x01(\v2\x1f.kibotos.node.v1.SessionWelcomeH\x00R\awelcome\x12>\n" +
 	"\vclock_probe\x18\x02 \x01(\v2\x1b.kibotos.node.v1.ClockProbeH\x00R\n" +
 	"clockProbe\x128\n" +
-	"\acommand\x18\x03 \x01(\v2\x1c.kibotos.node.v1.NodeCommandH\x00R\acommandB\t\n" +
-	"\amessage\"\xfc\x02\n" +
+	"\acommand\x18\x03 \x01(\v2\x1c.kibotos.node.v1.NodeCommandH\x00R\acommand\x12>\n" +
+	"\bschedule\x18\x04 \x01(\v2 .kibotos.node.v1.SessionScheduleH\x00R\bscheduleB\t\n" +
+	"\amessage\"_\n" +
+	"\x0fSessionSchedule\x12L\n" +
+	"\x14observation_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x13observationInterval\"\xfc\x02\n" +
 	"\tNodeHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12<\n" +
@@ -1897,7 +1967,7 @@ func file_kibotos_node_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_node_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_kibotos_node_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(ClockSynchronization)(0),          // 0: kibotos.node.v1.ClockSynchronization
 	(*EnrollRequest)(nil),              // 1: kibotos.node.v1.EnrollRequest
@@ -1905,70 +1975,73 @@ var file_kibotos_node_v1_session_proto_goTypes = []any{
 	(*SessionRequest)(nil),             // 3: kibotos.node.v1.SessionRequest
 	(*ExecutionProgress)(nil),          // 4: kibotos.node.v1.ExecutionProgress
 	(*SessionResponse)(nil),            // 5: kibotos.node.v1.SessionResponse
-	(*NodeHello)(nil),                  // 6: kibotos.node.v1.NodeHello
-	(*SessionWelcome)(nil),             // 7: kibotos.node.v1.SessionWelcome
-	(*HostResources)(nil),              // 8: kibotos.node.v1.HostResources
-	(*StoragePoolDeclaration)(nil),     // 9: kibotos.node.v1.StoragePoolDeclaration
-	(*NodeObservation)(nil),            // 10: kibotos.node.v1.NodeObservation
-	(*CachedArtifact)(nil),             // 11: kibotos.node.v1.CachedArtifact
-	(*ClockProbe)(nil),                 // 12: kibotos.node.v1.ClockProbe
-	(*ClockReply)(nil),                 // 13: kibotos.node.v1.ClockReply
-	(*NodeCommand)(nil),                // 14: kibotos.node.v1.NodeCommand
-	(*CommandResult)(nil),              // 15: kibotos.node.v1.CommandResult
-	(*UploadTransferPartHeader)(nil),   // 16: kibotos.node.v1.UploadTransferPartHeader
-	(*UploadTransferPartRequest)(nil),  // 17: kibotos.node.v1.UploadTransferPartRequest
-	(*UploadTransferPartResponse)(nil), // 18: kibotos.node.v1.UploadTransferPartResponse
-	(*FetchTransferPartRequest)(nil),   // 19: kibotos.node.v1.FetchTransferPartRequest
-	(*FetchTransferPartResponse)(nil),  // 20: kibotos.node.v1.FetchTransferPartResponse
-	(*TransferPart)(nil),               // 21: kibotos.node.v1.TransferPart
-	(*timestamppb.Timestamp)(nil),      // 22: google.protobuf.Timestamp
-	(*CopyProgress)(nil),               // 23: kibotos.node.v1.CopyProgress
-	(*durationpb.Duration)(nil),        // 24: google.protobuf.Duration
-	(*ExecutionReport)(nil),            // 25: kibotos.node.v1.ExecutionReport
-	(*anypb.Any)(nil),                  // 26: google.protobuf.Any
-	(*FetchArtifactRequest)(nil),       // 27: kibotos.node.v1.FetchArtifactRequest
-	(*FetchArtifactResponse)(nil),      // 28: kibotos.node.v1.FetchArtifactResponse
+	(*SessionSchedule)(nil),            // 6: kibotos.node.v1.SessionSchedule
+	(*NodeHello)(nil),                  // 7: kibotos.node.v1.NodeHello
+	(*SessionWelcome)(nil),             // 8: kibotos.node.v1.SessionWelcome
+	(*HostResources)(nil),              // 9: kibotos.node.v1.HostResources
+	(*StoragePoolDeclaration)(nil),     // 10: kibotos.node.v1.StoragePoolDeclaration
+	(*NodeObservation)(nil),            // 11: kibotos.node.v1.NodeObservation
+	(*CachedArtifact)(nil),             // 12: kibotos.node.v1.CachedArtifact
+	(*ClockProbe)(nil),                 // 13: kibotos.node.v1.ClockProbe
+	(*ClockReply)(nil),                 // 14: kibotos.node.v1.ClockReply
+	(*NodeCommand)(nil),                // 15: kibotos.node.v1.NodeCommand
+	(*CommandResult)(nil),              // 16: kibotos.node.v1.CommandResult
+	(*UploadTransferPartHeader)(nil),   // 17: kibotos.node.v1.UploadTransferPartHeader
+	(*UploadTransferPartRequest)(nil),  // 18: kibotos.node.v1.UploadTransferPartRequest
+	(*UploadTransferPartResponse)(nil), // 19: kibotos.node.v1.UploadTransferPartResponse
+	(*FetchTransferPartRequest)(nil),   // 20: kibotos.node.v1.FetchTransferPartRequest
+	(*FetchTransferPartResponse)(nil),  // 21: kibotos.node.v1.FetchTransferPartResponse
+	(*TransferPart)(nil),               // 22: kibotos.node.v1.TransferPart
+	(*timestamppb.Timestamp)(nil),      // 23: google.protobuf.Timestamp
+	(*CopyProgress)(nil),               // 24: kibotos.node.v1.CopyProgress
+	(*durationpb.Duration)(nil),        // 25: google.protobuf.Duration
+	(*ExecutionReport)(nil),            // 26: kibotos.node.v1.ExecutionReport
+	(*anypb.Any)(nil),                  // 27: google.protobuf.Any
+	(*FetchArtifactRequest)(nil),       // 28: kibotos.node.v1.FetchArtifactRequest
+	(*FetchArtifactResponse)(nil),      // 29: kibotos.node.v1.FetchArtifactResponse
 }
 var file_kibotos_node_v1_session_proto_depIdxs = []int32{
-	22, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
-	6,  // 1: kibotos.node.v1.SessionRequest.hello:type_name -> kibotos.node.v1.NodeHello
-	10, // 2: kibotos.node.v1.SessionRequest.observation:type_name -> kibotos.node.v1.NodeObservation
-	13, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
-	15, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
+	23, // 0: kibotos.node.v1.EnrollResponse.issued_at:type_name -> google.protobuf.Timestamp
+	7,  // 1: kibotos.node.v1.SessionRequest.hello:type_name -> kibotos.node.v1.NodeHello
+	11, // 2: kibotos.node.v1.SessionRequest.observation:type_name -> kibotos.node.v1.NodeObservation
+	14, // 3: kibotos.node.v1.SessionRequest.clock_reply:type_name -> kibotos.node.v1.ClockReply
+	16, // 4: kibotos.node.v1.SessionRequest.command_result:type_name -> kibotos.node.v1.CommandResult
 	4,  // 5: kibotos.node.v1.SessionRequest.execution_progress:type_name -> kibotos.node.v1.ExecutionProgress
-	23, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
-	7,  // 7: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
-	12, // 8: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
-	14, // 9: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
-	8,  // 10: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
-	9,  // 11: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	24, // 12: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
-	22, // 13: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
-	22, // 14: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
-	9,  // 15: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
-	25, // 16: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
-	11, // 17: kibotos.node.v1.NodeObservation.artifacts:type_name -> kibotos.node.v1.CachedArtifact
-	22, // 18: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
-	0,  // 19: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
-	26, // 20: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
-	26, // 21: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
-	16, // 22: kibotos.node.v1.UploadTransferPartRequest.header:type_name -> kibotos.node.v1.UploadTransferPartHeader
-	21, // 23: kibotos.node.v1.FetchTransferPartResponse.part:type_name -> kibotos.node.v1.TransferPart
-	1,  // 24: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
-	3,  // 25: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
-	27, // 26: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
-	17, // 27: kibotos.node.v1.NodeSessionService.UploadTransferPart:input_type -> kibotos.node.v1.UploadTransferPartRequest
-	19, // 28: kibotos.node.v1.NodeSessionService.FetchTransferPart:input_type -> kibotos.node.v1.FetchTransferPartRequest
-	2,  // 29: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
-	5,  // 30: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
-	28, // 31: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
-	18, // 32: kibotos.node.v1.NodeSessionService.UploadTransferPart:output_type -> kibotos.node.v1.UploadTransferPartResponse
-	20, // 33: kibotos.node.v1.NodeSessionService.FetchTransferPart:output_type -> kibotos.node.v1.FetchTransferPartResponse
-	29, // [29:34] is the sub-list for method output_type
-	24, // [24:29] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	24, // 6: kibotos.node.v1.SessionRequest.copy_progress:type_name -> kibotos.node.v1.CopyProgress
+	8,  // 7: kibotos.node.v1.SessionResponse.welcome:type_name -> kibotos.node.v1.SessionWelcome
+	13, // 8: kibotos.node.v1.SessionResponse.clock_probe:type_name -> kibotos.node.v1.ClockProbe
+	15, // 9: kibotos.node.v1.SessionResponse.command:type_name -> kibotos.node.v1.NodeCommand
+	6,  // 10: kibotos.node.v1.SessionResponse.schedule:type_name -> kibotos.node.v1.SessionSchedule
+	25, // 11: kibotos.node.v1.SessionSchedule.observation_interval:type_name -> google.protobuf.Duration
+	9,  // 12: kibotos.node.v1.NodeHello.resources:type_name -> kibotos.node.v1.HostResources
+	10, // 13: kibotos.node.v1.NodeHello.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
+	25, // 14: kibotos.node.v1.SessionWelcome.observation_interval:type_name -> google.protobuf.Duration
+	23, // 15: kibotos.node.v1.SessionWelcome.ctrl_time:type_name -> google.protobuf.Timestamp
+	23, // 16: kibotos.node.v1.NodeObservation.memory_tight_since:type_name -> google.protobuf.Timestamp
+	10, // 17: kibotos.node.v1.NodeObservation.storage_pools:type_name -> kibotos.node.v1.StoragePoolDeclaration
+	26, // 18: kibotos.node.v1.NodeObservation.executions:type_name -> kibotos.node.v1.ExecutionReport
+	12, // 19: kibotos.node.v1.NodeObservation.artifacts:type_name -> kibotos.node.v1.CachedArtifact
+	23, // 20: kibotos.node.v1.ClockReply.node_time:type_name -> google.protobuf.Timestamp
+	0,  // 21: kibotos.node.v1.ClockReply.synchronization:type_name -> kibotos.node.v1.ClockSynchronization
+	27, // 22: kibotos.node.v1.NodeCommand.body:type_name -> google.protobuf.Any
+	27, // 23: kibotos.node.v1.CommandResult.result:type_name -> google.protobuf.Any
+	17, // 24: kibotos.node.v1.UploadTransferPartRequest.header:type_name -> kibotos.node.v1.UploadTransferPartHeader
+	22, // 25: kibotos.node.v1.FetchTransferPartResponse.part:type_name -> kibotos.node.v1.TransferPart
+	1,  // 26: kibotos.node.v1.NodeSessionService.Enroll:input_type -> kibotos.node.v1.EnrollRequest
+	3,  // 27: kibotos.node.v1.NodeSessionService.Session:input_type -> kibotos.node.v1.SessionRequest
+	28, // 28: kibotos.node.v1.NodeSessionService.FetchArtifact:input_type -> kibotos.node.v1.FetchArtifactRequest
+	18, // 29: kibotos.node.v1.NodeSessionService.UploadTransferPart:input_type -> kibotos.node.v1.UploadTransferPartRequest
+	20, // 30: kibotos.node.v1.NodeSessionService.FetchTransferPart:input_type -> kibotos.node.v1.FetchTransferPartRequest
+	2,  // 31: kibotos.node.v1.NodeSessionService.Enroll:output_type -> kibotos.node.v1.EnrollResponse
+	5,  // 32: kibotos.node.v1.NodeSessionService.Session:output_type -> kibotos.node.v1.SessionResponse
+	29, // 33: kibotos.node.v1.NodeSessionService.FetchArtifact:output_type -> kibotos.node.v1.FetchArtifactResponse
+	19, // 34: kibotos.node.v1.NodeSessionService.UploadTransferPart:output_type -> kibotos.node.v1.UploadTransferPartResponse
+	21, // 35: kibotos.node.v1.NodeSessionService.FetchTransferPart:output_type -> kibotos.node.v1.FetchTransferPartResponse
+	31, // [31:36] is the sub-list for method output_type
+	26, // [26:31] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_session_proto_init() }
@@ -1990,10 +2063,11 @@ func file_kibotos_node_v1_session_proto_init() {
 		(*SessionResponse_Welcome)(nil),
 		(*SessionResponse_ClockProbe)(nil),
 		(*SessionResponse_Command)(nil),
+		(*SessionResponse_Schedule)(nil),
 	}
-	file_kibotos_node_v1_session_proto_msgTypes[8].OneofWrappers = []any{}
 	file_kibotos_node_v1_session_proto_msgTypes[9].OneofWrappers = []any{}
-	file_kibotos_node_v1_session_proto_msgTypes[16].OneofWrappers = []any{
+	file_kibotos_node_v1_session_proto_msgTypes[10].OneofWrappers = []any{}
+	file_kibotos_node_v1_session_proto_msgTypes[17].OneofWrappers = []any{
 		(*UploadTransferPartRequest_Header)(nil),
 		(*UploadTransferPartRequest_Data)(nil),
 	}
@@ -2003,7 +2077,7 @@ func file_kibotos_node_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_node_v1_session_proto_rawDesc), len(file_kibotos_node_v1_session_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
