@@ -71,12 +71,20 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return s, nil
 }
 
+// postgresConns is how many connections a ctrl holds to PostgreSQL.
+const postgresConns = 16
+
 func openPostgres(dsn string) (*Store, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, err
 	}
-	db.SetMaxOpenConns(16)
+	// Every connection stays open once made: database/sql keeps only two
+	// idle by default, so under load the others were closed as they came
+	// back and opened again for the next transaction, each a new server
+	// process forked, its caches cold and its statements prepared again.
+	db.SetMaxOpenConns(postgresConns)
+	db.SetMaxIdleConns(postgresConns)
 	return &Store{db: db, d: postgres}, nil
 }
 
