@@ -50,6 +50,10 @@ type Option func(*ctrl.Config)
 // WithFleet sets the node session timings.
 func WithFleet(fc fleet.Config) Option { return func(c *ctrl.Config) { c.Fleet = fc } }
 
+// OnDatabase puts ctrl's store on dsn (PostgreSQL or SQLite) instead of a
+// SQLite file in its state directory.
+func OnDatabase(dsn string) Option { return func(c *ctrl.Config) { c.Database = dsn } }
+
 // WithMoveWait shortens how long a move call waits for its move.
 func WithMoveWait(d time.Duration) Option { return func(c *ctrl.Config) { c.MoveWait = d } }
 

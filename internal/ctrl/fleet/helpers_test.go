@@ -5,8 +5,17 @@ import (
 	"testing"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
+
+// eachDatabase runs fn as a subtest on SQLite and on PostgreSQL: db puts
+// ctrl's store on a fresh database of each kind.
+func eachDatabase(t *testing.T, fn func(t *testing.T, db testenv.Option)) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) { fn(t, testenv.OnDatabase(b.DSN(t))) })
+	}
+}
 
 // httpClient speaks cleartext HTTP/2, as node sessions need.
 func httpClient() *http.Client {

@@ -81,72 +81,74 @@ func TestOvercommitDefaults(t *testing.T) {
 // clearing its override, registration_version advancing on a change; the
 // rules of a node command (version, retired, unknown).
 func TestSetNodeOvercommit(t *testing.T) {
-	c := testenv.New(t, fastFleet())
-	n := c.StartNode(t, "node-a", "", "")
-	reg := c.Registration(t, "node-a")
-	host := reg.GetObservation().GetResources()
-	set := func(id string, version uint64, cpu, memory *uint32) (*operatorv1.NodeRegistration, error) {
-		res, err := c.Nodes.SetNodeOvercommit(ctx, connect.NewRequest(&operatorv1.SetNodeOvercommitRequest{
-			Command: cmd(id), NodeId: "node-a", ExpectedRegistrationVersion: version, CpuThousandths: cpu, MemoryThousandths: memory,
-		}))
-		if err != nil {
-			return nil, err
+	eachDatabase(t, func(t *testing.T, db testenv.Option) {
+		c := testenv.New(t, db, fastFleet())
+		n := c.StartNode(t, "node-a", "", "")
+		reg := c.Registration(t, "node-a")
+		host := reg.GetObservation().GetResources()
+		set := func(id string, version uint64, cpu, memory *uint32) (*operatorv1.NodeRegistration, error) {
+			res, err := c.Nodes.SetNodeOvercommit(ctx, connect.NewRequest(&operatorv1.SetNodeOvercommitRequest{
+				Command: cmd(id), NodeId: "node-a", ExpectedRegistrationVersion: version, CpuThousandths: cpu, MemoryThousandths: memory,
+			}))
+			if err != nil {
+				return nil, err
+			}
+			return res.Msg.GetRegistration(), nil
 		}
-		return res.Msg.GetRegistration(), nil
-	}
-	_, err := set("bad", reg.GetRegistrationVersion(), ptr(uint32(0)), nil)
-	wantCode(t, "a zero ratio", err, connect.CodeInvalidArgument, "cpu_thousandths")
-	_, err = set("bad", reg.GetRegistrationVersion(), nil, ptr(uint32(16001)))
-	wantCode(t, "a ratio above 16000", err, connect.CodeInvalidArgument, "memory_thousandths")
-	_, err = set("stale", reg.GetRegistrationVersion()+5, ptr(uint32(2000)), nil)
-	wantCode(t, "a stale registration_version", err, connect.CodeFailedPrecondition, "")
+		_, err := set("bad", reg.GetRegistrationVersion(), ptr(uint32(0)), nil)
+		wantCode(t, "a zero ratio", err, connect.CodeInvalidArgument, "cpu_thousandths")
+		_, err = set("bad", reg.GetRegistrationVersion(), nil, ptr(uint32(16001)))
+		wantCode(t, "a ratio above 16000", err, connect.CodeInvalidArgument, "memory_thousandths")
+		_, err = set("stale", reg.GetRegistrationVersion()+5, ptr(uint32(2000)), nil)
+		wantCode(t, "a stale registration_version", err, connect.CodeFailedPrecondition, "")
 
-	got, err := set("set-1", reg.GetRegistrationVersion(), ptr(uint32(2500)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := got.GetOvercommit()
-	if o.GetCpu().GetThousandths() != 2500 || o.GetCpu().GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_NODE ||
-		o.GetMemory().GetThousandths() != 1000 || o.GetMemory().GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT {
-		t.Errorf("overcommit with a CPU override: %v", o)
-	}
-	if got.GetSchedulable().GetCpuMillis() != host.GetCpuMillis()*5/2 || got.GetSchedulable().GetMemoryBytes() != host.GetMemoryBytes() ||
-		got.GetSchedulable().GetDiskBytes() != host.GetDiskBytes() {
-		t.Errorf("schedulable %v of host %v at 2.5x CPU", got.GetSchedulable(), host)
-	}
-	if got.GetRegistrationVersion() != reg.GetRegistrationVersion()+1 {
-		t.Errorf("registration_version %d after a change, want %d", got.GetRegistrationVersion(), reg.GetRegistrationVersion()+1)
-	}
-	if again, err := set("set-1", reg.GetRegistrationVersion(), ptr(uint32(2500)), nil); err != nil || again.GetOvercommit().GetCpu().GetThousandths() != 2500 {
-		t.Errorf("replay: %v %v", again, err)
-	}
-	// The new default applies to the resource the node does not override.
-	setDefaults(t, c, "defaults-1", 1, 3000, 4000)
-	reg = c.Registration(t, "node-a")
-	if reg.GetOvercommit().GetCpu().GetThousandths() != 2500 || reg.GetOvercommit().GetMemory().GetThousandths() != 4000 {
-		t.Errorf("after new defaults: %v", reg.GetOvercommit())
-	}
-	cleared, err := set("clear", reg.GetRegistrationVersion(), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cpu := cleared.GetOvercommit().GetCpu(); cpu.GetThousandths() != 3000 || cpu.GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT {
-		t.Errorf("CPU once its override is cleared: %v, want the 3x default", cpu)
-	}
-	if unchanged, err := set("clear-again", cleared.GetRegistrationVersion(), nil, nil); err != nil || unchanged.GetRegistrationVersion() != cleared.GetRegistrationVersion() {
-		t.Errorf("clearing nothing: %v %v, want the registration unchanged", unchanged, err)
-	}
+		got, err := set("set-1", reg.GetRegistrationVersion(), ptr(uint32(2500)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := got.GetOvercommit()
+		if o.GetCpu().GetThousandths() != 2500 || o.GetCpu().GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_NODE ||
+			o.GetMemory().GetThousandths() != 1000 || o.GetMemory().GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT {
+			t.Errorf("overcommit with a CPU override: %v", o)
+		}
+		if got.GetSchedulable().GetCpuMillis() != host.GetCpuMillis()*5/2 || got.GetSchedulable().GetMemoryBytes() != host.GetMemoryBytes() ||
+			got.GetSchedulable().GetDiskBytes() != host.GetDiskBytes() {
+			t.Errorf("schedulable %v of host %v at 2.5x CPU", got.GetSchedulable(), host)
+		}
+		if got.GetRegistrationVersion() != reg.GetRegistrationVersion()+1 {
+			t.Errorf("registration_version %d after a change, want %d", got.GetRegistrationVersion(), reg.GetRegistrationVersion()+1)
+		}
+		if again, err := set("set-1", reg.GetRegistrationVersion(), ptr(uint32(2500)), nil); err != nil || again.GetOvercommit().GetCpu().GetThousandths() != 2500 {
+			t.Errorf("replay: %v %v", again, err)
+		}
+		// The new default applies to the resource the node does not override.
+		setDefaults(t, c, "defaults-1", 1, 3000, 4000)
+		reg = c.Registration(t, "node-a")
+		if reg.GetOvercommit().GetCpu().GetThousandths() != 2500 || reg.GetOvercommit().GetMemory().GetThousandths() != 4000 {
+			t.Errorf("after new defaults: %v", reg.GetOvercommit())
+		}
+		cleared, err := set("clear", reg.GetRegistrationVersion(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cpu := cleared.GetOvercommit().GetCpu(); cpu.GetThousandths() != 3000 || cpu.GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT {
+			t.Errorf("CPU once its override is cleared: %v, want the 3x default", cpu)
+		}
+		if unchanged, err := set("clear-again", cleared.GetRegistrationVersion(), nil, nil); err != nil || unchanged.GetRegistrationVersion() != cleared.GetRegistrationVersion() {
+			t.Errorf("clearing nothing: %v %v, want the registration unchanged", unchanged, err)
+		}
 
-	_, err = c.Nodes.SetNodeOvercommit(ctx, connect.NewRequest(&operatorv1.SetNodeOvercommitRequest{Command: cmd("unknown"), NodeId: "node-z"}))
-	wantCode(t, "an unknown node", err, connect.CodeNotFound, "")
-	n.Stop(t)
-	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
-	isolate(t, c, "node-a")
-	if _, err := c.Nodes.RetireNode(ctx, connect.NewRequest(&operatorv1.RetireNodeRequest{Command: cmd("retire"), NodeId: "node-a"})); err != nil {
-		t.Fatal(err)
-	}
-	_, err = set("retired", c.Registration(t, "node-a").GetRegistrationVersion(), ptr(uint32(2000)), nil)
-	wantCode(t, "a retired node", err, connect.CodeFailedPrecondition, "")
+		_, err = c.Nodes.SetNodeOvercommit(ctx, connect.NewRequest(&operatorv1.SetNodeOvercommitRequest{Command: cmd("unknown"), NodeId: "node-z"}))
+		wantCode(t, "an unknown node", err, connect.CodeNotFound, "")
+		n.Stop(t)
+		c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+		isolate(t, c, "node-a")
+		if _, err := c.Nodes.RetireNode(ctx, connect.NewRequest(&operatorv1.RetireNodeRequest{Command: cmd("retire"), NodeId: "node-a"})); err != nil {
+			t.Fatal(err)
+		}
+		_, err = set("retired", c.Registration(t, "node-a").GetRegistrationVersion(), ptr(uint32(2000)), nil)
+		wantCode(t, "a retired node", err, connect.CodeFailedPrecondition, "")
+	})
 }
 
 func isolate(t *testing.T, c *testenv.Cluster, id string) {
@@ -283,94 +285,96 @@ func commandOf(t *testing.T, c *testenv.Cluster, id string) *ctrlv1.WorkspaceCom
 // node does, once the placement timeout passed, and no other node is
 // chosen.
 func TestCreateWorkspaceOnNodeAdmissionAndRefusal(t *testing.T) {
-	c := testenv.New(t, testenv.WithFleet(fleet.Config{
-		ObservationInterval: 200 * time.Millisecond, ClockProbeInterval: 100 * time.Millisecond, ClockTolerance: time.Second,
-		PlacementTimeout: 2 * time.Second,
-	}))
-	c.StartNode(t, "node-a", "", "")
-	c.StartNode(t, "node-b", "", "")
-	c.UnbootableCatalog(t)
-
-	_, err := createOnNode(c, "create-z", "node-z", 100)
-	wantCode(t, "an unknown node", err, connect.CodeNotFound, "")
-	if _, err := c.Workspaces.GetWorkspaceCommand(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{CommandId: "create-z"})); connect.CodeOf(err) != connect.CodeNotFound {
-		t.Errorf("the command refused for an unknown node: %v, want not_found (never admitted)", err)
-	}
-	_, err = createOnNode(c, "create-bad", "Node_A", 100)
-	wantCode(t, "a malformed node_id", err, connect.CodeInvalidArgument, "node_id")
-
-	// More CPU than node-b has: it fails, though node-a is no better and
-	// node-b is the only candidate anyway.
-	huge := 16 * hostCPU(t, c, "node-b")
-	created, err := createOnNode(c, "create-1", "node-b", huge)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := created.GetResponse().GetWorkspace().GetWorkspaceId()
-	if again, err := createOnNode(c, "create-1", "node-b", huge); err != nil || again.GetResponse().GetWorkspace().GetWorkspaceId() != ws {
-		t.Errorf("replay: %v %v", again, err)
-	}
-	_, err = createOnNode(c, "create-1", "node-a", huge)
-	wantCode(t, "create-1 with another node", err, connect.CodeAlreadyExists, "")
-	_, err = c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-		Command: cmd("create-1"), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: huge, MemoryBytes: 128 << 20}},
-	}))
-	wantCode(t, "create-1 sent to CreateWorkspace", err, connect.CodeAlreadyExists, "")
-
-	testenv.WaitFor(t, "the pinned create to wait for its node", func() bool {
-		return strings.Contains(commandOf(t, c, "create-1").GetWaitingFor(), "node node-b cannot run it")
-	})
-	testenv.WaitFor(t, "the pinned create to fail", func() bool {
-		return commandOf(t, c, "create-1").GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED
-	})
-	cmdNow := commandOf(t, c, "create-1")
-	f := cmdNow.GetFailure()
-	if cmdNow.GetKind() != ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE || f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING ||
-		f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED || !f.GetRetryable() || !strings.Contains(f.GetMessage(), "node-b:") ||
-		strings.Contains(f.GetMessage(), "node-a") {
-		t.Errorf("the pinned create's command: %v", cmdNow)
-	}
-	res, err := c.Workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: ws}))
-	if err != nil || res.Msg.GetWorkspace().GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED ||
-		res.Msg.GetWorkspace().GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED {
-		t.Errorf("the Workspace: %v %v, want FAILED, resource_exhausted", res.Msg.GetWorkspace(), err)
-	}
-
-	// An ordinary create that fits nowhere fails the same way, naming
-	// every node.
-	plain, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-		Command: cmd("create-2"), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: huge, MemoryBytes: 128 << 20}},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, "the ordinary create to fail", func() bool {
-		return commandOf(t, c, "create-2").GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED
-	})
-	if f := commandOf(t, c, "create-2").GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING ||
-		f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED || !strings.Contains(f.GetMessage(), "node-a:") || !strings.Contains(f.GetMessage(), "node-b:") {
-		t.Errorf("the ordinary create's failure: %v", f)
-	}
-
-	// StartWorkspaceOnNode follows the same rules: its node is part of
-	// the input, an unknown node admits nothing.
-	start := func(id, node string) error {
-		_, err := c.Nodes.StartWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.StartWorkspaceOnNodeRequest{
-			NodeId: node, Request: &ctrlv1.StartWorkspaceRequest{Command: cmd(id), WorkspaceId: plain.Msg.GetWorkspace().GetWorkspaceId()},
+	eachDatabase(t, func(t *testing.T, db testenv.Option) {
+		c := testenv.New(t, db, testenv.WithFleet(fleet.Config{
+			ObservationInterval: 200 * time.Millisecond, ClockProbeInterval: 100 * time.Millisecond, ClockTolerance: time.Second,
+			PlacementTimeout: 2 * time.Second,
 		}))
-		return err
-	}
-	wantCode(t, "a start on an unknown node", start("start-z", "node-z"), connect.CodeNotFound, "")
-	if err := start("start-1", "node-a"); err != nil {
-		t.Fatal(err)
-	}
-	wantCode(t, "start-1 with another node", start("start-1", "node-b"), connect.CodeAlreadyExists, "")
-	_, err = c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: plain.Msg.GetWorkspace().GetWorkspaceId()}))
-	wantCode(t, "start-1 sent to StartWorkspace", err, connect.CodeAlreadyExists, "")
-	testenv.WaitFor(t, "the pinned start to fail", func() bool {
-		return commandOf(t, c, "start-1").GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED
+		c.StartNode(t, "node-a", "", "")
+		c.StartNode(t, "node-b", "", "")
+		c.UnbootableCatalog(t)
+
+		_, err := createOnNode(c, "create-z", "node-z", 100)
+		wantCode(t, "an unknown node", err, connect.CodeNotFound, "")
+		if _, err := c.Workspaces.GetWorkspaceCommand(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{CommandId: "create-z"})); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("the command refused for an unknown node: %v, want not_found (never admitted)", err)
+		}
+		_, err = createOnNode(c, "create-bad", "Node_A", 100)
+		wantCode(t, "a malformed node_id", err, connect.CodeInvalidArgument, "node_id")
+
+		// More CPU than node-b has: it fails, though node-a is no better and
+		// node-b is the only candidate anyway.
+		huge := 16 * hostCPU(t, c, "node-b")
+		created, err := createOnNode(c, "create-1", "node-b", huge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := created.GetResponse().GetWorkspace().GetWorkspaceId()
+		if again, err := createOnNode(c, "create-1", "node-b", huge); err != nil || again.GetResponse().GetWorkspace().GetWorkspaceId() != ws {
+			t.Errorf("replay: %v %v", again, err)
+		}
+		_, err = createOnNode(c, "create-1", "node-a", huge)
+		wantCode(t, "create-1 with another node", err, connect.CodeAlreadyExists, "")
+		_, err = c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+			Command: cmd("create-1"), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: huge, MemoryBytes: 128 << 20}},
+		}))
+		wantCode(t, "create-1 sent to CreateWorkspace", err, connect.CodeAlreadyExists, "")
+
+		testenv.WaitFor(t, "the pinned create to wait for its node", func() bool {
+			return strings.Contains(commandOf(t, c, "create-1").GetWaitingFor(), "node node-b cannot run it")
+		})
+		testenv.WaitFor(t, "the pinned create to fail", func() bool {
+			return commandOf(t, c, "create-1").GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED
+		})
+		cmdNow := commandOf(t, c, "create-1")
+		f := cmdNow.GetFailure()
+		if cmdNow.GetKind() != ctrlv1.WorkspaceCommandKind_WORKSPACE_COMMAND_KIND_CREATE || f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING ||
+			f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED || !f.GetRetryable() || !strings.Contains(f.GetMessage(), "node-b:") ||
+			strings.Contains(f.GetMessage(), "node-a") {
+			t.Errorf("the pinned create's command: %v", cmdNow)
+		}
+		res, err := c.Workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: ws}))
+		if err != nil || res.Msg.GetWorkspace().GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED ||
+			res.Msg.GetWorkspace().GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED {
+			t.Errorf("the Workspace: %v %v, want FAILED, resource_exhausted", res.Msg.GetWorkspace(), err)
+		}
+
+		// An ordinary create that fits nowhere fails the same way, naming
+		// every node.
+		plain, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+			Command: cmd("create-2"), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: huge, MemoryBytes: 128 << 20}},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the ordinary create to fail", func() bool {
+			return commandOf(t, c, "create-2").GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED
+		})
+		if f := commandOf(t, c, "create-2").GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING ||
+			f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED || !strings.Contains(f.GetMessage(), "node-a:") || !strings.Contains(f.GetMessage(), "node-b:") {
+			t.Errorf("the ordinary create's failure: %v", f)
+		}
+
+		// StartWorkspaceOnNode follows the same rules: its node is part of
+		// the input, an unknown node admits nothing.
+		start := func(id, node string) error {
+			_, err := c.Nodes.StartWorkspaceOnNode(ctx, connect.NewRequest(&operatorv1.StartWorkspaceOnNodeRequest{
+				NodeId: node, Request: &ctrlv1.StartWorkspaceRequest{Command: cmd(id), WorkspaceId: plain.Msg.GetWorkspace().GetWorkspaceId()},
+			}))
+			return err
+		}
+		wantCode(t, "a start on an unknown node", start("start-z", "node-z"), connect.CodeNotFound, "")
+		if err := start("start-1", "node-a"); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, "start-1 with another node", start("start-1", "node-b"), connect.CodeAlreadyExists, "")
+		_, err = c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: plain.Msg.GetWorkspace().GetWorkspaceId()}))
+		wantCode(t, "start-1 sent to StartWorkspace", err, connect.CodeAlreadyExists, "")
+		testenv.WaitFor(t, "the pinned start to fail", func() bool {
+			return commandOf(t, c, "start-1").GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED
+		})
+		if f := commandOf(t, c, "start-1").GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING || strings.Contains(f.GetMessage(), "node-b") {
+			t.Errorf("the pinned start's failure: %v", f)
+		}
 	})
-	if f := commandOf(t, c, "start-1").GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING || strings.Contains(f.GetMessage(), "node-b") {
-		t.Errorf("the pinned start's failure: %v", f)
-	}
 }

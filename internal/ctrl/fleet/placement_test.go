@@ -88,54 +88,56 @@ func hostCPU(t *testing.T, c *testenv.Cluster, id string) uint32 {
 // when none has, follows new ratios at once and evicts nothing when they
 // are lowered.
 func TestPlacementAdmitsAgainstSchedulableResources(t *testing.T) {
-	c := testenv.New(t, fastFleet())
-	c.StartNode(t, "node-a", "", "")
-	c.StartNode(t, "node-b", "", "")
-	p := placer{t, c}
-	host := hostCPU(t, c, "node-a")
-	big := fleet.Placement{CPUMillis: host * 3 / 4, MemoryBytes: 256 << 20}
+	eachDatabase(t, func(t *testing.T, db testenv.Option) {
+		c := testenv.New(t, db, fastFleet())
+		c.StartNode(t, "node-a", "", "")
+		c.StartNode(t, "node-b", "", "")
+		p := placer{t, c}
+		host := hostCPU(t, c, "node-a")
+		big := fleet.Placement{CPUMillis: host * 3 / 4, MemoryBytes: 256 << 20}
 
-	p.wantPlaced("ws-1", big, "node-a")
-	p.wantPlaced("ws-2", big, "node-b") // node-a has a quarter left
-	p.wantRefused("ws-3", big, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "schedulable cpu_millis free")
-	reg := c.Registration(t, "node-a")
-	if reg.GetAllocated().GetCpuMillis() != big.CPUMillis || reg.GetAllocated().GetMemoryBytes() != 256<<20 ||
-		reg.GetAllocated().GetDiskBytes() != store.ExecutionDiskBytes {
-		t.Errorf("allocated on node-a: %v, want ws-1's request and one execution's disk", reg.GetAllocated())
-	}
-	if reg.GetSchedulable().GetCpuMillis() != host || reg.GetOvercommit().GetCpu().GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT {
-		t.Errorf("schedulable %v, overcommit %v: want the host's CPU at the 1x default", reg.GetSchedulable(), reg.GetOvercommit())
-	}
-	// Memory counts as CPU does.
-	p.wantRefused("ws-3", fleet.Placement{MemoryBytes: reg.GetSchedulable().GetMemoryBytes()}, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "schedulable MiB free")
+		p.wantPlaced("ws-1", big, "node-a")
+		p.wantPlaced("ws-2", big, "node-b") // node-a has a quarter left
+		p.wantRefused("ws-3", big, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "schedulable cpu_millis free")
+		reg := c.Registration(t, "node-a")
+		if reg.GetAllocated().GetCpuMillis() != big.CPUMillis || reg.GetAllocated().GetMemoryBytes() != 256<<20 ||
+			reg.GetAllocated().GetDiskBytes() != store.ExecutionDiskBytes {
+			t.Errorf("allocated on node-a: %v, want ws-1's request and one execution's disk", reg.GetAllocated())
+		}
+		if reg.GetSchedulable().GetCpuMillis() != host || reg.GetOvercommit().GetCpu().GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT {
+			t.Errorf("schedulable %v, overcommit %v: want the host's CPU at the 1x default", reg.GetSchedulable(), reg.GetOvercommit())
+		}
+		// Memory counts as CPU does.
+		p.wantRefused("ws-3", fleet.Placement{MemoryBytes: reg.GetSchedulable().GetMemoryBytes()}, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "schedulable MiB free")
 
-	// 2x CPU by default: node-a takes ws-3 now, without any restart.
-	d := setDefaults(t, c, "defaults-1", 1, 2000, 1000)
-	p.wantPlaced("ws-3", big, "node-a")
-	if got := c.Registration(t, "node-a").GetSchedulable().GetCpuMillis(); got != 2*host {
-		t.Errorf("schedulable CPU at 2x: %d, want %d", got, 2*host)
-	}
-	// Back to 1x: nothing is evicted, node-a reads more allocated than
-	// schedulable and takes nothing new.
-	setDefaults(t, c, "defaults-2", d.GetVersion(), 1000, 1000)
-	reg = c.Registration(t, "node-a")
-	if reg.GetAllocated().GetCpuMillis() != 2*big.CPUMillis || reg.GetAllocated().GetCpuMillis() <= reg.GetSchedulable().GetCpuMillis() ||
-		reg.GetAllocated().GetDiskBytes() != 2*store.ExecutionDiskBytes {
-		t.Errorf("after lowering the ratio: allocated %v, schedulable %v; want both Allocations kept, beyond schedulable", reg.GetAllocated(), reg.GetSchedulable())
-	}
-	p.wantRefused("ws-4", fleet.Placement{CPUMillis: 1, Node: "node-a"}, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "node node-a cannot run it")
+		// 2x CPU by default: node-a takes ws-3 now, without any restart.
+		d := setDefaults(t, c, "defaults-1", 1, 2000, 1000)
+		p.wantPlaced("ws-3", big, "node-a")
+		if got := c.Registration(t, "node-a").GetSchedulable().GetCpuMillis(); got != 2*host {
+			t.Errorf("schedulable CPU at 2x: %d, want %d", got, 2*host)
+		}
+		// Back to 1x: nothing is evicted, node-a reads more allocated than
+		// schedulable and takes nothing new.
+		setDefaults(t, c, "defaults-2", d.GetVersion(), 1000, 1000)
+		reg = c.Registration(t, "node-a")
+		if reg.GetAllocated().GetCpuMillis() != 2*big.CPUMillis || reg.GetAllocated().GetCpuMillis() <= reg.GetSchedulable().GetCpuMillis() ||
+			reg.GetAllocated().GetDiskBytes() != 2*store.ExecutionDiskBytes {
+			t.Errorf("after lowering the ratio: allocated %v, schedulable %v; want both Allocations kept, beyond schedulable", reg.GetAllocated(), reg.GetSchedulable())
+		}
+		p.wantRefused("ws-4", fleet.Placement{CPUMillis: 1, Node: "node-a"}, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "node node-a cannot run it")
 
-	// node-b's own 4x override wins over the default.
-	setNode(t, c, "node-b", ptr(uint32(4000)), nil)
-	p.wantPlaced("ws-4", fleet.Placement{CPUMillis: 2 * host}, "node-b")
-	p.release("ws-4")
-	setNode(t, c, "node-b", nil, nil) // cleared: 1x again
-	p.wantRefused("ws-4", fleet.Placement{CPUMillis: 2 * host, Node: "node-b"}, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "node-b")
+		// node-b's own 4x override wins over the default.
+		setNode(t, c, "node-b", ptr(uint32(4000)), nil)
+		p.wantPlaced("ws-4", fleet.Placement{CPUMillis: 2 * host}, "node-b")
+		p.release("ws-4")
+		setNode(t, c, "node-b", nil, nil) // cleared: 1x again
+		p.wantRefused("ws-4", fleet.Placement{CPUMillis: 2 * host, Node: "node-b"}, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "node-b")
 
-	// Released room is free again.
-	p.release("ws-1")
-	p.release("ws-3")
-	p.wantPlaced("ws-5", big, "node-a")
+		// Released room is free again.
+		p.release("ws-1")
+		p.release("ws-3")
+		p.wantPlaced("ws-5", big, "node-a")
+	})
 }
 
 // A node is a candidate only when admitted, READY, not draining, its
@@ -143,87 +145,91 @@ func TestPlacementAdmitsAgainstSchedulableResources(t *testing.T) {
 // the Workspace's objects live in; a pinned placement has that node as its
 // only candidate and says why it does not fit.
 func TestPlacementSkipsNodesThatFailAConstraint(t *testing.T) {
-	c := testenv.New(t, fastFleet())
-	fast := t.TempDir()
-	c.StartNode(t, "node-a", "", "")
-	c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "default", Dir: t.TempDir(), Default: true}, node.Pool{Name: "fast", Dir: fast})
-	// node-c's host has less memory available than its threshold, always.
-	c.StartNodeWith(t, "node-c", "", func(cfg *node.Config) { cfg.MemoryTightThreshold = 1 << 62 },
-		node.Pool{Name: "default", Dir: t.TempDir(), Default: true})
-	// node-d's clock runs an hour ahead until the test sets it right.
-	var skew atomic.Int64
-	skew.Store(int64(time.Hour))
-	c.StartNodeWith(t, "node-d", "", func(cfg *node.Config) {
-		cfg.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	}, node.Pool{Name: "default", Dir: t.TempDir(), Default: true})
-	p := placer{t, c}
-	small := fleet.Placement{CPUMillis: 1, MemoryBytes: 128 << 20}
-	on := func(id string, pools ...string) fleet.Placement {
-		q := small
-		q.Node, q.Pools = id, pools
-		return q
-	}
+	eachDatabase(t, func(t *testing.T, db testenv.Option) {
+		c := testenv.New(t, db, fastFleet())
+		fast := t.TempDir()
+		c.StartNode(t, "node-a", "", "")
+		c.StartNodeWithPools(t, "node-b", "", node.Pool{Name: "default", Dir: t.TempDir(), Default: true}, node.Pool{Name: "fast", Dir: fast})
+		// node-c's host has less memory available than its threshold, always.
+		c.StartNodeWith(t, "node-c", "", func(cfg *node.Config) { cfg.MemoryTightThreshold = 1 << 62 },
+			node.Pool{Name: "default", Dir: t.TempDir(), Default: true})
+		// node-d's clock runs an hour ahead until the test sets it right.
+		var skew atomic.Int64
+		skew.Store(int64(time.Hour))
+		c.StartNodeWith(t, "node-d", "", func(cfg *node.Config) {
+			cfg.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+		}, node.Pool{Name: "default", Dir: t.TempDir(), Default: true})
+		p := placer{t, c}
+		small := fleet.Placement{CPUMillis: 1, MemoryBytes: 128 << 20}
+		on := func(id string, pools ...string) fleet.Placement {
+			q := small
+			q.Node, q.Pools = id, pools
+			return q
+		}
 
-	// Pools: only node-b reaches "fast".
-	p.wantPlaced("ws-1", fleet.Placement{Pools: []string{"fast", "default"}}, "node-b")
-	p.wantRefused("ws-2", on("node-a", "fast"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, `does not reach storage pool "fast"`)
-	p.wantRefused("ws-2", fleet.Placement{Pools: []string{"nowhere"}}, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, `node-a: does not reach storage pool "nowhere"; node-b:`)
+		// Pools: only node-b reaches "fast".
+		p.wantPlaced("ws-1", fleet.Placement{Pools: []string{"fast", "default"}}, "node-b")
+		p.wantRefused("ws-2", on("node-a", "fast"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, `does not reach storage pool "fast"`)
+		p.wantRefused("ws-2", fleet.Placement{Pools: []string{"nowhere"}}, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, `node-a: does not reach storage pool "nowhere"; node-b:`)
 
-	// Memory tight: the node reports it and takes nothing.
-	reg := c.Registration(t, "node-c")
-	if reg.GetMemoryTight() == nil || reg.GetMemoryTight().GetThresholdBytes() != 1<<62 {
-		t.Errorf("memory_tight of node-c: %v", reg.GetMemoryTight())
-	}
-	p.wantRefused("ws-2", on("node-c"), ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "memory is tight")
+		// Memory tight: the node reports it and takes nothing.
+		reg := c.Registration(t, "node-c")
+		if reg.GetMemoryTight() == nil || reg.GetMemoryTight().GetThresholdBytes() != 1<<62 {
+			t.Errorf("memory_tight of node-c: %v", reg.GetMemoryTight())
+		}
+		p.wantRefused("ws-2", on("node-c"), ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "memory is tight")
 
-	// Clock beyond tolerance, then back within it.
-	testenv.WaitFor(t, "node-d's clock measured beyond tolerance", func() bool {
-		return c.Registration(t, "node-d").GetSession().GetClock().GetExceedsTolerance()
+		// Clock beyond tolerance, then back within it.
+		testenv.WaitFor(t, "node-d's clock measured beyond tolerance", func() bool {
+			return c.Registration(t, "node-d").GetSession().GetClock().GetExceedsTolerance()
+		})
+		p.wantRefused("ws-2", on("node-d"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "clock is beyond the allowed skew")
+		skew.Store(0)
+		testenv.WaitFor(t, "node-d's clock back within tolerance", func() bool {
+			clock := c.Registration(t, "node-d").GetSession().GetClock()
+			return clock != nil && !clock.GetExceedsTolerance()
+		})
+		p.wantPlaced("ws-2", on("node-d"), "node-d")
+
+		// Drained: skipped, also when pinned.
+		if _, err := c.Nodes.DrainNode(ctx, connect.NewRequest(&operatorv1.DrainNodeRequest{Command: cmd("drain-a"), NodeId: "node-a"})); err != nil {
+			t.Fatal(err)
+		}
+		p.wantRefused("ws-3", on("node-a"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "draining")
+		p.wantPlaced("ws-3", small, "node-b")
+
+		// A node whose session is lost is no candidate.
+		c.StartNode(t, "node-e", "", "").Stop(t)
+		c.WaitStatus(t, "node-e", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+		p.wantRefused("ws-4", on("node-e"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "no live control session")
+		p.wantRefused("ws-4", on("node-z"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "node node-z is not registered")
 	})
-	p.wantRefused("ws-2", on("node-d"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "clock is beyond the allowed skew")
-	skew.Store(0)
-	testenv.WaitFor(t, "node-d's clock back within tolerance", func() bool {
-		clock := c.Registration(t, "node-d").GetSession().GetClock()
-		return clock != nil && !clock.GetExceedsTolerance()
-	})
-	p.wantPlaced("ws-2", on("node-d"), "node-d")
-
-	// Drained: skipped, also when pinned.
-	if _, err := c.Nodes.DrainNode(ctx, connect.NewRequest(&operatorv1.DrainNodeRequest{Command: cmd("drain-a"), NodeId: "node-a"})); err != nil {
-		t.Fatal(err)
-	}
-	p.wantRefused("ws-3", on("node-a"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "draining")
-	p.wantPlaced("ws-3", small, "node-b")
-
-	// A node whose session is lost is no candidate.
-	c.StartNode(t, "node-e", "", "").Stop(t)
-	c.WaitStatus(t, "node-e", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
-	p.wantRefused("ws-4", on("node-e"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "no live control session")
-	p.wantRefused("ws-4", on("node-z"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "node node-z is not registered")
 }
 
 // The host readings a node reports are on its registration while its
 // session is live, and gone once it is not.
 func TestHostUsageWhileTheSessionIsLive(t *testing.T) {
-	c := testenv.New(t, fastFleet())
-	n := c.StartNode(t, "node-a", "", "")
-	var u *operatorv1.NodeHostUsage
-	testenv.WaitFor(t, "a usage sample", func() bool {
-		u = c.Registration(t, "node-a").GetHostUsage()
-		return u != nil
+	eachDatabase(t, func(t *testing.T, db testenv.Option) {
+		c := testenv.New(t, db, fastFleet())
+		n := c.StartNode(t, "node-a", "", "")
+		var u *operatorv1.NodeHostUsage
+		testenv.WaitFor(t, "a usage sample", func() bool {
+			u = c.Registration(t, "node-a").GetHostUsage()
+			return u != nil
+		})
+		if u.MemoryAvailableBytes == nil || u.GetMemoryAvailableBytes() == 0 || u.VmCpuMillis == nil || u.GetVmCpuMillis() != 0 ||
+			u.VmMemoryBytes == nil || u.GetVmMemoryBytes() != 0 || u.GetObservedAt() == nil {
+			t.Errorf("host usage of a node running no VM: %v", u)
+		}
+		if c.Registration(t, "node-a").GetMemoryTight() != nil {
+			t.Error("a node with memory to spare reads memory_tight")
+		}
+		n.Stop(t)
+		reg := c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+		if reg.GetHostUsage() != nil || reg.GetMemoryTight() != nil {
+			t.Errorf("without a live session: host_usage %v, memory_tight %v", reg.GetHostUsage(), reg.GetMemoryTight())
+		}
 	})
-	if u.MemoryAvailableBytes == nil || u.GetMemoryAvailableBytes() == 0 || u.VmCpuMillis == nil || u.GetVmCpuMillis() != 0 ||
-		u.VmMemoryBytes == nil || u.GetVmMemoryBytes() != 0 || u.GetObservedAt() == nil {
-		t.Errorf("host usage of a node running no VM: %v", u)
-	}
-	if c.Registration(t, "node-a").GetMemoryTight() != nil {
-		t.Error("a node with memory to spare reads memory_tight")
-	}
-	n.Stop(t)
-	reg := c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
-	if reg.GetHostUsage() != nil || reg.GetMemoryTight() != nil {
-		t.Errorf("without a live session: host_usage %v, memory_tight %v", reg.GetHostUsage(), reg.GetMemoryTight())
-	}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -24,13 +24,15 @@ func wantSchedulable(t *testing.T, what string, reg *operatorv1.NodeRegistration
 // the default, or the node's own override; an override left out of a
 // SetNodeOvercommit is cleared while the other one is set.
 func TestSchedulableMemoryFollowsTheRatioInEffect(t *testing.T) {
-	c := testenv.New(t, fastFleet())
-	c.StartNode(t, "node-a", "", "")
-	const fromDefault, fromNode = operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT, operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_NODE
+	eachDatabase(t, func(t *testing.T, db testenv.Option) {
+		c := testenv.New(t, db, fastFleet())
+		c.StartNode(t, "node-a", "", "")
+		const fromDefault, fromNode = operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_DEFAULT, operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_NODE
 
-	setDefaults(t, c, "defaults-1", 1, 3000, 4000)
-	wantSchedulable(t, "at the 3x/4x defaults", c.Registration(t, "node-a"), 3000, 4000, fromDefault, fromDefault)
-	wantSchedulable(t, "both overridden", setNode(t, c, "node-a", ptr(uint32(2000)), ptr(uint32(1500))), 2000, 1500, fromNode, fromNode)
-	wantSchedulable(t, "memory left out", setNode(t, c, "node-a", ptr(uint32(2000)), nil), 2000, 4000, fromNode, fromDefault)
-	wantSchedulable(t, "as read afterwards", c.Registration(t, "node-a"), 2000, 4000, fromNode, fromDefault)
+		setDefaults(t, c, "defaults-1", 1, 3000, 4000)
+		wantSchedulable(t, "at the 3x/4x defaults", c.Registration(t, "node-a"), 3000, 4000, fromDefault, fromDefault)
+		wantSchedulable(t, "both overridden", setNode(t, c, "node-a", ptr(uint32(2000)), ptr(uint32(1500))), 2000, 1500, fromNode, fromNode)
+		wantSchedulable(t, "memory left out", setNode(t, c, "node-a", ptr(uint32(2000)), nil), 2000, 4000, fromNode, fromDefault)
+		wantSchedulable(t, "as read afterwards", c.Registration(t, "node-a"), 2000, 4000, fromNode, fromDefault)
+	})
 }
