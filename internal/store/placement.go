@@ -280,8 +280,24 @@ type Allocation struct {
 // released: a Workspace holds at most one. The check and the charge are one
 // conditional update, so concurrent placements never overbook a node.
 func (t *Tx) Allocate(a Allocation, defaults Ratios) (bool, error) {
-	if err := t.ReleaseAllocation(a.WorkspaceID, ""); err != nil {
+	held, err := t.GetAllocation(a.WorkspaceID)
+	if errors.Is(err, ErrNotFound) {
+		held, err = nil, nil
+	}
+	if err != nil {
 		return false, err
+	}
+	return t.AllocateAfter(held, a, defaults)
+}
+
+// AllocateAfter is Allocate for a caller that read the Workspace's
+// Allocation in this transaction already: held (nil when it holds none)
+// is released first, whether or not a then fits.
+func (t *Tx) AllocateAfter(held *Allocation, a Allocation, defaults Ratios) (bool, error) {
+	if held != nil {
+		if err := t.release(held); err != nil {
+			return false, err
+		}
 	}
 	return t.charge(a, " AND "+fits, int64(a.CPUMillis), int64(defaults.CPU), int64(a.MemoryBytes), int64(defaults.Memory))
 }
@@ -331,10 +347,15 @@ func (t *Tx) ReleaseAllocation(workspaceID, instance string) error {
 	} else if err != nil {
 		return err
 	}
-	if _, err := t.exec("DELETE FROM allocations WHERE workspace_id = ?", workspaceID); err != nil {
+	return t.release(a)
+}
+
+// release deletes Allocation a and takes it off its node's sums.
+func (t *Tx) release(a *Allocation) error {
+	if _, err := t.exec("DELETE FROM allocations WHERE workspace_id = ?", a.WorkspaceID); err != nil {
 		return err
 	}
-	_, err = t.exec(`UPDATE node_placement SET allocated_cpu_millis = allocated_cpu_millis - ?,
+	_, err := t.exec(`UPDATE node_placement SET allocated_cpu_millis = allocated_cpu_millis - ?,
 		allocated_memory_bytes = allocated_memory_bytes - ?, allocations = allocations - 1 WHERE node_id = ?`,
 		int64(a.CPUMillis), int64(a.MemoryBytes), a.NodeID)
 	return err

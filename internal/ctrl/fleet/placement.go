@@ -69,13 +69,17 @@ const (
 // says why: node by node for the first few, by count of each reason for
 // the rest (refuse).
 func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
-	if a, err := tx.GetAllocation(p.WorkspaceID); err == nil && a.InstanceID == p.InstanceID {
-		row, err := tx.GetNodePlacement(a.NodeID)
+	held, err := tx.GetAllocation(p.WorkspaceID)
+	switch {
+	case err == nil && held.InstanceID == p.InstanceID:
+		row, err := tx.GetNodePlacement(held.NodeID)
 		if err != nil {
 			return nil, nil, err
 		}
-		return &Placed{NodeID: a.NodeID, DefaultPool: row.DefaultPool}, nil, nil
-	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return &Placed{NodeID: held.NodeID, DefaultPool: row.DefaultPool}, nil, nil
+	case errors.Is(err, store.ErrNotFound):
+		held = nil
+	case err != nil:
 		return nil, nil, err
 	}
 	d, _, err := readDefaults(tx)
@@ -87,7 +91,7 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 	if p.Node != "" {
 		row, err := tx.GetNodePlacement(p.Node)
 		if err == nil {
-			placed, err := f.charge(tx, row, p, defaults, now)
+			placed, err := f.charge(tx, row, &held, p, defaults, now)
 			if placed != nil || err != nil {
 				return placed, nil, err
 			}
@@ -105,7 +109,7 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 				return nil, nil, err
 			}
 			for _, row := range batch {
-				placed, err := f.charge(tx, row, p, defaults, now)
+				placed, err := f.charge(tx, row, &held, p, defaults, now)
 				if placed != nil || err != nil {
 					return placed, nil, err
 				}
@@ -122,16 +126,22 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 
 // charge charges p's Allocation to row's node when the node takes it:
 // every constraint checked, and the room charged in one conditional update.
-func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, p Placement, defaults store.Ratios, now time.Time) (*Placed, error) {
+// *held is the Workspace's earlier Allocation (nil for none): released
+// by the first try to charge, whether or not it takes, and then nil.
+func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, held **store.Allocation, p Placement, defaults store.Ratios, now time.Time) (*Placed, error) {
 	if class, _ := unfit(row, p, defaults, f.LiveSince(now)); class != store.UnfitNone {
 		return nil, nil
 	}
-	ok, err := tx.Allocate(store.Allocation{
+	ok, err := tx.AllocateAfter(*held, store.Allocation{
 		WorkspaceID: p.WorkspaceID, InstanceID: p.InstanceID, NodeID: row.NodeID,
 		CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes, AllocatedAt: now,
 	}, defaults)
-	if !ok || err != nil {
+	if err != nil {
 		return nil, err
+	}
+	*held = nil
+	if !ok {
+		return nil, nil
 	}
 	return &Placed{NodeID: row.NodeID, DefaultPool: row.DefaultPool}, nil
 }

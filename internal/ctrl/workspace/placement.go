@@ -365,10 +365,7 @@ func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan) (*plac
 	if why != nil || err != nil {
 		return &placement{refusal: why}, err
 	}
-	rt, err := tx.GetRuntime(plan.w.GetWorkspaceId(), true)
-	if err != nil {
-		return nil, err
-	}
+	rt := plan.runtime // read, locked, in this transaction by planIn
 	if rt.GetLayerPool() == "" {
 		rt.LayerPool = placed.DefaultPool
 		if plan.volume != nil {
