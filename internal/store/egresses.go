@@ -88,22 +88,43 @@ func (t *Tx) PolicyReferrers(kind, id string, limit int) ([]string, error) {
 }
 
 // putPolicyReferences rewrites the references of w's network policy: none
-// once it is deleted. The Workspace's other writes leave the rows as they
-// are, which costs one delete when it names nothing.
+// once it is deleted. A write of a Workspace this transaction read locked
+// (or wrote) with the same references leaves the rows as they are: most
+// writes (state, progress, runtime) change none, and the delete was four
+// statements of every placement.
 func (t *Tx) putPolicyReferences(w *ctrlv1.Workspace) error {
+	refs := storedReferences(w)
+	if prev, ok := t.refs[w.GetWorkspaceId()]; ok && slices.Equal(prev, refs) {
+		return nil
+	}
 	if _, err := t.exec("DELETE FROM policy_references WHERE workspace_id = ?", w.GetWorkspaceId()); err != nil {
 		return err
 	}
-	if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
-		return nil
-	}
-	for _, ref := range policyReferences(w.GetSpec().GetNetworkPolicy()) {
+	t.noteRefs(w.GetWorkspaceId(), refs)
+	for _, ref := range refs {
 		if _, err := t.exec("INSERT INTO policy_references (kind, ref_id, workspace_id) VALUES (?, ?, ?)",
 			ref[0], ref[1], w.GetWorkspaceId()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// storedReferences are the policy_references rows of w as stored.
+func storedReferences(w *ctrlv1.Workspace) [][2]string {
+	if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		return nil
+	}
+	return policyReferences(w.GetSpec().GetNetworkPolicy())
+}
+
+// noteRefs notes that the policy_references rows of Workspace id are
+// refs, as this transaction reads or writes them.
+func (t *Tx) noteRefs(id string, refs [][2]string) {
+	if t.refs == nil {
+		t.refs = map[string][][2]string{}
+	}
+	t.refs[id] = refs
 }
 
 // policyReferences is every (kind, id) p names, without repeats: Egresses

@@ -98,7 +98,15 @@ func (t *Tx) ListVolumes(after string, limit int, includeDeleted bool) ([]*ctrlv
 // GetWorkspace reads one Workspace.
 func (t *Tx) GetWorkspace(id string, lock bool) (*ctrlv1.Workspace, error) {
 	w := &ctrlv1.Workspace{}
-	return w, t.getBody("workspaces", "workspace_id", id, lock, w)
+	if err := t.getBody("workspaces", "workspace_id", id, lock, w); err != nil {
+		return w, err
+	}
+	if lock || t.d.name != postgres.name {
+		// Nobody changes the row, or its references, before this
+		// transaction ends (SQLite runs one at a time).
+		t.noteRefs(id, storedReferences(w))
+	}
+	return w, nil
 }
 
 // PutWorkspace writes a Workspace and the Egresses and Resolvers its
@@ -115,6 +123,13 @@ func (t *Tx) PutWorkspace(w *ctrlv1.Workspace) error {
 		return err
 	}
 	return t.putPolicyReferences(w)
+}
+
+// PutNewWorkspace is PutWorkspace for a Workspace this transaction made
+// under a new id: it has no policy_references rows to replace.
+func (t *Tx) PutNewWorkspace(w *ctrlv1.Workspace) error {
+	t.noteRefs(w.GetWorkspaceId(), nil)
+	return t.PutWorkspace(w)
 }
 
 // ListWorkspaces pages Workspaces by workspace_id after the one given.

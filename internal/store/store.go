@@ -385,6 +385,9 @@ type Tx struct {
 	// written are the ids of the Workspaces (and command targets) it
 	// wrote, told to waiters once it commits.
 	written []string
+	// refs are the policy_references rows of the Workspaces it read
+	// locked or wrote (putPolicyReferences).
+	refs map[string][][2]string
 }
 
 func (t *Tx) exec(query string, args ...any) (sql.Result, error) {

@@ -190,10 +190,11 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 			if err := s.bind(tx, w, binding, nodeID); err != nil {
 				return command.Effect{}, err
 			}
-			if err := tx.PutWorkspace(w); err != nil {
+			if err := tx.PutNewWorkspace(w); err != nil {
 				return command.Effect{}, err
 			}
-			res := c.respond(s.view(tx, w), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
+			// New: no runtime yet.
+			res := c.respond(viewOf(tx, w, &storev1.WorkspaceRuntime{}), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
 			return command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}, nil
 		})
 		if err == nil {
@@ -306,11 +307,16 @@ func admitted(id, workspaceID, kind string, now time.Time) *ctrlv1.WorkspaceComm
 // view is a Workspace as the API returns it: stored state with the
 // projections derived at read (persistent paths, retention tiers).
 func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
-	out := proto.Clone(w).(*ctrlv1.Workspace)
 	rt, err := tx.GetRuntime(w.GetWorkspaceId(), false)
 	if err != nil {
 		rt = &storev1.WorkspaceRuntime{}
 	}
+	return viewOf(tx, w, rt)
+}
+
+// viewOf is view for a Workspace whose runtime the caller has.
+func viewOf(tx *store.Tx, w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime) *ctrlv1.Workspace {
+	out := proto.Clone(w).(*ctrlv1.Workspace)
 	running := rt.GetInstanceId() != ""
 	first := rt.GetStarts() <= 1
 	reset := func(reason ctrlv1.RetentionResetReason) (ctrlv1.RetentionContinuity, ctrlv1.RetentionResetReason) {

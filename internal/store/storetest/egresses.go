@@ -116,6 +116,33 @@ func testPolicyReferencesFollowWorkspace(t *testing.T, dsn string) {
 			t.Errorf("%s %s referrers = %v, want [ws-a ws-b]", c.kind, c.id, got)
 		}
 	}
+	// A Workspace read locked and written back in one transaction keeps
+	// its rows when its policy names the same, and has them rewritten
+	// when it names others, however many times it is written.
+	rewrite := func(id string, change func(w *ctrlv1.Workspace)) {
+		mustTx(t, s, func(tx *store.Tx) error {
+			w, err := tx.GetWorkspace(id, true)
+			if err != nil {
+				return err
+			}
+			for range 2 {
+				change(w)
+				if err := tx.PutWorkspace(w); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	rewrite("ws-a", func(w *ctrlv1.Workspace) { w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED })
+	rewrite("ws-c", func(w *ctrlv1.Workspace) { w.Spec.NetworkPolicy = uses })
+	if got := referrers(store.RefEgress, "egr-a"); !slices.Equal(got, []string{"ws-a", "ws-b", "ws-c"}) {
+		t.Errorf("egr-a referrers after writes in place = %v, want [ws-a ws-b ws-c]", got)
+	}
+	rewrite("ws-c", func(w *ctrlv1.Workspace) { w.Spec.NetworkPolicy = nil })
+	if got := referrers(store.RefResolver, "rsv-a"); !slices.Equal(got, []string{"ws-a", "ws-b"}) {
+		t.Errorf("rsv-a referrers after ws-c stopped naming it = %v, want [ws-a ws-b]", got)
+	}
 	// A policy that stops naming them, and a deleted Workspace, drop out.
 	mustTx(t, s, func(tx *store.Tx) error {
 		if err := tx.PutWorkspace(policyWorkspace("ws-a", available, &ctrlv1.NetworkPolicy{})); err != nil {
