@@ -17,7 +17,8 @@ type Stats struct {
 	// Held is the time they held a database connection, from BEGIN to the
 	// end of COMMIT or ROLLBACK. On SQLite, whose one connection every
 	// transaction takes in turn, Held over wall time is the share of time
-	// the database was busy; on PostgreSQL it sums the connections' times.
+	// the database was busy (its writing connection: a Snapshot's reader
+	// is not counted); on PostgreSQL it sums the connections' times.
 	Held time.Duration
 }
 

@@ -42,6 +42,10 @@ type Store struct {
 	lock *os.File
 	// stmts are the statements kept prepared (SQLite; nil on PostgreSQL).
 	stmts *statements
+	// readers are SQLite connections for Snapshot, which only reads, and
+	// readStmts their prepared statements; nil on PostgreSQL.
+	readers   *sql.DB
+	readStmts *statements
 	// stats counts the transactions and the time they held a connection.
 	stats txStats
 	// changes tells this process's waiters of committed writes.
@@ -120,7 +124,37 @@ func openSQLite(path string) (*Store, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	return &Store{db: db, d: sqliteDialect, lock: lock, stmts: newStatements()}, nil
+	readers, err := openReaders(path)
+	if err != nil {
+		db.Close()
+		lock.Close()
+		return nil, err
+	}
+	return &Store{db: db, d: sqliteDialect, lock: lock, stmts: newStatements(), readers: readers, readStmts: newStatements()}, nil
+}
+
+// readerConns is how many connections serve Snapshot on SQLite.
+const readerConns = 4
+
+// openReaders opens the connections Snapshot reads through on SQLite. In
+// WAL mode readers do not wait for the writer, nor it for them, and each
+// reads the database as its last commit left it: a read such as
+// WaitWorkspace's no longer queues for the one writing connection behind
+// the writes and their commits, and runs on another core meanwhile. It
+// sees every write whose caller has returned, since a group's members
+// return only after their commit. query_only refuses a write by mistake.
+func openReaders(path string) (*sql.DB, error) {
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(10000)", "temp_store(MEMORY)", "query_only(1)"} {
+		q.Add("_pragma", p)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(readerConns)
+	db.SetMaxIdleConns(readerConns)
+	return db, nil
 }
 
 // sqliteFiles are the suffixes of a database's files: the database itself,
@@ -161,6 +195,10 @@ func privateFiles(path string) error {
 // Close closes the database.
 func (s *Store) Close() error {
 	s.stmts.close()
+	s.readStmts.close()
+	if s.readers != nil {
+		s.readers.Close()
+	}
 	err := s.db.Close()
 	if s.lock != nil {
 		s.lock.Close()
@@ -331,9 +369,27 @@ func (s *Store) Tx(ctx context.Context, fn func(*Tx) error) error {
 // READ COMMITTED, where each statement sees what committed before it
 // began: two reads in one Tx may straddle another transaction's commit
 // (a command read failed by a delete whose Workspace was read before it).
-// On SQLite every transaction reads one snapshot already.
+// On SQLite every transaction reads one snapshot already, and a Snapshot
+// runs on a reader connection (openReaders), beside the writes.
 func (s *Store) Snapshot(ctx context.Context, fn func(*Tx) error) error {
+	if s.readers != nil {
+		defer s.readStmts.prepareWanted(context.WithoutCancel(ctx), s.readers)
+		return s.read(ctx, fn)
+	}
 	return s.run(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, fn)
+}
+
+// read runs fn in a transaction of a SQLite reader connection. It is not
+// retried: readers in WAL mode are never busy, and fn's writes are refused.
+// Its time is not counted in Stats.Held, which is the writer's.
+func (s *Store) read(ctx context.Context, fn func(*Tx) error) error {
+	sqlTx, err := s.readers.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	s.stats.began()
+	defer sqlTx.Rollback()
+	return fn(&Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.readStmts})
 }
 
 func (s *Store) run(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) error {

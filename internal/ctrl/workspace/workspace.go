@@ -372,7 +372,7 @@ func layerExists(rt *storev1.WorkspaceRuntime) bool {
 // Get reads one Workspace.
 func (s *Service) Get(ctx context.Context, req *ctrlv1.GetWorkspaceRequest) (*ctrlv1.GetWorkspaceResponse, error) {
 	res := &ctrlv1.GetWorkspaceResponse{}
-	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+	err := s.store.Snapshot(ctx, func(tx *store.Tx) error {
 		w, err := get(tx, req.GetWorkspaceId(), false)
 		if err == nil {
 			res.Workspace = s.view(tx, w)

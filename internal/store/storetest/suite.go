@@ -33,6 +33,7 @@ func Run(t *testing.T, b Backend) {
 		"GrantsBySecret":                 testGrantsBySecret,
 		"SettingInitialisedOnce":         testSettingInitialisedOnce,
 		"ConcurrentTransactionsSerial":   testConcurrentTransactionsSerial,
+		"SnapshotReadsBesideAWrite":      testSnapshotReadsBesideAWrite,
 		"CatalogPlatformKeysAndLaunches": testCatalogPlatformKeysAndLaunches,
 		"CatalogTemplatesAndRevisions":   testCatalogTemplatesAndRevisions,
 		"CatalogUploadsUnreferenced":     testCatalogUploadsUnreferenced,
@@ -468,5 +469,78 @@ func testConcurrentTransactionsSerial(t *testing.T, dsn string) {
 			t.Errorf("labels_revision = %d after %d increments", v.GetLabelsRevision(), n)
 		}
 		return err
+	})
+}
+
+// A Snapshot does not wait for a write transaction in progress (on SQLite
+// it reads through its own connection, not the writer's): it reads what
+// committed before it, not the open transaction's writes, and afterwards
+// reads those once committed. A write inside a Snapshot fails and leaves
+// nothing.
+func testSnapshotReadsBesideAWrite(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	mustTx(t, s, func(tx *store.Tx) error { return tx.PutVolume(volume("vol-a", 1)) })
+	capacity := func() (uint64, error) {
+		var got uint64
+		err := s.Snapshot(ctx, func(tx *store.Tx) error {
+			v, err := tx.GetVolume("vol-a", false)
+			got = v.GetSpec().GetCapacityBytes()
+			return err
+		})
+		return got, err
+	}
+
+	written, release := make(chan struct{}), make(chan struct{})
+	writer := make(chan error, 1)
+	go func() {
+		writer <- s.Tx(ctx, func(tx *store.Tx) error {
+			if err := tx.PutVolume(volume("vol-a", 2)); err != nil {
+				return err
+			}
+			close(written)
+			<-release
+			return nil
+		})
+	}()
+	<-written
+	type read struct {
+		bytes uint64
+		err   error
+	}
+	beside := make(chan read, 1)
+	go func() {
+		got, err := capacity()
+		beside <- read{got, err}
+	}()
+	var r read
+	select {
+	case r = <-beside:
+	case <-time.After(time.Minute):
+		t.Fatal("a Snapshot waited a minute for a write transaction to end")
+	}
+	close(release)
+	got, err := r.bytes, r.err
+	if err != nil {
+		t.Fatalf("Snapshot while a write is open: %v", err)
+	}
+	if got != 1<<20 {
+		t.Fatalf("Snapshot while a write is open read %d bytes, want the committed %d", got, 1<<20)
+	}
+	if err := <-writer; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := capacity(); err != nil || got != 2<<20 {
+		t.Fatalf("Snapshot after the commit read %d bytes (%v), want %d", got, err, 2<<20)
+	}
+
+	err = s.Snapshot(ctx, func(tx *store.Tx) error { return tx.PutVolume(volume("vol-b", 1)) })
+	if err == nil {
+		t.Fatal("a write inside a Snapshot succeeded")
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		if _, err := tx.GetVolume("vol-b", false); !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("the Snapshot's write left vol-b: %v", err)
+		}
+		return nil
 	})
 }
