@@ -227,7 +227,7 @@ func get(tx *store.Tx, id string, lock bool) (*ctrlv1.Volume, error) {
 // Get reads one Volume, with its observation.
 func (v *Service) Get(ctx context.Context, req *ctrlv1.GetVolumeRequest) (*ctrlv1.GetVolumeResponse, error) {
 	var vol *ctrlv1.Volume
-	err := v.store.Tx(ctx, func(tx *store.Tx) error {
+	err := v.store.Snapshot(ctx, func(tx *store.Tx) error {
 		var err error
 		vol, err = get(tx, req.GetVolumeId(), false)
 		return err
@@ -250,7 +250,7 @@ func (v *Service) List(ctx context.Context, req *ctrlv1.ListVolumesRequest) (*ct
 		return nil, err
 	}
 	res := &ctrlv1.ListVolumesResponse{}
-	err = v.store.Tx(ctx, func(tx *store.Tx) error {
+	err = v.store.Snapshot(ctx, func(tx *store.Tx) error {
 		var err error
 		res.Volumes, res.NextPageToken, err = page.Collect(page.Size(req.GetPageSize()), after, filter,
 			func(vol *ctrlv1.Volume) string { return vol.GetVolumeId() },

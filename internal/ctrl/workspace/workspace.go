@@ -394,7 +394,7 @@ func (s *Service) List(ctx context.Context, req *ctrlv1.ListWorkspacesRequest) (
 		return nil, err
 	}
 	res := &ctrlv1.ListWorkspacesResponse{}
-	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+	err = s.store.Snapshot(ctx, func(tx *store.Tx) error {
 		list, next, err := page.Collect(page.Size(req.GetPageSize()), after, filter,
 			func(w *ctrlv1.Workspace) string { return w.GetWorkspaceId() },
 			func(w *ctrlv1.Workspace) bool { return sel.Matches(w.GetLabels()) },
@@ -413,7 +413,7 @@ func (s *Service) List(ctx context.Context, req *ctrlv1.ListWorkspacesRequest) (
 // GetCommand reads one command of a Workspace.
 func (s *Service) GetCommand(ctx context.Context, req *ctrlv1.GetWorkspaceCommandRequest) (*ctrlv1.GetWorkspaceCommandResponse, error) {
 	var c *store.CommandRow
-	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+	err := s.store.Snapshot(ctx, func(tx *store.Tx) error {
 		var err error
 		c, err = tx.GetCommand(req.GetCommandId(), false)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && (commandKinds[c.GetKind()] == 0 ||
