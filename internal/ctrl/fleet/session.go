@@ -140,53 +140,64 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	senders.Go(func() { f.sendOperations(ctx, s) })
 	senders.Go(func() { f.writeObservations(ctx, s) })
 	defer f.watchSilence(ctx, s)()
-	msgs, received := receive(ctx, stream)
-	for {
-		select {
-		case <-ctx.Done():
-			// Ended by ctrl (RetireNode, a revocation) or by the node.
-			if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodePermissionDenied {
-				return cause
-			}
-			return nil
-		case err := <-received:
-			if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
-				return nil
-			}
-			return err
-		case msg := <-msgs:
-			s.heard(f.now())
-			err := f.handle(ctx, s, msg)
-			if connect.CodeOf(err) == connect.CodePermissionDenied {
-				return err
-			}
-			if err != nil {
-				f.log.WarnContext(ctx, "node session message", "node_id", nodeID, "err", err)
-			}
+	ended, stop := f.receive(ctx, s)
+	defer stop()
+	select {
+	case <-ctx.Done():
+		// Ended by ctrl (RetireNode, a revocation) or by the node.
+		if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodePermissionDenied {
+			return cause
 		}
+		return nil
+	case err := <-ended:
+		if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
+			return nil
+		}
+		return err
 	}
 }
 
-// receive reads the node's messages until the stream ends, so that the
-// session can also end from ctrl's side while a read waits. The reader
-// ends once the handler returned and the stream is closed.
-func receive(ctx context.Context, stream *sessionStream) (<-chan *nodev1.SessionRequest, <-chan error) {
-	msgs, received := make(chan *nodev1.SessionRequest), make(chan error, 1)
+// receive reads the node's messages and handles each, in order, in the
+// goroutine that reads them, until the stream ends or a message ends the
+// session (ended says why). Handling them in a goroutine of their own
+// would cost a goroutine wake-up a message, most of what an idle fleet's
+// message costs ctrl (docs/PERFORMANCE.md). The reader ends once the
+// handler returned and the stream is closed; stop, which the handler
+// calls before it returns, waits for a message being handled and keeps
+// any later one from being handled: none is once the session ended.
+func (f *Fleet) receive(ctx context.Context, s *session) (ended <-chan error, stop func()) {
+	out := make(chan error, 1)
+	var mu sync.Mutex
+	stopped := false
 	go func() {
 		for {
-			msg, err := stream.Receive()
+			msg, err := s.stream.Receive()
 			if err != nil {
-				received <- err
+				out <- err
 				return
 			}
-			select {
-			case msgs <- msg:
-			case <-ctx.Done():
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
 				return
+			}
+			s.heard(f.now())
+			err = f.handle(ctx, s, msg)
+			mu.Unlock()
+			if connect.CodeOf(err) == connect.CodePermissionDenied {
+				out <- err
+				return
+			}
+			if err != nil {
+				f.log.WarnContext(ctx, "node session message", "node_id", s.nodeID, "err", err)
 			}
 		}
 	}()
-	return msgs, received
+	return out, func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}
 }
 
 // endSession ends the session this replica holds for node, answering the
