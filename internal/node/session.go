@@ -130,7 +130,13 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	a.log.Info("session established", "observation_interval", interval)
 
 	schedule := make(chan time.Duration, 1)
-	wg.Go(func() { a.observe(sctx, s, interval, schedule) })
+	// probes hands the observer the clock probes whose replies carry an
+	// observation; nil (never ready) when ctrl does not take them.
+	var probes chan uint64
+	if welcome.GetObservationInClockReply() {
+		probes = make(chan uint64, 1)
+	}
+	wg.Go(func() { a.observe(sctx, s, interval, schedule, probes) })
 	a.current.Store(s)
 	defer a.current.CompareAndSwap(s, nil)
 
@@ -141,13 +147,15 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 		}
 		switch m := msg.GetMessage().(type) {
 		case *nodev1.SessionResponse_ClockProbe:
-			reply := &nodev1.ClockReply{
-				ProbeId:         m.ClockProbe.GetProbeId(),
-				NodeTime:        timestamppb.New(a.cfg.Now()),
-				Synchronization: clockSynchronization(hostinfo.ClockState()),
-			}
-			if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: reply}}); err != nil {
-				a.log.Debug("clock reply not sent", "err", err)
+			select {
+			case probes <- m.ClockProbe.GetProbeId(): // answered with an observation
+			default:
+				// Alone: ctrl takes no observation in it, or the observer
+				// has one probe to answer already.
+				reply := a.clockReply(m.ClockProbe.GetProbeId())
+				if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: reply}}); err != nil {
+					a.log.Debug("clock reply not sent", "err", err)
+				}
 			}
 		case *nodev1.SessionResponse_Command:
 			cmd := m.Command
@@ -196,13 +204,23 @@ func reschedule(schedule chan time.Duration, d time.Duration) {
 }
 
 // observe sends an observation now, then every interval (until schedule
-// changes it) and at once when an execution changed.
-func (a *agent) observe(ctx context.Context, s *session, interval time.Duration, schedule <-chan time.Duration) {
+// changes it) and at once when an execution changed. A probe from probes
+// is answered at once with the observation in its reply, and the next one
+// comes an interval after it.
+func (a *agent) observe(ctx context.Context, s *session, interval time.Duration, schedule <-chan time.Duration, probes <-chan uint64) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var probe *uint64
 	for {
 		obs, ended := a.observation()
-		if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_Observation{Observation: obs}}); err != nil {
+		msg := &nodev1.SessionRequest{Message: &nodev1.SessionRequest_Observation{Observation: obs}}
+		if probe != nil {
+			reply := a.clockReply(*probe)
+			reply.Observation = obs
+			msg = &nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: reply}}
+			probe = nil
+		}
+		if err := s.send(msg); err != nil {
 			return
 		}
 		a.vms.reported(ended)
@@ -215,10 +233,22 @@ func (a *agent) observe(ctx context.Context, s *session, interval time.Duration,
 				break wait
 			case <-a.vms.changed:
 				break wait // an execution changed: report it now
-			case d := <-schedule:
-				t.Reset(d) // the next observation an interval from now
+			case id := <-probes:
+				probe = &id
+				t.Reset(interval)
+				break wait
+			case interval = <-schedule:
+				t.Reset(interval) // the next observation an interval from now
 			}
 		}
+	}
+}
+
+// clockReply answers probe id with the node's clock.
+func (a *agent) clockReply(id uint64) *nodev1.ClockReply {
+	return &nodev1.ClockReply{
+		ProbeId: id, NodeTime: timestamppb.New(a.cfg.Now()),
+		Synchronization: clockSynchronization(hostinfo.ClockState()),
 	}
 }
 

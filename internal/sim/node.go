@@ -182,7 +182,14 @@ func (n *simNode) session(ctx context.Context) (welcomed bool, err error) {
 		interval = d
 	}
 	schedule := make(chan time.Duration, 1)
-	wg.Go(func() { n.observe(sctx, s, interval, schedule) })
+	// probes hands the observer the clock probes it answers with an
+	// observation in the reply, as the node agent does; nil when ctrl does
+	// not take them.
+	var probes chan uint64
+	if welcome.GetObservationInClockReply() {
+		probes = make(chan uint64, 1)
+	}
+	wg.Go(func() { n.observe(sctx, s, interval, schedule, probes) })
 	for {
 		msg, err := s.bidi.Receive()
 		if err != nil {
@@ -190,12 +197,11 @@ func (n *simNode) session(ctx context.Context) (welcomed bool, err error) {
 		}
 		switch m := msg.GetMessage().(type) {
 		case *nodev1.SessionResponse_ClockProbe:
-			// The simulation's clock is this process's: it reports it as
-			// synchronized, so clock skew never keeps a node from placement.
-			_ = s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: &nodev1.ClockReply{
-				ProbeId: m.ClockProbe.GetProbeId(), NodeTime: timestamppb.Now(),
-				Synchronization: nodev1.ClockSynchronization_CLOCK_SYNCHRONIZATION_SYNCHRONIZED,
-			}}})
+			select {
+			case probes <- m.ClockProbe.GetProbeId():
+			default:
+				_ = s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: clockReply(m.ClockProbe.GetProbeId())}})
+			}
 		case *nodev1.SessionResponse_Schedule:
 			if d := m.Schedule.GetObservationInterval().AsDuration(); d > 0 {
 				select {
@@ -216,13 +222,23 @@ func (n *simNode) session(ctx context.Context) (welcomed bool, err error) {
 // first), then every interval and at once when an execution changed. The
 // first periodic one comes after a random part of the interval, so a fleet
 // that connected in a burst does not report in lockstep. schedule changes
-// the interval (ctrl's SessionSchedule): the next one comes within it.
-func (n *simNode) observe(ctx context.Context, s *stream, interval time.Duration, schedule <-chan time.Duration) {
+// the interval (ctrl's SessionSchedule): the next one comes within it. A
+// probe from probes is answered at once with the observation in its reply,
+// and the next one comes an interval after it.
+func (n *simNode) observe(ctx context.Context, s *stream, interval time.Duration, schedule <-chan time.Duration, probes <-chan uint64) {
 	t := time.NewTimer(rand.N(interval) + 1)
 	defer t.Stop()
+	var probe *uint64
 	for {
 		obs, ended := n.observation()
-		if err := s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_Observation{Observation: obs}}); err != nil {
+		msg := &nodev1.SessionRequest{Message: &nodev1.SessionRequest_Observation{Observation: obs}}
+		if probe != nil {
+			reply := clockReply(*probe)
+			reply.Observation = obs
+			msg = &nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: reply}}
+			probe = nil
+		}
+		if err := s.send(msg); err != nil {
 			return
 		}
 		n.reported(ended)
@@ -236,11 +252,25 @@ func (n *simNode) observe(ctx context.Context, s *stream, interval time.Duration
 				break wait
 			case <-n.changed:
 				break wait
+			case id := <-probes:
+				probe = &id
+				t.Reset(interval) // since Go 1.23 no stale tick remains
+				break wait
 			case interval = <-schedule:
 				// Spread within the new interval, as at the start.
 				t.Reset(rand.N(interval) + 1)
 			}
 		}
+	}
+}
+
+// clockReply answers probe id. The simulation's clock is this process's:
+// it reports it as synchronized, so clock skew never keeps a node from
+// placement.
+func clockReply(id uint64) *nodev1.ClockReply {
+	return &nodev1.ClockReply{
+		ProbeId: id, NodeTime: timestamppb.Now(),
+		Synchronization: nodev1.ClockSynchronization_CLOCK_SYNCHRONIZATION_SYNCHRONIZED,
 	}
 }
 

@@ -123,6 +123,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 
 	if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Welcome{Welcome: &nodev1.SessionWelcome{
 		ObservationInterval: durationpb.New(s.interval), CtrlTime: timestamppb.New(f.now()), DataToken: s.dataToken,
+		ObservationInClockReply: true,
 	}}}); err != nil {
 		return err
 	}
@@ -425,7 +426,12 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 		f.observe(ctx, s, m.Observation)
 		return nil
 	case *nodev1.SessionRequest_ClockReply:
-		return f.clockReply(ctx, s, m.ClockReply)
+		err := f.clockReply(ctx, s, m.ClockReply)
+		if o := m.ClockReply.GetObservation(); o != nil {
+			// Measured first: the observation's write carries the clock.
+			f.observe(ctx, s, o)
+		}
+		return err
 	case *nodev1.SessionRequest_CommandResult:
 		return f.operationAnswered(ctx, s, m.CommandResult)
 	case *nodev1.SessionRequest_ExecutionProgress:

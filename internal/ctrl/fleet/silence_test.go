@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
@@ -75,4 +77,35 @@ func openSession(t *testing.T, c *testenv.Cluster, id string) (*connect.BidiStre
 		t.Fatalf("first message %v, %v; want a welcome", first, err)
 	}
 	return stream, first.GetWelcome()
+}
+
+// ctrl takes a node's observation in its reply to a clock probe, as if
+// it came alone: the welcome says so, and one reply carries both the clock
+// measurement and the observation (the node sends one message where it
+// sent two).
+func TestAnObservationRidesAClockReply(t *testing.T) {
+	c := testenv.New(t, fastFleet())
+	stream, welcome := openSession(t, c, "node-r")
+	if !welcome.GetObservationInClockReply() {
+		t.Fatal("the welcome does not say ctrl takes observations in clock replies")
+	}
+	var probe *nodev1.ClockProbe
+	for probe == nil {
+		msg, err := stream.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe = msg.GetClockProbe()
+	}
+	const available = 777 << 20
+	if err := stream.Send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ClockReply{ClockReply: &nodev1.ClockReply{
+		ProbeId: probe.GetProbeId(), NodeTime: timestamppb.Now(),
+		Observation: &nodev1.NodeObservation{MemoryAvailableBytes: proto.Uint64(available)},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the clock and the observation the reply carried", func() bool {
+		reg := c.Registration(t, "node-r")
+		return reg.GetSession().GetClock() != nil && reg.GetHostUsage().GetMemoryAvailableBytes() == available
+	})
 }
