@@ -53,6 +53,15 @@ type group struct {
 	members int
 	// written are the ids the members wrote, told once it commits.
 	written []string
+	// patches are the members' writes to the placement mirror, applied
+	// once it commits; readIndex says a member read rows into the mirror,
+	// which may have seen the group's writes: should the group fail, the
+	// mirror is read again.
+	patches   []placementPatch
+	readIndex bool
+	// charged are the nodes its members charged through the mirror,
+	// settled once it ends.
+	charged []string
 	// done is closed once it committed (err nil) or failed (err).
 	done chan struct{}
 	err  error
@@ -108,9 +117,11 @@ func (s *Store) runMember(ctx context.Context, b *group, fn func(*Tx) error) err
 		b.err = fmt.Errorf("group commit: %w", err)
 		return b.err
 	}
-	tx := &Tx{ctx: ctx, tx: b.tx, d: s.d, stmts: s.stmts}
+	tx := &Tx{ctx: ctx, tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index}
 	fnErr := fn(tx)
+	b.charged = append(b.charged, tx.charged...) // settled when the group ends, however
 	if fnErr != nil {
+		tx.rolledBack()
 		if _, err := b.tx.ExecContext(bg, "ROLLBACK TO member"); err != nil {
 			b.err = fmt.Errorf("group commit: undoing a failed transaction (%v): %w", fnErr, err)
 			return fnErr
@@ -122,6 +133,8 @@ func (s *Store) runMember(ctx context.Context, b *group, fn func(*Tx) error) err
 	}
 	if fnErr == nil {
 		b.written = append(b.written, tx.written...)
+		b.patches = append(b.patches, tx.patches...)
+		b.readIndex = b.readIndex || tx.readAll || len(tx.read) > 0
 	}
 	return fnErr
 }
@@ -137,8 +150,13 @@ func (s *Store) endGroup(b *group) {
 	}
 	if b.err == nil {
 		s.stats.committed()
+		s.index.committed(b.patches) // under mu: in commit order
 		s.changes.committed(b.written)
-	} else if !errors.Is(b.err, errGroupBroken) {
+	} else if b.readIndex {
+		s.index.forget(nil)
+	}
+	s.index.settle(b.charged)
+	if b.err != nil && !errors.Is(b.err, errGroupBroken) {
 		b.err = fmt.Errorf("%w: %w", errGroupBroken, b.err)
 	}
 	s.stats.heldFor(b.began)

@@ -52,9 +52,12 @@ func (t *Tx) UpdateNodes(ns []*operatorv1.NodeRegistration) error {
 	}
 	bodies := make([]any, 0, 2*len(ns))
 	var placements []any
+	rows := make([]*NodePlacement, 0, len(ns))
 	for _, n := range ns {
 		bodies = append(bodies, n.GetNodeId(), marshal(n))
-		placements = append(placements, placementArgs(n)...)
+		p := placementOf(n)
+		placements = append(placements, placementArgs(p)...)
+		rows = append(rows, p)
 	}
 	values := strings.TrimSuffix(strings.Repeat("(?, ?), ", len(ns)), ", ")
 	if _, err := t.execUnprepared("INSERT INTO nodes (node_id, body) VALUES "+values+
@@ -62,6 +65,9 @@ func (t *Tx) UpdateNodes(ns []*operatorv1.NodeRegistration) error {
 		return err
 	}
 	_, err := t.execUnprepared(placementUpsert(len(ns)), placements...)
+	for _, p := range rows {
+		t.patchRegistration(p)
+	}
 	return err
 }
 

@@ -21,6 +21,7 @@ func (t *Tx) SetNodeDraining(id string, draining bool) error {
 	}
 	// Placement reads the drain beside the node's other placement fields.
 	_, err = t.exec("UPDATE node_placement SET draining = ? WHERE node_id = ?", boolInt(draining), id)
+	t.patchNode(id, func(p *NodePlacement) { p.Draining = draining })
 	return err
 }
 

@@ -119,7 +119,9 @@ func overrideOf(r *operatorv1.OvercommitRatio) uint32 {
 // putPlacement writes the placement row of a registration, keeping its
 // drain and its Allocations' sums.
 func (t *Tx) putPlacement(n *operatorv1.NodeRegistration) error {
-	_, err := t.exec(placementUpsert(1), placementArgs(n)...)
+	p := placementOf(n)
+	_, err := t.exec(placementUpsert(1), placementArgs(p)...)
+	t.patchRegistration(p)
 	return err
 }
 
@@ -137,10 +139,9 @@ func placementUpsert(rows int) string {
 		pools = excluded.pools, default_pool = excluded.default_pool`
 }
 
-// placementArgs are the values of n's placement row, as placementUpsert
+// placementArgs are the values of placement row p, as placementUpsert
 // takes them.
-func placementArgs(n *operatorv1.NodeRegistration) []any {
-	p := placementOf(n)
+func placementArgs(p *NodePlacement) []any {
 	return []any{p.NodeID, boolInt(p.Admitted), boolInt(p.Isolated), boolInt(p.Live), boolInt(p.Ready), boolInt(p.ClockSkewed),
 		boolInt(p.MemoryTight), nanos(p.LastSeenAt), int64(p.CPUMillis), int64(p.MemoryBytes), int64(p.CPURatio),
 		int64(p.MemoryRatio), strings.Join(p.Capabilities, ","), strings.Join(p.Pools, ","), p.DefaultPool}
@@ -299,24 +300,24 @@ func (t *Tx) AllocateAfter(held *Allocation, a Allocation, defaults Ratios) (boo
 			return false, err
 		}
 	}
-	return t.charge(a, " AND "+fits, int64(a.CPUMillis), int64(defaults.CPU), int64(a.MemoryBytes), int64(defaults.Memory))
+	_, ok, err := t.charge(a, " AND "+fits, int64(a.CPUMillis), int64(defaults.CPU), int64(a.MemoryBytes), int64(defaults.Memory))
+	return ok, err
 }
 
 // charge adds a to its node's sums when the node's row meets cond (with
-// args), and records it.
-func (t *Tx) charge(a Allocation, cond string, args ...any) (bool, error) {
-	res, err := t.exec(`UPDATE node_placement SET allocated_cpu_millis = allocated_cpu_millis + ?,
+// args), records it, and answers the node's default pool.
+func (t *Tx) charge(a Allocation, cond string, args ...any) (string, bool, error) {
+	pool, err := t.updateSums(a.NodeID, `UPDATE node_placement SET allocated_cpu_millis = allocated_cpu_millis + ?,
 		allocated_memory_bytes = allocated_memory_bytes + ?, allocations = allocations + 1 WHERE node_id = ?`+cond,
 		append([]any{int64(a.CPUMillis), int64(a.MemoryBytes), a.NodeID}, args...)...)
-	if err != nil {
-		return false, err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return false, nil
+	if errors.Is(err, ErrNotFound) {
+		return "", false, nil
+	} else if err != nil {
+		return "", false, err
 	}
 	_, err = t.exec("INSERT INTO allocations (workspace_id, instance_id, node_id, cpu_millis, memory_bytes, allocated_at) VALUES (?, ?, ?, ?, ?, ?)",
 		a.WorkspaceID, a.InstanceID, a.NodeID, int64(a.CPUMillis), int64(a.MemoryBytes), nanos(a.AllocatedAt))
-	return err == nil, err
+	return pool, err == nil, err
 }
 
 const allocationColumns = "SELECT workspace_id, instance_id, node_id, cpu_millis, memory_bytes, allocated_at FROM allocations"
@@ -355,10 +356,28 @@ func (t *Tx) release(a *Allocation) error {
 	if _, err := t.exec("DELETE FROM allocations WHERE workspace_id = ?", a.WorkspaceID); err != nil {
 		return err
 	}
-	_, err := t.exec(`UPDATE node_placement SET allocated_cpu_millis = allocated_cpu_millis - ?,
+	_, err := t.updateSums(a.NodeID, `UPDATE node_placement SET allocated_cpu_millis = allocated_cpu_millis - ?,
 		allocated_memory_bytes = allocated_memory_bytes - ?, allocations = allocations - 1 WHERE node_id = ?`,
 		int64(a.CPUMillis), int64(a.MemoryBytes), a.NodeID)
+	if errors.Is(err, ErrNotFound) {
+		return nil // no placement row: nothing to take off
+	}
 	return err
+}
+
+// updateSums runs an update of nodeID's Allocation sums, patches the
+// mirror (placeindex.go) with the sums it left, and answers the node's
+// default pool; ErrNotFound when it updated no row.
+func (t *Tx) updateSums(nodeID, update string, args ...any) (string, error) {
+	var cpu, mem, count int64
+	var pool string
+	err := t.queryRow(update+" RETURNING allocated_cpu_millis, allocated_memory_bytes, allocations, default_pool", args...).Scan(&cpu, &mem, &count, &pool)
+	if err != nil {
+		return "", noRows(err)
+	}
+	sums := allocatedResources(cpu, mem, count)
+	t.patchNode(nodeID, func(p *NodePlacement) { p.Allocated = sums })
+	return pool, nil
 }
 
 // ReleaseNodeAllocations releases every Allocation charged to a node and
@@ -370,6 +389,7 @@ func (t *Tx) ReleaseNodeAllocations(nodeID string) (int, error) {
 	}
 	n, _ := res.RowsAffected()
 	_, err = t.exec("UPDATE node_placement SET allocated_cpu_millis = 0, allocated_memory_bytes = 0, allocations = 0 WHERE node_id = ?", nodeID)
+	t.patchNode(nodeID, func(p *NodePlacement) { p.Allocated = Resources{} })
 	return int(n), err
 }
 
@@ -471,7 +491,7 @@ func backfillPlacement(tx *sql.Tx, d dialect) error {
 		// A running execution was placed already: it is charged whatever
 		// room its node has, as after a lowered ratio.
 		res := w.GetSpec().GetResources()
-		if _, err := t.charge(Allocation{
+		if _, _, err := t.charge(Allocation{
 			WorkspaceID: rt.GetWorkspaceId(), InstanceID: rt.GetInstanceId(), NodeID: rt.GetNodeId(),
 			CPUMillis: uint64(res.GetCpuMillis()), MemoryBytes: res.GetMemoryBytes(), AllocatedAt: time.Now(),
 		}, ""); err != nil {

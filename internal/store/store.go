@@ -52,6 +52,8 @@ type Store struct {
 	changes changes
 	// group shares commits between concurrent transactions (SQLite).
 	group grouper
+	// index mirrors node_placement for placement (placeindex.go).
+	index placeIndex
 }
 
 // Open connects to dsn and brings its schema up to date. A dsn starting with
@@ -89,7 +91,9 @@ func openPostgres(dsn string) (*Store, error) {
 	// process forked, its caches cold and its statements prepared again.
 	db.SetMaxOpenConns(postgresConns)
 	db.SetMaxIdleConns(postgresConns)
-	return &Store{db: db, d: postgres}, nil
+	// Other replicas write placement rows too: the mirror is read whole
+	// again at most this old (placeindex.go).
+	return &Store{db: db, d: postgres, index: placeIndex{maxAge: postgresIndexAge}}, nil
 }
 
 // openSQLite opens one file in WAL mode. A single connection serialises
@@ -132,6 +136,11 @@ func openSQLite(path string) (*Store, error) {
 	}
 	return &Store{db: db, d: sqliteDialect, lock: lock, stmts: newStatements(), readers: readers, readStmts: newStatements()}, nil
 }
+
+// postgresIndexAge is how old the placement mirror may grow on
+// PostgreSQL before it is read whole again: another replica's writes reach
+// it no other way (a charge the table refuses marks that node alone).
+const postgresIndexAge = 30 * time.Second
 
 // readerConns is how many connections serve Snapshot on SQLite.
 const readerConns = 4
@@ -419,15 +428,19 @@ func (s *Store) tryTx(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) err
 	}
 	s.stats.began()
 	defer s.stats.heldFor(time.Now())
-	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts}
+	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts, index: &s.index}
+	defer func() { s.index.settle(tx.charged) }()
 	if err := fn(tx); err != nil {
 		_ = sqlTx.Rollback()
+		tx.rolledBack()
 		return err
 	}
 	if err := sqlTx.Commit(); err != nil {
+		tx.rolledBack()
 		return err
 	}
 	s.stats.committed()
+	s.index.committed(tx.patches)
 	s.changes.committed(tx.written)
 	return nil
 }
@@ -444,6 +457,27 @@ type Tx struct {
 	// refs are the policy_references rows of the Workspaces it read
 	// locked or wrote (putPolicyReferences).
 	refs map[string][][2]string
+	// index is the Store's placement mirror (nil in a Snapshot); patches
+	// are this transaction's writes to it, applied once it commits; read
+	// are the rows it read into it (readAll: every row), forgotten if it
+	// rolls back.
+	index   *placeIndex
+	patches []placementPatch
+	read    []string
+	readAll bool
+	// charged are the nodes it charged through the mirror (settle).
+	charged []string
+}
+
+// rolledBack forgets what t read into the placement mirror: it may have
+// included t's own writes, now undone.
+func (t *Tx) rolledBack() {
+	switch {
+	case t.readAll:
+		t.index.forget(nil)
+	case len(t.read) > 0:
+		t.index.forget(t.read)
+	}
 }
 
 func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
@@ -509,11 +543,14 @@ type dialect struct {
 	lock string
 	// skipLocked is appended to a SELECT that claims work.
 	skipLocked string
+	// position is the function answering where a string holds another
+	// (1-based, 0 for nowhere).
+	position string
 }
 
 var (
-	sqliteDialect = dialect{name: "sqlite", bytes: "BLOB"}
-	postgres      = dialect{name: "postgres", bytes: "BYTEA", lock: " FOR UPDATE", skipLocked: " FOR UPDATE SKIP LOCKED"}
+	sqliteDialect = dialect{name: "sqlite", bytes: "BLOB", position: "instr"}
+	postgres      = dialect{name: "postgres", bytes: "BYTEA", lock: " FOR UPDATE", skipLocked: " FOR UPDATE SKIP LOCKED", position: "strpos"}
 )
 
 func (d dialect) schema(body string) string { return strings.ReplaceAll(body, "{{BYTES}}", d.bytes) }

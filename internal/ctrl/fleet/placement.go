@@ -103,6 +103,11 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 			Limit: firstCandidates, LiveSince: f.LiveSince(now), Fit: true, Defaults: defaults,
 			Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Pools: nonEmpty(p.Pools),
 		}
+		if placed, err := f.placeIndexed(tx, &held, p, q, now); placed != nil || err != nil {
+			return placed, nil, err
+		}
+		// None the mirror chose took it: the table decides (on PostgreSQL
+		// the mirror may be behind another replica's writes).
 		for {
 			batch, err := tx.PlacementCandidates(q)
 			if err != nil {
@@ -122,6 +127,41 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 	}
 	refusal, err := f.refuse(tx, p, defaults, now)
 	return nil, refusal, err
+}
+
+// indexedTries bounds the nodes a placement tries from the mirror before
+// it reads the table: a node the mirror shows with room but the table
+// refuses is behind, and so may the next few be.
+const indexedTries = 4
+
+// placeIndexed places p on the first node by node_id that the placement
+// mirror shows able to take it (store.IndexedCandidates), charged by a
+// conditional update that checks every constraint in the table. It answers
+// nil when none it tried took p.
+func (f *Fleet) placeIndexed(tx *store.Tx, held **store.Allocation, p Placement, q store.CandidateQuery, now time.Time) (*Placed, error) {
+	q.Limit = indexedTries
+	rows, err := tx.IndexedCandidates(q)
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		if class, _ := unfit(row, p, q.Defaults, q.LiveSince); class != store.UnfitNone {
+			continue // a capability the query does not check
+		}
+		pool, ok, err := tx.AllocateCandidate(*held, store.Allocation{
+			WorkspaceID: p.WorkspaceID, InstanceID: p.InstanceID, NodeID: row.NodeID,
+			CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes, AllocatedAt: now,
+		}, q, append([]string{capability.BlockFile}, p.Capabilities...), capability.Providers)
+		if err != nil {
+			return nil, err
+		}
+		*held = nil
+		if ok {
+			return &Placed{NodeID: row.NodeID, DefaultPool: pool}, nil
+		}
+		tx.Stale(row.NodeID)
+	}
+	return nil, nil
 }
 
 // charge charges p's Allocation to row's node when the node takes it:

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ func RunPlacement(t *testing.T, b Backend) {
 		"PlacementRowFollowsRegistration":    testPlacementRowFollowsRegistration,
 		"AllocateChecksSchedulable":          testAllocateChecksSchedulable,
 		"CandidatesFilterAndPage":            testCandidatesFilterAndPage,
+		"IndexedCandidatesFollowWrites":      testIndexedCandidatesFollowWrites,
 		"ListAllocations":                    testListAllocations,
 		"ConcurrentAllocationsNeverOverbook": testConcurrentAllocationsNeverOverbook,
 		"PutSettingComparesAndSwaps":         testPutSettingComparesAndSwaps,
@@ -225,24 +227,14 @@ func testCandidatesFilterAndPage(t *testing.T, dsn string) {
 	putNodes(t, s, nodes...)
 	mustTx(t, s, func(tx *store.Tx) error { return tx.SetNodeDraining("i-draining", true) })
 
+	// The table and the mirror placement chooses from (IndexedCandidates)
+	// answer every query alike.
 	ids := func(q store.CandidateQuery) string {
-		var out []string
-		mustTx(t, s, func(tx *store.Tx) error {
-			for {
-				batch, err := tx.PlacementCandidates(q)
-				if err != nil {
-					return err
-				}
-				for _, p := range batch {
-					out = append(out, p.NodeID)
-				}
-				if len(batch) < q.Limit {
-					return nil
-				}
-				q.After = batch[len(batch)-1].NodeID
-			}
-		})
-		return strings.Join(out, " ")
+		table := candidateIDs(t, s, q, (*store.Tx).PlacementCandidates)
+		if mirror := candidateIDs(t, s, q, (*store.Tx).IndexedCandidates); mirror != table {
+			t.Errorf("the mirror's candidates %q, the table's %q (%+v)", mirror, table, q)
+		}
+		return table
 	}
 	since := seen.Add(-time.Minute)
 	fit := store.CandidateQuery{Limit: 2, LiveSince: since, Fit: true, Request: store.Resources{CPUMillis: 1000, MemoryBytes: 1 << 30}, Defaults: unit}
@@ -279,6 +271,133 @@ func testCandidatesFilterAndPage(t *testing.T, dsn string) {
 	if len(all) != 3 || all[0].NodeID != "c-isolated" || all[2].NodeID != "e-silent" {
 		t.Errorf("ListNodePlacements after b-revoked: %v", all)
 	}
+}
+
+// candidateIDs pages every candidate of q through read.
+func candidateIDs(t *testing.T, s *store.Store, q store.CandidateQuery, read func(*store.Tx, store.CandidateQuery) ([]*store.NodePlacement, error)) string {
+	t.Helper()
+	var out []string
+	mustTx(t, s, func(tx *store.Tx) error {
+		out = nil
+		for {
+			batch, err := read(tx, q)
+			if err != nil {
+				return err
+			}
+			for _, p := range batch {
+				out = append(out, p.NodeID)
+			}
+			if len(batch) < q.Limit {
+				return nil
+			}
+			q.After = batch[len(batch)-1].NodeID
+		}
+	})
+	return strings.Join(out, " ")
+}
+
+// The placement mirror follows every write of this process once it
+// commits, and none that rolled back; a charge through it is checked in
+// the table, which refuses what the mirror does not yet know; a node
+// marked stale is read again. On PostgreSQL a second Store stands for
+// another replica, whose writes the mirror does not hear.
+func testIndexedCandidatesFollowWrites(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	putNodes(t, s, placeableNode("node-a"), placeableNode("node-b"))
+	q := store.CandidateQuery{Limit: 8, LiveSince: seen.Add(-time.Minute), Fit: true, Request: store.Resources{CPUMillis: 1500, MemoryBytes: 1 << 30}, Defaults: unit,
+		Pools: []string{"default"}}
+	want := func(step, ids string) {
+		t.Helper()
+		if got := candidateIDs(t, s, q, (*store.Tx).IndexedCandidates); got != ids {
+			t.Errorf("%s: the mirror's candidates %q, want %q", step, got, ids)
+		}
+	}
+	charge := func(tx *store.Tx, ws, node string) (bool, error) {
+		pool, ok, err := tx.AllocateCandidate(nil, allocation(ws, node, 1500, 1<<30), q, []string{"storage.block_file"}, []string{"provider.qemu"})
+		if ok && pool != "default" {
+			t.Errorf("charged %s on %s: default pool %q", ws, node, pool)
+		}
+		return ok, err
+	}
+	want("loaded", "node-a node-b")
+	mustTx(t, s, func(tx *store.Tx) error {
+		if ok, err := charge(tx, "ws-1", "node-a"); !ok || err != nil {
+			t.Errorf("charge ws-1 on node-a: %v, %v", ok, err)
+		}
+		return nil
+	})
+	want("node-a charged", "node-b")
+	undone := errors.New("undone")
+	if err := s.Tx(ctx, func(tx *store.Tx) error {
+		if _, err := charge(tx, "ws-2", "node-b"); err != nil {
+			return err
+		}
+		return undone
+	}); !errors.Is(err, undone) {
+		t.Fatal(err)
+	}
+	want("a charge rolled back", "node-b")
+	mustTx(t, s, func(tx *store.Tx) error { return tx.ReleaseAllocation("ws-1", "") })
+	want("node-a released", "node-a node-b")
+	mustTx(t, s, func(tx *store.Tx) error {
+		if err := tx.SetNodeDraining("node-a", true); err != nil {
+			return err
+		}
+		// Not yet in the mirror, refused by the table all the same.
+		if ok, err := charge(tx, "ws-3", "node-a"); ok || err != nil {
+			t.Errorf("charge on node-a, draining in this transaction: %v, %v", ok, err)
+		}
+		return nil
+	})
+	want("node-a draining", "node-b")
+	mustTx(t, s, func(tx *store.Tx) error { return tx.SetNodeDraining("node-a", false) })
+	offline := placeableNode("node-b")
+	offline.Session.Live = false
+	putNodes(t, s, offline)
+	want("node-b offline", "node-a")
+	putNodes(t, s, placeableNode("node-b"), placeableNode("node-c"))
+	want("node-b back, node-c new", "node-a node-b node-c")
+	// A node charged by a transaction still open comes last, so that
+	// concurrent placements spread; once it ended, node_id orders again.
+	small := q
+	small.Request.CPUMillis = 100
+	mustTx(t, s, func(tx *store.Tx) error {
+		if ok, err := charge(tx, "ws-6", "node-a"); !ok || err != nil {
+			t.Errorf("charge ws-6 on node-a: %v, %v", ok, err)
+		}
+		rows, err := tx.IndexedCandidates(small)
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.NodeID)
+		}
+		if got := strings.Join(ids, " "); got != "node-b node-c node-a" {
+			t.Errorf("candidates while node-a is being charged: %q", got)
+		}
+		return err
+	})
+	if got := candidateIDs(t, s, small, (*store.Tx).IndexedCandidates); got != "node-a node-b node-c" {
+		t.Errorf("candidates once the charge committed: %q", got)
+	}
+	mustTx(t, s, func(tx *store.Tx) error { return tx.ReleaseAllocation("ws-6", "") })
+	if !strings.HasPrefix(dsn, "postgres") {
+		return // SQLite: no other process may write
+	}
+	other := Open(t, dsn)
+	mustTx(t, other, func(tx *store.Tx) error {
+		if ok, err := tx.Allocate(allocation("ws-4", "node-a", 1500, 1<<30), unit); !ok || err != nil {
+			t.Errorf("the other replica's charge on node-a: %v, %v", ok, err)
+		}
+		return nil
+	})
+	want("charged by another replica", "node-a node-b node-c")
+	mustTx(t, s, func(tx *store.Tx) error {
+		if ok, err := charge(tx, "ws-5", "node-a"); ok || err != nil {
+			t.Errorf("charge on node-a, full in the table: %v, %v", ok, err)
+		}
+		tx.Stale("node-a")
+		return nil
+	})
+	want("node-a read again", "node-b node-c")
 }
 
 func testListAllocations(t *testing.T, dsn string) {
