@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 )
 
@@ -14,46 +15,82 @@ import (
 // the step ends, and the answer wakes the command.
 const answerWait = 10 * time.Second
 
-// answerWaiters hands a node's answer, once committed, to the command step
-// waiting for it in this replica. Before it, every answer ended one step
-// and woke the command, which was claimed again, re-read its plan and then
-// read the answer: three transactions of the fourteen a placement took
-// (issue 15).
+// answerWaiters hands a node's answer to the command step waiting for it
+// in this replica. Before it, every answer ended one step and woke the
+// command, which was claimed again, re-read its plan and then read the
+// answer: three transactions of the fourteen a placement took (issue 15).
+//
+// A step that records the answer itself, in the transaction that acts on
+// it (AwaitDecided's), is handed the node's message before anything is
+// written (offer); any other is handed the operation once the transaction
+// that records the answer and wakes the command committed (answered).
 type answerWaiters struct {
 	mu sync.Mutex
-	m  map[string]chan *storev1.NodeOperation
+	m  map[string]*answerWaiter
+}
+
+// answerWaiter is one step waiting for the answer to an operation; raw
+// says it records the answer itself.
+type answerWaiter struct {
+	ch  chan arrival
+	raw bool
+}
+
+// arrival is an answer handed to a waiting step: the operation as
+// committed with its answer, or the message of node from, recorded
+// nowhere yet.
+type arrival struct {
+	op   *storev1.NodeOperation
+	raw  *nodev1.CommandResult
+	from string
 }
 
 // expect registers a waiter for operationID, before the operation is
-// recorded, so that no answer can come first.
-func (a *answerWaiters) expect(operationID string) <-chan *storev1.NodeOperation {
+// recorded, so that no answer can come first. raw asks for the node's
+// message before anything records it.
+func (a *answerWaiters) expect(operationID string, raw bool) <-chan arrival {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
-		a.m = map[string]chan *storev1.NodeOperation{}
+		a.m = map[string]*answerWaiter{}
 	}
-	ch := make(chan *storev1.NodeOperation, 1)
-	a.m[operationID] = ch
-	return ch
+	w := &answerWaiter{ch: make(chan arrival, 1), raw: raw}
+	a.m[operationID] = w
+	return w.ch
 }
 
-// forget drops the waiter of operationID.
+// forget drops the waiter of operationID. An answer handed over before it
+// is in the channel once forget returned, and none after.
 func (a *answerWaiters) forget(operationID string) {
 	a.mu.Lock()
 	delete(a.m, operationID)
 	a.mu.Unlock()
 }
 
+// offer hands node's message r to a step that records the answer itself,
+// and reports whether one took it; if none did, the caller records it.
+func (a *answerWaiters) offer(node string, r *nodev1.CommandResult) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.m[r.GetOperationId()]
+	if w == nil || !w.raw {
+		return false
+	}
+	delete(a.m, r.GetOperationId())
+	w.ch <- arrival{raw: r, from: node}
+	return true
+}
+
 // answered hands op, answered and committed, to its waiter, and reports
 // whether one took it.
 func (a *answerWaiters) answered(op *storev1.NodeOperation) bool {
 	a.mu.Lock()
-	ch := a.m[op.GetOperationId()]
-	delete(a.m, op.GetOperationId())
-	a.mu.Unlock()
-	if ch == nil {
+	defer a.mu.Unlock()
+	w := a.m[op.GetOperationId()]
+	if w == nil {
 		return false
 	}
-	ch <- op
+	delete(a.m, op.GetOperationId())
+	w.ch <- arrival{op: op}
 	return true
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
@@ -25,6 +26,64 @@ import (
 type Answer struct {
 	Result  *anypb.Any
 	Failure *ctrlv1.WorkspaceFailure
+	// unrecorded is the node's message when it reached the step before
+	// any transaction recorded it (AwaitDecided): Record writes it.
+	unrecorded *unrecorded
+}
+
+// unrecorded is a node's answer no transaction recorded yet.
+type unrecorded struct {
+	f *Fleet
+	// from is the node that sent r; op is the operation with r's answer.
+	from string
+	r    *nodev1.CommandResult
+	op   *storev1.NodeOperation
+}
+
+// errAnswerChanged rolls back a transaction that acted on a node's answer
+// the operation's record no longer agrees with (another copy of it was
+// recorded meanwhile with another outcome, or the node was isolated and
+// the operation failed): the step is tried again, and reads the record.
+var errAnswerChanged = errors.New("the operation's record no longer agrees with the answer the step acted on")
+
+// Record writes the answer to its operation in tx, when it reached the
+// step before any transaction recorded it: the step calls it in the
+// transaction that acts on the answer, so that the answer and what it
+// caused commit together (a crash before leaves the operation PENDING,
+// and the node answers it again when it is sent again). It changes
+// nothing for an answer already recorded.
+func (a *Answer) Record(tx *store.Tx) error {
+	u := a.unrecorded
+	if u == nil {
+		return nil
+	}
+	op, err := u.f.recordAnswer(tx, u.from, u.r, false)
+	if op != nil || err != nil {
+		return err
+	}
+	stored, err := tx.GetNodeOperation(u.op.GetOperationId(), false)
+	if err != nil {
+		return err
+	}
+	if stored.GetState() != u.op.GetState() {
+		return errAnswerChanged
+	}
+	return nil // recorded already, with this outcome
+}
+
+// Keep records the answer in a transaction of its own and wakes the
+// command, when the transaction that was to Record it failed: the step
+// that acted on it ends with that error, and the command, tried again,
+// reads the answer instead of waiting for the node to send it again.
+func (a *Answer) Keep(ctx context.Context) {
+	u := a.unrecorded
+	if u == nil {
+		return
+	}
+	_ = u.f.store.Tx(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+		_, err := u.f.recordAnswer(tx, u.from, u.r, true)
+		return err
+	})
 }
 
 // Await hands the operation name of the command w drives to nodeID (once)
@@ -37,13 +96,25 @@ type Answer struct {
 // operation keeping its lease and waits for the answer in memory (handOver):
 // the answer usually comes within answerWait, and the step goes on at once.
 func (f *Fleet) Await(ctx context.Context, w *command.Work, name, nodeID string, body proto.Message, stage ctrlv1.FailureStage) (*Answer, error) {
+	return f.await(ctx, w, name, nodeID, body, stage, false)
+}
+
+// AwaitUnrecorded is Await for a step that records the answer itself
+// (Answer.Record) in the transaction that acts on it: an answer that
+// reaches it in memory is handed over before any transaction records it,
+// saving one (and the command's wake) per operation.
+func (f *Fleet) AwaitUnrecorded(ctx context.Context, w *command.Work, name, nodeID string, body proto.Message, stage ctrlv1.FailureStage) (*Answer, error) {
+	return f.await(ctx, w, name, nodeID, body, stage, true)
+}
+
+func (f *Fleet) await(ctx context.Context, w *command.Work, name, nodeID string, body proto.Message, stage ctrlv1.FailureStage, raw bool) (*Answer, error) {
 	opID := w.Command().GetCommandId() + "/" + name
 	anyBody, err := anypb.New(body)
 	if err != nil {
 		return nil, err
 	}
 	if f.holds(nodeID) {
-		answer, err := f.handOver(ctx, w, name, opID, nodeID, anyBody, stage)
+		answer, err := f.handOver(ctx, w, name, opID, nodeID, anyBody, stage, raw)
 		if !errors.Is(err, ErrNotNew) {
 			return answer, err
 		}
@@ -95,8 +166,8 @@ var ErrNotNew = errors.New("the operation is not new")
 // holds, keeping the step's lease (Hold), in the transaction that checks
 // it is new; hands it to the session; and waits for the answer in memory.
 // When none comes within answerWait it ends the step as Await does.
-func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeID string, body *anypb.Any, stage ctrlv1.FailureStage) (*Answer, error) {
-	answered := f.answers.expect(opID)
+func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeID string, body *anypb.Any, stage ctrlv1.FailureStage, raw bool) (*Answer, error) {
+	answered := f.answers.expect(opID, raw)
 	defer f.answers.forget(opID)
 	var recorded *storev1.NodeOperation
 	err := w.Hold(ctx, sentTo(name, nodeID), func(tx *store.Tx, c *storev1.Command) error {
@@ -128,7 +199,7 @@ func (f *Fleet) AwaitDecided(ctx context.Context, w *command.Work, name string, 
 	decide func(tx *store.Tx) (nodeID string, body proto.Message, err error),
 ) (string, *Answer, error) {
 	opID := w.Command().GetCommandId() + "/" + name
-	answered := f.answers.expect(opID)
+	answered := f.answers.expect(opID, true)
 	defer f.answers.forget(opID)
 	var recorded *storev1.NodeOperation
 	var nodeID string
@@ -164,20 +235,36 @@ func (f *Fleet) AwaitDecided(ctx context.Context, w *command.Work, name string, 
 // and waits in memory for its answer (answered) for at most answerWait;
 // without one it ends the step waiting for it.
 func (f *Fleet) waitAnswer(ctx context.Context, w *command.Work, name, nodeID string, recorded *storev1.NodeOperation,
-	answered <-chan *storev1.NodeOperation, stage ctrlv1.FailureStage,
+	answered <-chan arrival, stage ctrlv1.FailureStage,
 ) (*Answer, error) {
 	f.deliver(recorded)
-	var op *storev1.NodeOperation
+	var got arrival
 	w.Idle(func() {
 		t := time.NewTimer(w.HoldFor(answerWait))
 		defer t.Stop()
 		select {
-		case op = <-answered:
+		case got = <-answered:
 		case <-t.C:
 		case <-ctx.Done():
 		}
 	})
-	if answer := answerOf(op, stage); answer != nil {
+	if got.op == nil && got.raw == nil {
+		// An answer handed over as the wait ended is in the channel
+		// once the waiter is gone: the step must not drop it unrecorded.
+		f.answers.forget(recorded.GetOperationId())
+		select {
+		case got = <-answered:
+		default:
+		}
+	}
+	if got.raw != nil {
+		op := proto.CloneOf(recorded)
+		answerIn(op, got.raw, f.now())
+		answer := answerOf(op, stage)
+		answer.unrecorded = &unrecorded{f: f, from: got.from, r: got.raw, op: op}
+		return answer, nil
+	}
+	if answer := answerOf(got.op, stage); answer != nil {
 		return answer, nil
 	}
 	return nil, w.Continue(ctx, waitingFor(name, nodeID), 30*time.Second, nil)

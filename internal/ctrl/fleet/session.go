@@ -773,43 +773,62 @@ func (f *Fleet) PollOperations(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// operationAnswered records a node's answer and wakes the command, in one
-// transaction.
+// operationAnswered hands a node's answer to the step waiting for it to
+// record it (answerWaiters.offer), or else records it and wakes the
+// command, in one transaction.
 func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.CommandResult) error {
 	failpoint.Hit(failpoint.AnswerReceived, r.GetOperationId())
-	var commandID string
+	if f.answers.offer(s.nodeID, r) {
+		return nil
+	}
 	var answered *storev1.NodeOperation
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
-		commandID, answered = "", nil // the transaction may be a retry
-		op, err := tx.GetNodeOperation(r.GetOperationId(), true)
-		if err != nil {
-			return err
-		}
-		if op.GetNodeId() != s.nodeID || op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING {
-			return nil // answered already, or not this node's
-		}
-		op.State = storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED
-		if r.GetCode() != 0 {
-			op.State = storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED
-		}
-		op.Code, op.Message, op.Result = r.GetCode(), r.GetMessage(), r.GetResult()
-		op.AnsweredAt = timestamppb.New(f.now())
-		commandID, answered = op.GetCommandId(), op
-		if err := tx.PutNodeOperation(op); err != nil {
-			return err
-		}
-		// The wake commits with the answer: woken after the commit, a
-		// crash between the two left the command asleep until its next
-		// attempt, up to 30 s later (the commit-point test found it).
-		return tx.WakeCommand(commandID, f.now())
+		var err error
+		answered, err = f.recordAnswer(tx, s.nodeID, r, true)
+		return err
 	})
-	if err == nil && commandID != "" {
-		failpoint.Hit(failpoint.AnswerRecorded, commandID)
+	if err == nil && answered != nil {
+		failpoint.Hit(failpoint.AnswerRecorded, answered.GetCommandId())
 		if !f.answers.answered(answered) {
 			f.waker.Kick()
 		}
 	}
 	return err
+}
+
+// recordAnswer records node's answer r to its operation in tx and, when
+// wake is set, wakes the command (a step that records the answer itself
+// holds it). It answers the operation as recorded, or nil when it was
+// answered already or is not node's.
+func (f *Fleet) recordAnswer(tx *store.Tx, node string, r *nodev1.CommandResult, wake bool) (*storev1.NodeOperation, error) {
+	op, err := tx.GetNodeOperation(r.GetOperationId(), true)
+	if err != nil {
+		return nil, err
+	}
+	if op.GetNodeId() != node || op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING {
+		return nil, nil // answered already, or not this node's
+	}
+	answerIn(op, r, f.now())
+	if err := tx.PutNodeOperation(op); err != nil {
+		return nil, err
+	}
+	if !wake {
+		return op, nil
+	}
+	// The wake commits with the answer: woken after the commit, a crash
+	// between the two left the command asleep until its next attempt, up
+	// to 30 s later (the commit-point test found it).
+	return op, tx.WakeCommand(op.GetCommandId(), f.now())
+}
+
+// answerIn sets node's answer r in op.
+func answerIn(op *storev1.NodeOperation, r *nodev1.CommandResult, now time.Time) {
+	op.State = storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED
+	if r.GetCode() != 0 {
+		op.State = storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED
+	}
+	op.Code, op.Message, op.Result = r.GetCode(), r.GetMessage(), r.GetResult()
+	op.AnsweredAt = timestamppb.New(now)
 }
 
 // StartOperation records an operation for node in tx; the node's session

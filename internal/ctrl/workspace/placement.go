@@ -131,7 +131,7 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 		}
 	}
 	start := s.startExecution(plan, nodeID, wk.Command().GetCommandId())
-	answer, err := s.fleet.Await(ctx, wk, "start", nodeID, start, stage)
+	answer, err := s.fleet.AwaitUnrecorded(ctx, wk, "start", nodeID, start, stage)
 	if answer == nil || err != nil {
 		return err
 	}
@@ -191,19 +191,32 @@ func (s *Service) placeAndStart(ctx context.Context, wk *command.Work, stage ctr
 	return nodeID, plan, start, answer, err
 }
 
-// startAnswered ends a start with the node's answer to StartExecution.
+// startAnswered ends a start with the node's answer to StartExecution,
+// recording the answer in the same transaction when no transaction did
+// yet (fleet.Answer.Record), or on its own when that one failed.
 func (s *Service) startAnswered(ctx context.Context, wk *command.Work, plan *launchPlan, nodeID string, start *nodev1.StartExecution, answer *fleet.Answer) error {
+	err := s.endStart(ctx, wk, plan, nodeID, start, answer)
+	if err != nil {
+		answer.Keep(ctx)
+	}
+	return err
+}
+
+func (s *Service) endStart(ctx context.Context, wk *command.Work, plan *launchPlan, nodeID string, start *nodev1.StartExecution, answer *fleet.Answer) error {
 	if answer.Failure != nil {
 		if networkUnenforceable(answer) {
 			answer.Failure.Stage = ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK
 		}
-		return s.failStart(ctx, wk, answer.Failure, func(tx *store.Tx) error { return forgetRemovedLayer(tx, start, answer) })
+		return s.failStart(ctx, wk, answer.Failure, answer.Record, func(tx *store.Tx) error { return forgetRemovedLayer(tx, start, answer) })
 	}
 	status := &nodev1.ExecutionStatus{}
 	if err := answer.Result.UnmarshalTo(status); err != nil {
 		return err
 	}
 	return wk.Succeed(ctx, func(tx *store.Tx) error {
+		if err := answer.Record(tx); err != nil {
+			return err
+		}
 		if err := s.started(tx, plan, nodeID, start, status); err != nil {
 			return err
 		}
