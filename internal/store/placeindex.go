@@ -174,6 +174,9 @@ func (t *Tx) IndexedCandidates(q CandidateQuery) ([]*NodePlacement, error) {
 // charging counts a charge on nodeID by t until t ends (settle).
 func (t *Tx) charging(nodeID string) {
 	ix := t.index
+	if ix == nil {
+		return
+	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.busy == nil {
