@@ -357,6 +357,21 @@ func testIndexedCandidatesFollowWrites(t *testing.T, dsn string) {
 	want("node-b offline", "node-a")
 	putNodes(t, s, placeableNode("node-b"), placeableNode("node-c"))
 	want("node-b back, node-c new", "node-a node-b node-c")
+	// A transaction that read its own write into the mirror and then
+	// rolled back leaves nothing of it there.
+	if err := s.Tx(ctx, func(tx *store.Tx) error {
+		if err := tx.PutNode(offline); err != nil {
+			return err
+		}
+		tx.Stale("node-b")
+		if _, err := tx.IndexedCandidates(q); err != nil {
+			return err
+		}
+		return undone
+	}); !errors.Is(err, undone) {
+		t.Fatal(err)
+	}
+	want("node-b offline, rolled back", "node-a node-b node-c")
 	// A node charged by a transaction still open comes last, so that
 	// concurrent placements spread; once it ended, node_id orders again.
 	small := q
