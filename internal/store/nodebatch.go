@@ -20,11 +20,7 @@ func (t *Tx) LockNodes(ids []string) (map[string]*operatorv1.NodeRegistration, e
 	if len(ids) == 0 {
 		return out, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	rows, err := t.query("SELECT node_id, body FROM nodes WHERE node_id IN ("+marks(len(ids))+") ORDER BY node_id"+t.d.lock, args...)
+	rows, err := t.query("SELECT node_id, body FROM nodes WHERE node_id IN ("+marks(len(ids))+") ORDER BY node_id"+t.d.lock, anys(ids)...)
 	if err != nil {
 		return nil, err
 	}
@@ -64,11 +60,13 @@ func (t *Tx) UpdateNodes(ns []*operatorv1.NodeRegistration) error {
 		" ON CONFLICT (node_id) DO UPDATE SET body = excluded.body", bodies...); err != nil {
 		return err
 	}
-	_, err := t.execUnprepared(placementUpsert(len(ns)), placements...)
+	if _, err := t.execUnprepared(placementUpsert(len(ns)), placements...); err != nil {
+		return err
+	}
 	for _, p := range rows {
 		t.patchRegistration(p)
 	}
-	return err
+	return nil
 }
 
 // marks is n comma-separated placeholders.

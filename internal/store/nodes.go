@@ -20,9 +20,11 @@ func (t *Tx) SetNodeDraining(id string, draining bool) error {
 		return ErrNotFound
 	}
 	// Placement reads the drain beside the node's other placement fields.
-	_, err = t.exec("UPDATE node_placement SET draining = ? WHERE node_id = ?", boolInt(draining), id)
+	if _, err := t.exec("UPDATE node_placement SET draining = ? WHERE node_id = ?", boolInt(draining), id); err != nil {
+		return err
+	}
 	t.patchNode(id, func(p *NodePlacement) { p.Draining = draining })
-	return err
+	return nil
 }
 
 // DrainingNodes is the set of draining nodes.

@@ -124,13 +124,8 @@ func (ix *placeIndex) forget(nodes []string) {
 // Stale marks nodeID to be read again before it is chosen again: a
 // conditional charge refused it, so the mirror's row was not the table's.
 func (t *Tx) Stale(nodeID string) {
-	if t.index == nil {
-		return
-	}
-	t.index.mu.Lock()
-	defer t.index.mu.Unlock()
-	if t.index.stale != nil {
-		t.index.stale[nodeID] = true
+	if t.index != nil {
+		t.index.forget([]string{nodeID})
 	}
 }
 

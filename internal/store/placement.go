@@ -120,9 +120,11 @@ func overrideOf(r *operatorv1.OvercommitRatio) uint32 {
 // drain and its Allocations' sums.
 func (t *Tx) putPlacement(n *operatorv1.NodeRegistration) error {
 	p := placementOf(n)
-	_, err := t.exec(placementUpsert(1), placementArgs(p)...)
+	if _, err := t.exec(placementUpsert(1), placementArgs(p)...); err != nil {
+		return err
+	}
 	t.patchRegistration(p)
-	return err
+	return nil
 }
 
 // placementUpsert is the statement writing rows placement rows, keeping
@@ -388,9 +390,11 @@ func (t *Tx) ReleaseNodeAllocations(nodeID string) (int, error) {
 		return 0, err
 	}
 	n, _ := res.RowsAffected()
-	_, err = t.exec("UPDATE node_placement SET allocated_cpu_millis = 0, allocated_memory_bytes = 0, allocations = 0 WHERE node_id = ?", nodeID)
+	if _, err := t.exec("UPDATE node_placement SET allocated_cpu_millis = 0, allocated_memory_bytes = 0, allocations = 0 WHERE node_id = ?", nodeID); err != nil {
+		return 0, err
+	}
 	t.patchNode(nodeID, func(p *NodePlacement) { p.Allocated = Resources{} })
-	return int(n), err
+	return int(n), nil
 }
 
 // AllocationFilter names the one thing ListAllocations narrows to.

@@ -148,10 +148,7 @@ func (f *Fleet) placeIndexed(tx *store.Tx, held **store.Allocation, p Placement,
 		if class, _ := unfit(row, p, q.Defaults, q.LiveSince); class != store.UnfitNone {
 			continue // a capability the query does not check
 		}
-		pool, ok, err := tx.AllocateCandidate(*held, store.Allocation{
-			WorkspaceID: p.WorkspaceID, InstanceID: p.InstanceID, NodeID: row.NodeID,
-			CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes, AllocatedAt: now,
-		}, q, append([]string{capability.BlockFile}, p.Capabilities...), capability.Providers)
+		pool, ok, err := tx.AllocateCandidate(*held, p.on(row.NodeID, now), q, append([]string{capability.BlockFile}, p.Capabilities...), capability.Providers)
 		if err != nil {
 			return nil, err
 		}
@@ -172,10 +169,7 @@ func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, held **store.Allo
 	if class, _ := unfit(row, p, defaults, f.LiveSince(now)); class != store.UnfitNone {
 		return nil, nil
 	}
-	ok, err := tx.AllocateAfter(*held, store.Allocation{
-		WorkspaceID: p.WorkspaceID, InstanceID: p.InstanceID, NodeID: row.NodeID,
-		CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes, AllocatedAt: now,
-	}, defaults)
+	ok, err := tx.AllocateAfter(*held, p.on(row.NodeID, now), defaults)
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +178,14 @@ func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, held **store.Allo
 		return nil, nil
 	}
 	return &Placed{NodeID: row.NodeID, DefaultPool: row.DefaultPool}, nil
+}
+
+// on is p's Allocation on node nodeID, made at now.
+func (p Placement) on(nodeID string, now time.Time) store.Allocation {
+	return store.Allocation{
+		WorkspaceID: p.WorkspaceID, InstanceID: p.InstanceID, NodeID: nodeID,
+		CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes, AllocatedAt: now,
+	}
 }
 
 func nonEmpty(in []string) []string {
