@@ -245,6 +245,9 @@ func (t *Tx) GetRuntime(workspaceID string, lock bool) (*storev1.WorkspaceRuntim
 	if errors.Is(err, ErrNotFound) {
 		return &storev1.WorkspaceRuntime{WorkspaceId: workspaceID}, nil
 	}
+	if err == nil && (lock || t.d.name != postgres.name) {
+		t.noteIndexed("workspace_runtime", workspaceID, r.GetNodeId(), r.GetLayerPool())
+	}
 	return r, err
 }
 
@@ -252,7 +255,7 @@ func (t *Tx) GetRuntime(workspaceID string, lock bool) (*storev1.WorkspaceRuntim
 // current execution runs on (NodeExecutions) and its writable layer's pool
 // and capacity (what the layer reserves there) in columns of their own.
 func (t *Tx) PutRuntime(r *storev1.WorkspaceRuntime) error {
-	return t.upsert("workspace_runtime", []string{"workspace_id", "node_id", "layer_pool", "layer_capacity_bytes", "body"},
+	return t.putRow("workspace_runtime", []string{"workspace_id", "node_id", "layer_pool", "layer_capacity_bytes", "body"}, 2,
 		r.GetWorkspaceId(), r.GetNodeId(), r.GetLayerPool(), int64(r.GetLayerCapacityBytes()), marshal(r))
 }
 

@@ -84,12 +84,16 @@ func (t *Tx) GetCommand(id string, lock bool) (*CommandRow, error) {
 	return scanCommand(t.queryRow(q, id))
 }
 
-// UpdateCommand writes every column of c.
+// UpdateCommand writes the columns of c that change after its admission.
+// Its kind, target, input hash and admission time are fixed then, and not
+// set again: SQLite would rewrite commands_target's entry at every update
+// (putRow says why).
 func (t *Tx) UpdateCommand(c *CommandRow) error {
 	t.wrote(c.GetTargetId())
-	_, err := t.exec(`UPDATE commands SET kind = ?, target_id = ?, input_hash = ?, state = ?, body = ?, admitted_at = ?,
-		updated_at = ?, next_attempt_at = ?, lease_owner = ?, lease_until = ? , attempts = ? WHERE command_id = ?`,
-		append(c.values()[1:], c.GetCommandId())...)
+	_, err := t.exec(`UPDATE commands SET state = ?, body = ?, updated_at = ?, next_attempt_at = ?, lease_owner = ?, lease_until = ?,
+		attempts = ? WHERE command_id = ?`,
+		c.GetState().String(), marshal(c.Command), c.GetUpdatedAt().AsTime().UnixNano(), c.NextAttemptAt.UnixNano(),
+		c.LeaseOwner, c.LeaseUntil.UnixNano(), c.Attempts, c.GetCommandId())
 	return err
 }
 

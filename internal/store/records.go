@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -27,6 +28,46 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 		return err
 	}
 	return proto.Unmarshal(body, m)
+}
+
+// putRow writes one row of table: cols are its key, then indexed of
+// its indexed columns, then the others, and vals their values. When this
+// transaction knows the indexed columns hold these values already (it
+// read the row locked, or on SQLite at all, or wrote it: noteIndexed), it
+// updates the others alone: SQLite rewrites the index entries of every
+// column an UPDATE sets, to the same value or not, and each is a page
+// more that the commit writes (docs/PERFORMANCE.md). Otherwise, or when
+// the row is gone, it upserts every column.
+func (t *Tx) putRow(table string, cols []string, indexed int, vals ...any) error {
+	id := fmt.Sprint(vals[0])
+	idx := fmt.Sprint(vals[1 : 1+indexed]...)
+	if known, ok := t.indexed[table+"\x00"+id]; ok && known == idx {
+		var sets []string
+		for _, c := range cols[1+indexed:] {
+			sets = append(sets, c+" = ?")
+		}
+		res, err := t.exec("UPDATE "+table+" SET "+strings.Join(sets, ", ")+" WHERE "+cols[0]+" = ?", append(slices.Clone(vals[1+indexed:]), vals[0])...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+	}
+	if err := t.upsert(table, cols, vals...); err != nil {
+		return err
+	}
+	t.noteIndexed(table, id, vals[1:1+indexed]...)
+	return nil
+}
+
+// noteIndexed notes that row id of table holds the indexed column values
+// vals until this transaction ends (putRow).
+func (t *Tx) noteIndexed(table, id string, vals ...any) {
+	if t.indexed == nil {
+		t.indexed = map[string]string{}
+	}
+	t.indexed[table+"\x00"+id] = fmt.Sprint(vals...)
 }
 
 // upsert writes one row whose first column is the key.
@@ -105,21 +146,31 @@ func (t *Tx) GetWorkspace(id string, lock bool) (*ctrlv1.Workspace, error) {
 		// Nobody changes the row, or its references, before this
 		// transaction ends (SQLite runs one at a time).
 		t.noteRefs(id, storedReferences(w))
+		t.noteIndexed("workspaces", id, workspaceIndexed(w)...)
 	}
 	return w, nil
 }
+
+// workspaceIndexed are the values of the indexed columns of w's row
+// (workspaces_expiration), in workspaceCols' order.
+func workspaceIndexed(w *ctrlv1.Workspace) []any {
+	var deadline int64
+	if p := w.GetExpiration().GetPolicy(); p != nil {
+		deadline = p.GetDeadline().AsTime().UnixNano()
+	}
+	return []any{boolInt(w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED), deadline}
+}
+
+// workspaceCols are the columns of workspaces: the key, the indexed
+// ones, the others.
+var workspaceCols = []string{"workspace_id", "deleted", "expiration_deadline", "state", "body"}
 
 // PutWorkspace writes a Workspace and the Egresses and Resolvers its
 // network policy names (policy_references).
 func (t *Tx) PutWorkspace(w *ctrlv1.Workspace) error {
 	t.wrote(w.GetWorkspaceId())
-	var deadline int64
-	if p := w.GetExpiration().GetPolicy(); p != nil {
-		deadline = p.GetDeadline().AsTime().UnixNano()
-	}
-	if err := t.upsert("workspaces", []string{"workspace_id", "state", "deleted", "expiration_deadline", "body"},
-		w.GetWorkspaceId(), w.GetState().String(), boolInt(w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED),
-		deadline, marshal(w)); err != nil {
+	vals := append(append([]any{w.GetWorkspaceId()}, workspaceIndexed(w)...), w.GetState().String(), marshal(w))
+	if err := t.putRow("workspaces", workspaceCols, 2, vals...); err != nil {
 		return err
 	}
 	return t.putPolicyReferences(w)

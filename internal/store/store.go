@@ -457,6 +457,8 @@ type Tx struct {
 	// refs are the policy_references rows of the Workspaces it read
 	// locked or wrote (putPolicyReferences).
 	refs map[string][][2]string
+	// indexed are the indexed column values of rows it knows (putRow).
+	indexed map[string]string
 	// index is the Store's placement mirror (nil in a Snapshot); patches
 	// are this transaction's writes to it, applied once it commits; read
 	// are the rows it read into it (readAll: every row), forgotten if it

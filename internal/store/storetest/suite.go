@@ -38,6 +38,7 @@ func Run(t *testing.T, b Backend) {
 		"CatalogTemplatesAndRevisions":   testCatalogTemplatesAndRevisions,
 		"CatalogUploadsUnreferenced":     testCatalogUploadsUnreferenced,
 		"LegacyCatalogReadAndCleared":    testLegacyCatalogReadAndCleared,
+		"RowsRewrittenKeepTheirColumns":  testRowsRewrittenKeepTheirColumns,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -540,6 +541,124 @@ func testSnapshotReadsBesideAWrite(t *testing.T, dsn string) {
 	mustTx(t, s, func(tx *store.Tx) error {
 		if _, err := tx.GetVolume("vol-b", false); !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("the Snapshot's write left vol-b: %v", err)
+		}
+		return nil
+	})
+}
+
+// testRowsRewrittenKeepTheirColumns writes Workspaces and runtimes that a
+// transaction read or wrote before (which the store may rewrite without
+// their indexed columns), changing what those columns hold or not, and
+// checks every read that goes through them: expiration, the undeleted
+// list, a node's executions, a pool's reservation.
+func testRowsRewrittenKeepTheirColumns(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	now := time.Now()
+	due := &ctrlv1.WorkspaceExpiration{Policy: &ctrlv1.WorkspaceExpirationPolicy{
+		Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, Deadline: timestamppb.New(now.Add(-time.Minute))}}
+	mustTx(t, s, func(tx *store.Tx) error {
+		if err := tx.PutNewWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-a", State: ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, Expiration: due}); err != nil {
+			return err
+		}
+		return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-a", NodeId: "node-1", LayerPool: "pool-1", LayerCapacityBytes: 1 << 20})
+	})
+	expired := func(tx *store.Tx) []string {
+		ws, err := tx.ExpiredWorkspaces(now.UnixNano(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, w := range ws {
+			out = append(out, w.GetWorkspaceId()+"/"+w.GetLabels()["v"])
+		}
+		return out
+	}
+	on := func(tx *store.Tx, node string) []string {
+		rs, err := tx.NodeExecutions(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rs {
+			out = append(out, fmt.Sprintf("%s/%d", r.GetWorkspaceId(), r.GetStarts()))
+		}
+		return out
+	}
+	reserved := func(tx *store.Tx, pool string) uint64 {
+		n, err := tx.StoragePoolReserved(pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		// The body alone changes: the row keeps its place in every index.
+		w, err := tx.GetWorkspace("ws-a", true)
+		if err != nil {
+			return err
+		}
+		w.Labels = map[string]string{"v": "1"}
+		if err := tx.PutWorkspace(w); err != nil {
+			return err
+		}
+		if got := expired(tx); !slices.Equal(got, []string{"ws-a/1"}) {
+			t.Errorf("expired after a body change: %v", got)
+		}
+		// Then, in the same transaction, the deadline moves out.
+		w.Expiration = &ctrlv1.WorkspaceExpiration{Policy: &ctrlv1.WorkspaceExpirationPolicy{
+			Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, Deadline: timestamppb.New(now.Add(time.Hour))}}
+		if err := tx.PutWorkspace(w); err != nil {
+			return err
+		}
+		if got := expired(tx); len(got) != 0 {
+			t.Errorf("expired after the deadline moved out: %v", got)
+		}
+		rt, err := tx.GetRuntime("ws-a", true)
+		if err != nil {
+			return err
+		}
+		rt.Starts, rt.LayerCapacityBytes = 1, 2<<20
+		if err := tx.PutRuntime(rt); err != nil {
+			return err
+		}
+		if got := on(tx, "node-1"); !slices.Equal(got, []string{"ws-a/1"}) {
+			t.Errorf("node-1 after a body change: %v", got)
+		}
+		if got := reserved(tx, "pool-1"); got != 2<<20 {
+			t.Errorf("pool-1 reserves %d after the layer grew, want %d", got, 2<<20)
+		}
+		rt.Starts, rt.NodeId, rt.LayerPool = 2, "node-2", "pool-2"
+		if err := tx.PutRuntime(rt); err != nil {
+			return err
+		}
+		if got := on(tx, "node-1"); len(got) != 0 {
+			t.Errorf("node-1 after the execution moved: %v", got)
+		}
+		if got := on(tx, "node-2"); !slices.Equal(got, []string{"ws-a/2"}) {
+			t.Errorf("node-2 after the execution moved: %v", got)
+		}
+		if one, two := reserved(tx, "pool-1"), reserved(tx, "pool-2"); one != 0 || two != 2<<20 {
+			t.Errorf("pools reserve %d and %d after the layer moved, want 0 and %d", one, two, 2<<20)
+		}
+		return nil
+	})
+	mustTx(t, s, func(tx *store.Tx) error {
+		// Deleted, in a transaction that read it first: the undeleted list
+		// drops it.
+		w, err := tx.GetWorkspace("ws-a", false)
+		if err != nil {
+			return err
+		}
+		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
+		if err := tx.PutWorkspace(w); err != nil {
+			return err
+		}
+		all, err := tx.ListWorkspaces("", 10, false)
+		if err != nil {
+			return err
+		}
+		if len(all) != 0 {
+			t.Errorf("undeleted Workspaces after a delete: %d", len(all))
 		}
 		return nil
 	})
