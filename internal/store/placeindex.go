@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,14 @@ type placeIndex struct {
 	// that may be (PostgreSQL: other replicas' writes are not patched).
 	loadedAt time.Time
 	maxAge   time.Duration
+	// usedAt is when a placement last chose from the mirror: the
+	// background reload (reloadIndex) reads it only for a ctrl that places.
+	usedAt time.Time
+	// reloading says a background reload is reading the table; during are
+	// the patches committed meanwhile, applied again over what it read,
+	// which may be older than they are.
+	reloading bool
+	during    []placementPatch
 	// busy counts, by node, the charges made through the mirror by this
 	// process's transactions still open: IndexedCandidates gives those
 	// nodes last, so that concurrent placements spread over the nodes
@@ -100,6 +109,9 @@ func (ix *placeIndex) committed(patches []placementPatch) {
 	for _, p := range patches {
 		p(ix)
 	}
+	if ix.reloading {
+		ix.during = append(ix.during, patches...)
+	}
 }
 
 // forget marks nodes to be read again, or everything when nodes is nil: a
@@ -143,6 +155,7 @@ func (t *Tx) IndexedCandidates(q CandidateQuery) ([]*NodePlacement, error) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.usedAt = time.Now()
 	if err := t.refresh(ix); err != nil {
 		return nil, err
 	}
@@ -196,8 +209,12 @@ func (ix *placeIndex) settle(charged []string) {
 }
 
 // refresh reads the mirror whole, or its stale rows. Called with mu held.
+// A mirror older than its maximum age is read again in the background
+// (reloadIndex), not here, where the placements behind this one would
+// wait for it: only one that is far older (the background reads failing)
+// is read whole here.
 func (t *Tx) refresh(ix *placeIndex) error {
-	if ix.rows == nil || ix.maxAge > 0 && time.Since(ix.loadedAt) > ix.maxAge {
+	if ix.rows == nil || ix.maxAge > 0 && time.Since(ix.loadedAt) > reloadBackstop*ix.maxAge {
 		return t.load(ix)
 	}
 	if len(ix.stale) == 0 {
@@ -229,26 +246,109 @@ func (t *Tx) refresh(ix *placeIndex) error {
 
 // load reads every placement row into the mirror. Called with mu held.
 func (t *Tx) load(ix *placeIndex) error {
+	at := time.Now()
+	rows, ids, err := t.readPlacements()
+	if err != nil {
+		return err
+	}
+	ix.rows, ix.ids, ix.stale, ix.loadedAt = rows, ids, map[string]bool{}, at
+	t.read = nil
+	t.readAll = true
+	return nil
+}
+
+// readPlacements reads every placement row, by node_id.
+func (t *Tx) readPlacements() (map[string]*NodePlacement, []string, error) {
 	rows := map[string]*NodePlacement{}
 	var ids []string
 	for after := ""; ; {
 		page, err := t.ListNodePlacements(after, 1000)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		for _, p := range page {
 			rows[p.NodeID] = p
 			ids = append(ids, p.NodeID)
 		}
 		if len(page) < 1000 {
-			break
+			return rows, ids, nil
 		}
 		after = page[len(page)-1].NodeID
 	}
-	ix.rows, ix.ids, ix.stale, ix.loadedAt = rows, ids, map[string]bool{}, time.Now()
-	t.read = nil
-	t.readAll = true
-	return nil
+}
+
+// reloadBackstop is how many maximum ages old a mirror may grow before a
+// placement reads it whole itself.
+const reloadBackstop = 3
+
+// reloadDue reports whether the mirror is to be read again in the
+// background: it is older than its maximum age, and a placement used it
+// since it was read (a ctrl that does not place reads nothing). It marks
+// the reload begun.
+func (ix *placeIndex) reloadDue(now time.Time) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.reloading || ix.maxAge == 0 || ix.rows == nil || now.Sub(ix.loadedAt) < ix.maxAge || ix.usedAt.Before(ix.loadedAt) {
+		return false
+	}
+	ix.reloading = true
+	return true
+}
+
+// reloaded installs what a background reload that began at at read (rows
+// nil: it failed), with the patches committed while it read applied again
+// over it; the nodes marked stale stay so.
+func (ix *placeIndex) reloaded(rows map[string]*NodePlacement, ids []string, at time.Time) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	during := ix.during
+	ix.reloading, ix.during = false, nil
+	if rows == nil || ix.rows == nil || ix.loadedAt.After(at) {
+		return // failed; forgotten meanwhile (the next placement reads it); or read whole since
+	}
+	ix.rows, ix.ids, ix.loadedAt = rows, ids, at
+	for _, p := range during {
+		p(ix)
+	}
+}
+
+// reloadIndex reads the mirror again whenever it is due (reloadDue),
+// until ctx ends (PostgreSQL: other replicas' writes reach it no other
+// way). It reads in a transaction of its own, outside the mirror's lock.
+func (s *Store) reloadIndex(ctx context.Context) {
+	tick := time.NewTicker(s.index.maxAge / reloadChecks)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.reloadIndexOnce(ctx)
+	}
+}
+
+// reloadChecks is how many times within the maximum age reloadIndex
+// looks whether a reload is due.
+const reloadChecks = 3
+
+// reloadIndexOnce reads the mirror again if it is due.
+func (s *Store) reloadIndexOnce(ctx context.Context) {
+	at := time.Now()
+	if !s.index.reloadDue(at) {
+		return
+	}
+	var rows map[string]*NodePlacement
+	var ids []string
+	err := s.Snapshot(ctx, func(tx *Tx) error {
+		var err error
+		rows, ids, err = tx.readPlacements()
+		return err
+	})
+	if err != nil {
+		rows, ids = nil, nil
+	}
+	s.index.reloaded(rows, ids, at)
 }
 
 func anys(ss []string) []any {

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,6 +55,10 @@ type Store struct {
 	group grouper
 	// index mirrors node_placement for placement (placeindex.go).
 	index placeIndex
+	// stop ends the work the store does in the background (background),
+	// nil for none.
+	stop       context.CancelFunc
+	background sync.WaitGroup
 }
 
 // Open connects to dsn and brings its schema up to date. A dsn starting with
@@ -71,7 +76,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	if err := s.migrate(ctx); err != nil {
-		s.db.Close()
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -93,7 +98,14 @@ func openPostgres(dsn string) (*Store, error) {
 	db.SetMaxIdleConns(postgresConns)
 	// Other replicas write placement rows too: the mirror is read whole
 	// again at most this old (placeindex.go).
-	return &Store{db: db, d: postgres, index: placeIndex{maxAge: postgresIndexAge}}, nil
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Store{db: db, d: postgres, index: placeIndex{maxAge: postgresIndexAge}, stop: stop}
+	s.background.Add(1)
+	go func() {
+		defer s.background.Done()
+		s.reloadIndex(ctx)
+	}()
+	return s, nil
 }
 
 // openSQLite opens one file in WAL mode. A single connection serialises
@@ -203,6 +215,10 @@ func privateFiles(path string) error {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	if s.stop != nil {
+		s.stop()
+		s.background.Wait()
+	}
 	s.stmts.close()
 	s.readStmts.close()
 	if s.readers != nil {
