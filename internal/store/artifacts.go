@@ -88,8 +88,8 @@ func (t *Tx) ArtifactReadiness(digest string, liveSince time.Time, capabilities 
 	args := []any{nanos(liveSince)}
 	caps := []string{"1 = 0"}
 	for _, c := range capabilities {
-		caps = append(caps, "(',' || p.capabilities || ',') LIKE ? ESCAPE '\\'")
-		args = append(args, "%,"+likeEscape(c)+",%")
+		caps = append(caps, t.d.listHas("p.capabilities"))
+		args = append(args, listItem(c))
 	}
 	args = append(args, digest)
 	var r, n int64

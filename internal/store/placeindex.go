@@ -406,12 +406,9 @@ func (t *Tx) AllocateCandidate(held *Allocation, a Allocation, q CandidateQuery,
 	cond := ` AND admitted = 1 AND isolated = 0 AND live = 1 AND last_seen_at >= ? AND draining = 0
 		AND ready = 1 AND clock_skewed = 0 AND memory_tight = 0 AND ` + fits
 	args := []any{nanos(q.LiveSince), int64(a.CPUMillis), int64(q.Defaults.CPU), int64(a.MemoryBytes), int64(q.Defaults.Memory)}
-	// Not LIKE: SQLite prepares a statement again at every run whose LIKE
-	// pattern is a parameter (the pattern could change the plan), which
-	// took more than the candidate read it replaces.
 	has := func(column, item string) string {
-		args = append(args, ","+item+",")
-		return t.d.position + "(',' || " + column + " || ',', ?) > 0"
+		args = append(args, listItem(item))
+		return t.d.listHas(column)
 	}
 	for _, pool := range q.Pools {
 		if pool != "" {

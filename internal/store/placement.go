@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -241,11 +240,9 @@ type CandidateQuery struct {
 	Pools []string
 }
 
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-
 // PlacementCandidates pages, by node_id, the admitted, not isolated nodes
-// with a live session that q selects. Capabilities and pools are the
-// caller's to check.
+// with a live session that q selects, reaching every pool of q.
+// Capabilities are the caller's to check.
 func (t *Tx) PlacementCandidates(q CandidateQuery) ([]*NodePlacement, error) {
 	where := " WHERE node_id > ? AND admitted = 1 AND isolated = 0 AND live = 1 AND last_seen_at >= ? AND draining = ?"
 	args := []any{q.After, nanos(q.LiveSince), boolInt(q.Draining)}
@@ -254,9 +251,9 @@ func (t *Tx) PlacementCandidates(q CandidateQuery) ([]*NodePlacement, error) {
 		args = append(args, int64(q.Request.CPUMillis), int64(q.Defaults.CPU), int64(q.Request.MemoryBytes), int64(q.Defaults.Memory))
 	}
 	for _, pool := range q.Pools {
-		if dnsLabel.MatchString(pool) { // no LIKE wildcard in it
-			where += " AND (',' || pools || ',') LIKE ?"
-			args = append(args, "%,"+pool+",%")
+		if pool != "" {
+			where += " AND " + t.d.listHas("pools")
+			args = append(args, listItem(pool))
 		}
 	}
 	rows, err := t.queryDrained(placementColumns+where+" ORDER BY node_id LIMIT ?", append(args, q.Limit)...)
@@ -561,8 +558,8 @@ type UnfitQuery struct {
 func (t *Tx) CountUnfit(q UnfitQuery) (map[Unfit]int, error) {
 	var args []any
 	has := func(column, item string) string {
-		args = append(args, "%,"+likeEscape(item)+",%")
-		return "(',' || " + column + " || ',') LIKE ? ESCAPE '\\'"
+		args = append(args, listItem(item))
+		return t.d.listHas(column)
 	}
 	anyOf := func(column string, items []string) string {
 		if len(items) == 0 {
@@ -621,7 +618,14 @@ func (t *Tx) CountUnfit(q UnfitQuery) (map[Unfit]int, error) {
 	return out, rows.Err()
 }
 
-// likeEscape escapes LIKE's wildcards (and its escape character, \) in s.
-func likeEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+// listHas is the condition that column, a comma-separated list, holds
+// the item its argument names (listItem). Not LIKE: SQLite prepares a
+// statement again at every run whose LIKE pattern is a parameter (the
+// pattern could change its plan), and its LIKE ignores case where
+// PostgreSQL's does not.
+func (d dialect) listHas(column string) string {
+	return d.position + "(',' || " + column + " || ',', ?) > 0"
 }
+
+// listItem is listHas's argument for item.
+func listItem(item string) string { return "," + item + "," }
