@@ -162,6 +162,17 @@ func (f *Fleet) await(ctx context.Context, w *command.Work, name, nodeID string,
 // Await's reads take it.
 var ErrNotNew = errors.New("the operation is not new")
 
+// startNew is StartOperation for an operation that must be new: ErrNotNew
+// when an earlier step recorded it already. The insert is the check (no
+// read before it): the transaction's other writes are rolled back with it.
+func startNew(tx *store.Tx, now time.Time, operationID, nodeID, commandID string, body *anypb.Any) (*storev1.NodeOperation, error) {
+	op, inserted, err := startOperation(tx, now, operationID, nodeID, commandID, body)
+	if err == nil && !inserted {
+		err = ErrNotNew
+	}
+	return op, err
+}
+
 // handOver records a new operation for nodeID, whose session this replica
 // holds, keeping the step's lease (Hold), in the transaction that checks
 // it is new; hands it to the session; and waits for the answer in memory.
@@ -171,15 +182,12 @@ func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeI
 	defer f.answers.forget(opID)
 	var recorded *storev1.NodeOperation
 	err := w.Hold(ctx, sentTo(name, nodeID), func(tx *store.Tx, c *storev1.Command) error {
-		if _, err := tx.GetNodeOperation(opID, false); !errors.Is(err, store.ErrNotFound) {
-			return cmp.Or(err, ErrNotNew)
-		}
 		if gone, err := f.cannotServe(tx, nodeID); gone != "" || err != nil {
 			return cmp.Or(err, ErrNotNew)
 		}
 		c.NodeId = nodeID
 		var err error
-		recorded, err = StartOperation(tx, w.Now(), opID, nodeID, c.GetCommandId(), body)
+		recorded, err = startNew(tx, w.Now(), opID, nodeID, c.GetCommandId(), body)
 		return err
 	})
 	if err != nil {
@@ -192,7 +200,9 @@ func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeI
 // placement: which node, and what to tell it) in the transaction that
 // records it, keeping the step's lease (Hold): decide answers the node
 // and the operation's body, or an error that rolls everything back and is
-// returned as it is. When this replica holds the chosen node's session,
+// returned as it is. An operation an earlier step recorded is ErrNotNew,
+// found by its insert after decide ran (decide's writes go with the
+// rollback), unless decide failed first. When this replica holds the chosen node's session,
 // the operation is handed to it and the answer waited for in memory, as
 // Await does; otherwise the step ends waiting for the answer.
 func (f *Fleet) AwaitDecided(ctx context.Context, w *command.Work, name string, stage ctrlv1.FailureStage,
@@ -204,9 +214,6 @@ func (f *Fleet) AwaitDecided(ctx context.Context, w *command.Work, name string, 
 	var recorded *storev1.NodeOperation
 	var nodeID string
 	err := w.Hold(ctx, "", func(tx *store.Tx, c *storev1.Command) error {
-		if _, err := tx.GetNodeOperation(opID, false); !errors.Is(err, store.ErrNotFound) {
-			return cmp.Or(err, ErrNotNew)
-		}
 		var body proto.Message
 		var err error
 		if nodeID, body, err = decide(tx); err != nil {
@@ -217,7 +224,7 @@ func (f *Fleet) AwaitDecided(ctx context.Context, w *command.Work, name string, 
 			return err
 		}
 		c.NodeId, c.Progress = nodeID, sentTo(name, nodeID)
-		recorded, err = StartOperation(tx, w.Now(), opID, nodeID, c.GetCommandId(), anyBody)
+		recorded, err = startNew(tx, w.Now(), opID, nodeID, c.GetCommandId(), anyBody)
 		return err
 	})
 	if err != nil {

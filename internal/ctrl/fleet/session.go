@@ -836,6 +836,13 @@ func answerIn(op *storev1.NodeOperation, r *nodev1.CommandResult, now time.Time)
 // after the transaction commits, or hand the operation it returns to
 // deliver.
 func StartOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID string, body *anypb.Any) (*storev1.NodeOperation, error) {
+	op, _, err := startOperation(tx, now, operationID, nodeID, commandID, body)
+	return op, err
+}
+
+// startOperation is StartOperation, saying whether it inserted the
+// operation (false: one with its id was recorded before).
+func startOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID string, body *anypb.Any) (*storev1.NodeOperation, bool, error) {
 	op := &storev1.NodeOperation{
 		OperationId: operationID, NodeId: nodeID, CommandId: commandID,
 		State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING, Body: body, CreatedAt: timestamppb.New(now),
@@ -844,8 +851,8 @@ func StartOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID 
 		Traceparent: telemetry.Traceparent(tx.Context()),
 		RequestId:   telemetry.RequestID(tx.Context()),
 	}
-	_, err := tx.InsertNodeOperation(op)
-	return op, err
+	inserted, err := tx.InsertNodeOperation(op)
+	return op, inserted, err
 }
 
 // FetchArtifact streams an artifact to an authenticated node.
