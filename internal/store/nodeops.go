@@ -42,6 +42,21 @@ func (t *Tx) PutNodeOperation(op *storev1.NodeOperation) error {
 	return nil
 }
 
+// AnswerOperation writes op, answered, over its record when that is still
+// PENDING and addressed to op's node: the one write a PENDING operation
+// gets (an answer, or a failure when the node goes), so its body is the
+// one recorded with the answer set. answered is false, and nothing
+// written, otherwise.
+func (t *Tx) AnswerOperation(op *storev1.NodeOperation) (answered bool, err error) {
+	res, err := t.exec(`UPDATE node_operations SET state = ?, body = ? WHERE operation_id = ? AND node_id = ?
+		AND state = 'NODE_OPERATION_STATE_PENDING'`, op.GetState().String(), marshal(op), op.GetOperationId(), op.GetNodeId())
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // NodesWithPendingOperations lists the nodes that have operations not
 // answered yet, for the one poll that finds operations another ctrl
 // replica recorded.

@@ -57,8 +57,13 @@ func (a *Answer) Record(tx *store.Tx) error {
 	if u == nil {
 		return nil
 	}
-	op, err := u.f.recordAnswer(tx, u.from, u.r, false)
-	if op != nil || err != nil {
+	if u.op.GetNodeId() != u.from {
+		return errAnswerChanged // not its node's answer (the session checks this first)
+	}
+	// u.op is the operation as the step recorded it, with the answer set:
+	// written over the record while it is PENDING, without reading it.
+	answered, err := tx.AnswerOperation(u.op)
+	if answered || err != nil {
 		return err
 	}
 	stored, err := tx.GetNodeOperation(u.op.GetOperationId(), false)

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/store"
@@ -20,6 +23,7 @@ func RunNodeLifecycle(t *testing.T, b Backend) {
 		"ExecutionsByNode":       testExecutionsByNode,
 		"RuntimeNodesBackfilled": testRuntimeNodesBackfilled,
 		"NodeArtifacts":          testNodeArtifacts,
+		"OperationAnsweredOnce":  testOperationAnsweredOnce,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -144,5 +148,59 @@ func testRuntimeNodesBackfilled(t *testing.T, dsn string) {
 			t.Errorf("executions on node-a after the backfill: %v %v", on, err)
 		}
 		return err
+	})
+}
+
+// testOperationAnsweredOnce records an operation and answers it without
+// reading it (AnswerOperation): only its node's answer to it while it is
+// PENDING is written, once; the pending list loses it then.
+func testOperationAnsweredOnce(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	op := &storev1.NodeOperation{OperationId: "cmd-1/start", NodeId: "node-1", CommandId: "cmd-1",
+		State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING, CreatedAt: timestamppb.Now()}
+	mustTx(t, s, func(tx *store.Tx) error {
+		_, err := tx.InsertNodeOperation(op)
+		return err
+	})
+	answered := func(op *storev1.NodeOperation) bool {
+		var ok bool
+		mustTx(t, s, func(tx *store.Tx) error {
+			var err error
+			ok, err = tx.AnswerOperation(op)
+			return err
+		})
+		return ok
+	}
+	elsewhere := proto.CloneOf(op)
+	elsewhere.NodeId, elsewhere.State = "node-2", storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED
+	if answered(elsewhere) {
+		t.Error("another node's answer was written")
+	}
+	done := proto.CloneOf(op)
+	done.State, done.Message = storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED, "first"
+	if !answered(done) {
+		t.Fatal("the node's answer to its PENDING operation was not written")
+	}
+	again := proto.CloneOf(done)
+	again.State, again.Message = storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED, "second"
+	if answered(again) {
+		t.Error("an answered operation was answered again")
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		stored, err := tx.GetNodeOperation("cmd-1/start", false)
+		if err != nil {
+			return err
+		}
+		if stored.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED || stored.GetMessage() != "first" {
+			t.Errorf("stored %v %q, want the first answer", stored.GetState(), stored.GetMessage())
+		}
+		pending, err := tx.PendingNodeOperations("node-1", 10)
+		if err != nil {
+			return err
+		}
+		if len(pending) != 0 {
+			t.Errorf("still pending after its answer: %v", pending)
+		}
+		return nil
 	})
 }
