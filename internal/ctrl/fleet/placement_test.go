@@ -189,6 +189,19 @@ func TestPlacementSkipsNodesThatFailAConstraint(t *testing.T) {
 			clock := c.Registration(t, "node-d").GetSession().GetClock()
 			return clock != nil && !clock.GetExceedsTolerance()
 		})
+		// The registration shows the measurement as it is taken; placement
+		// reads it once written, a moment later.
+		testenv.WaitFor(t, "node-d's clock written back within tolerance", func() bool {
+			skewed := true
+			mustTx(t, c.Ctrl.Store(), func(tx *store.Tx) error {
+				rows, err := tx.ListNodePlacements("node-c", 1)
+				if len(rows) == 1 && rows[0].NodeID == "node-d" {
+					skewed = rows[0].ClockSkewed
+				}
+				return err
+			})
+			return !skewed
+		})
 		p.wantPlaced("ws-2", on("node-d"), "node-d")
 
 		// Drained: skipped, also when pinned.
