@@ -11,6 +11,8 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -69,6 +71,34 @@ func (e *vmEnv) waitState(id string, want ctrlv1.WorkspaceState) *ctrlv1.Workspa
 		return w.GetState() == want
 	})
 	return w
+}
+
+// waitStarted waits until Workspace id is AVAILABLE, and checks that the
+// transaction that made it so recorded the node's answer to the start of
+// command commandID as well (fleet.Answer.Record): both are read in one
+// transaction, before the operation sweep sends the operation again (a
+// second later) and records the node's second answer.
+func (e *vmEnv) waitStarted(id, commandID string) {
+	var op *storev1.NodeOperation
+	waitLong(e.t, "workspace "+id+" AVAILABLE", func() bool {
+		available := false
+		mustTx(e.t, e.c.Ctrl.Store(), func(tx *store.Tx) error {
+			w, err := tx.GetWorkspace(id, false)
+			if err != nil || w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+				if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+					e.t.Fatalf("workspace failed: %v", w.GetFailure())
+				}
+				return err
+			}
+			available = true
+			op, err = tx.GetNodeOperation(commandID+"/start", false)
+			return err
+		})
+		return available
+	})
+	if op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_SUCCEEDED || op.GetAnsweredAt() == nil {
+		e.t.Errorf("StartExecution once %s was AVAILABLE: %v answered at %v, want the node's answer recorded", id, op.GetState(), op.GetAnsweredAt())
+	}
 }
 
 func (e *vmEnv) volume(id string) *ctrlv1.Volume {

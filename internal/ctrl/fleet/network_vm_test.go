@@ -66,7 +66,7 @@ func TestDenyAllOnANetworkSlotRefusesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
-	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	e.waitStarted(id, "create-deny")
 	out, code := e.c.Exec(t, id, "sh", "-c", "cat /etc/resolv.conf; nslookup example.com")
 	if code == 0 || !strings.Contains(out, "nameserver 10.0.2.2\n") || strings.Contains(out, "timed out") || !strings.Contains(out, "REFUSED") {
 		t.Errorf("nslookup under DENY_ALL: exit %d, %q; want the gateway as nameserver and REFUSED at once", code, out)
