@@ -179,29 +179,33 @@ func TestPlacementSkipsNodesThatFailAConstraint(t *testing.T) {
 		}
 		p.wantRefused("ws-2", on("node-c"), ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, "memory is tight")
 
-		// Clock beyond tolerance, then back within it.
+		// Clock beyond tolerance, then back within it. The registration
+		// shows a measurement as it is taken; placement reads it once
+		// written, a moment later: the test waits for both.
+		written := func(skewed bool) func() bool {
+			return func() bool {
+				var row *store.NodePlacement
+				mustTx(t, c.Ctrl.Store(), func(tx *store.Tx) error {
+					rows, err := tx.ListNodePlacements("node-c", 1)
+					if len(rows) == 1 && rows[0].NodeID == "node-d" {
+						row = rows[0]
+					}
+					return err
+				})
+				return row != nil && row.ClockSkewed == skewed
+			}
+		}
 		testenv.WaitFor(t, "node-d's clock measured beyond tolerance", func() bool {
 			return c.Registration(t, "node-d").GetSession().GetClock().GetExceedsTolerance()
 		})
+		testenv.WaitFor(t, "node-d's clock written beyond tolerance", written(true))
 		p.wantRefused("ws-2", on("node-d"), ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "clock is beyond the allowed skew")
 		skew.Store(0)
 		testenv.WaitFor(t, "node-d's clock back within tolerance", func() bool {
 			clock := c.Registration(t, "node-d").GetSession().GetClock()
 			return clock != nil && !clock.GetExceedsTolerance()
 		})
-		// The registration shows the measurement as it is taken; placement
-		// reads it once written, a moment later.
-		testenv.WaitFor(t, "node-d's clock written back within tolerance", func() bool {
-			skewed := true
-			mustTx(t, c.Ctrl.Store(), func(tx *store.Tx) error {
-				rows, err := tx.ListNodePlacements("node-c", 1)
-				if len(rows) == 1 && rows[0].NodeID == "node-d" {
-					skewed = rows[0].ClockSkewed
-				}
-				return err
-			})
-			return !skewed
-		})
+		testenv.WaitFor(t, "node-d's clock written back within tolerance", written(false))
 		p.wantPlaced("ws-2", on("node-d"), "node-d")
 
 		// Drained: skipped, also when pinned.
