@@ -40,8 +40,7 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 // the row is gone, it upserts every column.
 func (t *Tx) putRow(table string, cols []string, indexed int, vals ...any) error {
 	id := fmt.Sprint(vals[0])
-	idx := fmt.Sprint(vals[1 : 1+indexed]...)
-	if known, ok := t.indexed[table+"\x00"+id]; ok && known == idx {
+	if known, ok := t.indexed[table+"\x00"+id]; ok && known == indexedValues(vals[1:1+indexed]) {
 		var sets []string
 		for _, c := range cols[1+indexed:] {
 			sets = append(sets, c+" = ?")
@@ -67,8 +66,12 @@ func (t *Tx) noteIndexed(table, id string, vals ...any) {
 	if t.indexed == nil {
 		t.indexed = map[string]string{}
 	}
-	t.indexed[table+"\x00"+id] = fmt.Sprint(vals...)
+	t.indexed[table+"\x00"+id] = indexedValues(vals)
 }
+
+// indexedValues encodes column values for noteIndexed, each quoted: ("a",
+// "") and ("", "a") differ.
+func indexedValues(vals []any) string { return fmt.Sprintf("%#v", vals) }
 
 // upsert writes one row whose first column is the key.
 func (t *Tx) upsert(table string, cols []string, vals ...any) error {

@@ -58,7 +58,7 @@ func (a *Answer) Record(tx *store.Tx) error {
 		return nil
 	}
 	if u.op.GetNodeId() != u.from {
-		return errAnswerChanged // not its node's answer (the session checks this first)
+		return errAnswerChanged // another node's message: never recorded (recordAnswer neither)
 	}
 	// u.op is the operation as the step recorded it, with the answer set:
 	// written over the record while it is PENDING, without reading it.
@@ -207,9 +207,10 @@ func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeI
 // and the operation's body, or an error that rolls everything back and is
 // returned as it is. An operation an earlier step recorded is ErrNotNew,
 // found by its insert after decide ran (decide's writes go with the
-// rollback), unless decide failed first. When this replica holds the chosen node's session,
-// the operation is handed to it and the answer waited for in memory, as
-// Await does; otherwise the step ends waiting for the answer.
+// rollback), unless decide failed first. When this replica holds the
+// chosen node's session, the operation is handed to it and the answer
+// waited for in memory, as Await does; otherwise the step ends waiting
+// for the answer.
 func (f *Fleet) AwaitDecided(ctx context.Context, w *command.Work, name string, stage ctrlv1.FailureStage,
 	decide func(tx *store.Tx) (nodeID string, body proto.Message, err error),
 ) (string, *Answer, error) {

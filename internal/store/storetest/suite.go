@@ -640,6 +640,21 @@ func testRowsRewrittenKeepTheirColumns(t *testing.T, dsn string) {
 		if one, two := reserved(tx, "pool-1"), reserved(tx, "pool-2"); one != 0 || two != 2<<20 {
 			t.Errorf("pools reserve %d and %d after the layer moved, want 0 and %d", one, two, 2<<20)
 		}
+		// Indexed values that swap places are a change too.
+		if err := tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-b", LayerPool: "node-3"}); err != nil {
+			return err
+		}
+		swapped, err := tx.GetRuntime("ws-b", true)
+		if err != nil {
+			return err
+		}
+		swapped.NodeId, swapped.LayerPool, swapped.Starts = "node-3", "", 1
+		if err := tx.PutRuntime(swapped); err != nil {
+			return err
+		}
+		if got := on(tx, "node-3"); !slices.Equal(got, []string{"ws-b/1"}) {
+			t.Errorf("node-3 after its name moved from the pool column to the node's: %v", got)
+		}
 		return nil
 	})
 	mustTx(t, s, func(tx *store.Tx) error {
