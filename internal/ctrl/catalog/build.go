@@ -59,7 +59,14 @@ func (c *Catalog) runBuild(ctx context.Context, wk *command.Work) error {
 	}
 	defer os.RemoveAll(work)
 	create := req.(*operatorv1.CreateTemplateRevisionRequest)
-	built, buildErr := c.build(ctx, wk, r, create, work)
+	var built *template.Built
+	var buildErr error
+	if ran, err := wk.Heavy(ctx, "template builds", func() error {
+		built, buildErr = c.build(ctx, wk, r, create, work)
+		return nil
+	}); !ran || err != nil {
+		return err
+	}
 	if errors.Is(buildErr, errCancelled) {
 		return wk.Succeed(ctx, func(*store.Tx) error { return nil })
 	}

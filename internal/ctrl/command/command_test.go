@@ -247,8 +247,8 @@ func TestAHeldStepWaitsWithoutAWorker(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s *store.Store) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		r := command.NewRunner(s, "test-replica", slog.Default())
 		const holders = 8
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithWorkers(holders))
 		lastRan := make(chan struct{})
 		var held, steps atomic.Int32
 		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
@@ -350,8 +350,8 @@ func TestACommandAdmittedWithNoWorkerFreeWaitsForAClaim(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s *store.Store) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour))
 		const workers = 8
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour), command.WithWorkers(workers))
 		release := make(chan struct{})
 		var busy atomic.Int32
 		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
@@ -375,6 +375,95 @@ func TestACommandAdmittedWithNoWorkerFreeWaitsForAClaim(t *testing.T) {
 		waitFor(t, "the ninth SUCCEEDED", func() bool { return commandState(t, s, "ninth").Final() })
 		if c := commandState(t, s, "ninth"); c.Attempts != 1 {
 			t.Errorf("the ninth ended after %d claims, want 1", c.Attempts)
+		}
+	})
+}
+
+// Steps doing heavy work keep to eight at once (Work.Heavy), however many
+// workers the runner has: a ninth waits, WAITING for a place, and runs
+// once one is free; steps without heavy work run beside them meanwhile.
+func TestHeavyWorkKeepsToEightStepsAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default())
+		const heavy = 8
+		release := make(chan struct{})
+		var running, most atomic.Int32
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			if w.Command().GetCommandId() == "light" {
+				return w.Succeed(ctx, func(*store.Tx) error { return nil })
+			}
+			ran, err := w.Heavy(ctx, "test loads", func() error {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				<-release
+				return nil
+			})
+			if !ran || err != nil {
+				return err
+			}
+			return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		})
+		go r.Run(ctx)
+		waitFor(t, "the runner running", func() bool { return r.Running() })
+		for i := range heavy + 1 {
+			admitVia(t, r, createVolume(fmt.Sprint("heavy-", i), 1<<30))
+		}
+		waitFor(t, "eight heavy steps running", func() bool { return running.Load() == heavy })
+		waiting := ""
+		waitFor(t, "the ninth WAITING for a place", func() bool {
+			for i := range heavy + 1 {
+				if c := commandState(t, s, fmt.Sprint("heavy-", i)); c.GetState() == storev1.CommandState_COMMAND_STATE_WAITING {
+					waiting = c.GetWaitingFor()
+					return true
+				}
+			}
+			return false
+		})
+		if want := "a free place among the 8 test loads this ctrl runs at once"; waiting != want {
+			t.Errorf("waiting_for %q, want %q", waiting, want)
+		}
+		admitVia(t, r, createVolume("light", 1<<30))
+		waitFor(t, "a light step beside them", func() bool { return commandState(t, s, "light").Final() })
+		close(release)
+		for i := range heavy + 1 {
+			id := fmt.Sprint("heavy-", i)
+			waitFor(t, id+" SUCCEEDED", func() bool { return commandState(t, s, id).Final() })
+		}
+		if most.Load() != heavy {
+			t.Errorf("%d heavy steps ran at once, want at most (and here exactly) %d", most.Load(), heavy)
+		}
+	})
+}
+
+// A runner runs more steps at once than it does heavy ones: 64 by
+// default, so placements do not queue for a worker behind steps waiting
+// for the database.
+func TestARunnerRunsSixtyFourStepsAtOnceByDefault(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default())
+		release := make(chan struct{})
+		var busy atomic.Int32
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			busy.Add(1)
+			<-release
+			return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		})
+		go r.Run(ctx)
+		waitFor(t, "the runner running", func() bool { return r.Running() })
+		for i := range command.DefaultWorkers {
+			admitVia(t, r, createVolume(fmt.Sprint("busy-", i), 1<<30))
+		}
+		waitFor(t, "every step running", func() bool { return busy.Load() == command.DefaultWorkers })
+		close(release)
+		for i := range command.DefaultWorkers {
+			id := fmt.Sprint("busy-", i)
+			waitFor(t, id+" SUCCEEDED", func() bool { return commandState(t, s, id).Final() })
 		}
 	})
 }

@@ -37,6 +37,9 @@ type Runner struct {
 	metrics  *metrics.Metrics
 	// sem holds a place for each step running (workers places).
 	sem chan struct{}
+	// heavy holds a place for each step doing heavy work in ctrl itself
+	// (heavyWorkers places, Work.Heavy).
+	heavy chan struct{}
 
 	// mu guards running: Run's context while it runs, nil otherwise. A
 	// step Do starts joins Run's steps (wg) only while Run runs.
@@ -50,8 +53,8 @@ type Runner struct {
 func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *Runner {
 	r := &Runner{
 		store: s, owner: owner, handlers: map[string]Handler{}, log: log,
-		now: time.Now, lease: failpoint.Lease(30 * time.Second), poll: time.Second, workers: 8,
-		kick: make(chan struct{}, 1),
+		now: time.Now, lease: failpoint.Lease(30 * time.Second), poll: time.Second, workers: DefaultWorkers,
+		kick: make(chan struct{}, 1), heavy: make(chan struct{}, heavyWorkers),
 	}
 	for _, o := range opts {
 		o(r)
@@ -60,12 +63,26 @@ func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *
 	return r
 }
 
+// DefaultWorkers is how many steps a runner runs at once unless
+// WithWorkers says otherwise. A step waiting for a node's answer gives its
+// place back (Work.Idle), but a step that writes waits for its turn on the
+// database in its place: with eight places, creations queued for a place
+// behind steps waiting for SQLite's one writer, and took either ~20 ms or
+// ~200 ms (docs/PERFORMANCE.md, "The runner's workers"). Heavy work in ctrl
+// itself (a template build, an export's assembly) keeps to its own, smaller
+// bound (Work.Heavy).
+const DefaultWorkers = 64
+
 // Option sets something of a Runner at construction.
 type Option func(*Runner)
 
 // WithMetrics makes the runner count the commands it ends in m
 // (kibotos_commands_finished_total, kibotos_command_duration_seconds).
 func WithMetrics(m *metrics.Metrics) Option { return func(r *Runner) { r.metrics = m } }
+
+// WithWorkers sets how many steps the runner runs at once (DefaultWorkers
+// unless set).
+func WithWorkers(n int) Option { return func(r *Runner) { r.workers = max(n, 1) } }
 
 // WithPoll sets how long the runner sleeps between looks for due
 // commands when nothing kicks it (one second unless set).

@@ -233,11 +233,17 @@ func (s *Service) finishExport(ctx context.Context, w *command.Work, id string, 
 		Template: src.template, Platform: src.platform, Completeness: "complete",
 		CreatedAt: w.Now().UTC().Truncate(time.Second),
 	}
-	staged, closeAll, err := s.staged(id, src, parts)
-	defer closeAll()
 	var written *archive.Written
-	if err == nil {
-		written, err = s.assemble(ctx, id, m, staged)
+	ran, err := w.Heavy(ctx, "export assemblies", func() error {
+		staged, closeAll, err := s.staged(id, src, parts)
+		defer closeAll()
+		if err == nil {
+			written, err = s.assemble(ctx, id, m, staged)
+		}
+		return err
+	})
+	if !ran {
+		return err
 	}
 	if errors.Is(err, archive.ErrSourceChanged) || errors.Is(err, os.ErrNotExist) || connect.CodeOf(err) == connect.CodeFailedPrecondition {
 		// A staged part is not what its node sent, or the template image
