@@ -55,9 +55,9 @@ func noRows(err error) error {
 func (t *Tx) GetPlatformKey(name string, lock bool) (*operatorv1.PlatformKey, error) {
 	q := "SELECT deployment_default, body FROM catalog_platform_keys WHERE platform_key = ?"
 	if lock {
-		q += t.d.lock
+		return first(queryDefaulted(t, q+t.d.lock, []any{name}, newPlatformKey))
 	}
-	return first(queryDefaulted(t, q, []any{name}, newPlatformKey))
+	return getDefaulted(t, q, name, newPlatformKey)
 }
 
 func newPlatformKey(def bool) *operatorv1.PlatformKey {
@@ -86,6 +86,19 @@ func queryDefaulted[M proto.Message](t *Tx, q string, args []any, newMsg func(de
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+// getDefaulted reads the one row of (deployment_default, body) q finds by
+// key, as queryDefaulted does, through the row cache; ErrNotFound for none.
+func getDefaulted[M proto.Message](t *Tx, q, key string, newMsg func(def bool) M) (M, error) {
+	var def int64
+	var body []byte
+	if err := t.cachedScan(q, []any{key}, &def, &body); err != nil {
+		var zero M
+		return zero, noRows(err)
+	}
+	m := newMsg(def == 1)
+	return m, (proto.UnmarshalOptions{Merge: true}).Unmarshal(body, m)
 }
 
 // first is the one row a query by key found, or ErrNotFound.
@@ -133,8 +146,12 @@ func (t *Tx) InsertLaunch(l *operatorv1.Launch) error {
 // CatalogLaunch reads one Launch as it was created (is_default is the
 // caller's to fill in).
 func (t *Tx) CatalogLaunch(ref string) (*operatorv1.Launch, error) {
+	var body []byte
+	if err := t.cachedScan("SELECT body FROM catalog_launches WHERE launch_ref = ?", []any{ref}, &body); err != nil {
+		return nil, noRows(err)
+	}
 	l := &operatorv1.Launch{}
-	return l, t.getBody("catalog_launches", "launch_ref", ref, false, l)
+	return l, proto.Unmarshal(body, l)
 }
 
 // ListLaunches pages a key's Launches newest first, below revision before
@@ -180,7 +197,7 @@ func (t *Tx) DefaultLaunch(key string) (*storev1.Launch, error) {
 	var err error
 	if key == "" {
 		var body []byte
-		if err = t.queryRow("SELECT body FROM catalog_platform_keys WHERE deployment_default = 1").Scan(&body); err != nil {
+		if err = t.cachedScan("SELECT body FROM catalog_platform_keys WHERE deployment_default = 1", nil, &body); err != nil {
 			return nil, noRows(err)
 		}
 		k = &operatorv1.PlatformKey{}

@@ -120,11 +120,12 @@ func (s *Store) runMember(ctx context.Context, b *group, fn func(*Tx) error) err
 		b.err = fmt.Errorf("group commit: %w", err)
 		return b.err
 	}
-	tx := &Tx{ctx: ctx, tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index}
+	tx := &Tx{ctx: ctx, tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index, cache: &s.cache}
 	fnErr := fn(tx)
 	b.charged = append(b.charged, tx.charged...) // settled when the group ends, however
 	if fnErr != nil {
 		tx.rolledBack()
+		s.cache.drop() // rows read after its writes may hold them
 		if _, err := around.exec("ROLLBACK TO member"); err != nil {
 			b.err = fmt.Errorf("group commit: undoing a failed transaction (%v): %w", fnErr, err)
 			return fnErr
@@ -155,8 +156,11 @@ func (s *Store) endGroup(b *group) {
 		s.stats.committed()
 		s.index.committed(b.patches) // under mu: in commit order
 		s.changes.committed(b.written)
-	} else if b.readIndex {
-		s.index.forget(nil)
+	} else {
+		s.cache.drop()
+		if b.readIndex {
+			s.index.forget(nil)
+		}
 	}
 	s.index.settle(b.charged)
 	if b.err != nil && !errors.Is(b.err, errGroupBroken) {

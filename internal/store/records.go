@@ -285,7 +285,7 @@ func (t *Tx) ListGrants(after string, limit int) ([]*operatorv1.EnrollmentGrant,
 // Setting reads a shared setting.
 func (t *Tx) Setting(name string) ([]byte, error) {
 	var v []byte
-	err := t.queryRow("SELECT value FROM settings WHERE name = ?", name).Scan(&v)
+	err := t.cachedScan("SELECT value FROM settings WHERE name = ?", []any{name}, &v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -55,6 +55,8 @@ type Store struct {
 	group grouper
 	// index mirrors node_placement for placement (placeindex.go).
 	index placeIndex
+	// cache keeps catalog rows for SQLite's writer (rowcache.go).
+	cache rowCache
 	// stop ends the work the store does in the background (background),
 	// nil for none.
 	stop       context.CancelFunc
@@ -485,6 +487,9 @@ type Tx struct {
 	readAll bool
 	// charged are the nodes it charged through the mirror (settle).
 	charged []string
+	// cache is the Store's catalog rows, for a SQLite group member; nil
+	// elsewhere (rowcache.go).
+	cache *rowCache
 }
 
 // rolledBack forgets what t read into the placement mirror: it may have
@@ -499,6 +504,9 @@ func (t *Tx) rolledBack() {
 }
 
 func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
+	if t.cache != nil {
+		t.cache.dropIfWrites(query)
+	}
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
 	}
@@ -508,6 +516,9 @@ func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
 // execUnprepared runs a statement whose text varies from call to call,
 // which is not worth keeping prepared.
 func (t *Tx) execUnprepared(query string, args ...any) (sql.Result, error) {
+	if t.cache != nil {
+		t.cache.dropIfWrites(query)
+	}
 	return t.tx.ExecContext(t.ctx, t.d.rebind(query), args...)
 }
 

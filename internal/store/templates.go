@@ -17,9 +17,9 @@ var revisionDeleted = operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_D
 func (t *Tx) GetTemplate(name string, lock bool) (*operatorv1.Template, error) {
 	q := "SELECT deployment_default, body FROM catalog_templates WHERE template = ?"
 	if lock {
-		q += t.d.lock
+		return first(queryDefaulted(t, q+t.d.lock, []any{name}, newTemplate))
 	}
-	return first(queryDefaulted(t, q, []any{name}, newTemplate))
+	return getDefaulted(t, q, name, newTemplate)
 }
 
 func newTemplate(def bool) *operatorv1.Template { return &operatorv1.Template{DeploymentDefault: def} }
@@ -45,7 +45,7 @@ func (t *Tx) SetDeploymentDefaultTemplate(name string) error {
 // or ErrNotFound.
 func (t *Tx) DeploymentDefaultTemplate() (string, error) {
 	var name string
-	err := t.queryRow("SELECT template FROM catalog_templates WHERE deployment_default = 1").Scan(&name)
+	err := t.cachedScan("SELECT template FROM catalog_templates WHERE deployment_default = 1", nil, &name)
 	return name, noRows(err)
 }
 
@@ -94,11 +94,14 @@ func (t *Tx) UpdateTemplateRevision(r *operatorv1.TemplateRevision) error {
 // GetTemplateRevision reads one revision, deleted ones too.
 func (t *Tx) GetTemplateRevision(template, revision string, lock bool) (*operatorv1.TemplateRevision, error) {
 	q := "SELECT body FROM catalog_template_revisions WHERE template = ? AND revision = ?"
-	if lock {
-		q += t.d.lock
-	}
 	var body []byte
-	if err := t.queryRow(q, template, revision).Scan(&body); err != nil {
+	var err error
+	if lock {
+		err = t.queryRow(q+t.d.lock, template, revision).Scan(&body)
+	} else {
+		err = t.cachedScan(q, []any{template, revision}, &body)
+	}
+	if err != nil {
 		return nil, noRows(err)
 	}
 	r := &operatorv1.TemplateRevision{}

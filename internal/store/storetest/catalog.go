@@ -244,3 +244,130 @@ func testLegacyCatalogReadAndCleared(t *testing.T, dsn string) {
 		return nil
 	})
 }
+
+// testCatalogReadsSeeEveryWrite reads the catalog rows and settings that
+// SQLite's writer keeps in memory (the row cache) after each kind of write
+// to them: committed, and made by a transaction that then failed after
+// reading its own write.
+func testCatalogReadsSeeEveryWrite(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	boom := errors.New("boom")
+	defaultLaunch := func(want string) {
+		t.Helper()
+		mustTx(t, s, func(tx *store.Tx) error {
+			l, err := tx.DefaultLaunch("")
+			if err != nil {
+				return err
+			}
+			if l.GetLaunchRef() != want {
+				t.Errorf("default launch %s, want %s", l.GetLaunchRef(), want)
+			}
+			return nil
+		})
+	}
+	setDefault := func(tx *store.Tx, ref string, version uint64) error {
+		return tx.PutPlatformKey(&operatorv1.PlatformKey{PlatformKey: "k", DefaultLaunchRef: ref, Version: version})
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		for rev := uint64(1); rev <= 2; rev++ {
+			if err := tx.InsertLaunch(launch("k", rev)); err != nil {
+				return err
+			}
+		}
+		if err := setDefault(tx, "k-1", 1); err != nil {
+			return err
+		}
+		return tx.SetDeploymentDefaultPlatformKey("k")
+	})
+	defaultLaunch("k-1")
+	mustTx(t, s, func(tx *store.Tx) error { return setDefault(tx, "k-2", 2) })
+	defaultLaunch("k-2")
+	err := s.Tx(ctx, func(tx *store.Tx) error {
+		if err := setDefault(tx, "k-1", 3); err != nil {
+			return err
+		}
+		if l, err := tx.DefaultLaunch(""); err != nil || l.GetLaunchRef() != "k-1" {
+			t.Errorf("default launch read after its write in one transaction: %v, %v", l, err)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	defaultLaunch("k-2")
+
+	setting := func(want string) {
+		t.Helper()
+		mustTx(t, s, func(tx *store.Tx) error {
+			v, err := tx.Setting("cached")
+			if string(v) != want {
+				t.Errorf("setting %q (%v), want %q", v, err, want)
+			}
+			return nil
+		})
+	}
+	setting("")
+	mustTx(t, s, func(tx *store.Tx) error {
+		_, err := tx.InitSetting("cached", []byte("one"))
+		return err
+	})
+	setting("one")
+	mustTx(t, s, func(tx *store.Tx) error {
+		_, err := tx.PutSetting("cached", []byte("one"), []byte("two"))
+		return err
+	})
+	setting("two")
+	err = s.Tx(ctx, func(tx *store.Tx) error {
+		if _, err := tx.PutSetting("cached", []byte("two"), []byte("three")); err != nil {
+			return err
+		}
+		if v, err := tx.Setting("cached"); string(v) != "three" {
+			t.Errorf("setting read after its write in one transaction: %q, %v", v, err)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	setting("two")
+
+	rev := &operatorv1.TemplateRevision{Ref: &ctrlv1.TemplateRef{Template: "t", Revision: "r"}, State: operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_BUILDING}
+	mustTx(t, s, func(tx *store.Tx) error {
+		if err := tx.PutTemplate(&operatorv1.Template{Template: "t"}); err != nil {
+			return err
+		}
+		return tx.InsertTemplateRevision(rev)
+	})
+	state := func(want operatorv1.TemplateRevisionState) {
+		t.Helper()
+		mustTx(t, s, func(tx *store.Tx) error {
+			r, err := tx.GetTemplateRevision("t", "r", false)
+			if err != nil {
+				return err
+			}
+			if r.GetState() != want {
+				t.Errorf("revision %v, want %v", r.GetState(), want)
+			}
+			return nil
+		})
+	}
+	state(operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_BUILDING)
+	rev.State = operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_READY
+	mustTx(t, s, func(tx *store.Tx) error { return tx.UpdateTemplateRevision(rev) })
+	state(operatorv1.TemplateRevisionState_TEMPLATE_REVISION_STATE_READY)
+	mustTx(t, s, func(tx *store.Tx) error {
+		if name, err := tx.DeploymentDefaultTemplate(); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("deployment default template before one is set: %q, %v", name, err)
+		}
+		return tx.SetDeploymentDefaultTemplate("t")
+	})
+	mustTx(t, s, func(tx *store.Tx) error {
+		if name, err := tx.DeploymentDefaultTemplate(); name != "t" || err != nil {
+			t.Errorf("deployment default template %q, %v; want t", name, err)
+		}
+		if tm, err := tx.GetTemplate("t", false); err != nil || !tm.GetDeploymentDefault() {
+			t.Errorf("template t: %v, %v; want the deployment default", tm, err)
+		}
+		return nil
+	})
+}

@@ -39,6 +39,7 @@ func Run(t *testing.T, b Backend) {
 		"CatalogUploadsUnreferenced":     testCatalogUploadsUnreferenced,
 		"LegacyCatalogReadAndCleared":    testLegacyCatalogReadAndCleared,
 		"RowsRewrittenKeepTheirColumns":  testRowsRewrittenKeepTheirColumns,
+		"CatalogReadsSeeEveryWrite":      testCatalogReadsSeeEveryWrite,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
