@@ -120,7 +120,11 @@ func (s *Store) runMember(ctx context.Context, b *group, fn func(*Tx) error) err
 		b.err = fmt.Errorf("group commit: %w", err)
 		return b.err
 	}
-	tx := &Tx{ctx: ctx, tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index, cache: &s.cache}
+	// Its statements do not end with the caller's context: SQLite's driver
+	// watched a cancellable one from a goroutine of its own at every
+	// statement, and an interrupt would break the group's transaction
+	// for every member (the statements are short; fn sees ctx itself).
+	tx := &Tx{ctx: context.WithoutCancel(ctx), tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index, cache: &s.cache}
 	fnErr := fn(tx)
 	b.charged = append(b.charged, tx.charged...) // settled when the group ends, however
 	if fnErr != nil {

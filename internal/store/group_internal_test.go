@@ -2,12 +2,15 @@ package store
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
+
+	"modernc.org/sqlite"
 )
 
 // Transactions that wait while one runs share its group's commit: the
@@ -153,4 +156,73 @@ func openGroupTestStore(t *testing.T) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// cancelDuring is what the SQL function kibotos_test_cancel() calls: the
+// test's way to end a caller's context while its statement runs.
+var cancelDuring func()
+
+func init() {
+	sqlite.MustRegisterScalarFunction("kibotos_test_cancel", 0, func(*sqlite.FunctionContext, []driver.Value) (driver.Value, error) {
+		if cancelDuring != nil {
+			cancelDuring()
+		}
+		return int64(0), nil
+	})
+}
+
+// A caller whose context ends while its statement runs does not break the
+// group it shares: SQLite's driver would interrupt the statement, and
+// SQLite rolls back the whole transaction of an interrupted write, every
+// member's writes with it. The member's statement sees the context end
+// from inside (a SQL function cancels it), then runs on for some 300,000
+// steps, where the driver looks for a cancellation every thousand.
+func TestGroupCommitOutlivesAMembersCancelledContext(t *testing.T) {
+	s := openGroupTestStore(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancelDuring = cancel
+	t.Cleanup(func() { cancelDuring = nil })
+
+	hold, holding := make(chan struct{}), make(chan struct{})
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errs[0] = s.Tx(context.Background(), func(tx *Tx) error {
+			if _, err := tx.InitSetting("kept", []byte("1")); err != nil {
+				return err
+			}
+			close(holding)
+			<-hold
+			return nil
+		})
+	}()
+	<-holding
+	go func() {
+		defer wg.Done()
+		errs[1] = s.Tx(cancelled, func(tx *Tx) error {
+			_, err := tx.execUnprepared(`WITH RECURSIVE c(x) AS (SELECT kibotos_test_cancel() UNION ALL SELECT x + 1 FROM c WHERE x < 300000)
+				INSERT INTO settings (name, value) SELECT 'cancelled', CAST(MAX(x) AS BLOB) FROM c`)
+			return err
+		})
+	}()
+	for s.group.waiting.Load() != 1 {
+		runtime.Gosched()
+	}
+	close(hold)
+	wg.Wait()
+
+	if errs[0] != nil {
+		t.Errorf("the member beside the cancelled one: %v, want it committed", errs[0])
+	}
+	if cancelled.Err() == nil {
+		t.Fatal("the statement never ran the function that cancels its context")
+	}
+	if err := s.Tx(context.Background(), func(tx *Tx) error {
+		_, err := tx.Setting("kept")
+		return err
+	}); err != nil {
+		t.Errorf("the other member's write after the group: %v", err)
+	}
 }
