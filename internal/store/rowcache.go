@@ -26,15 +26,11 @@ import (
 // database.
 type rowCache struct {
 	mu sync.Mutex
-	// gen counts the drops; a row is kept with the gen it was read at.
-	gen  uint64
-	rows map[string]cachedRow
-}
-
-// cachedRow is one row's scanned columns (nil for no row).
-type cachedRow struct {
-	gen    uint64
-	values []any
+	// gen counts the drops: a row read while one happened is not kept.
+	gen uint64
+	// rows are the rows kept by query and args: each its scanned columns,
+	// nil for no row.
+	rows map[string][]any
 }
 
 // cachedTables are the tables whose rows the cache may keep.
@@ -70,34 +66,37 @@ func (c *rowCache) dropIfWrites(query string) {
 // are strings.
 func (t *Tx) cachedScan(query string, args []any, dest ...any) error {
 	c := t.cache
-	key, ok := cacheKey(query, args)
-	if c == nil || !ok {
+	var key string
+	ok := c != nil
+	if ok {
+		key, ok = cacheKey(query, args)
+	}
+	if !ok {
 		return t.queryRow(query, args...).Scan(dest...)
 	}
 	c.mu.Lock()
-	row, hit := c.rows[key]
+	values, hit := c.rows[key]
 	gen := c.gen
 	c.mu.Unlock()
-	if hit && row.gen == gen {
-		if row.values == nil {
+	if hit {
+		if values == nil {
 			return sql.ErrNoRows
 		}
-		return copyInto(dest, row.values)
+		return copyInto(dest, values)
 	}
 	err := t.queryRow(query, args...).Scan(dest...)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
-	var values []any
 	if err == nil {
 		values = copyOut(dest)
 	}
 	c.mu.Lock()
 	if c.gen == gen {
 		if c.rows == nil || len(c.rows) >= maxCachedRows {
-			c.rows = map[string]cachedRow{}
+			c.rows = map[string][]any{}
 		}
-		c.rows[key] = cachedRow{gen: gen, values: values}
+		c.rows[key] = values
 	}
 	c.mu.Unlock()
 	return err
