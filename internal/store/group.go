@@ -125,7 +125,7 @@ func (s *Store) runMember(ctx context.Context, b *group, fn func(*Tx) error) err
 	// statement, and an interrupt would break the group's transaction
 	// for every member (the statements are short; fn sees ctx itself).
 	tx := &Tx{ctx: context.WithoutCancel(ctx), tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index, cache: &s.cache}
-	fnErr := fn(tx)
+	fnErr := tx.finish(fn)
 	b.charged = append(b.charged, tx.charged...) // settled when the group ends, however
 	if fnErr != nil {
 		tx.rolledBack()

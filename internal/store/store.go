@@ -416,7 +416,7 @@ func (s *Store) read(ctx context.Context, fn func(*Tx) error) error {
 	}
 	s.stats.began()
 	defer sqlTx.Rollback()
-	return fn(&Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.readStmts})
+	return (&Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.readStmts}).finish(fn)
 }
 
 func (s *Store) run(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) error {
@@ -448,7 +448,7 @@ func (s *Store) tryTx(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) err
 	defer s.stats.heldFor(time.Now())
 	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts, index: &s.index}
 	defer func() { s.index.settle(tx.charged) }()
-	if err := fn(tx); err != nil {
+	if err := tx.finish(fn); err != nil {
 		_ = sqlTx.Rollback()
 		tx.rolledBack()
 		return err
@@ -490,6 +490,28 @@ type Tx struct {
 	// cache is the Store's catalog rows, for a SQLite group member; nil
 	// elsewhere (rowcache.go).
 	cache *rowCache
+	// last are the writes to run once the caller's fn returned (Last).
+	last []func(*Tx) error
+}
+
+// Last runs fn in t once everything else t's caller does returned,
+// just before the commit; an error rolls t back as the caller's would. It
+// is for a write that takes a row lock many transactions queue for (a
+// shared storage pool's, on PostgreSQL): taken last, the lock is held for
+// the commit, not for the rest of the transaction.
+func (t *Tx) Last(fn func(*Tx) error) { t.last = append(t.last, fn) }
+
+// finish runs fn, then the writes it left for last.
+func (t *Tx) finish(fn func(*Tx) error) error {
+	if err := fn(t); err != nil {
+		return err
+	}
+	for i := 0; i < len(t.last); i++ { // a last write may add another
+		if err := t.last[i](t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rolledBack forgets what t read into the placement mirror: it may have
