@@ -2,6 +2,7 @@ package command_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -204,6 +205,49 @@ func TestLostLeaseWritesNothing(t *testing.T) {
 		}
 		if c := commandState(t, s, "lease-1"); c.Final() {
 			t.Errorf("command finished by a worker without the lease: %v", c.Command)
+		}
+	})
+}
+
+// A step's write whose transaction then fails (here a write left for the
+// transaction's end refuses) leaves the step's command as it was: the
+// step goes on holding the lease it had, and ends the command.
+func TestAStepWriteRolledBackLeavesTheStepsCommand(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		effects := 0
+		if _, err := admit(t, s, createVolume("undone-1", 1<<30), true, &effects); err != nil {
+			t.Fatal(err)
+		}
+		r := command.NewRunner(s, "test-replica", slog.Default())
+		refused := errors.New("refused at the end")
+		type outcome struct{ held, ended error }
+		done := make(chan outcome, 1)
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			var o outcome
+			o.held = w.Hold(ctx, "a progress never committed", func(tx *store.Tx, c *storev1.Command) error {
+				tx.Last(func(*store.Tx) error { return refused })
+				return nil
+			})
+			if got := w.Command().GetProgress(); got == "a progress never committed" {
+				t.Errorf("the step's command after a rolled-back write shows its progress %q", got)
+			}
+			o.ended = w.Succeed(ctx, func(*store.Tx) error { return nil })
+			done <- o
+			return o.ended
+		})
+		go r.Run(ctx)
+		r.Kick()
+		o := <-done
+		if !errors.Is(o.held, refused) {
+			t.Errorf("Hold: %v, want %v", o.held, refused)
+		}
+		if o.ended != nil {
+			t.Errorf("Succeed after a rolled-back write: %v, want the command ended", o.ended)
+		}
+		if c := commandState(t, s, "undone-1"); c.GetState() != storev1.CommandState_COMMAND_STATE_SUCCEEDED {
+			t.Errorf("command %v, want SUCCEEDED", c.GetState())
 		}
 	})
 }

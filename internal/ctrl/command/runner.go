@@ -317,6 +317,7 @@ func (w *Work) Now() time.Time { return w.r.now() }
 // update changes the command and other records in one transaction, only if
 // this worker still holds the command's lease.
 func (w *Work) update(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRow) error) error {
+	var written *store.CommandRow
 	err := w.r.store.Tx(ctx, func(tx *store.Tx) error {
 		c, err := tx.GetCommand(w.c.GetCommandId(), true)
 		if err != nil {
@@ -332,9 +333,15 @@ func (w *Work) update(ctx context.Context, fn func(tx *store.Tx, c *store.Comman
 		if err := tx.UpdateCommand(c); err != nil {
 			return err
 		}
-		w.c = c
+		written = c
 		return nil
 	})
+	if err == nil {
+		// Only once committed: a transaction that failed after the write
+		// (at its commit, or in a write left for last) leaves the command
+		// as the worker knew it.
+		w.c = written
+	}
 	if err == nil && !w.c.Final() {
 		failpoint.Hit(failpoint.StepCommitted, w.c.GetCommandId())
 	}
