@@ -78,7 +78,7 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 			return nil // placed by an earlier step; or failing below
 		}
 		var err error
-		placed, err = s.place(tx, wk, plan)
+		placed, err = s.place(tx, wk, plan, false)
 		return err
 	})
 	if errors.Is(err, errPoolRefused) {
@@ -176,8 +176,8 @@ func (s *Service) placeAndStart(ctx context.Context, wk *command.Work, stage ctr
 		if v := plan.GetVolume().GetState(); wait != "" || v == ctrlv1.VolumeState_VOLUME_STATE_CREATING || v == ctrlv1.VolumeState_VOLUME_STATE_LOST {
 			return "", nil, errNotAtOnce
 		}
-		placed, err := s.place(tx, wk, plan)
-		if errors.Is(err, errPoolRefused) || err == nil && placed.refusal != nil {
+		placed, err := s.place(tx, wk, plan, true)
+		if err == nil && placed.refusal != nil {
 			return "", nil, errNotAtOnce
 		} else if err != nil {
 			return "", nil, err
@@ -185,6 +185,9 @@ func (s *Service) placeAndStart(ctx context.Context, wk *command.Work, stage ctr
 		start = s.startExecution(plan, placed.nodeID, wk.Command().GetCommandId())
 		return placed.nodeID, start, nil
 	})
+	if errors.Is(err, errPoolRefused) {
+		err = errNotAtOnce // the long way says why
+	}
 	if nodeID != "" { // committed
 		countPlacement(s.fleet.Metrics(), nil, nil)
 	}
@@ -364,7 +367,12 @@ type placement struct {
 // place charges the execution to a node (fleet.Place: every placement
 // constraint), and records where a first writable layer goes: beside the
 // Volume, or in the node's default pool, where it reserves its capacity.
-func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan) (*placement, error) {
+// With last, the reservation is the transaction's last write (store.Tx.Last),
+// and a pool that refuses it fails the transaction with errPoolRefused:
+// every placement of a fleet sharing one pool reserves in it, and on
+// PostgreSQL each holds the pool's rows locked from its reservation to its
+// commit.
+func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan, last bool) (*placement, error) {
 	res := plan.w.GetSpec().GetResources()
 	p := fleet.Placement{
 		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), wk.Command().GetCommandId()),
@@ -378,30 +386,53 @@ func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan) (*plac
 	if why != nil || err != nil {
 		return &placement{refusal: why}, err
 	}
+	reserve := s.reserveLayer(plan, placed.DefaultPool)
+	switch {
+	case reserve == nil:
+	case last:
+		tx.Last(func(tx *store.Tx) error {
+			poolRefusal, err := reserve(tx)
+			if poolRefusal != nil {
+				return errPoolRefused
+			}
+			return err
+		})
+	default:
+		if poolRefusal, err := reserve(tx); poolRefusal != nil || err != nil {
+			return &placement{poolRefusal: poolRefusal}, cmp.Or(err, errPoolRefused)
+		}
+	}
+	return &placement{nodeID: placed.NodeID}, nil
+}
+
+// reserveLayer records, in plan's runtime, where a first writable layer
+// goes (beside the Volume, or in defaultPool, the node's) and returns the
+// reservation of its capacity in that pool, with the runtime's write that
+// holds it; for a layer that grows at this start, the reservation of the
+// difference (which the layer holds once the node grew it: started records
+// the capacity it has). Nil when there is nothing to reserve.
+func (s *Service) reserveLayer(plan *launchPlan, defaultPool string) func(tx *store.Tx) (*pool.Refusal, error) {
 	rt := plan.runtime // read, locked, in this transaction by planIn
 	if rt.GetLayerPool() == "" {
-		rt.LayerPool = placed.DefaultPool
+		rt.LayerPool = defaultPool
 		if plan.volume != nil {
 			rt.LayerPool = plan.volume.GetSpec().GetStoragePool()
 		}
 		rt.LayerCapacityBytes = layerCapacity(plan.w)
 		rt.LayerUnconfirmed = true
-		if poolRefusal, err := pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
-			return &placement{poolRefusal: poolRefusal}, cmp.Or(err, errPoolRefused)
-		}
-		if err := tx.PutRuntime(rt); err != nil {
-			return nil, err
-		}
-	} else if grow := layerCapacity(plan.w); grow > rt.GetLayerCapacityBytes() {
-		// A resized layer grows at this start: its pool must have room
-		// for the difference, which the layer reserves once the node
-		// grew it (started records the capacity it has).
-		if poolRefusal, err := pool.Reserve(tx, rt.GetLayerPool(), grow-rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
-			return &placement{poolRefusal: poolRefusal}, cmp.Or(err, errPoolRefused)
+		return func(tx *store.Tx) (*pool.Refusal, error) {
+			if poolRefusal, err := pool.Reserve(tx, rt.GetLayerPool(), rt.GetLayerCapacityBytes()); poolRefusal != nil || err != nil {
+				return poolRefusal, err
+			}
+			return nil, tx.PutRuntime(rt)
 		}
 	}
-	plan.runtime = rt
-	return &placement{nodeID: placed.NodeID}, nil
+	if grow := layerCapacity(plan.w); grow > rt.GetLayerCapacityBytes() {
+		return func(tx *store.Tx) (*pool.Refusal, error) {
+			return pool.Reserve(tx, rt.GetLayerPool(), grow-rt.GetLayerCapacityBytes())
+		}
+	}
+	return nil
 }
 
 // countPlacement counts one placement decision in
