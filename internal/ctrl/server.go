@@ -192,14 +192,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		url     *string
 		// public: callers do not choose the trace (telemetry.Handler).
 		public bool
+		// frame is the largest HTTP/2 frame it takes, 0 for Go's default.
+		frame int
 	}{
 		// Gate checks credentials from the headers before a body is read;
 		// the interceptors check each call in full.
 		// The metrics interceptor comes first, so it counts the calls the
 		// others refuse.
-		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor(), backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint, true},
-		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint, true},
-		{"node", auth.Gate(api.NewNodeHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint, false},
+		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor(), backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint, true, 0},
+		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint, true, 0},
+		{"node", auth.Gate(api.NewNodeHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint, false, nodeFrame},
 	}
 	// Every request's context carries the logger (command admission logs
 	// with it), and nothing else of ctx: a request is not cancelled with it.
@@ -207,7 +209,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	for i, l := range listeners {
 		ln := lns[i]
 		*l.url = "http://" + ln.Addr().String()
-		srv := newHTTPServer(s.handlers.track(telemetry.Handler(l.handler, cfg.TracerProvider, l.public)), requestBase)
+		srv := newHTTPServer(s.handlers.track(telemetry.Handler(l.handler, cfg.TracerProvider, l.public)), requestBase, l.frame)
 		s.servers = append(s.servers, srv)
 		go func() { s.errs <- srv.Serve(ln) }()
 		cfg.Logger.Info("listening", "endpoint", l.name, "url", *l.url)
@@ -227,13 +229,28 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 // newHTTPServer serves HTTP/1.1 and cleartext HTTP/2, so gRPC clients work
 // without TLS on a trusted network. Put TLS in front for anything else.
-func newHTTPServer(h http.Handler, base context.Context) *http.Server {
+// frame is the largest HTTP/2 frame it takes (0: Go's default, 1 MiB).
+func newHTTPServer(h http.Handler, base context.Context, frame int) *http.Server {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
+	if frame != 0 {
+		srv.HTTP2 = &http.HTTP2Config{MaxReadFrameSize: frame}
+	}
 	return srv
 }
+
+// nodeFrame is the largest HTTP/2 frame the node endpoint takes. A Go
+// client writing a stream whose length it does not know (a node's control
+// session) holds a buffer as large as the frames its server takes, up to
+// 512 KiB, for the stream's whole life: with Go's default of 1 MiB, 1,000
+// simulated nodes in ctrl's process held 512 MiB of them, ctrl's garbage
+// was never collected during a placement benchmark, and its heap grew
+// into fresh memory instead (a page fault every few KiB allocated). 64 KiB
+// keeps a node's part uploads (UploadTransferPart) as fast as before;
+// 16 KiB, HTTP/2's default, slowed them by a seventh (docs/PERFORMANCE.md).
+const nodeFrame = 64 << 10
 
 // Wait blocks until a listener fails or the server is closed.
 func (s *Server) Wait() error {

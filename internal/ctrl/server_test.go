@@ -2,10 +2,15 @@ package ctrl_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
 
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
@@ -92,5 +97,60 @@ func TestBusyListenerFailsStart(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("second ctrl on the same workspace address started")
+	}
+}
+
+// The node endpoint takes HTTP/2 frames of at most 64 KiB (what a node's
+// Go client sizes its stream buffers by); the others Go's default, 1 MiB.
+func TestTheNodeEndpointTakesFramesOf64KiB(t *testing.T) {
+	srv := start(t, t.TempDir())
+	defer srv.Close()
+	for _, tc := range []struct {
+		endpoint string
+		want     uint32
+	}{
+		{srv.NodeEndpoint, 64 << 10},
+		{srv.Client.WorkspaceEndpoint, 1 << 20},
+		{srv.Client.OperatorEndpoint, 1 << 20},
+	} {
+		if got := maxFrameSize(t, tc.endpoint); got != tc.want {
+			t.Errorf("%s: SETTINGS_MAX_FRAME_SIZE %d, want %d", tc.endpoint, got, tc.want)
+		}
+	}
+}
+
+// maxFrameSize opens a cleartext HTTP/2 connection to endpoint (http://)
+// and returns the largest frame its server says it takes: its first
+// SETTINGS frame's MAX_FRAME_SIZE, 16 KiB when it names none.
+func maxFrameSize(t *testing.T, endpoint string) uint32 {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "http://"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		settings, ok := f.(*http2.SettingsFrame)
+		if !ok || settings.IsAck() {
+			continue
+		}
+		if v, ok := settings.Value(http2.SettingMaxFrameSize); ok {
+			return v
+		}
+		return 16 << 10
 	}
 }
