@@ -186,16 +186,11 @@ func busy(a, b store.Stats, wall time.Duration) (float64, float64, time.Duration
 // processCPU is another process's user and system CPU time, from
 // /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s on Linux).
 func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := benchfleet.ProcessCPU(pid)
 	if err != nil {
 		fail(err)
 	}
-	// The command name (field 2) may hold spaces; the fields after it
-	// start past its closing parenthesis.
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
 
 func progress(format string, args ...any) {

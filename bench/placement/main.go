@@ -12,7 +12,12 @@
 // 5 s, clock probes every 10 s, unless -observation-interval) on a fresh database, registers the
 // simulation's placeholder platform and template, and starts N simulated
 // nodes holding real control sessions over loopback HTTP/2 (50 sessions a
-// connection). Every node declares its own pool and one shared pool,
+// connection). The nodes run in a process of their own (-fleet process:
+// this program run again, which reports each StartExecution's arrival on
+// a pipe), so that this process's CPU and heap are ctrl's and the
+// callers'; -fleet inline runs them in this process instead, sharing
+// ctrl's heap, collector and CPU figure, as every row before 2026-12-04
+// afternoon did. Every node declares its own pool and one shared pool,
 // "sim-shared", its default, as a deployment with shared storage would:
 // every node reaches the pool of every layer, so placement may choose among
 // all N. Once all N are READY (ListNodeRegistrations, every second; or
@@ -37,7 +42,7 @@
 //   - placement latency: from the CreateWorkspace call (open load: its
 //     scheduled start) to the moment the
 //     StartExecution operation for that Workspace reaches the simulated
-//     node ctrl chose. It covers admission (the command and the Workspace
+//     node ctrl chose (the fleet's process reads the clock then). It covers admission (the command and the Workspace
 //     committed), the command runner picking the command up, resolving the
 //     template and Launch, the placement decision and its commit, and the
 //     session delivering the operation. Observed in the simulated node, so
@@ -48,6 +53,10 @@
 //     polling.
 //   - placed: Workspaces whose StartExecution reached a node in the row's
 //     time; AVAILABLE: those GetWorkspace read AVAILABLE in it.
+//   - CPU each: this process's CPU time (ctrl and the callers; with
+//     -fleet inline the simulated fleet too) while the callers ran, over
+//     the Workspaces AVAILABLE; fleet CPU each: the fleet's process's, for
+//     scale (not ctrl's cost).
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
 //     CreateWorkspace call to the last AVAILABLE; under an open load at most
 //     the offered rate.
@@ -63,7 +72,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -110,14 +118,31 @@ func main() {
 	conc := flag.Int("c", 32, "concurrent callers")
 	timeout := flag.Duration("timeout", 5*time.Minute, "longest a row's creations may take")
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (ctrl, the simulated fleet and the callers share this process) to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process over the whole run (ctrl and the callers; the simulated fleet too with -fleet inline) to this file")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
 	observe := flag.Duration("observation-interval", 0, "ctrl's node observation interval (0: ctrl's default, 5 s); clock probes go at twice it")
 	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
 	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
 	loads := flag.String("load", "closed", "loads, comma-separated, each a row: closed (-c callers one creation at a time) or open:R (a creation started every 1/R s, R a second)")
 	follows := flag.String("follow", "wait", "how callers follow a Workspace to AVAILABLE, comma-separated: wait (WaitWorkspace) or poll (GetWorkspace every 10 ms); each is a row")
+	fleetIn := flag.String("fleet", "process", "where the simulated fleet runs: process (this program run again as the fleet, so that CPU each is ctrl's and the callers' alone) or inline (in this process, sharing ctrl's heap and collector)")
+	child := flag.Bool("fleet-child", false, "run as a row's simulated fleet (internal: -fleet process starts it)")
+	childNodes := flag.Int("fleet-nodes", 0, "the fleet's size (with -fleet-child)")
+	childEndpoint := flag.String("fleet-endpoint", "", "ctrl's node endpoint (with -fleet-child)")
 	flag.Parse()
+	if *child {
+		if err := runFleetChild(*childEndpoint, os.Getenv(grantEnv), *childNodes); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *fleetIn != "process" && *fleetIn != "inline" {
+		fail(fmt.Errorf("-fleet %q: want process or inline", *fleetIn))
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fail(err)
+	}
 	var sizes []int
 	for _, s := range strings.Split(*nodes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -173,7 +198,8 @@ func main() {
 				for l, follow := range modes {
 					for m, ld := range offered {
 						progress("round %d: %s, %d simulated nodes, %s load, callers %s", round+1, db, n, ld, follow)
-						r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, load: ld, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp, follow: follow})
+						r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, load: ld, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp, follow: follow,
+							fleetIn: *fleetIn, self: self})
 						if err != nil {
 							pprof.StopCPUProfile()
 							fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
@@ -189,14 +215,14 @@ func main() {
 	if *observe > 0 {
 		interval = *observe
 	}
-	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim): %d Workspaces per row, %d rounds (median round by placements/s shown), observations every %v, spread beyond %d nodes (at most %d a second), GOMAXPROCS %d, started %s\n",
-		*workspaces, *rounds, interval, int(fleet.DefaultMaxObservationRate*interval.Seconds()), fleet.DefaultMaxObservationRate, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
+	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim, fleet %s): %d Workspaces per row, %d rounds (median round by placements/s shown), observations every %v, spread beyond %d nodes (at most %d a second), GOMAXPROCS %d, started %s\n",
+		*fleetIn, *workspaces, *rounds, interval, int(fleet.DefaultMaxObservationRate*interval.Seconds()), fleet.DefaultMaxObservationRate, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
 	print(rows)
 }
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tDB busy\tCPU each\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tDB busy\tCPU each\tfleet CPU each\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -205,8 +231,12 @@ func print(rows [][]result) {
 		for i, x := range rounds {
 			all[i] = fmt.Sprintf("%.1f", x.perSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, 100*r.dbBusy, ms(r.cpuEach), strings.Join(all, " "))
+		fleetCPU := "in CPU each"
+		if r.fleetCPUEach >= 0 {
+			fleetCPU = ms(r.fleetCPUEach)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, 100*r.dbBusy, ms(r.cpuEach), fleetCPU, strings.Join(all, " "))
 	}
 	tw.Flush()
 }
@@ -241,6 +271,9 @@ type row struct {
 	observe      time.Duration
 	follow       string
 	dir          string
+	// fleetIn is where the simulated fleet runs (-fleet), self this
+	// program, which -fleet process runs again as the fleet.
+	fleetIn, self string
 }
 
 type result struct {
@@ -260,10 +293,12 @@ type result struct {
 	// dbBusy is the share of the callers' time the store's transactions
 	// held a connection (store.Stats.Held over wall time: on SQLite, one
 	// connection, how busy the database was); cpuEach is this process's
-	// CPU time (getrusage: ctrl, the simulated fleet and the callers)
-	// over the Workspaces AVAILABLE.
-	dbBusy  float64
-	cpuEach time.Duration
+	// CPU time (getrusage: ctrl and the callers, and the simulated fleet
+	// when it runs inline) over the Workspaces AVAILABLE, fleetCPUEach the
+	// fleet's process's (-1 when it runs inline).
+	dbBusy       float64
+	cpuEach      time.Duration
+	fleetCPUEach time.Duration
 }
 
 // placements is what the simulated nodes saw: when each Workspace's
@@ -287,19 +322,20 @@ func (p *placements) channel(ws string) chan struct{} {
 	return ch
 }
 
-// observe is the fleet's OnCommand hook.
+// observe is an inline fleet's OnCommand hook.
 func (p *placements) observe(nodeID string, op proto.Message) {
-	start, ok := op.(*nodev1.StartExecution)
-	if !ok {
-		return
+	if start, ok := op.(*nodev1.StartExecution); ok {
+		p.arrive(start.GetHostname(), nodeID, time.Now()) // the hostname is the Workspace id
 	}
-	now := time.Now()
-	ws := start.GetHostname() // the Workspace id
+}
+
+// arrive records that Workspace ws's StartExecution reached nodeID at at.
+func (p *placements) arrive(ws, nodeID string, at time.Time) {
 	ch := p.channel(ws)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, seen := p.at[ws]; !seen {
-		p.at[ws], p.node[ws] = now, nodeID
+		p.at[ws], p.node[ws] = at, nodeID
 		close(ch)
 	}
 }
@@ -332,38 +368,34 @@ func runRow(r row) (result, error) {
 		return result{}, err
 	}
 	p := &placements{arrived: map[string]chan struct{}{}, at: map[string]time.Time{}, node: map[string]string{}, created: map[string]time.Time{}}
-	fleetCtx, stopFleet := context.WithCancel(ctx)
 	t0 := time.Now()
-	simFleet, err := sim.Start(fleetCtx, sim.Config{
-		Endpoint: srv.NodeEndpoint, Grant: grant, Nodes: r.nodes,
-		SharedPool: sharedPool, SharedPoolDefault: true, OnCommand: p.observe, Logger: slog.New(slog.DiscardHandler),
-	})
+	fl, err := startFleet(ctx, r, srv.NodeEndpoint, grant, p)
 	if err != nil {
-		stopFleet()
 		return result{}, err
 	}
-	defer func() {
-		stopFleet()
-		simFleet.Wait()
-	}()
+	defer fl.stop()
 	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
 	ready, err := benchfleet.WaitReady(ctx, nodes, r.nodes, r.readyTimeout, func(ready int) {
-		progress("  %d of %d nodes READY, %d sessions welcomed", ready, r.nodes, simFleet.Established())
+		progress("  %d of %d nodes READY", ready, r.nodes)
 	})
 	if err != nil {
 		return result{}, err
 	}
 	res := result{db: r.db, follow: r.follow, load: r.load, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
-	progress("  %d of %d nodes READY after %.1f s over %d connections", ready, r.nodes, res.ready.Seconds(), simFleet.Connections())
+	progress("  %d of %d nodes READY after %.1f s", ready, r.nodes, res.ready.Seconds())
 	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, sim.DefaultPoolBytes); err != nil {
 		return result{}, err
 	}
 
 	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
-	st0, cpu0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), time.Now()
+	st0, cpu0, fleet0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), fl.cpu(), time.Now()
 	res, err = create(ctx, r, ws, p, res)
+	res.fleetCPUEach = -1
 	if n := len(res.available); n > 0 {
-		st1, cpu1, wall := srv.Store().Stats(), benchfleet.SelfCPU(), time.Since(t1)
+		st1, cpu1, fleet1, wall := srv.Store().Stats(), benchfleet.SelfCPU(), fl.cpu(), time.Since(t1)
+		if r.fleetIn == "process" {
+			res.fleetCPUEach = (fleet1 - fleet0) / time.Duration(n)
+		}
 		res.txsEach = float64(st1.Transactions-st0.Transactions) / float64(n)
 		res.commitsEach = float64(st1.Commits-st0.Commits) / float64(n)
 		res.dbBusy = float64(st1.Held-st0.Held) / float64(wall)
