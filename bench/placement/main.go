@@ -56,7 +56,8 @@
 //   - CPU each: this process's CPU time (ctrl and the callers; with
 //     -fleet inline the simulated fleet too) while the callers ran, over
 //     the Workspaces AVAILABLE; fleet CPU each: the fleet's process's, for
-//     scale (not ctrl's cost).
+//     scale (not ctrl's cost); GCs and heap: this process's garbage
+//     collections while the callers ran, and its heap's size at their end.
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
 //     CreateWorkspace call to the last AVAILABLE; under an open load at most
 //     the offered rate.
@@ -222,7 +223,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tDB busy\tCPU each\tfleet CPU each\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tDB busy\tCPU each\tfleet CPU each\tGCs\theap\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -235,8 +236,8 @@ func print(rows [][]result) {
 		if r.fleetCPUEach >= 0 {
 			fleetCPU = ms(r.fleetCPUEach)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, 100*r.dbBusy, ms(r.cpuEach), fleetCPU, strings.Join(all, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, 100*r.dbBusy, ms(r.cpuEach), fleetCPU, r.collections, r.heapMiB, strings.Join(all, " "))
 	}
 	tw.Flush()
 }
@@ -299,6 +300,10 @@ type result struct {
 	dbBusy       float64
 	cpuEach      time.Duration
 	fleetCPUEach time.Duration
+	// collections are this process's garbage collections while the
+	// callers ran, heapMiB its heap's size (runtime.MemStats.HeapSys) then.
+	collections uint32
+	heapMiB     uint64
 }
 
 // placements is what the simulated nodes saw: when each Workspace's
@@ -388,8 +393,12 @@ func runRow(r row) (result, error) {
 	}
 
 	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	st0, cpu0, fleet0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), fl.cpu(), time.Now()
 	res, err = create(ctx, r, ws, p, res)
+	runtime.ReadMemStats(&mem1)
+	res.collections, res.heapMiB = mem1.NumGC-mem0.NumGC, mem1.HeapSys>>20
 	res.fleetCPUEach = -1
 	if n := len(res.available); n > 0 {
 		st1, cpu1, fleet1, wall := srv.Store().Stats(), benchfleet.SelfCPU(), fl.cpu(), time.Since(t1)
