@@ -28,8 +28,9 @@ const grantEnv = "KIBOTOS_BENCH_FLEET_GRANT"
 
 // simFleet is a row's simulated fleet, in this process or its own.
 type simFleet interface {
-	// cpu is the fleet's process's CPU time so far; 0 inline.
-	cpu() time.Duration
+	// cpu is the fleet's process's CPU time so far; 0 inline. An error
+	// (the process gone) fails the row rather than show a wrong figure.
+	cpu() (time.Duration, error)
 	// stop ends the fleet and waits for it.
 	stop()
 }
@@ -61,7 +62,7 @@ type inlineFleet struct {
 	cancel context.CancelFunc
 }
 
-func (f inlineFleet) cpu() time.Duration { return 0 }
+func (f inlineFleet) cpu() (time.Duration, error) { return 0, nil }
 
 func (f inlineFleet) stop() {
 	f.cancel()
@@ -108,12 +109,8 @@ func startFleetProcess(ctx context.Context, r row, endpoint, grant string, p *pl
 	return f, nil
 }
 
-func (f *processFleet) cpu() time.Duration {
-	d, err := benchfleet.ProcessCPU(f.cmd.Process.Pid)
-	if err != nil {
-		return 0
-	}
-	return d
+func (f *processFleet) cpu() (time.Duration, error) {
+	return benchfleet.ProcessCPU(f.cmd.Process.Pid)
 }
 
 func (f *processFleet) stop() {

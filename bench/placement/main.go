@@ -120,6 +120,7 @@ func main() {
 	timeout := flag.Duration("timeout", 5*time.Minute, "longest a row's creations may take")
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process over the whole run (ctrl and the callers; the simulated fleet too with -fleet inline) to this file")
+	memProfile := flag.String("memprofile", "", "write a heap profile of this process (what is live after a collection) at the end of each row's creations, ctrl still up, to this file (each row overwrites the last)")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
 	observe := flag.Duration("observation-interval", 0, "ctrl's node observation interval (0: ctrl's default, 5 s); clock probes go at twice it")
 	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
@@ -200,7 +201,7 @@ func main() {
 					for m, ld := range offered {
 						progress("round %d: %s, %d simulated nodes, %s load, callers %s", round+1, db, n, ld, follow)
 						r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, load: ld, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp, follow: follow,
-							fleetIn: *fleetIn, self: self})
+							fleetIn: *fleetIn, self: self, memProfile: *memProfile})
 						if err != nil {
 							pprof.StopCPUProfile()
 							fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
@@ -275,6 +276,8 @@ type row struct {
 	// fleetIn is where the simulated fleet runs (-fleet), self this
 	// program, which -fleet process runs again as the fleet.
 	fleetIn, self string
+	// memProfile is -memprofile's file, "" for none.
+	memProfile string
 }
 
 type result struct {
@@ -395,13 +398,18 @@ func runRow(r row) (result, error) {
 	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
 	var mem0, mem1 runtime.MemStats
 	runtime.ReadMemStats(&mem0)
-	st0, cpu0, fleet0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), fl.cpu(), time.Now()
+	fleet0, err := fl.cpu()
+	if err != nil {
+		return result{}, err
+	}
+	st0, cpu0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), time.Now()
 	res, err = create(ctx, r, ws, p, res)
 	runtime.ReadMemStats(&mem1)
 	res.collections, res.heapMiB = mem1.NumGC-mem0.NumGC, mem1.HeapSys>>20
 	res.fleetCPUEach = -1
-	if n := len(res.available); n > 0 {
-		st1, cpu1, fleet1, wall := srv.Store().Stats(), benchfleet.SelfCPU(), fl.cpu(), time.Since(t1)
+	fleet1, cpuErr := fl.cpu()
+	if n := len(res.available); n > 0 && cpuErr == nil {
+		st1, cpu1, wall := srv.Store().Stats(), benchfleet.SelfCPU(), time.Since(t1)
 		if r.fleetIn == "process" {
 			res.fleetCPUEach = (fleet1 - fleet0) / time.Duration(n)
 		}
@@ -410,7 +418,26 @@ func runRow(r row) (result, error) {
 		res.dbBusy = float64(st1.Held-st0.Held) / float64(wall)
 		res.cpuEach = (cpu1 - cpu0) / time.Duration(n)
 	}
+	err = cmp.Or(err, cpuErr)
+	if err == nil && r.memProfile != "" {
+		err = writeHeapProfile(r.memProfile)
+	}
 	return res, err
+}
+
+// writeHeapProfile writes what this process holds live, after a
+// collection, to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // create runs the callers and collects their timings.

@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -77,8 +76,16 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 		if wk.Command().GetNodeId() != "" || plan.GetVolume().GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
 			return nil // placed by an earlier step; or failing below
 		}
+		var reserve func(tx *store.Tx) (*pool.Refusal, error)
 		var err error
-		placed, err = s.place(tx, wk, plan, false)
+		if placed, reserve, err = s.place(tx, wk, plan); reserve == nil || err != nil {
+			return err
+		}
+		poolRefusal, err := reserve(tx)
+		if poolRefusal != nil {
+			placed.poolRefusal = poolRefusal
+			return errPoolRefused
+		}
 		return err
 	})
 	if errors.Is(err, errPoolRefused) {
@@ -176,11 +183,20 @@ func (s *Service) placeAndStart(ctx context.Context, wk *command.Work, stage ctr
 		if v := plan.GetVolume().GetState(); wait != "" || v == ctrlv1.VolumeState_VOLUME_STATE_CREATING || v == ctrlv1.VolumeState_VOLUME_STATE_LOST {
 			return "", nil, errNotAtOnce
 		}
-		placed, err := s.place(tx, wk, plan, true)
+		placed, reserve, err := s.place(tx, wk, plan)
 		if err == nil && placed.refusal != nil {
 			return "", nil, errNotAtOnce
 		} else if err != nil {
 			return "", nil, err
+		}
+		if reserve != nil {
+			tx.Last(func(tx *store.Tx) error {
+				poolRefusal, err := reserve(tx)
+				if poolRefusal != nil {
+					return errPoolRefused
+				}
+				return err
+			})
 		}
 		start = s.startExecution(plan, placed.nodeID, wk.Command().GetCommandId())
 		return placed.nodeID, start, nil
@@ -365,14 +381,12 @@ type placement struct {
 }
 
 // place charges the execution to a node (fleet.Place: every placement
-// constraint), and records where a first writable layer goes: beside the
-// Volume, or in the node's default pool, where it reserves its capacity.
-// With last, the reservation is the transaction's last write (store.Tx.Last),
-// and a pool that refuses it fails the transaction with errPoolRefused:
-// every placement of a fleet sharing one pool reserves in it, and on
-// PostgreSQL each holds the pool's rows locked from its reservation to its
-// commit.
-func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan, last bool) (*placement, error) {
+// constraint) and answers the reservation of the first writable layer's
+// capacity in its pool (reserveLayer), for the caller to make in tx: at
+// once, or as the transaction's last write (placeAndStart), since every
+// placement of a fleet sharing one pool reserves in it and on PostgreSQL
+// each holds the pool's rows locked from its reservation to its commit.
+func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan) (*placement, func(tx *store.Tx) (*pool.Refusal, error), error) {
 	res := plan.w.GetSpec().GetResources()
 	p := fleet.Placement{
 		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), wk.Command().GetCommandId()),
@@ -384,25 +398,9 @@ func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan, last b
 	}
 	placed, why, err := s.fleet.Place(tx, p)
 	if why != nil || err != nil {
-		return &placement{refusal: why}, err
+		return &placement{refusal: why}, nil, err
 	}
-	reserve := s.reserveLayer(plan, placed.DefaultPool)
-	switch {
-	case reserve == nil:
-	case last:
-		tx.Last(func(tx *store.Tx) error {
-			poolRefusal, err := reserve(tx)
-			if poolRefusal != nil {
-				return errPoolRefused
-			}
-			return err
-		})
-	default:
-		if poolRefusal, err := reserve(tx); poolRefusal != nil || err != nil {
-			return &placement{poolRefusal: poolRefusal}, cmp.Or(err, errPoolRefused)
-		}
-	}
-	return &placement{nodeID: placed.NodeID}, nil
+	return &placement{nodeID: placed.NodeID}, reserveLayer(plan, placed.DefaultPool), nil
 }
 
 // reserveLayer records, in plan's runtime, where a first writable layer
@@ -411,7 +409,7 @@ func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan, last b
 // holds it; for a layer that grows at this start, the reservation of the
 // difference (which the layer holds once the node grew it: started records
 // the capacity it has). Nil when there is nothing to reserve.
-func (s *Service) reserveLayer(plan *launchPlan, defaultPool string) func(tx *store.Tx) (*pool.Refusal, error) {
+func reserveLayer(plan *launchPlan, defaultPool string) func(tx *store.Tx) (*pool.Refusal, error) {
 	rt := plan.runtime // read, locked, in this transaction by planIn
 	if rt.GetLayerPool() == "" {
 		rt.LayerPool = defaultPool
