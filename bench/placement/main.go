@@ -119,7 +119,7 @@ func main() {
 	conc := flag.Int("c", 32, "concurrent callers")
 	timeout := flag.Duration("timeout", 5*time.Minute, "longest a row's creations may take")
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process over the whole run (ctrl and the callers; the simulated fleet too with -fleet inline) to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (ctrl and the callers; the simulated fleet too with -fleet inline) over each row's creations, its fleet's enrollment left out, to this file (each row overwrites the last)")
 	memProfile := flag.String("memprofile", "", "write a heap profile of this process (what is live after a collection) at the end of each row's creations, ctrl still up, to this file (each row overwrites the last)")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
 	observe := flag.Duration("observation-interval", 0, "ctrl's node observation interval (0: ctrl's default, 5 s); clock probes go at twice it")
@@ -160,16 +160,6 @@ func main() {
 			backends = append(backends, db)
 		}
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fail(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fail(err)
-		}
-		defer pprof.StopCPUProfile()
-	}
 	tmp, err := os.MkdirTemp("", "kibotos-bench-placement")
 	if err != nil {
 		fail(err)
@@ -201,9 +191,8 @@ func main() {
 					for m, ld := range offered {
 						progress("round %d: %s, %d simulated nodes, %s load, callers %s", round+1, db, n, ld, follow)
 						r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, load: ld, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp, follow: follow,
-							fleetIn: *fleetIn, self: self, memProfile: *memProfile})
+							fleetIn: *fleetIn, self: self, cpuProfile: *cpuProfile, memProfile: *memProfile})
 						if err != nil {
-							pprof.StopCPUProfile()
 							fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
 						}
 						k := ((i*len(backends)+j)*len(modes)+l)*len(offered) + m
@@ -276,8 +265,9 @@ type row struct {
 	// fleetIn is where the simulated fleet runs (-fleet), self this
 	// program, which -fleet process runs again as the fleet.
 	fleetIn, self string
-	// memProfile is -memprofile's file, "" for none.
-	memProfile string
+	// cpuProfile and memProfile are -cpuprofile's and -memprofile's
+	// files, "" for none.
+	cpuProfile, memProfile string
 }
 
 type result struct {
@@ -402,8 +392,13 @@ func runRow(r row) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	stopProfile, err := startCPUProfile(r.cpuProfile)
+	if err != nil {
+		return result{}, err
+	}
 	st0, cpu0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), time.Now()
 	res, err = create(ctx, r, ws, p, res)
+	stopProfile()
 	runtime.ReadMemStats(&mem1)
 	res.collections, res.heapMiB = mem1.NumGC-mem0.NumGC, mem1.HeapSys>>20
 	res.fleetCPUEach = -1
@@ -423,6 +418,26 @@ func runRow(r row) (result, error) {
 		err = writeHeapProfile(r.memProfile)
 	}
 	return res, err
+}
+
+// startCPUProfile starts a CPU profile to path ("" for none) and
+// answers what stops it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // writeHeapProfile writes what this process holds live, after a
