@@ -129,32 +129,52 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}
 	_ = f.waker.WakeWaiting(ctx) // commands waiting for a node may go on now
 
-	// The senders must be done before the handler returns: after that the
+	// The sender must be done before the handler returns: after that the
 	// stream is closed and may not be written.
 	ctx, cancel := context.WithCancel(ctx)
-	var senders sync.WaitGroup
+	var sender sync.WaitGroup
 	defer func() {
 		cancel()
-		senders.Wait()
+		sender.Wait()
 	}()
-	senders.Go(func() { f.probeClock(ctx, s) })
-	senders.Go(func() { f.sendOperations(ctx, s) })
-	senders.Go(func() { f.writeObservations(ctx, s) })
+	sender.Go(func() { f.sendOperations(ctx, s) })
 	defer f.watchSilence(ctx, s)()
 	ended, stop := f.receive(ctx, s)
 	defer stop()
-	select {
-	case <-ctx.Done():
-		// Ended by ctrl (RetireNode, a revocation) or by the node.
-		if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodePermissionDenied {
-			return cause
-		}
-		return nil
-	case err := <-ended:
-		if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
+	return f.tend(ctx, s, ended)
+}
+
+// tend is the rest of the handler's life: it probes the node's clock
+// (probeClock) and writes the newest observation whenever one arrived
+// (writeObservations), until the session ends, by ctrl (RetireNode, a
+// revocation) or by the node, and answers what the handler returns. Both
+// run in the handler's goroutine, which would wait idle otherwise: at
+// 10,000 nodes every goroutine a session keeps is 10,000 stacks each
+// garbage collection scans (docs/PERFORMANCE.md). A probe due while an
+// observation is written waits for it; its offset is measured around its
+// own send, so the wait does not skew it. Operations keep a goroutine of
+// their own (sendOperations): a placement's StartExecution never waits
+// behind an observation's commit.
+func (f *Fleet) tend(ctx context.Context, s *session, ended <-chan error) error {
+	probes := f.probeClock(s)
+	defer probes.stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodePermissionDenied {
+				return cause
+			}
 			return nil
+		case err := <-ended:
+			if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
+				return nil
+			}
+			return err
+		case <-probes.due():
+			probes.next(s)
+		case <-s.observed:
+			f.writeObservations(ctx, s)
 		}
-		return err
 	}
 }
 
@@ -477,30 +497,24 @@ func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservati
 	}
 }
 
-// writeObservations writes the session's newest observation whenever one
-// arrived, until the session ends. A node no longer admitted ends it.
+// writeObservations writes the session's newest observation, if one
+// arrived since the last was written. A node no longer admitted ends the
+// session.
 func (f *Fleet) writeObservations(ctx context.Context, s *session) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.observed:
-		}
-		s.mu.Lock()
-		o := s.latest
-		s.latest = nil
-		s.mu.Unlock()
-		if o == nil {
-			continue
-		}
-		err := f.writeObservation(ctx, s, o)
-		if connect.CodeOf(err) == connect.CodePermissionDenied {
-			s.end(err)
-			return
-		}
-		if err != nil {
-			f.log.WarnContext(ctx, "node observation", "node_id", s.nodeID, "err", err)
-		}
+	s.mu.Lock()
+	o := s.latest
+	s.latest = nil
+	s.mu.Unlock()
+	if o == nil || ctx.Err() != nil {
+		return
+	}
+	err := f.writeObservation(ctx, s, o)
+	if connect.CodeOf(err) == connect.CodePermissionDenied {
+		s.end(err)
+		return
+	}
+	if err != nil {
+		f.log.WarnContext(ctx, "node observation", "node_id", s.nodeID, "err", err)
 	}
 }
 
@@ -585,37 +599,60 @@ func nodeArtifacts(held []*nodev1.CachedArtifact) []store.NodeArtifact {
 	return out
 }
 
-// probeClock sends a clock probe now and then every ClockProbeInterval,
-// spread as the sessions held grow (Config.spread); with each probe it
-// tells the node its new observation interval when that changed
-// (reschedule).
-func (f *Fleet) probeClock(ctx context.Context, s *session) {
-	every := f.cfg.clockProbeInterval(f.sessionsHeld())
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
-	for {
-		s.mu.Lock()
-		s.nextID++
-		id := s.nextID
-		s.probes[id] = f.now()
-		s.mu.Unlock()
-		if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_ClockProbe{ClockProbe: &nodev1.ClockProbe{ProbeId: id}}}); err != nil {
-			return
-		}
-		if err := f.reschedule(s); err != nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		if d := f.cfg.clockProbeInterval(f.sessionsHeld()); d != every {
-			every = d
-			ticker.Reset(d)
-		}
+// clockProbes is a session's clock probing: one now, then one every
+// ClockProbeInterval, spread as the sessions held grow (Config.spread);
+// with each probe the node hears its new observation interval when that
+// changed (reschedule). A probe that cannot be sent ends the probing (the
+// session is ending).
+type clockProbes struct {
+	f      *Fleet
+	every  time.Duration
+	ticker *time.Ticker
+	// stopped is set once a probe could not be sent.
+	stopped bool
+}
+
+// probeClock sends s's first probe and answers its probing.
+func (f *Fleet) probeClock(s *session) *clockProbes {
+	p := &clockProbes{f: f, every: f.cfg.clockProbeInterval(f.sessionsHeld())}
+	p.ticker = time.NewTicker(p.every)
+	p.send(s)
+	return p
+}
+
+// due fires when the next probe is due; never once probing stopped.
+func (p *clockProbes) due() <-chan time.Time {
+	if p.stopped {
+		return nil
+	}
+	return p.ticker.C
+}
+
+// next sends the probe due, at the interval for the sessions held now.
+func (p *clockProbes) next(s *session) {
+	if d := p.f.cfg.clockProbeInterval(p.f.sessionsHeld()); d != p.every {
+		p.every = d
+		p.ticker.Reset(d)
+	}
+	p.send(s)
+}
+
+func (p *clockProbes) send(s *session) {
+	s.mu.Lock()
+	s.nextID++
+	id := s.nextID
+	s.probes[id] = p.f.now()
+	s.mu.Unlock()
+	if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_ClockProbe{ClockProbe: &nodev1.ClockProbe{ProbeId: id}}}); err != nil {
+		p.stopped = true
+		return
+	}
+	if err := p.f.reschedule(s); err != nil {
+		p.stopped = true
 	}
 }
+
+func (p *clockProbes) stop() { p.ticker.Stop() }
 
 // reschedule sends the node its observation interval for the sessions held
 // now, when it differs from the one it has by a quarter or more. The
