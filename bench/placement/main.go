@@ -120,7 +120,7 @@ func main() {
 	timeout := flag.Duration("timeout", 5*time.Minute, "longest a row's creations may take")
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (ctrl and the callers; the simulated fleet too with -fleet inline) over each row's creations, its fleet's enrollment left out, to this file (each row overwrites the last)")
-	memProfile := flag.String("memprofile", "", "write a heap profile of this process (what is live after a collection) at the end of each row's creations, ctrl still up, to this file (each row overwrites the last)")
+	memProfile := flag.String("memprofile", "", "write a heap profile of this process at the end of each row's creations, ctrl still up, to this file, and one at their start to this file with .base appended (each row overwrites the last): what is live after a collection, and with go tool pprof -sample_index=alloc_space -diff_base FILE.base FILE what the creations allocated")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
 	observe := flag.Duration("observation-interval", 0, "ctrl's node observation interval (0: ctrl's default, 5 s); clock probes go at twice it")
 	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
@@ -391,6 +391,11 @@ func runRow(r row) (result, error) {
 	fleet0, err := fl.cpu()
 	if err != nil {
 		return result{}, err
+	}
+	if r.memProfile != "" {
+		if err := writeHeapProfile(r.memProfile + ".base"); err != nil {
+			return result{}, err
+		}
 	}
 	stopProfile, err := startCPUProfile(r.cpuProfile)
 	if err != nil {
