@@ -169,18 +169,27 @@ func TestRunnerDrivesALongCommandThroughWaitToSuccess(t *testing.T) {
 }
 
 // A step whose lease was taken over writes nothing.
+// runStep admits the long CreateVolume command id and runs its steps with
+// step, on a runner of owner's that runs until the test ends.
+func runStep(t *testing.T, s *store.Store, owner, id string, step command.Handler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	effects := 0
+	if _, err := admit(t, s, createVolume(id, 1<<30), true, &effects); err != nil {
+		t.Fatal(err)
+	}
+	r := command.NewRunner(s, owner, slog.Default())
+	r.Handle("CreateVolume", step)
+	go r.Run(ctx)
+	r.Kick()
+}
+
 func TestLostLeaseWritesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s *store.Store) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		effects := 0
-		if _, err := admit(t, s, createVolume("lease-1", 1<<30), true, &effects); err != nil {
-			t.Fatal(err)
-		}
 		stolen := make(chan struct{})
-		r := command.NewRunner(s, "slow-replica", slog.Default())
 		var result atomic.Value
-		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+		runStep(t, s, "slow-replica", "lease-1", func(ctx context.Context, w *command.Work) error {
 			// Another replica takes the command over while this step runs.
 			if err := s.Tx(ctx, func(tx *store.Tx) error {
 				c, err := tx.GetCommand("lease-1", true)
@@ -197,8 +206,6 @@ func TestLostLeaseWritesNothing(t *testing.T) {
 			close(stolen)
 			return err
 		})
-		go r.Run(ctx)
-		r.Kick()
 		<-stolen
 		if err, _ := result.Load().(error); err != command.ErrLeaseLost {
 			t.Errorf("Succeed after the lease was taken: %v, want ErrLeaseLost", err)
@@ -214,17 +221,10 @@ func TestLostLeaseWritesNothing(t *testing.T) {
 // step goes on holding the lease it had, and ends the command.
 func TestAStepWriteRolledBackLeavesTheStepsCommand(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s *store.Store) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		effects := 0
-		if _, err := admit(t, s, createVolume("undone-1", 1<<30), true, &effects); err != nil {
-			t.Fatal(err)
-		}
-		r := command.NewRunner(s, "test-replica", slog.Default())
 		refused := errors.New("refused at the end")
 		type outcome struct{ held, ended error }
 		done := make(chan outcome, 1)
-		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+		runStep(t, s, "test-replica", "undone-1", func(ctx context.Context, w *command.Work) error {
 			var o outcome
 			o.held = w.Hold(ctx, "a progress never committed", func(tx *store.Tx, c *storev1.Command) error {
 				tx.Last(func(*store.Tx) error { return refused })
@@ -237,8 +237,6 @@ func TestAStepWriteRolledBackLeavesTheStepsCommand(t *testing.T) {
 			done <- o
 			return o.ended
 		})
-		go r.Run(ctx)
-		r.Kick()
 		o := <-done
 		if !errors.Is(o.held, refused) {
 			t.Errorf("Hold: %v, want %v", o.held, refused)
