@@ -386,8 +386,6 @@ func runRow(r row) (result, error) {
 	}
 
 	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
-	var mem0, mem1 runtime.MemStats
-	runtime.ReadMemStats(&mem0)
 	fleet0, err := fl.cpu()
 	if err != nil {
 		return result{}, err
@@ -397,6 +395,9 @@ func runRow(r row) (result, error) {
 			return result{}, err
 		}
 	}
+	// Read after the profile's collection, which the GCs column leaves out.
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	stopProfile, err := startCPUProfile(r.cpuProfile)
 	if err != nil {
 		return result{}, err
