@@ -78,19 +78,12 @@ var scenarios = []scenario{
 		},
 		starts: noExecutions, cleanup: deleteVolume,
 	},
-	{
-		name: "CreateWorkspace",
-		send: func(ctx context.Context, s *system, id, _ string) (proto.Message, error) {
-			return unary(ctx, s.c.Workspaces.CreateWorkspace, createRequest(id))
-		},
-		target: func(m proto.Message) string {
-			return m.(*ctrlv1.CreateWorkspaceResponse).GetWorkspace().GetWorkspaceId()
-		},
-		done:    workspaceCommandDone(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE),
-		final:   true,
-		starts:  1,
-		cleanup: deleteWorkspace,
-	},
+	createScenario("CreateWorkspace", ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW),
+	// Without a Volume to make first, a create is placed and its
+	// StartExecution recorded in its admission's transaction
+	// (command.Effect.Begin): a crash right after it leaves the command
+	// leased, RUNNING and sent to its node.
+	createScenario("CreateWorkspaceWithoutVolume", ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE),
 	{
 		name: "StartWorkspace",
 		setup: func(t *testing.T, s *system, prefix string) string {
@@ -119,6 +112,28 @@ var scenarios = []scenario{
 		final:  true,
 		starts: 1, // the setup's create
 	},
+}
+
+// createScenario is a CreateWorkspace whose Volume binding is of mode
+// (NEW: a new Volume; NONE: none).
+func createScenario(name string, mode ctrlv1.WorkspaceVolumeMode) scenario {
+	return scenario{
+		name: name,
+		send: func(ctx context.Context, s *system, id, _ string) (proto.Message, error) {
+			req := createRequest(id)
+			if mode == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE {
+				req.Spec.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: mode}
+			}
+			return unary(ctx, s.c.Workspaces.CreateWorkspace, req)
+		},
+		target: func(m proto.Message) string {
+			return m.(*ctrlv1.CreateWorkspaceResponse).GetWorkspace().GetWorkspaceId()
+		},
+		done:    workspaceCommandDone(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE),
+		final:   true,
+		starts:  1,
+		cleanup: deleteWorkspace,
+	}
 }
 
 func cmd(id string) *ctrlv1.CommandMetadata { return &ctrlv1.CommandMetadata{CommandId: id} }

@@ -54,6 +54,20 @@ type Effect struct {
 	// Long commands are left ADMITTED for a Runner; the others are final at
 	// once.
 	Long bool
+	// Begin, when set, begins a long command's first step in the admitting
+	// transaction, when the admission leases the command to a worker of
+	// this ctrl (Runner.Do with a worker free), which then runs that step
+	// at once. It may set the command's node and progress before the
+	// command is first written (written RUNNING then), and what it answers
+	// is handed to the step (Work.Begun), which goes on from there: a
+	// create's placement, decided and written with its admission, saves a
+	// transaction that would read and write the command, the Workspace
+	// and its runtime again (docs/PLACEMENT-LOOP.md). Should the
+	// transaction fail once Begin ran (Begin's error, or a write it left
+	// for last: store.Tx.Last), the admission runs again without it, and
+	// the step does what Begin would have: a placement never fails an
+	// admission.
+	Begin func(c *storev1.Command) (any, error)
 }
 
 // Admit admits the command commandID of kind with request req in tx, or
@@ -100,6 +114,13 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 	offer := offered(tx.Context(), eff.Long, kind)
 	if offer != nil {
 		row.LeaseOwner, row.LeaseUntil, row.Attempts = offer.owner, offer.until, 1
+		if eff.Begin != nil && !offer.noBegin {
+			offer.beginTried = true
+			if offer.begun, err = eff.Begin(row.Command); err != nil {
+				return nil, err
+			}
+			row.State = storev1.CommandState_COMMAND_STATE_RUNNING
+		}
 	}
 	inserted, err := tx.InsertCommand(row)
 	if err != nil {
@@ -135,19 +156,24 @@ func do(ctx context.Context, s *store.Store, offer *claimOffer, fn func(tx *stor
 	run := func(tx *store.Tx) error {
 		adm.list = adm.list[:0]
 		if offer != nil {
-			offer.taken = nil
+			offer.taken, offer.begun, offer.beginTried = nil, nil, false
 		}
 		return fn(tx)
 	}
 	err := s.Tx(ctx, run)
-	if IsRaced(err) {
-		err = s.Tx(ctx, run)
-	}
-	if err != nil {
-		if offer != nil {
-			offer.taken = nil
+	for raced := false; err != nil; {
+		switch {
+		case IsRaced(err) && !raced:
+			raced = true
+		case offer != nil && offer.beginTried && !offer.noBegin:
+			offer.noBegin = true // Effect.Begin: admitted without it
+		default:
+			if offer != nil {
+				offer.taken, offer.begun = nil, nil
+			}
+			return nil, err
 		}
-		return nil, err
+		err = s.Tx(ctx, run)
 	}
 	m := metrics.FromContext(ctx)
 	for _, a := range adm.list {
@@ -206,6 +232,12 @@ type claimOffer struct {
 	until time.Time
 	takes func(kind string) bool
 	taken *store.CommandRow
+	// begun is what the taken command's Effect.Begin answered (nil when
+	// it had none); beginTried says Begin ran in the transaction's
+	// current run, and noBegin that the admission runs without it.
+	begun      any
+	beginTried bool
+	noBegin    bool
 }
 
 // offered is the claim offer of ctx's Do for a command of kind, nil when

@@ -385,6 +385,79 @@ func TestACommandAdmittedThroughTheRunnerStartsWithoutAClaim(t *testing.T) {
 	})
 }
 
+// admitBegun admits req as a long command through r.Do with an
+// Effect.Begin that writes a Volume of its own (named after the command,
+// "-begun") and answers its name, failing as fail says: in Begin itself,
+// or in a write it leaves for last (store.Tx.Last).
+func admitBegun(t *testing.T, r *command.Runner, req *ctrlv1.CreateVolumeRequest, fail string) {
+	t.Helper()
+	id := req.GetCommand().GetCommandId()
+	if err := r.Do(context.Background(), func(tx *store.Tx) error {
+		_, err := command.Admit(tx, time.Now(), id, "CreateVolume", req, func() (command.Effect, error) {
+			v := &ctrlv1.Volume{VolumeId: "vol-" + id, Spec: req.GetSpec()}
+			return command.Effect{Target: v.VolumeId, Result: &ctrlv1.CreateVolumeResponse{Volume: v}, Long: true,
+				Begin: func(c *storev1.Command) (any, error) {
+					c.Progress = "begun at admission"
+					if err := tx.PutVolume(&ctrlv1.Volume{VolumeId: "vol-" + id + "-begun"}); err != nil {
+						return nil, err
+					}
+					switch fail {
+					case "begin":
+						return nil, errors.New("Begin failed")
+					case "last":
+						tx.Last(func(*store.Tx) error { return errors.New("a write left for last failed") })
+					}
+					return "vol-" + id + "-begun", nil
+				}}, tx.PutVolume(v)
+		})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Effect.Begin begins a command's first step in its admission's
+// transaction: the command is written RUNNING with what Begin set, and
+// the step that goes on from it at once sees what Begin answered. Should
+// the transaction fail once Begin ran, in Begin or in a write it left for
+// last, the command is admitted again without it: nothing Begin wrote is
+// kept, and the step sees nothing begun.
+func TestAnAdmissionBeginsTheFirstStepOrIsMadeAgainWithout(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour))
+		type seen struct {
+			begun    any
+			state    storev1.CommandState
+			progress string
+		}
+		steps := make(chan seen, 1)
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			steps <- seen{w.Begun(), w.Command().GetState(), w.Command().GetProgress()}
+			return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		})
+		go r.Run(ctx)
+		waitFor(t, "the runner running", func() bool { return r.Running() })
+		for _, fail := range []string{"", "begin", "last"} {
+			id := "begun-" + fail
+			admitBegun(t, r, createVolume(id, 1<<30), fail)
+			got := <-steps
+			err := s.Tx(ctx, func(tx *store.Tx) error { _, err := tx.GetVolume("vol-"+id+"-begun", false); return err })
+			if fail == "" {
+				if got.begun != "vol-"+id+"-begun" || got.state != storev1.CommandState_COMMAND_STATE_RUNNING || got.progress != "begun at admission" || err != nil {
+					t.Errorf("begun: the step saw %+v and Begin's write %v; want what Begin answered, RUNNING, its progress, its write", got, err)
+				}
+				continue
+			}
+			if got.begun != nil || got.state != storev1.CommandState_COMMAND_STATE_ADMITTED || got.progress != "" || !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("failing in %s: the step saw %+v and Begin's write %v; want nothing begun, ADMITTED, nothing written", fail, got, err)
+			}
+			waitFor(t, id+" SUCCEEDED", func() bool { return commandState(t, s, id).Final() })
+		}
+	})
+}
+
 // With every worker busy, Runner.Do admits the command unleased and kicks
 // the runner (which polls once an hour here): it runs once a worker is
 // free, claimed once.

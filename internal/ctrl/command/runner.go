@@ -147,7 +147,7 @@ func (r *Runner) Run(ctx context.Context) {
 			failpoint.Hit(failpoint.Claimed, c.GetCommandId())
 			r.sem <- struct{}{}
 			r.wg.Add(1)
-			go r.stepIn(ctx, c)
+			go r.stepIn(ctx, c, nil)
 		}
 		timer := time.NewTimer(r.untilNext(ctx))
 		select {
@@ -163,9 +163,9 @@ func (r *Runner) Run(ctx context.Context) {
 
 // stepIn runs a step in the worker place it holds, and gives the place
 // back.
-func (r *Runner) stepIn(ctx context.Context, c *store.CommandRow) {
+func (r *Runner) stepIn(ctx context.Context, c *store.CommandRow, begun any) {
 	defer func() { <-r.sem; r.wg.Done() }()
-	r.step(ctx, c, r.sem)
+	r.step(ctx, c, r.sem, begun)
 }
 
 // Do admits as command.Do does, and the first long command its
@@ -186,7 +186,7 @@ func (r *Runner) Do(ctx context.Context, fn func(tx *store.Tx) error) error {
 	adm, err := do(ctx, r.store, offer, fn)
 	if offer != nil && offer.taken != nil {
 		failpoint.Hit(failpoint.Claimed, offer.taken.GetCommandId())
-		go r.stepIn(runCtx, offer.taken)
+		go r.stepIn(runCtx, offer.taken, offer.begun)
 	} else if runCtx != nil {
 		<-r.sem
 		r.wg.Done()
@@ -266,10 +266,10 @@ func (r *Runner) untilNext(ctx context.Context) time.Duration {
 	return d
 }
 
-func (r *Runner) step(ctx context.Context, c *store.CommandRow, slot chan struct{}) {
+func (r *Runner) step(ctx context.Context, c *store.CommandRow, slot chan struct{}, begun any) {
 	ctx, span := startStep(ctx, c)
 	defer span.End()
-	w := &Work{r: r, c: c, slot: slot}
+	w := &Work{r: r, c: c, slot: slot, begun: begun}
 	err := r.handlers[c.GetKind()](ctx, w)
 	endStep(span, w, err)
 	if err == nil && w.ended {
@@ -303,7 +303,15 @@ type Work struct {
 	// slot is the runner's worker semaphore this step holds a place in
 	// (Idle gives it back while the step waits), nil for none.
 	slot chan struct{}
+	// begun is what the command's Effect.Begin answered at its admission,
+	// for the step that follows it; nil for every other step.
+	begun any
 }
+
+// Begun is what the command's Effect.Begin answered in the admission's
+// transaction, when this step is the one that goes on from it; nil
+// otherwise (every later step, and the first one after a claim).
+func (w *Work) Begun() any { return w.begun }
 
 // Command is the command as claimed.
 func (w *Work) Command() *storev1.Command { return w.c.Command }

@@ -214,34 +214,78 @@ func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeI
 func (f *Fleet) AwaitDecided(ctx context.Context, w *command.Work, name string, stage ctrlv1.FailureStage,
 	decide func(tx *store.Tx) (nodeID string, body proto.Message, err error),
 ) (string, *Answer, error) {
-	opID := w.Command().GetCommandId() + "/" + name
-	answered := f.answers.expect(opID, true)
-	defer f.answers.forget(opID)
-	var recorded *storev1.NodeOperation
-	var nodeID string
+	d := f.Expect(w.Command().GetCommandId(), name)
+	defer d.Forget()
 	err := w.Hold(ctx, "", func(tx *store.Tx, c *storev1.Command) error {
-		var body proto.Message
-		var err error
-		if nodeID, body, err = decide(tx); err != nil {
-			return err
-		}
-		anyBody, err := anypb.New(body)
+		nodeID, body, err := decide(tx)
 		if err != nil {
 			return err
 		}
-		c.NodeId, c.Progress = nodeID, sentTo(name, nodeID)
-		recorded, err = startNew(tx, w.Now(), opID, nodeID, c.GetCommandId(), anyBody)
-		return err
+		return d.Record(tx, w.Now(), c, nodeID, body)
 	})
 	if err != nil {
 		return "", nil, err
 	}
-	if !f.holds(nodeID) {
-		f.Notify(nodeID)
-		return nodeID, nil, w.Continue(ctx, waitingFor(name, nodeID), 30*time.Second, nil)
+	answer, err := f.AwaitDecision(ctx, w, d, stage)
+	return d.nodeID, answer, err
+}
+
+// Decision is a first operation of a command decided and recorded in a
+// transaction that also writes the command (AwaitDecided's, or the
+// command's admission: command.Effect.Begin), awaited once it committed
+// (AwaitDecision). Its answer is expected from the start (Expect), so
+// that none can come before the step waits for it; Forget drops the
+// expectation when the step will not wait (its transaction failed).
+type Decision struct {
+	f        *Fleet
+	name     string
+	opID     string
+	answered <-chan arrival
+	// nodeID and recorded are set by Record, in the transaction's last run.
+	nodeID   string
+	recorded *storev1.NodeOperation
+}
+
+// Expect begins the Decision of operation name of command commandID: its
+// answer, raw (Answer.Record writes it), is expected from now on.
+func (f *Fleet) Expect(commandID, name string) *Decision {
+	opID := commandID + "/" + name
+	return &Decision{f: f, name: name, opID: opID, answered: f.answers.expect(opID, true)}
+}
+
+// Record records the operation, body for nodeID, in tx, the transaction
+// that writes c (the command, whose node and progress it sets). An
+// operation an earlier step recorded is ErrNotNew (its insert is the
+// check): tx's other writes go with the rollback.
+func (d *Decision) Record(tx *store.Tx, now time.Time, c *storev1.Command, nodeID string, body proto.Message) error {
+	anyBody, err := anypb.New(body)
+	if err != nil {
+		return err
 	}
-	answer, err := f.waitAnswer(ctx, w, name, nodeID, recorded, answered, stage)
-	return nodeID, answer, err
+	c.NodeId, c.Progress = nodeID, sentTo(d.name, nodeID)
+	d.nodeID = nodeID
+	d.recorded, err = startNew(tx, now, d.opID, nodeID, c.GetCommandId(), anyBody)
+	return err
+}
+
+// Node is the node the operation was recorded for.
+func (d *Decision) Node() string { return d.nodeID }
+
+// Forget drops the expectation of the answer. AwaitDecision forgets it
+// itself.
+func (d *Decision) Forget() { d.f.answers.forget(d.opID) }
+
+// AwaitDecision waits for the answer to d, once the transaction that
+// recorded it committed: when this replica holds the node's session, the
+// operation is handed to it and the answer waited for in memory, as Await
+// does; otherwise the step ends waiting for the answer (nil, nil).
+func (f *Fleet) AwaitDecision(ctx context.Context, w *command.Work, d *Decision, stage ctrlv1.FailureStage) (*Answer, error) {
+	defer d.Forget()
+	if !f.holds(d.nodeID) {
+		f.Notify(d.nodeID)
+		return nil, w.Continue(ctx, waitingFor(d.name, d.nodeID), 30*time.Second, nil)
+	}
+	return f.waitAnswer(ctx, w, d.name, d.nodeID, d.recorded, d.answered, stage)
 }
 
 // waitAnswer hands recorded to nodeID's session, which this replica holds,

@@ -26,6 +26,9 @@ type Placement struct {
 	// Capabilities are the Workspace's capabilities.required: a node
 	// advertising every one is a candidate.
 	Capabilities []string
+	// New says the Workspace was admitted in the placement's own
+	// transaction: it holds no Allocation yet, and none is read.
+	New bool
 }
 
 // Placed is the node a placement chose, and that node's own default pool.
@@ -69,7 +72,11 @@ const (
 // says why: node by node for the first few, by count of each reason for
 // the rest (refuse).
 func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
-	held, err := tx.GetAllocation(p.WorkspaceID)
+	var held *store.Allocation
+	err := store.ErrNotFound // a new Workspace holds none
+	if !p.New {
+		held, err = tx.GetAllocation(p.WorkspaceID)
+	}
 	switch {
 	case err == nil && held.InstanceID == p.InstanceID:
 		row, err := tx.GetNodePlacement(held.NodeID)

@@ -53,6 +53,10 @@ type launchPlan struct {
 	egresses []*nodev1.ResolvedEgress
 	// resolvers are the Resolvers its link DNS address forwards to.
 	resolvers []*nodev1.ResolvedResolver
+	// admitted says the Workspace was admitted in the plan's own
+	// transaction (beginStart): nothing of it is stored but what that
+	// transaction wrote.
+	admitted bool
 }
 
 // runPlacement drives create and start: resolve what boots, place the
@@ -60,6 +64,9 @@ type launchPlan struct {
 // the VM and wait for its agent.
 func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 	stage := startStage(wk.Command().GetKind())
+	if b, ok := wk.Begun().(*begunStart); ok {
+		return s.goOnFromAdmission(ctx, wk, b, stage)
+	}
 	if wk.Command().GetNodeId() == "" && wk.Command().GetKind() != kindRestore {
 		nodeID, plan, start, answer, err := s.placeAndStart(ctx, wk, stage)
 		if !errors.Is(err, errNotAtOnce) && !errors.Is(err, fleet.ErrNotNew) {
@@ -78,7 +85,7 @@ func (s *Service) runPlacement(ctx context.Context, wk *command.Work) error {
 		}
 		var reserve func(tx *store.Tx) (*pool.Refusal, error)
 		var err error
-		if placed, reserve, err = s.place(tx, wk, plan); reserve == nil || err != nil {
+		if placed, reserve, err = s.place(tx, wk.Command().GetCommandId(), plan); reserve == nil || err != nil {
 			return err
 		}
 		poolRefusal, err := reserve(tx)
@@ -179,27 +186,12 @@ func (s *Service) placeAndStart(ctx context.Context, wk *command.Work, stage ctr
 		var err error
 		if plan, wait, err = s.planIn(tx, wk, req, node); err != nil {
 			return "", nil, err
-		}
-		if v := plan.GetVolume().GetState(); wait != "" || v == ctrlv1.VolumeState_VOLUME_STATE_CREATING || v == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+		} else if wait != "" {
 			return "", nil, errNotAtOnce
 		}
-		placed, reserve, err := s.place(tx, wk, plan)
-		if err == nil && placed.refusal != nil {
-			return "", nil, errNotAtOnce
-		} else if err != nil {
-			return "", nil, err
-		}
-		if reserve != nil {
-			tx.Last(func(tx *store.Tx) error {
-				poolRefusal, err := reserve(tx)
-				if poolRefusal != nil {
-					return errPoolRefused
-				}
-				return err
-			})
-		}
-		start = s.startExecution(plan, placed.nodeID, wk.Command().GetCommandId())
-		return placed.nodeID, start, nil
+		var nodeID string
+		nodeID, start, err = s.startAtOnce(tx, wk.Command().GetCommandId(), plan)
+		return nodeID, start, err
 	})
 	if errors.Is(err, errPoolRefused) {
 		err = errNotAtOnce // the long way says why
@@ -208,6 +200,81 @@ func (s *Service) placeAndStart(ctx context.Context, wk *command.Work, stage ctr
 		countPlacement(s.fleet.Metrics(), nil, nil)
 	}
 	return nodeID, plan, start, answer, err
+}
+
+// startAtOnce places the execution plan describes (for command commandID)
+// and answers the StartExecution for the node chosen, in tx; the layer's
+// pool reservation is tx's last write (errPoolRefused should the pool
+// refuse it). errNotAtOnce when the start cannot go at once: a Volume to
+// make first, or lost, or no node takes it now (the long way says why).
+func (s *Service) startAtOnce(tx *store.Tx, commandID string, plan *launchPlan) (string, *nodev1.StartExecution, error) {
+	if v := plan.GetVolume().GetState(); v == ctrlv1.VolumeState_VOLUME_STATE_CREATING || v == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+		return "", nil, errNotAtOnce
+	}
+	placed, reserve, err := s.place(tx, commandID, plan)
+	if err == nil && placed.refusal != nil {
+		return "", nil, errNotAtOnce
+	} else if err != nil {
+		return "", nil, err
+	}
+	if reserve != nil {
+		tx.Last(func(tx *store.Tx) error {
+			poolRefusal, err := reserve(tx)
+			if poolRefusal != nil {
+				return errPoolRefused
+			}
+			return err
+		})
+	}
+	return placed.nodeID, s.startExecution(plan, placed.nodeID, commandID), nil
+}
+
+// begunStart is a create's placement decided and recorded in its
+// admission's transaction (beginStart), for the step that goes on from it.
+type begunStart struct {
+	plan     *launchPlan
+	start    *nodev1.StartExecution
+	decision *fleet.Decision
+}
+
+// beginStart is a create's first step begun in its admission's
+// transaction tx (command.Effect.Begin), for the command c: the Workspace
+// w it admits, new and without a runtime, placed and its StartExecution
+// recorded for the node chosen, as placeAndStart would in a transaction
+// of its own. Anything that keeps the start from going at once fails it,
+// and the admission is made again without it (the step then goes as
+// after a claim). The node's answer is expected from before the commit;
+// the caller forgets it if the transaction does not commit.
+func (s *Service) beginStart(tx *store.Tx, c *storev1.Command, w *ctrlv1.Workspace, req *ctrlv1.CreateWorkspaceRequest) (*begunStart, error) {
+	plan, wait, err := s.planFor(tx, w, &storev1.WorkspaceRuntime{WorkspaceId: w.GetWorkspaceId()}, req, "")
+	if err != nil {
+		return nil, err
+	} else if wait != "" {
+		return nil, errNotAtOnce
+	}
+	plan.admitted = true
+	nodeID, start, err := s.startAtOnce(tx, c.GetCommandId(), plan)
+	if err != nil {
+		return nil, err
+	}
+	d := s.fleet.Expect(c.GetCommandId(), "start")
+	if err := d.Record(tx, s.now(), c, nodeID, start); err != nil {
+		d.Forget()
+		return nil, err
+	}
+	return &begunStart{plan: plan, start: start, decision: d}, nil
+}
+
+// goOnFromAdmission is the first step of a create begun at its admission
+// (beginStart): it hands the StartExecution recorded there to its node
+// and ends the start with the answer.
+func (s *Service) goOnFromAdmission(ctx context.Context, wk *command.Work, b *begunStart, stage ctrlv1.FailureStage) error {
+	countPlacement(s.fleet.Metrics(), nil, nil) // committed with the admission
+	answer, err := s.fleet.AwaitDecision(ctx, wk, b.decision, stage)
+	if answer == nil || err != nil {
+		return err
+	}
+	return s.startAnswered(ctx, wk, b.plan, b.decision.Node(), b.start, answer)
 }
 
 // startAnswered ends a start with the node's answer to StartExecution,
@@ -279,11 +346,19 @@ func (s *Service) planIn(tx *store.Tx, wk *command.Work, req any, node string) (
 	if err != nil {
 		return nil, "", err
 	}
-	plan := &launchPlan{w: w, node: node}
-	before := bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}
-	if plan.runtime, err = tx.GetRuntime(w.GetWorkspaceId(), true); err != nil {
+	rt, err := tx.GetRuntime(w.GetWorkspaceId(), true)
+	if err != nil {
 		return nil, "", err
 	}
+	return s.planFor(tx, w, rt, req, node)
+}
+
+// planFor is planIn for the Workspace w and its runtime rt, read (or
+// written) in tx already.
+func (s *Service) planFor(tx *store.Tx, w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime, req any, node string) (*launchPlan, string, error) {
+	plan := &launchPlan{w: w, runtime: rt, node: node}
+	before := bound{w.GetSpec().GetTemplate() != nil, w.GetSpec().GetLaunchRef(), w.GetSpec().GetLaunchBindingVersion()}
+	var err error
 	if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
 		if plan.volume, err = tx.GetVolume(b.GetVolumeId(), false); err != nil {
 			return nil, "", err
@@ -386,12 +461,12 @@ type placement struct {
 // once, or as the transaction's last write (placeAndStart), since every
 // placement of a fleet sharing one pool reserves in it and on PostgreSQL
 // each holds the pool's rows locked from its reservation to its commit.
-func (s *Service) place(tx *store.Tx, wk *command.Work, plan *launchPlan) (*placement, func(tx *store.Tx) (*pool.Refusal, error), error) {
+func (s *Service) place(tx *store.Tx, commandID string, plan *launchPlan) (*placement, func(tx *store.Tx) (*pool.Refusal, error), error) {
 	res := plan.w.GetSpec().GetResources()
 	p := fleet.Placement{
-		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), wk.Command().GetCommandId()),
+		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), commandID),
 		CPUMillis: res.GetCpuMillis(), MemoryBytes: res.GetMemoryBytes(), Pools: []string{plan.runtime.GetLayerPool()}, Node: plan.node,
-		Capabilities: plan.w.GetSpec().GetCapabilities().GetRequired(),
+		Capabilities: plan.w.GetSpec().GetCapabilities().GetRequired(), New: plan.admitted,
 	}
 	if plan.volume != nil {
 		p.Pools = append(p.Pools, plan.volume.GetSpec().GetStoragePool())

@@ -152,7 +152,20 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 	}
 	spec := req.GetSpec()
 	var res proto.Message
+	// A create placed by ctrl, whose Volume (if any) exists, is placed in
+	// its admission's transaction (beginStart). begun is the placement of
+	// the transaction's current run: the step that goes on from it once
+	// it committed waits for its answer; a run that did not commit
+	// forgets it.
+	var begun *begunStart
+	forget := func() {
+		if begun != nil {
+			begun.decision.Forget()
+			begun = nil
+		}
+	}
 	err = s.runner.Do(ctx, func(tx *store.Tx) error {
+		forget()
 		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), c.kind, input, func() (command.Effect, error) {
 			if err := registered(tx, nodeID); err != nil {
 				return command.Effect{}, err
@@ -195,13 +208,27 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 			}
 			// New: no runtime yet.
 			res := c.respond(viewOf(tx, w, &storev1.WorkspaceRuntime{}), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
-			return command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}, nil
+			eff := command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}
+			if c.kind == kindCreate && nodeID == "" && binding.GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW {
+				eff.Begin = func(cmd *storev1.Command) (any, error) {
+					b, err := s.beginStart(tx, cmd, w, req)
+					if err != nil {
+						return nil, err
+					}
+					begun = b
+					return b, nil
+				}
+			}
+			return eff, nil
 		})
 		if err == nil {
 			res = out
 		}
 		return err
 	})
+	if err != nil {
+		forget()
+	}
 	return res, err
 }
 
@@ -447,10 +474,20 @@ func commandView(c *storev1.Command) *ctrlv1.WorkspaceCommand {
 // requestedLaunch is the current default Launch of the PlatformKey a
 // create names, bound at admission: a key that does not exist is
 // not_found, one without a Launch failed_precondition. No key ("") binds
-// the deployment default's at placement (resolve).
+// the deployment default's, here when there is one, or at placement
+// (resolve).
 func requestedLaunch(tx *store.Tx, field, key string) (string, error) {
 	if key == "" {
-		return "", nil
+		// The deployment's default: bound now when there is one, or by the
+		// placement once a platform is registered (kibotos dev registers
+		// one at its first start). Bound here, the placement that follows
+		// in the same transaction (beginStart) does not write the
+		// Workspace again.
+		l, err := tx.DefaultLaunch("")
+		if errors.Is(err, store.ErrNotFound) {
+			return "", nil
+		}
+		return l.GetLaunchRef(), err
 	}
 	if _, err := tx.GetPlatformKey(key, false); errors.Is(err, store.ErrNotFound) {
 		return "", apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field},
