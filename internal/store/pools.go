@@ -61,12 +61,16 @@ func (t *Tx) declarePools(n *operatorv1.NodeRegistration) error {
 	return nil
 }
 
-const poolColumns = "SELECT storage_pool, capacity_bytes, version, lost_at, first_declared_at FROM storage_pools"
+const (
+	poolFields  = "storage_pool, capacity_bytes, version, lost_at, first_declared_at"
+	poolColumns = "SELECT " + poolFields + " FROM storage_pools"
+)
 
-func scanPool(row interface{ Scan(...any) error }) (*StoragePool, error) {
+// scanPool scans a row of poolFields, then of more (columns after them).
+func scanPool(row interface{ Scan(...any) error }, more ...any) (*StoragePool, error) {
 	p := &StoragePool{}
 	var capacity, version, lost, first int64
-	if err := row.Scan(&p.Name, &capacity, &version, &lost, &first); err != nil {
+	if err := row.Scan(append([]any{&p.Name, &capacity, &version, &lost, &first}, more...)...); err != nil {
 		return nil, err
 	}
 	p.CapacityBytes, p.Version = uint64(capacity), uint64(version)
@@ -197,12 +201,36 @@ func (t *Tx) StoragePoolUsage(name string) (PoolUsage, error) {
 // It reads the pool's counter (pool_reserved), so it costs the same however
 // many objects the pool holds.
 func (t *Tx) StoragePoolReserved(name string) (uint64, error) {
-	reserved, err := t.reservedIn(name)
-	if err != nil {
-		return 0, err
+	var n int64
+	err := t.queryRow("SELECT "+reservedSum, name, name).Scan(&n)
+	return uint64(n), err
+}
+
+// reservedSum is StoragePoolReserved's sum, one statement for what lives
+// in the pool (its counter, pool_reserved) and what moves into it; its
+// arguments are the pool twice.
+const reservedSum = "COALESCE((SELECT bytes FROM pool_reserved WHERE storage_pool = ?), 0) + " +
+	"(SELECT CAST(COALESCE(SUM(capacity_bytes), 0) AS BIGINT) FROM pool_moves WHERE target_pool = ?)"
+
+// StoragePoolForReservation is GetStoragePool(name, true) and
+// StoragePoolReserved(name) together: what a reservation in the pool
+// reads. On SQLite, whose one writer nothing can change under, one
+// statement reads both. On PostgreSQL the sum is read after the pool's
+// row lock was taken, by a statement of its own: one statement would
+// take its snapshot before waiting for the lock, and sum what the
+// reservations committed meanwhile left out.
+func (t *Tx) StoragePoolForReservation(name string) (*StoragePool, uint64, error) {
+	if t.d.lock != "" {
+		p, err := t.GetStoragePool(name, true)
+		if err != nil {
+			return nil, 0, err
+		}
+		reserved, err := t.StoragePoolReserved(name)
+		return p, reserved, err
 	}
-	moving, err := t.movingIn(name)
-	return reserved + moving, err
+	var reserved int64
+	p, err := scanPool(t.queryRow("SELECT "+poolFields+", "+reservedSum+" FROM storage_pools WHERE storage_pool = ?", name, name, name), &reserved)
+	return p, uint64(reserved), noRows(err)
 }
 
 type living struct{ volumes, volumeBytes, layers, layerBytes int64 }

@@ -121,10 +121,3 @@ func backfillPoolReserved(tx *sql.Tx, d dialect) error {
 		) objects GROUP BY pool`)
 	return err
 }
-
-// reservedIn is what the objects living in pool reserve there.
-func (t *Tx) reservedIn(pool string) (uint64, error) {
-	var n int64
-	err := t.queryRow("SELECT COALESCE((SELECT bytes FROM pool_reserved WHERE storage_pool = ?), 0)", pool).Scan(&n)
-	return uint64(n), err
-}

@@ -46,7 +46,7 @@ func (r *Refusal) Failure(stage ctrlv1.FailureStage, now time.Time) *ctrlv1.Work
 // the object would exceed (resource_exhausted). The pool's row lock
 // serialises reservations in one pool across ctrl replicas.
 func Reserve(tx *store.Tx, pool string, bytes uint64) (*Refusal, error) {
-	p, err := tx.GetStoragePool(pool, true)
+	p, reserved, err := tx.StoragePoolForReservation(pool)
 	if errors.Is(err, store.ErrNotFound) {
 		p = &store.StoragePool{Name: pool}
 	} else if err != nil {
@@ -59,10 +59,6 @@ func Reserve(tx *store.Tx, pool string, bytes uint64) (*Refusal, error) {
 	case p.CapacityBytes == 0:
 		return &Refusal{Code: connect.CodeResourceExhausted, Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
 			Message: fmt.Sprintf("storage pool %q has no capacity set, so it takes no new objects: an operator sets one (kibotos pool set-capacity %s BYTES)", pool, pool)}, nil
-	}
-	reserved, err := tx.StoragePoolReserved(pool)
-	if err != nil {
-		return nil, err
 	}
 	if reserved+bytes > p.CapacityBytes || reserved+bytes < bytes {
 		return &Refusal{Code: connect.CodeResourceExhausted, Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,

@@ -122,6 +122,25 @@ func testPoolCapacityAndLoss(t *testing.T, dsn string) {
 	})
 }
 
+// checkForReservation checks that StoragePoolForReservation reads pool
+// as GetStoragePool does (not found for a pool never declared), with
+// reserved bytes in it.
+func checkForReservation(t *testing.T, tx *store.Tx, pool string, reserved uint64) {
+	t.Helper()
+	want, wantErr := tx.GetStoragePool(pool, false)
+	got, gotReserved, err := tx.StoragePoolForReservation(pool)
+	switch {
+	case errors.Is(wantErr, store.ErrNotFound):
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s for a reservation: %+v, %v; want not found", pool, got, err)
+		}
+	case wantErr != nil || err != nil:
+		t.Errorf("%s for a reservation: %v (GetStoragePool: %v)", pool, err, wantErr)
+	case *got != *want || gotReserved != reserved:
+		t.Errorf("%s for a reservation: %+v reserving %d, want %+v reserving %d", pool, got, gotReserved, want, reserved)
+	}
+}
+
 func poolVolume(id, pool string, state ctrlv1.VolumeState, capacity uint64) *ctrlv1.Volume {
 	return &ctrlv1.Volume{VolumeId: id, State: state, Spec: &ctrlv1.VolumeSpec{StoragePool: pool, CapacityBytes: capacity}}
 }
@@ -264,6 +283,13 @@ func testPoolMovesAndCleanups(t *testing.T, dsn string) {
 	s := Open(t, dsn)
 	key := store.VolumeKey("vol-a")
 	mustTx(t, s, func(tx *store.Tx) error {
+		// pool-c stays undeclared.
+		if err := tx.PutNode(nodeDeclaring("node-a", time.Now(), "pool-a", "pool-b")); err != nil {
+			return err
+		}
+		if err := tx.SetStoragePoolCapacity("pool-b", 8<<30); err != nil {
+			return err
+		}
 		if err := tx.PutVolume(poolVolume("vol-a", "pool-a", ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, 1<<30)); err != nil {
 			return err
 		}
@@ -288,6 +314,7 @@ func testPoolMovesAndCleanups(t *testing.T, dsn string) {
 			if got, err := tx.StoragePoolReserved(pool); err != nil || got != want {
 				t.Errorf("%s reserves %d (%v), want %d", pool, got, err, want)
 			}
+			checkForReservation(t, tx, pool, want)
 		}
 		// The move settles: the Volume lives in pool-b, pool-a keeps a copy.
 		if err := tx.PutVolume(poolVolume("vol-a", "pool-b", ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, 1<<30)); err != nil {
