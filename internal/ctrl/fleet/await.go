@@ -18,6 +18,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // Answer is a node's answer to an operation: a result, or a failure. A
@@ -285,7 +286,15 @@ func (f *Fleet) AwaitDecision(ctx context.Context, w *command.Work, d *Decision,
 		f.Notify(d.nodeID)
 		return nil, w.Continue(ctx, waitingFor(d.name, d.nodeID), 30*time.Second, nil)
 	}
-	return f.waitAnswer(ctx, w, d.name, d.nodeID, d.recorded, d.answered, stage)
+	op := d.recorded
+	if tp := telemetry.Traceparent(ctx); tp != "" && tp != op.GetTraceparent() {
+		// Recorded by the admission (command.Effect.Begin), in the trace
+		// of the call: the node's span of it joins the step that hands it
+		// over and waits for it, as for an operation a step records.
+		op = proto.CloneOf(op)
+		op.Traceparent = tp
+	}
+	return f.waitAnswer(ctx, w, d.name, d.nodeID, op, d.answered, stage)
 }
 
 // waitAnswer hands recorded to nodeID's session, which this replica holds,
