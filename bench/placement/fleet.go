@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,9 +32,17 @@ type simFleet interface {
 	// cpu is the fleet's process's CPU time so far; 0 inline. An error
 	// (the process gone) fails the row rather than show a wrong figure.
 	cpu() (time.Duration, error)
+	// sessions is how many of its nodes' sessions ctrl welcomed and over
+	// how many connections (sim.Fleet.Established, Connections); a fleet
+	// in a process of its own says so every sessionsEvery.
+	sessions() (welcomed, connections int)
 	// stop ends the fleet and waits for it.
 	stop()
 }
+
+// sessionsEvery is how often a fleet child writes its sessions line: the
+// progress lines, a second apart, show counts at most this old.
+const sessionsEvery = 250 * time.Millisecond
 
 // startFleet starts r's simulated fleet against ctrl's node endpoint,
 // telling p of every StartExecution a node receives.
@@ -64,6 +73,8 @@ type inlineFleet struct {
 
 func (f inlineFleet) cpu() (time.Duration, error) { return 0, nil }
 
+func (f inlineFleet) sessions() (int, int) { return f.f.Established(), f.f.Connections() }
+
 func (f inlineFleet) stop() {
 	f.cancel()
 	f.f.Wait()
@@ -77,6 +88,8 @@ type processFleet struct {
 	stdin io.Closer
 	// read is closed once its stdout ended.
 	read chan struct{}
+	// welcomed and connections are what its latest sessions line said.
+	welcomed, connections atomic.Int64
 }
 
 func startFleetProcess(ctx context.Context, r row, endpoint, grant string, p *placements) (simFleet, error) {
@@ -103,6 +116,9 @@ func startFleetProcess(ctx context.Context, r row, endpoint, grant string, p *pl
 		for lines.Scan() {
 			if ws, nodeID, at, ok := parseArrival(lines.Text()); ok {
 				p.arrive(ws, nodeID, at)
+			} else if welcomed, connections, ok := parseSessions(lines.Text()); ok {
+				f.welcomed.Store(welcomed)
+				f.connections.Store(connections)
 			}
 		}
 	}()
@@ -111,6 +127,10 @@ func startFleetProcess(ctx context.Context, r row, endpoint, grant string, p *pl
 
 func (f *processFleet) cpu() (time.Duration, error) {
 	return benchfleet.ProcessCPU(f.cmd.Process.Pid)
+}
+
+func (f *processFleet) sessions() (int, int) {
+	return int(f.welcomed.Load()), int(f.connections.Load())
 }
 
 func (f *processFleet) stop() {
@@ -135,6 +155,22 @@ func parseArrival(line string) (ws, nodeID string, at time.Time, ok bool) {
 		return "", "", time.Time{}, false
 	}
 	return fields[1], fields[2], time.Unix(0, ns), true
+}
+
+// A sessions line: how many sessions ctrl welcomed, over how many
+// connections.
+func sessionsLine(welcomed, connections int) string {
+	return fmt.Sprintf("sessions %d %d\n", welcomed, connections)
+}
+
+func parseSessions(line string) (welcomed, connections int64, ok bool) {
+	fields := strings.Fields(line)
+	if len(fields) != 3 || fields[0] != "sessions" {
+		return 0, 0, false
+	}
+	welcomed, err1 := strconv.ParseInt(fields[1], 10, 64)
+	connections, err2 := strconv.ParseInt(fields[2], 10, 64)
+	return welcomed, connections, err1 == nil && err2 == nil
 }
 
 // runFleetChild is this program as a row's fleet: nodes simulated nodes
@@ -162,7 +198,19 @@ func runFleetChild(endpoint, grant string, nodes int) error {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	<-ctx.Done()
+	tick := time.NewTicker(sessionsEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			mu.Lock()
+			_, _ = io.WriteString(os.Stdout, sessionsLine(f.Established(), f.Connections()))
+			mu.Unlock()
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
 	f.Wait()
 	return nil
 }

@@ -374,13 +374,15 @@ func runRow(r row) (result, error) {
 	defer fl.stop()
 	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
 	ready, err := benchfleet.WaitReady(ctx, nodes, r.nodes, r.readyTimeout, func(ready int) {
-		progress("  %d of %d nodes READY", ready, r.nodes)
+		welcomed, _ := fl.sessions()
+		progress("  %d of %d nodes READY, %d sessions welcomed", ready, r.nodes, welcomed)
 	})
 	if err != nil {
 		return result{}, err
 	}
 	res := result{db: r.db, follow: r.follow, load: r.load, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
-	progress("  %d of %d nodes READY after %.1f s", ready, r.nodes, res.ready.Seconds())
+	_, connections := fl.sessions()
+	progress("  %d of %d nodes READY after %.1f s over %d connections", ready, r.nodes, res.ready.Seconds(), connections)
 	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, sim.DefaultPoolBytes); err != nil {
 		return result{}, err
 	}
