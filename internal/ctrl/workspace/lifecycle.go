@@ -65,11 +65,24 @@ func (s *Service) lifecycle(ctx context.Context, meta *ctrlv1.CommandMetadata, k
 	apply func(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) (long bool, err error),
 	response func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message,
 ) (proto.Message, error) {
+	return s.lifecycleBegun(ctx, meta, kind, id, req, apply, response, nil)
+}
+
+// lifecycleBegun is lifecycle for a command whose first step begin
+// begins in its admission's transaction, once apply wrote w
+// (command.Effect.Begin; nil for none).
+func (s *Service) lifecycleBegun(ctx context.Context, meta *ctrlv1.CommandMetadata, kind, id string, req proto.Message,
+	apply func(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) (long bool, err error),
+	response func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message,
+	begin func(tx *store.Tx, c *storev1.Command, w *ctrlv1.Workspace) (*begunStart, error),
+) (proto.Message, error) {
 	if err := command.ValidateID("command.command_id", meta); err != nil {
 		return nil, err
 	}
 	var out proto.Message
+	var begun beginning
 	err := s.runner.Do(ctx, func(tx *store.Tx) error {
+		begun.forget()
 		now := s.now()
 		var err error
 		out, err = command.Admit(tx, now, meta.GetCommandId(), kind, req, func() (command.Effect, error) {
@@ -90,10 +103,17 @@ func (s *Service) lifecycle(ctx context.Context, meta *ctrlv1.CommandMetadata, k
 				c.State = ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED
 				c.CompletedAt = c.GetAdmittedAt()
 			}
-			return command.Effect{Target: id, Result: response(s.view(tx, w), c), Long: long}, nil
+			eff := command.Effect{Target: id, Result: response(s.view(tx, w), c), Long: long}
+			if long && begin != nil {
+				eff.Begin = begun.effect(func(c *storev1.Command) (*begunStart, error) { return begin(tx, c, w) })
+			}
+			return eff, nil
 		})
 		return err
 	})
+	if err != nil {
+		begun.forget()
+	}
 	return out, err
 }
 
@@ -105,10 +125,22 @@ func (s *Service) Start(ctx context.Context, req *ctrlv1.StartWorkspaceRequest) 
 // start admits req under the command input given (req itself, or the
 // ...OnNode request around it), placed on nodeID only when it is set.
 func (s *Service) start(ctx context.Context, req *ctrlv1.StartWorkspaceRequest, input proto.Message, nodeID string) (*ctrlv1.StartWorkspaceResponse, error) {
-	out, err := s.lifecycle(ctx, req.GetCommand(), kindStart, req.GetWorkspaceId(), input, s.startApply(nodeID),
+	var begin func(tx *store.Tx, c *storev1.Command, w *ctrlv1.Workspace) (*begunStart, error)
+	if nodeID == "" {
+		// Placed by ctrl: placed in its admission's transaction
+		// (beginStart), as a create is.
+		begin = func(tx *store.Tx, c *storev1.Command, w *ctrlv1.Workspace) (*begunStart, error) {
+			rt, err := tx.GetRuntime(w.GetWorkspaceId(), true)
+			if err != nil {
+				return nil, err
+			}
+			return s.beginStart(tx, c, w, rt, req, false)
+		}
+	}
+	out, err := s.lifecycleBegun(ctx, req.GetCommand(), kindStart, req.GetWorkspaceId(), input, s.startApply(nodeID),
 		func(w *ctrlv1.Workspace, c *ctrlv1.WorkspaceCommand) proto.Message {
 			return &ctrlv1.StartWorkspaceResponse{Workspace: w, Command: c}
-		})
+		}, begin)
 	if err != nil {
 		return nil, err
 	}

@@ -237,22 +237,23 @@ type begunStart struct {
 	decision *fleet.Decision
 }
 
-// beginStart is a create's first step begun in its admission's
-// transaction tx (command.Effect.Begin), for the command c: the Workspace
-// w it admits, new and without a runtime, placed and its StartExecution
-// recorded for the node chosen, as placeAndStart would in a transaction
-// of its own. Anything that keeps the start from going at once fails it,
-// and the admission is made again without it (the step then goes as
-// after a claim). The node's answer is expected from before the commit;
-// the caller forgets it if the transaction does not commit.
-func (s *Service) beginStart(tx *store.Tx, c *storev1.Command, w *ctrlv1.Workspace, req *ctrlv1.CreateWorkspaceRequest) (*begunStart, error) {
-	plan, wait, err := s.planFor(tx, w, &storev1.WorkspaceRuntime{WorkspaceId: w.GetWorkspaceId()}, req, "")
+// beginStart is a start begun in its command's admission's transaction
+// tx (command.Effect.Begin), for the command c: the Workspace w (admitted
+// by this transaction when admitted is set: new, rt empty), with its
+// runtime rt, placed and its StartExecution recorded for the node chosen,
+// as placeAndStart would in a transaction of its own. Anything that keeps
+// the start from going at once fails it, and the admission is made again
+// without it (the step then goes as after a claim). The node's answer is
+// expected from before the commit (beginning forgets it should the
+// transaction not commit).
+func (s *Service) beginStart(tx *store.Tx, c *storev1.Command, w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime, req any, admitted bool) (*begunStart, error) {
+	plan, wait, err := s.planFor(tx, w, rt, req, "")
 	if err != nil {
 		return nil, err
 	} else if wait != "" {
 		return nil, errNotAtOnce
 	}
-	plan.admitted = true
+	plan.admitted = admitted
 	nodeID, start, err := s.startAtOnce(tx, c.GetCommandId(), plan)
 	if err != nil {
 		return nil, err
@@ -265,9 +266,35 @@ func (s *Service) beginStart(tx *store.Tx, c *storev1.Command, w *ctrlv1.Workspa
 	return &begunStart{plan: plan, start: start, decision: d}, nil
 }
 
-// goOnFromAdmission is the first step of a create begun at its admission
-// (beginStart): it hands the StartExecution recorded there to its node
-// and ends the start with the answer.
+// beginning is the start an admission's transaction began (beginStart)
+// in its current run. The step that goes on from the admission waits for
+// its answer once the transaction committed; a run that did not commit
+// forgets it: forget is called at the start of every run and once the
+// transaction failed.
+type beginning struct{ begun *begunStart }
+
+func (b *beginning) forget() {
+	if b.begun != nil {
+		b.begun.decision.Forget()
+		b.begun = nil
+	}
+}
+
+// effect is command.Effect.Begin for the start begin makes.
+func (b *beginning) effect(begin func(c *storev1.Command) (*begunStart, error)) func(c *storev1.Command) (any, error) {
+	return func(c *storev1.Command) (any, error) {
+		begun, err := begin(c)
+		if err != nil {
+			return nil, err
+		}
+		b.begun = begun
+		return begun, nil
+	}
+}
+
+// goOnFromAdmission is the first step of a create or start begun at its
+// admission (beginStart): it hands the StartExecution recorded there to
+// its node and ends the start with the answer.
 func (s *Service) goOnFromAdmission(ctx context.Context, wk *command.Work, b *begunStart, stage ctrlv1.FailureStage) error {
 	countPlacement(s.fleet.Metrics(), nil, nil) // committed with the admission
 	answer, err := s.fleet.AwaitDecision(ctx, wk, b.decision, stage)

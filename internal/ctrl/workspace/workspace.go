@@ -153,19 +153,10 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 	spec := req.GetSpec()
 	var res proto.Message
 	// A create placed by ctrl, whose Volume (if any) exists, is placed in
-	// its admission's transaction (beginStart). begun is the placement of
-	// the transaction's current run: the step that goes on from it once
-	// it committed waits for its answer; a run that did not commit
-	// forgets it.
-	var begun *begunStart
-	forget := func() {
-		if begun != nil {
-			begun.decision.Forget()
-			begun = nil
-		}
-	}
+	// its admission's transaction (beginStart).
+	var begun beginning
 	err = s.runner.Do(ctx, func(tx *store.Tx) error {
-		forget()
+		begun.forget()
 		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), c.kind, input, func() (command.Effect, error) {
 			if err := registered(tx, nodeID); err != nil {
 				return command.Effect{}, err
@@ -210,14 +201,9 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 			res := c.respond(viewOf(tx, w, &storev1.WorkspaceRuntime{}), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
 			eff := command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}
 			if c.kind == kindCreate && nodeID == "" && binding.GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW {
-				eff.Begin = func(cmd *storev1.Command) (any, error) {
-					b, err := s.beginStart(tx, cmd, w, req)
-					if err != nil {
-						return nil, err
-					}
-					begun = b
-					return b, nil
-				}
+				eff.Begin = begun.effect(func(cmd *storev1.Command) (*begunStart, error) {
+					return s.beginStart(tx, cmd, w, &storev1.WorkspaceRuntime{WorkspaceId: w.GetWorkspaceId()}, req, true)
+				})
 			}
 			return eff, nil
 		})
@@ -227,7 +213,7 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 		return err
 	})
 	if err != nil {
-		forget()
+		begun.forget()
 	}
 	return res, err
 }
