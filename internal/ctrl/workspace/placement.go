@@ -229,8 +229,9 @@ func (s *Service) startAtOnce(tx *store.Tx, commandID string, plan *launchPlan) 
 	return placed.nodeID, s.startExecution(plan, placed.nodeID, commandID), nil
 }
 
-// begunStart is a create's placement decided and recorded in its
-// admission's transaction (beginStart), for the step that goes on from it.
+// begunStart is a create's or start's placement decided and recorded in
+// its admission's transaction (beginStart), for the step that goes on
+// from it.
 type begunStart struct {
 	plan     *launchPlan
 	start    *nodev1.StartExecution
