@@ -340,10 +340,21 @@ func TestAHeldStepWaitsWithoutAWorker(t *testing.T) {
 // admitVia admits req as a long command through r.Do.
 func admitVia(t *testing.T, r *command.Runner, req *ctrlv1.CreateVolumeRequest) {
 	t.Helper()
+	admitBeginning(t, r, req, nil)
+}
+
+// admitBeginning admits req as a long command through r.Do, its first
+// step begun by begin (Effect.Begin; nil for none) in tx.
+func admitBeginning(t *testing.T, r *command.Runner, req *ctrlv1.CreateVolumeRequest, begin func(tx *store.Tx) func(*storev1.Command) (any, error)) {
+	t.Helper()
 	if err := r.Do(context.Background(), func(tx *store.Tx) error {
 		_, err := command.Admit(tx, time.Now(), req.GetCommand().GetCommandId(), "CreateVolume", req, func() (command.Effect, error) {
 			v := &ctrlv1.Volume{VolumeId: "vol-" + req.GetCommand().GetCommandId(), Spec: req.GetSpec()}
-			return command.Effect{Target: v.VolumeId, Result: &ctrlv1.CreateVolumeResponse{Volume: v}, Long: true}, tx.PutVolume(v)
+			eff := command.Effect{Target: v.VolumeId, Result: &ctrlv1.CreateVolumeResponse{Volume: v}, Long: true}
+			if begin != nil {
+				eff.Begin = begin(tx)
+			}
+			return eff, tx.PutVolume(v)
 		})
 		return err
 	}); err != nil {
@@ -385,35 +396,28 @@ func TestACommandAdmittedThroughTheRunnerStartsWithoutAClaim(t *testing.T) {
 	})
 }
 
-// admitBegun admits req as a long command through r.Do with an
-// Effect.Begin that writes a Volume of its own (named after the command,
-// "-begun") and answers its name, failing as fail says: in Begin itself,
-// or in a write it leaves for last (store.Tx.Last).
+// admitBegun admits req through r.Do with an Effect.Begin that writes a
+// Volume of its own (named after the command, "-begun") and answers its
+// name, failing as fail says: in Begin itself, or in a write it leaves for
+// last (store.Tx.Last).
 func admitBegun(t *testing.T, r *command.Runner, req *ctrlv1.CreateVolumeRequest, fail string) {
 	t.Helper()
 	id := req.GetCommand().GetCommandId()
-	if err := r.Do(context.Background(), func(tx *store.Tx) error {
-		_, err := command.Admit(tx, time.Now(), id, "CreateVolume", req, func() (command.Effect, error) {
-			v := &ctrlv1.Volume{VolumeId: "vol-" + id, Spec: req.GetSpec()}
-			return command.Effect{Target: v.VolumeId, Result: &ctrlv1.CreateVolumeResponse{Volume: v}, Long: true,
-				Begin: func(c *storev1.Command) (any, error) {
-					c.Progress = "begun at admission"
-					if err := tx.PutVolume(&ctrlv1.Volume{VolumeId: "vol-" + id + "-begun"}); err != nil {
-						return nil, err
-					}
-					switch fail {
-					case "begin":
-						return nil, errors.New("Begin failed")
-					case "last":
-						tx.Last(func(*store.Tx) error { return errors.New("a write left for last failed") })
-					}
-					return "vol-" + id + "-begun", nil
-				}}, tx.PutVolume(v)
-		})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	admitBeginning(t, r, req, func(tx *store.Tx) func(*storev1.Command) (any, error) {
+		return func(c *storev1.Command) (any, error) {
+			c.Progress = "begun at admission"
+			if err := tx.PutVolume(&ctrlv1.Volume{VolumeId: "vol-" + id + "-begun"}); err != nil {
+				return nil, err
+			}
+			switch fail {
+			case "begin":
+				return nil, errors.New("Begin failed")
+			case "last":
+				tx.Last(func(*store.Tx) error { return errors.New("a write left for last failed") })
+			}
+			return "vol-" + id + "-begun", nil
+		}
+	})
 }
 
 // Effect.Begin begins a command's first step in its admission's
