@@ -457,25 +457,7 @@ func (e *vmSet) reports() (reports []*nodev1.ExecutionReport, endedIDs []string)
 	for id, x := range e.byID {
 		switch x.state {
 		case running:
-			r := &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory,
-				RestartCount: uint32(x.restarts), ComingBack: x.comingBack}
-			if x.restarts > 0 {
-				r.LastResetAt = timestamppb.New(x.lastReset)
-			}
-			if x.net != nil {
-				r.NetworkDrainingRevision = x.net.Draining()
-				r.EgressDraining = egressDraining(x.net)
-				for _, f := range x.net.EgressFaults() {
-					r.EgressFaults = append(r.EgressFaults, &nodev1.EgressFault{
-						EgressId: f.EgressID, Kind: f.Kind, FailingSince: timestamppb.New(f.Since), Message: f.Message,
-					})
-				}
-				for _, f := range x.net.ResolverFaults() {
-					r.ResolverFaults = append(r.ResolverFaults, &nodev1.ResolverFault{
-						ResolverId: f.ResolverID, Path: f.Path, Kind: f.Kind, FailingSince: timestamppb.New(f.Since), Message: f.Message,
-					})
-				}
-			}
+			r := runningReport(x)
 			if v := x.rec.Volume; v != nil {
 				// Judged by judgeVolumes, outside the lock.
 				r.Volume = &nodev1.VolumeReport{Ref: &nodev1.BlockFileRef{StoragePool: v.StoragePool, Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: v.ObjectID}}
@@ -488,6 +470,32 @@ func (e *vmSet) reports() (reports []*nodev1.ExecutionReport, endedIDs []string)
 	}
 	slices.SortFunc(reports, func(a, b *nodev1.ExecutionReport) int { return strings.Compare(a.GetInstanceId(), b.GetInstanceId()) })
 	return reports, endedIDs
+}
+
+// runningReport is running execution x's report, without its Volume's
+// judgment. The caller holds e.mu.
+func runningReport(x *execution) *nodev1.ExecutionReport {
+	r := &nodev1.ExecutionReport{InstanceId: x.id, Running: true, Responding: x.responding, ProbeError: x.probeErr, Memory: x.memory,
+		RestartCount: uint32(x.restarts), ComingBack: x.comingBack}
+	if x.restarts > 0 {
+		r.LastResetAt = timestamppb.New(x.lastReset)
+	}
+	if x.net == nil {
+		return r
+	}
+	r.NetworkDrainingRevision = x.net.Draining()
+	r.EgressDraining = egressDraining(x.net)
+	for _, f := range x.net.EgressFaults() {
+		r.EgressFaults = append(r.EgressFaults, &nodev1.EgressFault{
+			EgressId: f.EgressID, Kind: f.Kind, FailingSince: timestamppb.New(f.Since), Message: f.Message,
+		})
+	}
+	for _, f := range x.net.ResolverFaults() {
+		r.ResolverFaults = append(r.ResolverFaults, &nodev1.ResolverFault{
+			ResolverId: f.ResolverID, Path: f.Path, Kind: f.Kind, FailingSince: timestamppb.New(f.Since), Message: f.Message,
+		})
+	}
+	return r
 }
 
 // reported forgets ended executions an observation carried.
@@ -1085,6 +1093,11 @@ func (e *vmSet) status(x *execution) *nodev1.ExecutionStatus {
 	}
 	e.mu.Lock()
 	attached, applied := x.net != nil, x.rec.Network
+	if x.state == running {
+		// What the next observation would say: ctrl records it with the
+		// start (ExecutionStatus.report).
+		st.Report = runningReport(x)
+	}
 	e.mu.Unlock()
 	if attached && len(applied) > 0 {
 		var rec nodev1.ApplyNetworkPolicy

@@ -314,7 +314,7 @@ func (n *simNode) observation() (*nodev1.NodeObservation, []string) {
 		cpu += start.GetVcpus() * 1000
 		mem += start.GetMemoryBytes()
 		obs.InstanceIds = append(obs.InstanceIds, id)
-		obs.Executions = append(obs.Executions, &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: true})
+		obs.Executions = append(obs.Executions, runningReport(id))
 	}
 	for _, id := range n.ended {
 		obs.Executions = append(obs.Executions, &nodev1.ExecutionReport{InstanceId: id, End: nodev1.ExecutionEnd_EXECUTION_END_STOPPED})
@@ -324,6 +324,12 @@ func (n *simNode) observation() (*nodev1.NodeObservation, []string) {
 	obs.VmCpuMillis, obs.VmMemoryBytes, obs.MemoryAvailableBytes = &cpu, &mem, &avail
 	obs.CpuPressureSomeBasisPoints, obs.MemoryPressureSomeBasisPoints, obs.MemoryPressureFullBasisPoints = &zero, &zero, &zero
 	return obs, n.ended
+}
+
+// runningReport is a running simulated execution's report: its guest
+// always answers.
+func runningReport(id string) *nodev1.ExecutionReport {
+	return &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: true}
 }
 
 // reported forgets the stopped executions an observation carried.

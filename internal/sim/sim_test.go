@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
@@ -28,6 +29,12 @@ var ctx = context.Background()
 // simulated nodes whose default pool is the shared one.
 func start(t *testing.T) (*testenv.Cluster, *sim.Fleet) {
 	t.Helper()
+	return startNodes(t, simNodes)
+}
+
+// startNodes is start with nodes simulated nodes.
+func startNodes(t *testing.T, nodes int) (*testenv.Cluster, *sim.Fleet) {
+	t.Helper()
 	c := testenv.New(t)
 	if err := sim.RegisterCatalog(ctx, c.Ctrl.Catalog(), t.TempDir()); err != nil {
 		t.Fatal(err)
@@ -38,7 +45,7 @@ func start(t *testing.T) (*testenv.Cluster, *sim.Fleet) {
 	}
 	fctx, stop := context.WithCancel(ctx)
 	f, err := sim.Start(fctx, sim.Config{
-		Endpoint: c.Ctrl.NodeEndpoint, Grant: grant, Nodes: simNodes, NodesPerConnection: 20,
+		Endpoint: c.Ctrl.NodeEndpoint, Grant: grant, Nodes: nodes, NodesPerConnection: 20,
 		SharedPool: sharedPool, SharedPoolDefault: true, Logger: testenv.Logger(),
 	})
 	if err != nil {
@@ -216,4 +223,54 @@ func TestWorkspacesRunOnSimulatedNodes(t *testing.T) {
 	if f.HasBlockFile(&nodev1.BlockFileRef{StoragePool: sharedPool, Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER, ObjectId: deleted}) {
 		t.Errorf("deleted Workspace %s: its writable layer is still in the pool", deleted)
 	}
+}
+
+// A start's answer carries the execution's report, which ctrl records as
+// its first guest observation, so the node's observations that say the
+// same rewrite nothing (issue 15). Two Workspaces on the one node: the
+// node's observation after each start is written (its execution count
+// changed), and through both the first Workspace keeps the guest
+// observation its start recorded.
+func TestAStartsReportIsItsFirstObservation(t *testing.T) {
+	c, _ := startNodes(t, 1)
+	testenv.WaitFor(t, "the simulated node READY", func() bool {
+		ready, err := readyNodes(c)
+		return err == nil && len(ready) == 1
+	})
+	c.EnsureCapacity(t, sharedPool, sim.DefaultPoolBytes)
+	first := createWithoutVolume(t, c, "report-first")
+	obs := waitState(t, c, first, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetGuestObservation()
+	if obs.GetCondition() != ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING || obs.GetObservedAt() == nil {
+		t.Fatalf("guest observation at the start %v, want RESPONDING, observed", obs)
+	}
+	waitExecutions(t, c, 1)
+	waitState(t, c, createWithoutVolume(t, c, "report-second"), ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	waitExecutions(t, c, 2)
+	if got := waitState(t, c, first, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetGuestObservation(); !proto.Equal(got, obs) {
+		t.Errorf("an observation saying what the start reported rewrote the guest observation: %v, was %v", got, obs)
+	}
+}
+
+func createWithoutVolume(t *testing.T, c *testenv.Cluster, commandID string) string {
+	t.Helper()
+	res, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: commandID}, Spec: &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{MemoryBytes: 256 * mib},
+			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Msg.GetWorkspace().GetWorkspaceId()
+}
+
+// waitExecutions waits until the one node's registration was written with
+// n executions: the observation after the last start was.
+func waitExecutions(t *testing.T, c *testenv.Cluster, n uint32) {
+	t.Helper()
+	testenv.WaitFor(t, fmt.Sprintf("the node's observation of %d executions written", n), func() bool {
+		ready, err := readyNodes(c)
+		return err == nil && len(ready) == 1 && ready[0].GetObservation().GetExecutionCount() == n
+	})
 }

@@ -43,6 +43,9 @@ type arrival struct {
 	op   *storev1.NodeOperation
 	raw  *nodev1.CommandResult
 	from string
+	// forgetReport undoes what the raw answer's report noted
+	// (session.noteStartReport).
+	forgetReport func()
 }
 
 // expect registers a waiter for operationID, before the operation is
@@ -69,7 +72,9 @@ func (a *answerWaiters) forget(operationID string) {
 
 // offer hands node's message r to a step that records the answer itself,
 // and reports whether one took it; if none did, the caller records it.
-func (a *answerWaiters) offer(node string, r *nodev1.CommandResult) bool {
+// note runs first, only when a step waits for r: it notes what r reports
+// and answers how to forget it, which the step is handed.
+func (a *answerWaiters) offer(node string, r *nodev1.CommandResult, note func() (forget func())) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w := a.m[r.GetOperationId()]
@@ -77,7 +82,7 @@ func (a *answerWaiters) offer(node string, r *nodev1.CommandResult) bool {
 		return false
 	}
 	delete(a.m, r.GetOperationId())
-	w.ch <- arrival{raw: r, from: node}
+	w.ch <- arrival{raw: r, from: node, forgetReport: note()}
 	return true
 }
 

@@ -39,6 +39,8 @@ type unrecorded struct {
 	from string
 	r    *nodev1.CommandResult
 	op   *storev1.NodeOperation
+	// forgetReport undoes what r's report noted (session.noteStartReport).
+	forgetReport func()
 }
 
 // errAnswerChanged rolls back a transaction that acted on a node's answer
@@ -75,6 +77,16 @@ func (a *Answer) Record(tx *store.Tx) error {
 		return errAnswerChanged
 	}
 	return nil // recorded already, with this outcome
+}
+
+// ForgetReport is for a start's answer whose report the step did not
+// record as the execution's first observation (its end failed, or the
+// report is not of the execution it started): the node's next
+// observation is then applied as any other.
+func (a *Answer) ForgetReport() {
+	if u := a.unrecorded; u != nil && u.forgetReport != nil {
+		u.forgetReport()
+	}
 }
 
 // Keep records the answer in a transaction of its own and wakes the
@@ -327,7 +339,7 @@ func (f *Fleet) waitAnswer(ctx context.Context, w *command.Work, name, nodeID st
 		op := proto.CloneOf(recorded)
 		answerIn(op, got.raw, f.now())
 		answer := answerOf(op, stage)
-		answer.unrecorded = &unrecorded{f: f, from: got.from, r: got.raw, op: op}
+		answer.unrecorded = &unrecorded{f: f, from: got.from, r: got.raw, op: op, forgetReport: got.forgetReport}
 		return answer, nil
 	}
 	if answer := answerOf(got.op, stage); answer != nil {

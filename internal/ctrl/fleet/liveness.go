@@ -240,3 +240,43 @@ func memoryTight(o *nodev1.NodeObservation) *operatorv1.NodeMemoryTight {
 	}
 	return &operatorv1.NodeMemoryTight{Since: o.GetMemoryTightSince(), ThresholdBytes: o.GetMemoryTightThresholdBytes()}
 }
+
+// noteStartReport notes the report r, a node's answer to a start, carries
+// (nodev1.ExecutionStatus.report) as applied: the start's end records it
+// as the execution's first guest observation, so that the node's
+// observations that say the same write nothing. Before it, the first
+// observation after every start read the execution's runtime and read and
+// wrote its Workspace again (issue 15). It is noted as the answer is
+// heard, before the observation the node sends after it, and only for a
+// step waiting in memory, which records the report or calls forget
+// (Answer.ForgetReport): the next observation is then applied, or finds a
+// stray. An answer that is no running start's notes nothing.
+func (s *session) noteStartReport(r *nodev1.CommandResult) (forget func()) {
+	status := &nodev1.ExecutionStatus{}
+	if r.GetCode() != 0 || !r.GetResult().MessageIs(status) || r.GetResult().UnmarshalTo(status) != nil {
+		return func() {}
+	}
+	rep := status.GetReport()
+	if !status.GetRunning() || !rep.GetRunning() || rep.GetInstanceId() != status.GetInstanceId() {
+		return func() {}
+	}
+	id, noted := rep.GetInstanceId(), stable(rep)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obs.reports == nil {
+		s.obs.reports = map[string]*nodev1.ExecutionReport{}
+	}
+	prev, had := s.obs.reports[id]
+	s.obs.reports[id] = noted
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case s.obs.reports[id] != noted: // an observation applied since
+		case had:
+			s.obs.reports[id] = prev
+		default:
+			delete(s.obs.reports, id)
+		}
+	}
+}

@@ -815,7 +815,7 @@ func (f *Fleet) PollOperations(ctx context.Context, interval time.Duration) {
 // command, in one transaction.
 func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.CommandResult) error {
 	failpoint.Hit(failpoint.AnswerReceived, r.GetOperationId())
-	if f.answers.offer(s.nodeID, r) {
+	if f.answers.offer(s.nodeID, r, func() func() { return s.noteStartReport(r) }) {
 		return nil
 	}
 	var answered *storev1.NodeOperation

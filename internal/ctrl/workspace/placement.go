@@ -327,7 +327,7 @@ func (s *Service) endStart(ctx context.Context, wk *command.Work, plan *launchPl
 	if err := answer.Result.UnmarshalTo(status); err != nil {
 		return err
 	}
-	return wk.Succeed(ctx, func(tx *store.Tx) error {
+	err := wk.Succeed(ctx, func(tx *store.Tx) error {
 		if err := answer.Record(tx); err != nil {
 			return err
 		}
@@ -336,6 +336,20 @@ func (s *Service) endStart(ctx context.Context, wk *command.Work, plan *launchPl
 		}
 		return s.endRestore(tx, wk, true)
 	})
+	if err != nil || startReport(start, status) == nil {
+		answer.ForgetReport() // not recorded: the next observation is
+	}
+	return err
+}
+
+// startReport is the report the node's answer to start carried, when it
+// is one of the started execution running; nil otherwise.
+func startReport(start *nodev1.StartExecution, status *nodev1.ExecutionStatus) *nodev1.ExecutionReport {
+	r := status.GetReport()
+	if r.GetInstanceId() != start.GetInstanceId() || !r.GetRunning() {
+		return nil
+	}
+	return r
 }
 
 // GetVolume is the bound Volume, nil for none (or no plan).
@@ -639,6 +653,10 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 			return err
 		}
 	}
+	report := startReport(start, status)
+	if err := s.volumeObserved(tx, plan.w.GetSpec(), report); err != nil {
+		return err
+	}
 	return s.setWorkspace(tx, plan.w.GetWorkspaceId(), func(w *ctrlv1.Workspace) {
 		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
 		newer := w.GetSpec().GetNetworkPolicy() // an update admitted while starting
@@ -655,6 +673,10 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 		w.Failure = nil
 		w.Delivery = nil // absent once the Workspace is available
 		w.GuestObservation = &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(s.now()), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
+		if report != nil {
+			// The node's report with its answer: the first observation.
+			s.observed(w, report)
+		}
 	})
 }
 

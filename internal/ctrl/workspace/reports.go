@@ -62,13 +62,25 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 	if err != nil {
 		return false, false, err
 	}
-	if b := w.GetSpec().GetVolume(); r.GetVolume() != nil && b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND &&
-		b.GetVolumeId() == r.GetVolume().GetRef().GetObjectId() {
-		// The node holds the Volume: its report is the Volume's observation.
-		if err := s.volumes.Observed(tx, b.GetVolumeId(), r.GetVolume()); err != nil {
-			return false, false, err
-		}
+	if err := s.volumeObserved(tx, w.GetSpec(), r); err != nil {
+		return false, false, err
 	}
+	return true, false, tx.PutWorkspace(s.observed(w, r))
+}
+
+// volumeObserved records the Volume's observation r carries, when the
+// node holds the Volume bound by spec.
+func (s *Service) volumeObserved(tx *store.Tx, spec *ctrlv1.WorkspaceSpec, r *nodev1.ExecutionReport) error {
+	b := spec.GetVolume()
+	if r.GetVolume() == nil || b.GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND || b.GetVolumeId() != r.GetVolume().GetRef().GetObjectId() {
+		return nil
+	}
+	return s.volumes.Observed(tx, b.GetVolumeId(), r.GetVolume())
+}
+
+// observed is w with what report r of its running execution observes:
+// its network's drains, its Egresses' and Resolvers' faults, its guest.
+func (s *Service) observed(w *ctrlv1.Workspace, r *nodev1.ExecutionReport) *ctrlv1.Workspace {
 	if st := w.GetNetworkPolicyStatus(); st != nil {
 		// Connections a policy change refused close as their drain ends.
 		st.DrainingRevision = r.GetNetworkDrainingRevision()
@@ -76,7 +88,7 @@ func (s *Service) ExecutionObserved(tx *store.Tx, nodeID string, r *nodev1.Execu
 	}
 	w.EgressObservations = egressObservations(w.GetEgressObservations(), r.GetEgressFaults(), s.now())
 	w.ResolverObservations = resolverObservations(w.GetResolverObservations(), r.GetResolverFaults(), s.now())
-	return true, false, tx.PutWorkspace(withGuestObservation(w, r, s.now()))
+	return withGuestObservation(w, r, s.now())
 }
 
 // observeEgressDraining sets each Egress's draining_revision from the

@@ -343,8 +343,16 @@ type ExecutionStatus struct {
 	// applied_network_policy_revision is the revision of the start's
 	// network_policy the node confirms in force for the execution.
 	AppliedNetworkPolicyRevision uint64 `protobuf:"varint,7,opt,name=applied_network_policy_revision,json=appliedNetworkPolicyRevision,proto3" json:"applied_network_policy_revision,omitempty"`
-	unknownFields                protoimpl.UnknownFields
-	sizeCache                    protoimpl.SizeCache
+	// report is the execution's report as the node's next observation would
+	// carry it, at the moment of the answer, without the Volume's judgment
+	// (judged with the observations). ctrl records it as the execution's
+	// first observation with the start, so that an observation saying the
+	// same writes nothing (issue 15). Absent from a node that does not say:
+	// ctrl then takes the guest as responding, and records the first
+	// observation when it comes.
+	Report        *ExecutionReport `protobuf:"bytes,8,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecutionStatus) Reset() {
@@ -424,6 +432,13 @@ func (x *ExecutionStatus) GetAppliedNetworkPolicyRevision() uint64 {
 		return x.AppliedNetworkPolicyRevision
 	}
 	return 0
+}
+
+func (x *ExecutionStatus) GetReport() *ExecutionReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
 }
 
 // StartFailure is the result a failed StartExecution carries beside its
@@ -1559,7 +1574,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x0enetwork_policy\x18\f \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12\x1a\n" +
 	"\bhostname\x18\r \x01(\tR\bhostname\x12;\n" +
 	"\begresses\x18\x0e \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\begresses\x12?\n" +
-	"\tresolvers\x18\x0f \x03(\v2!.kibotos.node.v1.ResolvedResolverR\tresolvers\"\x99\x02\n" +
+	"\tresolvers\x18\x0f \x03(\v2!.kibotos.node.v1.ResolvedResolverR\tresolvers\"\xd3\x02\n" +
 	"\x0fExecutionStatus\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1568,7 +1583,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\x05accel\x18\x04 \x01(\tR\x05accel\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
 	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\x12E\n" +
-	"\x1fapplied_network_policy_revision\x18\a \x01(\x04R\x1cappliedNetworkPolicyRevision\"\x91\x01\n" +
+	"\x1fapplied_network_policy_revision\x18\a \x01(\x04R\x1cappliedNetworkPolicyRevision\x128\n" +
+	"\x06report\x18\b \x01(\v2 .kibotos.node.v1.ExecutionReportR\x06report\"\x91\x01\n" +
 	"\fStartFailure\x12#\n" +
 	"\rlayer_removed\x18\x01 \x01(\bR\flayerRemoved\x12'\n" +
 	"\x0flayer_untouched\x18\x02 \x01(\bR\x0elayerUntouched\x123\n" +
@@ -1716,31 +1732,32 @@ var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	20, // 5: kibotos.node.v1.StartExecution.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
 	8,  // 6: kibotos.node.v1.StartExecution.egresses:type_name -> kibotos.node.v1.ResolvedEgress
 	9,  // 7: kibotos.node.v1.StartExecution.resolvers:type_name -> kibotos.node.v1.ResolvedResolver
-	20, // 8: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	8,  // 9: kibotos.node.v1.ApplyNetworkPolicy.egresses:type_name -> kibotos.node.v1.ResolvedEgress
-	9,  // 10: kibotos.node.v1.ApplyNetworkPolicy.resolvers:type_name -> kibotos.node.v1.ResolvedResolver
-	21, // 11: kibotos.node.v1.EgressFault.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
-	22, // 12: kibotos.node.v1.EgressFault.failing_since:type_name -> google.protobuf.Timestamp
-	23, // 13: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	24, // 14: kibotos.node.v1.ResolvedResolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	25, // 15: kibotos.node.v1.ResolvedResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	25, // 16: kibotos.node.v1.ResolverFault.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	26, // 17: kibotos.node.v1.ResolverFault.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
-	22, // 18: kibotos.node.v1.ResolverFault.failing_since:type_name -> google.protobuf.Timestamp
-	12, // 19: kibotos.node.v1.ApplyNetworkPolicyResult.egresses:type_name -> kibotos.node.v1.AppliedEgress
-	0,  // 20: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
-	27, // 21: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
-	22, // 22: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
-	7,  // 23: kibotos.node.v1.ExecutionReport.egress_faults:type_name -> kibotos.node.v1.EgressFault
-	10, // 24: kibotos.node.v1.ExecutionReport.resolver_faults:type_name -> kibotos.node.v1.ResolverFault
-	13, // 25: kibotos.node.v1.ExecutionReport.egress_draining:type_name -> kibotos.node.v1.EgressDraining
-	16, // 26: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
-	19, // 27: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	15, // 8: kibotos.node.v1.ExecutionStatus.report:type_name -> kibotos.node.v1.ExecutionReport
+	20, // 9: kibotos.node.v1.ApplyNetworkPolicy.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	8,  // 10: kibotos.node.v1.ApplyNetworkPolicy.egresses:type_name -> kibotos.node.v1.ResolvedEgress
+	9,  // 11: kibotos.node.v1.ApplyNetworkPolicy.resolvers:type_name -> kibotos.node.v1.ResolvedResolver
+	21, // 12: kibotos.node.v1.EgressFault.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	22, // 13: kibotos.node.v1.EgressFault.failing_since:type_name -> google.protobuf.Timestamp
+	23, // 14: kibotos.node.v1.ResolvedEgress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	24, // 15: kibotos.node.v1.ResolvedResolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	25, // 16: kibotos.node.v1.ResolvedResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	25, // 17: kibotos.node.v1.ResolverFault.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	26, // 18: kibotos.node.v1.ResolverFault.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
+	22, // 19: kibotos.node.v1.ResolverFault.failing_since:type_name -> google.protobuf.Timestamp
+	12, // 20: kibotos.node.v1.ApplyNetworkPolicyResult.egresses:type_name -> kibotos.node.v1.AppliedEgress
+	0,  // 21: kibotos.node.v1.ExecutionReport.end:type_name -> kibotos.node.v1.ExecutionEnd
+	27, // 22: kibotos.node.v1.ExecutionReport.memory:type_name -> kibotos.guest.v1.MemoryReport
+	22, // 23: kibotos.node.v1.ExecutionReport.last_reset_at:type_name -> google.protobuf.Timestamp
+	7,  // 24: kibotos.node.v1.ExecutionReport.egress_faults:type_name -> kibotos.node.v1.EgressFault
+	10, // 25: kibotos.node.v1.ExecutionReport.resolver_faults:type_name -> kibotos.node.v1.ResolverFault
+	13, // 26: kibotos.node.v1.ExecutionReport.egress_draining:type_name -> kibotos.node.v1.EgressDraining
+	16, // 27: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	19, // 28: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }
