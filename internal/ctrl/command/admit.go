@@ -75,13 +75,19 @@ type Effect struct {
 // first effect in the same transaction. It returns the result to answer.
 func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Message, effect func() (Effect, error)) (proto.Message, error) {
 	hash := InputHash(kind, req)
-	if existing, err := tx.GetCommand(commandID, true); err == nil {
-		return replay(existing, hash)
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return nil, err
+	readFirst := readsFirst(tx.Context())
+	if readFirst {
+		if existing, err := tx.GetCommand(commandID, true); err == nil {
+			return replay(existing, hash)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
 	}
 	eff, err := effect()
 	if err != nil {
+		if !readFirst && admittedAlready(tx, commandID) {
+			return nil, errRaced // a replay: its effect is not this error
+		}
 		return nil, err
 	}
 	reqAny, err := anypb.New(req)
@@ -127,8 +133,10 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 		return nil, err
 	}
 	if !inserted {
-		// A concurrent admission of the same command_id committed first
-		// (PostgreSQL): undo ours and answer as a replay would.
+		// Admitted already (a replay, when the transaction did not read
+		// first), or a concurrent admission of the same command_id
+		// committed first (PostgreSQL): undo ours and answer as a replay
+		// would.
 		return nil, errRaced
 	}
 	if offer != nil {
@@ -136,6 +144,27 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 	}
 	admitted(tx.Context(), admission{id: commandID, kind: kind, target: eff.Target, final: !eff.Long, claimed: offer != nil})
 	return eff.Result, nil
+}
+
+// readsFirst reports whether an admission in ctx reads its command before
+// its effect, to find a replay. In a Do's first run it does not: the
+// command's insert finds a replay instead (it inserts nothing when the
+// command_id is taken), and so does a read after an effect that failed;
+// either makes the run roll back, and Do runs it again reading first. A
+// replay costs a second run; every admission saves a statement (issue 15).
+// An admission within another transaction always reads first: no one
+// would run it again.
+func readsFirst(ctx context.Context) bool {
+	adm, ok := ctx.Value(admissionsKey{}).(*admissions)
+	return !ok || adm.readFirst
+}
+
+// admittedAlready reports whether commandID was admitted, read after its
+// effect failed. A read that fails (the effect's error may have aborted
+// the transaction) says no: the effect's error stands.
+func admittedAlready(tx *store.Tx, commandID string) bool {
+	_, err := tx.GetCommand(commandID, false)
+	return err == nil
 }
 
 // Do runs an admitting transaction, once more when the same command was
@@ -164,7 +193,7 @@ func do(ctx context.Context, s *store.Store, offer *claimOffer, fn func(tx *stor
 	for raced := false; err != nil; {
 		switch {
 		case IsRaced(err) && !raced:
-			raced = true
+			raced, adm.readFirst = true, true
 		case offer != nil && offer.beginTried && !offer.noBegin:
 			offer.noBegin = true // Effect.Begin: admitted without it
 		default:
@@ -211,6 +240,9 @@ func (a admission) log(ctx context.Context) {
 type admissions struct {
 	list  []admission
 	offer *claimOffer
+	// readFirst: the transaction runs again after it found a command
+	// admitted already, and reads it first this time (readsFirst).
+	readFirst bool
 }
 
 // unclaimed reports whether a long command was admitted that no worker
