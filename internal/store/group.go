@@ -124,12 +124,13 @@ func (s *Store) runMember(ctx context.Context, b *group, fn func(*Tx) error) err
 	// watched a cancellable one from a goroutine of its own at every
 	// statement, and an interrupt would break the group's transaction
 	// for every member (the statements are short; fn sees ctx itself).
-	tx := &Tx{ctx: context.WithoutCancel(ctx), tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index, cache: &s.cache}
+	tx := &Tx{ctx: context.WithoutCancel(ctx), tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index, cache: &s.cache, hot: &s.hot}
 	fnErr := tx.finish(fn)
 	b.charged = append(b.charged, tx.charged...) // settled when the group ends, however
 	if fnErr != nil {
 		tx.rolledBack()
 		s.cache.drop() // rows read after its writes may hold them
+		s.hot.forget(tx.hotWritten)
 		if _, err := around.exec("ROLLBACK TO member"); err != nil {
 			b.err = fmt.Errorf("group commit: undoing a failed transaction (%v): %w", fnErr, err)
 			return fnErr
@@ -162,6 +163,7 @@ func (s *Store) endGroup(b *group) {
 		s.changes.committed(b.written)
 	} else {
 		s.cache.drop()
+		s.hot.drop()
 		if b.readIndex {
 			s.index.forget(nil)
 		}

@@ -16,6 +16,15 @@ import (
 // getBody reads the body of one row into m. lock takes a row lock on
 // PostgreSQL (SQLite transactions are serial already).
 func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
+	hot := t.hot != nil && isHot(table)
+	var gen uint64
+	if hot {
+		body, g, ok := t.hot.get(table, id)
+		if ok {
+			return proto.Unmarshal(body, m)
+		}
+		gen = g
+	}
 	q := fmt.Sprintf("SELECT body FROM %s WHERE %s = ?", table, key)
 	if lock {
 		q += t.d.lock
@@ -26,6 +35,9 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 			return ErrNotFound
 		}
 		return err
+	}
+	if hot {
+		t.hot.keep(table, id, body, gen)
 	}
 	return proto.Unmarshal(body, m)
 }
@@ -40,6 +52,25 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 // the row is gone, it upserts every column.
 func (t *Tx) putRow(table string, cols []string, indexed int, vals ...any) error {
 	id := fmt.Sprint(vals[0])
+	if t.hot == nil || !isHot(table) {
+		return t.writeRow(table, cols, indexed, id, vals...)
+	}
+	// Kept as written: the body is the last column (hotRows).
+	t.hotKeyed = true
+	err := t.writeRow(table, cols, indexed, id, vals...)
+	t.hotKeyed = false
+	key := hotKey(table, id)
+	t.hotWritten = append(t.hotWritten, key)
+	if err != nil {
+		t.hot.forget([]string{key})
+		return err
+	}
+	t.hot.wrote(table, id, vals[len(vals)-1].([]byte))
+	return nil
+}
+
+// writeRow is putRow's write.
+func (t *Tx) writeRow(table string, cols []string, indexed int, id string, vals ...any) error {
 	if known, ok := t.indexed[table+"\x00"+id]; ok && known == indexedValues(vals[1:1+indexed]) {
 		var sets []string
 		for _, c := range cols[1+indexed:] {

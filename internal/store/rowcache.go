@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -148,4 +149,103 @@ func copyInto(dest, values []any) error {
 		}
 	}
 	return nil
+}
+
+// hotRows keeps, for SQLite's writing connection, the bodies of the rows
+// a command reads again in each of its transactions after writing them:
+// Workspaces and their runtimes. A create placed at its admission writes
+// both there, and the transaction that ends it read both again: two of the
+// ~15 statements a placement ran on the one writer (issue 15). A row is
+// kept when a member reads it (getBody) and as a member writes it
+// (putRow), so a read after a write is answered from memory.
+//
+// It holds what the connection reads, as rowCache does: only group
+// members use it, one at a time on the one connection, so a row kept may
+// hold writes of the group not committed yet. A member that fails forgets
+// the rows it wrote (they are undone); a group that fails forgets every
+// row. A statement that writes a kept table other than putRow's keyed
+// writes (none today) forgets every row, found by its text.
+type hotRows struct {
+	mu sync.Mutex
+	// gen counts the drops: a row read while one happened is not kept.
+	gen  uint64
+	rows map[string][]byte
+}
+
+// hotTables are the tables whose rows hotRows keeps.
+var hotTables = []string{"workspaces", "workspace_runtime"}
+
+// maxHotRows bounds the rows kept: past it the cache starts again. A
+// placement keeps two, so this holds far more than the placements in
+// flight.
+const maxHotRows = 16384
+
+func isHot(table string) bool { return slices.Contains(hotTables, table) }
+
+func hotKey(table, id string) string { return table + "\x00" + id }
+
+// get answers the body kept of row id of table, and the generation to
+// keep one read now under.
+func (h *hotRows) get(table, id string) (body []byte, gen uint64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	body, ok = h.rows[hotKey(table, id)]
+	return body, h.gen, ok
+}
+
+// keep keeps body, read under generation gen, unless a drop happened since.
+func (h *hotRows) keep(table, id string, body []byte, gen uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gen == gen {
+		h.set(hotKey(table, id), body)
+	}
+}
+
+// wrote keeps body, just written, as row id of table.
+func (h *hotRows) wrote(table, id string, body []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.set(hotKey(table, id), body)
+}
+
+func (h *hotRows) set(key string, body []byte) {
+	if h.rows == nil || len(h.rows) >= maxHotRows {
+		h.rows = map[string][]byte{}
+	}
+	h.rows[key] = body
+}
+
+// forget forgets the rows of keys (hotKey).
+func (h *hotRows) forget(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gen++
+	for _, k := range keys {
+		delete(h.rows, k)
+	}
+}
+
+// drop forgets every row kept.
+func (h *hotRows) drop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gen++
+	h.rows = nil
+}
+
+// dropIfWrites drops every row kept when query writes a kept table.
+func (h *hotRows) dropIfWrites(query string) {
+	if strings.HasPrefix(strings.TrimSpace(query), "SELECT") {
+		return
+	}
+	for _, table := range hotTables {
+		if strings.Contains(query, table) {
+			h.drop()
+			return
+		}
+	}
 }

@@ -55,8 +55,10 @@ type Store struct {
 	group grouper
 	// index mirrors node_placement for placement (placeindex.go).
 	index placeIndex
-	// cache keeps catalog rows for SQLite's writer (rowcache.go).
+	// cache keeps catalog rows for SQLite's writer, hot the rows a
+	// command reads again after writing them (rowcache.go).
 	cache rowCache
+	hot   hotRows
 	// stop ends the work the store does in the background (background),
 	// nil for none.
 	stop       context.CancelFunc
@@ -490,6 +492,13 @@ type Tx struct {
 	// cache is the Store's catalog rows, for a SQLite group member; nil
 	// elsewhere (rowcache.go).
 	cache *rowCache
+	// hot is the Store's hot rows, for a SQLite group member; nil
+	// elsewhere (rowcache.go). hotWritten are the rows t wrote into it
+	// (forgotten if t fails), and hotKeyed is set while putRow writes
+	// one, which it keeps itself.
+	hot        *hotRows
+	hotWritten []string
+	hotKeyed   bool
 	// last are the writes to run once the caller's fn returned (Last).
 	last []func(*Tx) error
 }
@@ -525,10 +534,18 @@ func (t *Tx) rolledBack() {
 	}
 }
 
-func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
+// dropIfWrites drops what the caches keep of the tables query writes.
+func (t *Tx) dropIfWrites(query string) {
 	if t.cache != nil {
 		t.cache.dropIfWrites(query)
 	}
+	if t.hot != nil && !t.hotKeyed {
+		t.hot.dropIfWrites(query)
+	}
+}
+
+func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
+	t.dropIfWrites(query)
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
 	}
@@ -538,9 +555,7 @@ func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
 // execUnprepared runs a statement whose text varies from call to call,
 // which is not worth keeping prepared.
 func (t *Tx) execUnprepared(query string, args ...any) (sql.Result, error) {
-	if t.cache != nil {
-		t.cache.dropIfWrites(query)
-	}
+	t.dropIfWrites(query)
 	return t.tx.ExecContext(t.ctx, t.d.rebind(query), args...)
 }
 

@@ -40,6 +40,7 @@ func Run(t *testing.T, b Backend) {
 		"LegacyCatalogReadAndCleared":    testLegacyCatalogReadAndCleared,
 		"RowsRewrittenKeepTheirColumns":  testRowsRewrittenKeepTheirColumns,
 		"CatalogReadsSeeEveryWrite":      testCatalogReadsSeeEveryWrite,
+		"WorkspaceReadsSeeEveryWrite":    testWorkspaceReadsSeeEveryWrite,
 		"WritesLeftForLastCommit":        testWritesLeftForLastCommitWithTheRest,
 	}
 	for name, fn := range tests {
