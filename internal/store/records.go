@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 )
 
 // getBody reads the body of one row into m. lock takes a row lock on
@@ -208,6 +210,43 @@ func (t *Tx) PutWorkspace(w *ctrlv1.Workspace) error {
 		return err
 	}
 	return t.putPolicyReferences(w)
+}
+
+// WorkspaceAndRuntime reads a Workspace and its runtime (empty when it has
+// none) in one statement, outside any transaction: one statement reads
+// one snapshot on both databases, and on PostgreSQL it is one round trip
+// where a Snapshot took four (BEGIN, two reads, COMMIT): a caller
+// following a Workspace reads it twice a placement (issue 15). On SQLite
+// it runs on a reader connection, as a Snapshot does.
+func (s *Store) WorkspaceAndRuntime(ctx context.Context, id string) (*ctrlv1.Workspace, *storev1.WorkspaceRuntime, error) {
+	const q = "SELECT w.body, r.body FROM workspaces w LEFT JOIN workspace_runtime r ON r.workspace_id = w.workspace_id WHERE w.workspace_id = ?"
+	var row *sql.Row
+	if s.readers != nil {
+		if st := s.readStmts.get(q); st != nil {
+			row = st.QueryRowContext(ctx, id)
+		} else {
+			defer s.readStmts.prepareWanted(context.WithoutCancel(ctx), s.readers)
+			row = s.readers.QueryRowContext(ctx, q, id)
+		}
+	} else {
+		row = s.db.QueryRowContext(ctx, s.d.rebind(q), id)
+	}
+	var wb, rb []byte
+	if err := row.Scan(&wb, &rb); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil, ErrNotFound
+		}
+		return nil, nil, err
+	}
+	w, rt := &ctrlv1.Workspace{}, &storev1.WorkspaceRuntime{}
+	if err := proto.Unmarshal(wb, w); err != nil {
+		return nil, nil, err
+	}
+	if err := proto.Unmarshal(rb, rt); err != nil {
+		return nil, nil, err
+	}
+	rt.WorkspaceId = id
+	return w, rt, nil
 }
 
 // PutNewWorkspace is PutWorkspace for a Workspace this transaction made

@@ -84,25 +84,16 @@ func waitTimeout(req *ctrlv1.WaitWorkspaceRequest) (time.Duration, error) {
 }
 
 // waitRead reads the Workspace (and the command) once, from one snapshot
-// so that they agree, and says whether the wait is over.
+// so that they agree (one statement for the Workspace alone: read), and
+// says whether the wait is over.
 func (s *Service) waitRead(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*ctrlv1.WaitWorkspaceResponse, error) {
 	res := &ctrlv1.WaitWorkspaceResponse{}
-	err := s.store.Snapshot(ctx, func(tx *store.Tx) error {
-		w, err := get(tx, req.GetWorkspaceId(), false)
-		if err != nil {
-			return err
-		}
-		res.Workspace = s.view(tx, w)
-		if req.GetCommandId() == "" {
-			return nil
-		}
-		c, err := tx.GetCommand(req.GetCommandId(), false)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && (commandKinds[c.GetKind()] == 0 || c.GetTargetId() != req.GetWorkspaceId())) {
-			return apierr.NotFound("workspace command", req.GetCommandId())
-		}
-		res.Command = commandView(c.Command)
-		return err
-	})
+	var err error
+	if req.GetCommandId() == "" {
+		res.Workspace, err = s.read(ctx, req.GetWorkspaceId())
+	} else {
+		err = s.readWithCommand(ctx, req, res)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -114,4 +105,22 @@ func (s *Service) waitRead(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest
 		res.Reached = true
 	}
 	return res, nil
+}
+
+// readWithCommand reads req's Workspace and command into res, in one
+// snapshot.
+func (s *Service) readWithCommand(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest, res *ctrlv1.WaitWorkspaceResponse) error {
+	return s.store.Snapshot(ctx, func(tx *store.Tx) error {
+		w, err := get(tx, req.GetWorkspaceId(), false)
+		if err != nil {
+			return err
+		}
+		res.Workspace = s.view(tx, w)
+		c, err := tx.GetCommand(req.GetCommandId(), false)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && (commandKinds[c.GetKind()] == 0 || c.GetTargetId() != req.GetWorkspaceId())) {
+			return apierr.NotFound("workspace command", req.GetCommandId())
+		}
+		res.Command = commandView(c.Command)
+		return err
+	})
 }

@@ -1,11 +1,13 @@
 package workspace_test
 
 import (
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -133,4 +135,45 @@ func TestWaitWorkspaceSeesAnotherReplicasWrite(t *testing.T) {
 	if got := <-waited; !got.GetReached() || got.GetWorkspace().GetState() != deleted {
 		t.Fatalf("replica a's wait after replica b deleted: %v", got)
 	}
+}
+
+// GetWorkspace and WaitWorkspace read a Workspace without a Volume in one
+// statement, and one with a Volume in a snapshot with it: either way the
+// view is the one ListWorkspaces shows.
+func TestAWorkspaceReadAloneShowsWhatAListShows(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		without := spec(128 * mib)
+		without.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+		for i, s := range []*ctrlv1.WorkspaceCreateSpec{without, spec(128 * mib)} {
+			res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd(fmt.Sprintf("read-%d", i)), Spec: s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := res.GetWorkspace().GetWorkspaceId()
+			got, err := e.ws.Get(ctx, &ctrlv1.GetWorkspaceRequest{WorkspaceId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waited, err := e.ws.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: id, States: []ctrlv1.WorkspaceState{creating}})
+			if err != nil || !waited.GetReached() {
+				t.Fatalf("wait: %v, %v", waited, err)
+			}
+			list, err := e.ws.List(ctx, &ctrlv1.ListWorkspacesRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var listed *ctrlv1.Workspace
+			for _, w := range list.GetWorkspaces() {
+				if w.GetWorkspaceId() == id {
+					listed = w
+				}
+			}
+			if !proto.Equal(got.GetWorkspace(), listed) || !proto.Equal(waited.GetWorkspace(), listed) {
+				t.Errorf("Workspace %d: Get %v, Wait %v; List %v", i, got.GetWorkspace(), waited.GetWorkspace(), listed)
+			}
+		}
+		if _, err := e.ws.Get(ctx, &ctrlv1.GetWorkspaceRequest{WorkspaceId: "ws-none"}); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("an unknown Workspace: %v, want not_found", err)
+		}
+	})
 }

@@ -198,7 +198,7 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 				return command.Effect{}, err
 			}
 			// New: no runtime yet.
-			res := c.respond(viewOf(tx, w, &storev1.WorkspaceRuntime{}), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
+			res := c.respond(viewOf(w, &storev1.WorkspaceRuntime{}, volumesIn(tx)), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
 			eff := command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}
 			if c.kind == kindCreate && nodeID == "" && binding.GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW {
 				eff.Begin = begun.effect(func(cmd *storev1.Command) (*begunStart, error) {
@@ -324,11 +324,28 @@ func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
 	if err != nil {
 		rt = &storev1.WorkspaceRuntime{}
 	}
-	return viewOf(tx, w, rt)
+	return viewOf(w, rt, volumesIn(tx))
 }
 
-// viewOf is view for a Workspace whose runtime the caller has.
-func viewOf(tx *store.Tx, w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime) *ctrlv1.Workspace {
+// volumeReader reads a Volume for a view (volumesIn).
+type volumeReader func(id string) (*ctrlv1.Volume, error)
+
+// volumesIn reads Volumes in tx.
+func volumesIn(tx *store.Tx) volumeReader {
+	return func(id string) (*ctrlv1.Volume, error) { return tx.GetVolume(id, false) }
+}
+
+// readVolume reads Volume id with volume; a nil volume reads none.
+func readVolume(volume volumeReader, id string) (*ctrlv1.Volume, error) {
+	if volume == nil {
+		return nil, store.ErrNotFound
+	}
+	return volume(id)
+}
+
+// viewOf is view for a Workspace whose runtime the caller has; volume
+// reads its bound Volume, if it has one.
+func viewOf(w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime, volume volumeReader) *ctrlv1.Workspace {
 	out := proto.Clone(w).(*ctrlv1.Workspace)
 	running := rt.GetInstanceId() != ""
 	first := rt.GetStarts() <= 1
@@ -344,7 +361,7 @@ func viewOf(tx *store.Tx, w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime) *ct
 		out.PersistentPaths = []string{b.GetMountPath()}
 		promised.Paths = []string{b.GetMountPath()}
 		promised.Availability = unavailable
-		if vol, err := tx.GetVolume(b.GetVolumeId(), false); err == nil {
+		if vol, err := readVolume(volume, b.GetVolumeId()); err == nil {
 			switch vol.GetState() {
 			case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_ATTACHED:
 				promised.Availability = available
@@ -384,15 +401,33 @@ func layerExists(rt *storev1.WorkspaceRuntime) bool {
 
 // Get reads one Workspace.
 func (s *Service) Get(ctx context.Context, req *ctrlv1.GetWorkspaceRequest) (*ctrlv1.GetWorkspaceResponse, error) {
-	res := &ctrlv1.GetWorkspaceResponse{}
-	err := s.store.Snapshot(ctx, func(tx *store.Tx) error {
-		w, err := get(tx, req.GetWorkspaceId(), false)
+	w, err := s.read(ctx, req.GetWorkspaceId())
+	return &ctrlv1.GetWorkspaceResponse{Workspace: w}, err
+}
+
+// read reads one Workspace's view: with its runtime in one statement
+// (store.WorkspaceAndRuntime) when the view reads nothing else, in a
+// Snapshot with its Volume when it has one bound.
+func (s *Service) read(ctx context.Context, id string) (*ctrlv1.Workspace, error) {
+	w, rt, err := s.store.WorkspaceAndRuntime(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierr.NotFound("workspace", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if w.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
+		return viewOf(w, rt, nil), nil
+	}
+	var out *ctrlv1.Workspace
+	err = s.store.Snapshot(ctx, func(tx *store.Tx) error {
+		w, err := get(tx, id, false)
 		if err == nil {
-			res.Workspace = s.view(tx, w)
+			out = s.view(tx, w)
 		}
 		return err
 	})
-	return res, err
+	return out, err
 }
 
 // List pages Workspaces by workspace_id, narrowed by a label selector.

@@ -58,3 +58,26 @@ func testWorkspaceReadsSeeEveryWrite(t *testing.T, dsn string) {
 	mustTx(t, s, func(tx *store.Tx) error { return put(tx, available, "node-a") })
 	check(available, "node-a", "rewritten")
 }
+
+// testWorkspaceAndRuntimeInOneRead reads a Workspace with its runtime in
+// one statement: none for an unknown id, an empty runtime (its id set)
+// before one is written, and both as written.
+func testWorkspaceAndRuntimeInOneRead(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	if _, _, err := s.WorkspaceAndRuntime(ctx, "ws-none"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("unknown Workspace: %v, want not found", err)
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		return tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-one", State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING})
+	})
+	w, rt, err := s.WorkspaceAndRuntime(ctx, "ws-one")
+	if err != nil || w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || rt.GetWorkspaceId() != "ws-one" || rt.GetNodeId() != "" {
+		t.Errorf("without a runtime: %v, %v, %v", w, rt, err)
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: "ws-one", NodeId: "node-a", Starts: 2})
+	})
+	if _, rt, err := s.WorkspaceAndRuntime(ctx, "ws-one"); err != nil || rt.GetNodeId() != "node-a" || rt.GetStarts() != 2 {
+		t.Errorf("with its runtime: %v, %v", rt, err)
+	}
+}

@@ -41,6 +41,7 @@ func Run(t *testing.T, b Backend) {
 		"RowsRewrittenKeepTheirColumns":  testRowsRewrittenKeepTheirColumns,
 		"CatalogReadsSeeEveryWrite":      testCatalogReadsSeeEveryWrite,
 		"WorkspaceReadsSeeEveryWrite":    testWorkspaceReadsSeeEveryWrite,
+		"WorkspaceAndRuntimeInOneRead":   testWorkspaceAndRuntimeInOneRead,
 		"WritesLeftForLastCommit":        testWritesLeftForLastCommitWithTheRest,
 	}
 	for name, fn := range tests {
