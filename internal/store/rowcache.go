@@ -23,8 +23,10 @@ import (
 // included them). A row read by a member of a group not yet committed may
 // hold that group's writes: only the group's later members, and later
 // groups, read the cache, and a group that fails drops it. Snapshot's
-// reader connections and PostgreSQL (where other replicas write) read the
-// database.
+// reader connections read the database. On PostgreSQL, where other
+// replicas write, each transaction keeps a rowCache of its own (tryTx),
+// so that it reads each row once: a placement's admission read the same
+// Template, revision and Launch twice.
 type rowCache struct {
 	mu sync.Mutex
 	// gen counts the drops: a row read while one happened is not kept.

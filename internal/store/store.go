@@ -448,7 +448,11 @@ func (s *Store) tryTx(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) err
 	}
 	s.stats.began()
 	defer s.stats.heldFor(time.Now())
-	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts, index: &s.index}
+	// Its own catalog rows (rowcache.go), kept for this transaction only:
+	// another replica may write them between two transactions, but a
+	// placement's admission read the same Template, revision and Launch
+	// twice, each a round trip (issue 15).
+	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts, index: &s.index, cache: &rowCache{}}
 	defer func() { s.index.settle(tx.charged) }()
 	if err := tx.finish(fn); err != nil {
 		_ = sqlTx.Rollback()
@@ -489,8 +493,9 @@ type Tx struct {
 	readAll bool
 	// charged are the nodes it charged through the mirror (settle).
 	charged []string
-	// cache is the Store's catalog rows, for a SQLite group member; nil
-	// elsewhere (rowcache.go).
+	// cache is the Store's catalog rows, for a SQLite group member; on
+	// PostgreSQL the transaction's own; nil on SQLite's readers
+	// (rowcache.go).
 	cache *rowCache
 	// hot is the Store's hot rows, for a SQLite group member; nil
 	// elsewhere (rowcache.go). hotWritten are the rows t wrote into it
