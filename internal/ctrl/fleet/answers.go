@@ -27,13 +27,18 @@ const answerWait = 10 * time.Second
 type answerWaiters struct {
 	mu sync.Mutex
 	m  map[string]*answerWaiter
+	// starting are the executions whose start's answer a step waits for
+	// raw, by instance id (awaitStart): their report comes with it.
+	starting map[string]string
 }
 
 // answerWaiter is one step waiting for the answer to an operation; raw
-// says it records the answer itself.
+// says it records the answer itself, and instance is the execution it
+// starts, if it is a start (awaitStart).
 type answerWaiter struct {
-	ch  chan arrival
-	raw bool
+	ch       chan arrival
+	raw      bool
+	instance string
 }
 
 // arrival is an answer handed to a waiting step: the operation as
@@ -66,8 +71,59 @@ func (a *answerWaiters) expect(operationID string, raw bool) <-chan arrival {
 // is in the channel once forget returned, and none after.
 func (a *answerWaiters) forget(operationID string) {
 	a.mu.Lock()
-	delete(a.m, operationID)
+	a.drop(operationID)
 	a.mu.Unlock()
+}
+
+// drop removes the waiter of operationID. Called with mu held.
+func (a *answerWaiters) drop(operationID string) {
+	if w := a.m[operationID]; w != nil && w.instance != "" && a.starting[w.instance] == operationID {
+		delete(a.starting, w.instance)
+	}
+	delete(a.m, operationID)
+}
+
+// awaitStart notes that the raw waiter of operation op, a StartExecution,
+// waits for the start of instance: the node's answer will carry the
+// execution's report (session.noteStartReport), so an observation heard
+// before that answer need not apply it (awaitsStart). Nothing is noted
+// for an operation no raw waiter waits for.
+func (a *answerWaiters) awaitStart(op *storev1.NodeOperation) {
+	start := &nodev1.StartExecution{}
+	if !op.GetBody().MessageIs(start) || op.GetBody().UnmarshalTo(start) != nil || start.GetInstanceId() == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.m[op.GetOperationId()]
+	if w == nil || !w.raw {
+		return
+	}
+	if a.starting == nil {
+		a.starting = map[string]string{}
+	}
+	w.instance = start.GetInstanceId()
+	a.starting[w.instance] = op.GetOperationId()
+}
+
+// awaitedStarts are those of reports whose start's answer a step waits
+// for (awaitStart), by instance id; nil when there are none.
+func (a *answerWaiters) awaitedStarts(reports []*nodev1.ExecutionReport) map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.starting) == 0 {
+		return nil
+	}
+	var out map[string]bool
+	for _, r := range reports {
+		if _, ok := a.starting[r.GetInstanceId()]; ok {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[r.GetInstanceId()] = true
+		}
+	}
+	return out
 }
 
 // offer hands node's message r to a step that records the answer itself,
@@ -81,7 +137,7 @@ func (a *answerWaiters) offer(node string, r *nodev1.CommandResult, note func() 
 	if w == nil || !w.raw {
 		return false
 	}
-	delete(a.m, r.GetOperationId())
+	a.drop(r.GetOperationId())
 	w.ch <- arrival{raw: r, from: node, forgetReport: note()}
 	return true
 }
@@ -95,7 +151,7 @@ func (a *answerWaiters) answered(op *storev1.NodeOperation) bool {
 	if w == nil {
 		return false
 	}
-	delete(a.m, op.GetOperationId())
+	a.drop(op.GetOperationId())
 	w.ch <- arrival{op: op}
 	return true
 }

@@ -315,6 +315,7 @@ func (f *Fleet) AwaitDecision(ctx context.Context, w *command.Work, d *Decision,
 func (f *Fleet) waitAnswer(ctx context.Context, w *command.Work, name, nodeID string, recorded *storev1.NodeOperation,
 	answered <-chan arrival, stage ctrlv1.FailureStage,
 ) (*Answer, error) {
+	f.answers.awaitStart(recorded)
 	f.deliver(recorded)
 	var got arrival
 	w.Idle(func() {

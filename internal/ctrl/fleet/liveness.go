@@ -50,6 +50,11 @@ type observed struct {
 	// (instance id → report), and reportsAt when all of them last were.
 	reports   map[string]*nodev1.ExecutionReport
 	reportsAt time.Time
+	// noted are the reports of reports a start's answer noted
+	// (noteStartReport) that no observation written since listed: an
+	// observation the node took before it answered, written after, does
+	// not list the execution yet, and must not drop its report.
+	noted map[string]bool
 }
 
 // heard notes a message from the node.
@@ -116,14 +121,16 @@ func (s *session) sample(o *nodev1.NodeObservation, now time.Time) {
 
 // observationDue reports whether o must be written now, and which of its
 // running executions' reports: those that changed since applied (or never
-// were: a start not answered yet, a stray), or all of them at a refresh.
-func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refresh time.Duration) (due bool, reports []*nodev1.ExecutionReport, all bool) {
+// were: a stray, a start whose answer no step waits for in memory), or
+// all of them at a refresh. A report of a start whose answer a step waits
+// for (awaited) is not: the answer carries it (noteStartReport).
+func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refresh time.Duration, awaited map[string]bool) (due bool, reports []*nodev1.ExecutionReport, all bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &s.obs
 	all = w.reportsAt.IsZero() || now.Sub(w.reportsAt) >= refresh
 	for _, r := range o.GetExecutions() {
-		if r.GetRunning() && (all || !proto.Equal(stable(r), w.reports[r.GetInstanceId()])) {
+		if r.GetRunning() && !awaited[r.GetInstanceId()] && (all || !proto.Equal(stable(r), w.reports[r.GetInstanceId()])) {
 			reports = append(reports, r)
 		}
 	}
@@ -135,11 +142,11 @@ func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refre
 
 // unwritten reports whether o holds anything to write: what the node's
 // cache holds changed, or the registration is due (observationDue).
-func (s *session) unwritten(o *nodev1.NodeObservation, now time.Time, refresh time.Duration) bool {
+func (s *session) unwritten(o *nodev1.NodeObservation, now time.Time, refresh time.Duration, awaited map[string]bool) bool {
 	if s.artifactsChanged(o.GetArtifacts()) {
 		return true
 	}
-	due, _, _ := s.observationDue(o, now, refresh)
+	due, _, _ := s.observationDue(o, now, refresh, awaited)
 	return due
 }
 
@@ -169,8 +176,14 @@ func (s *session) wrote(o *nodev1.NodeObservation, applied []*nodev1.ExecutionRe
 		running[r.GetInstanceId()] = r.GetRunning()
 	}
 	for id := range w.reports {
-		if !running[id] {
+		run, listed := running[id]
+		switch {
+		case run:
+			delete(w.noted, id)
+		case !listed && w.noted[id]: // noted after o was taken
+		default:
 			delete(w.reports, id)
+			delete(w.noted, id)
 		}
 	}
 	if w.reports == nil {
@@ -266,8 +279,11 @@ func (s *session) noteStartReport(r *nodev1.CommandResult) (forget func()) {
 	if s.obs.reports == nil {
 		s.obs.reports = map[string]*nodev1.ExecutionReport{}
 	}
+	if s.obs.noted == nil {
+		s.obs.noted = map[string]bool{}
+	}
 	prev, had := s.obs.reports[id]
-	s.obs.reports[id] = noted
+	s.obs.reports[id], s.obs.noted[id] = noted, true
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -275,8 +291,10 @@ func (s *session) noteStartReport(r *nodev1.CommandResult) (forget func()) {
 		case s.obs.reports[id] != noted: // an observation applied since
 		case had:
 			s.obs.reports[id] = prev
+			delete(s.obs.noted, id)
 		default:
 			delete(s.obs.reports, id)
+			delete(s.obs.noted, id)
 		}
 	}
 }

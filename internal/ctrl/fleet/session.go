@@ -485,7 +485,7 @@ func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservati
 	}
 	now := f.now()
 	s.sample(o, now)
-	if !s.unwritten(o, now, f.refreshOf(s)) {
+	if !s.unwritten(o, now, f.refreshOf(s), f.answers.awaitedStarts(o.GetExecutions())) {
 		return
 	}
 	s.mu.Lock()
@@ -528,7 +528,7 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	// multiply the rows every batch writes.
 	held := o.GetArtifacts()
 	changed := s.artifactsChanged(held)
-	due, reports, all := s.observationDue(o, now, f.refreshOf(s))
+	due, reports, all := s.observationDue(o, now, f.refreshOf(s), f.answers.awaitedStarts(o.GetExecutions()))
 	if !due && !changed {
 		return nil
 	}

@@ -1,0 +1,52 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/anypb"
+
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+)
+
+// A start's report noted from its answer stays applied through the write
+// of an observation the node took before the start (which does not list
+// the execution), so the observations after it that say the same are not
+// due; one that differs is, and an execution that ended is forgotten.
+func TestANotedStartReportOutlivesAnOlderObservation(t *testing.T) {
+	s := &session{}
+	now := time.Now()
+	report := &nodev1.ExecutionReport{InstanceId: "ws-a.1", Running: true, Responding: true}
+	result, err := anypb.New(&nodev1.ExecutionStatus{InstanceId: "ws-a.1", Running: true, Report: report})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := func(reports ...*nodev1.ExecutionReport) *nodev1.NodeObservation {
+		o := &nodev1.NodeObservation{Executions: reports}
+		for _, r := range reports {
+			o.InstanceIds = append(o.InstanceIds, r.GetInstanceId())
+		}
+		return o
+	}
+	other := &nodev1.ExecutionReport{InstanceId: "ws-b.1", Running: true, Responding: true}
+	// The registration was written once, so nothing is due for a refresh.
+	s.wrote(running(other), []*nodev1.ExecutionReport{other}, true, now)
+
+	s.noteStartReport(&nodev1.CommandResult{OperationId: "op", Result: result})
+	s.wrote(running(other), nil, false, now) // taken before the start
+	_, reports, _ := s.observationDue(running(other, report), now, time.Hour, nil)
+	if len(reports) != 0 {
+		t.Errorf("reports due after the start's noted report: %v", reports)
+	}
+
+	unresponsive := &nodev1.ExecutionReport{InstanceId: "ws-a.1", Running: true}
+	if _, reports, _ := s.observationDue(running(other, unresponsive), now, time.Hour, nil); len(reports) != 1 || reports[0] != unresponsive {
+		t.Errorf("a report that differs from the noted one: due %v", reports)
+	}
+
+	ended := &nodev1.ExecutionReport{InstanceId: "ws-a.1", End: nodev1.ExecutionEnd_EXECUTION_END_STOPPED}
+	s.wrote(running(other, ended), nil, false, now)
+	if _, ok := s.obs.reports["ws-a.1"]; ok || s.obs.noted["ws-a.1"] {
+		t.Errorf("an ended execution's report is kept: %v %v", s.obs.reports, s.obs.noted)
+	}
+}
