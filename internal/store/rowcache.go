@@ -52,15 +52,23 @@ func (c *rowCache) drop() {
 
 // dropIfWrites drops the rows kept when query writes a cached table.
 func (c *rowCache) dropIfWrites(query string) {
-	if strings.HasPrefix(strings.TrimSpace(query), "SELECT") {
-		return
+	if writesOneOf(query, cachedTables) {
+		c.drop()
 	}
-	for _, table := range cachedTables {
+}
+
+// writesOneOf reports whether query, a statement other than a SELECT,
+// names one of tables.
+func writesOneOf(query string, tables []string) bool {
+	if strings.HasPrefix(strings.TrimSpace(query), "SELECT") {
+		return false
+	}
+	for _, table := range tables {
 		if strings.Contains(query, table) {
-			c.drop()
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // cachedScan is queryRow(query, args...).Scan(dest...) for a read of a
@@ -241,13 +249,7 @@ func (h *hotRows) drop() {
 
 // dropIfWrites drops every row kept when query writes a kept table.
 func (h *hotRows) dropIfWrites(query string) {
-	if strings.HasPrefix(strings.TrimSpace(query), "SELECT") {
-		return
-	}
-	for _, table := range hotTables {
-		if strings.Contains(query, table) {
-			h.drop()
-			return
-		}
+	if writesOneOf(query, hotTables) {
+		h.drop()
 	}
 }
