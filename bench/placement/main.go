@@ -22,7 +22,9 @@
 // every node reaches the pool of every layer, so placement may choose among
 // all N. Once all N are READY (ListNodeRegistrations, every second; or
 // -ready-timeout passed), the row creates -workspaces Workspaces through
-// the public Connect API (2 CPUs, 4 GiB, no Volume), under one of two loads
+// the public Connect API (2 CPUs, 4 GiB, no Volume unless -volume new: a
+// new Volume each, the API's default, which the node makes before the
+// start), under one of two loads
 // (-load, each a row side by side):
 //   - closed: c callers, each one at a time: CreateWorkspace, then wait for
 //     the placement, then follow it until AVAILABLE, then the next. What it
@@ -126,6 +128,7 @@ func main() {
 	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
 	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
 	loads := flag.String("load", "closed", "loads, comma-separated, each a row: closed (-c callers one creation at a time) or open:R (a creation started every 1/R s, R a second)")
+	volume := flag.String("volume", "none", "each Workspace's Volume: none, or new (the API's default: a Volume made with it, on the node, before its start)")
 	follows := flag.String("follow", "wait", "how callers follow a Workspace to AVAILABLE, comma-separated: wait (WaitWorkspace) or poll (GetWorkspace every 10 ms); each is a row")
 	fleetIn := flag.String("fleet", "process", "where the simulated fleet runs: process (this program run again as the fleet, so that CPU each is ctrl's and the callers' alone) or inline (in this process, sharing ctrl's heap and collector)")
 	child := flag.Bool("fleet-child", false, "run as a row's simulated fleet (internal: -fleet process starts it)")
@@ -182,6 +185,12 @@ func main() {
 		}
 		offered = append(offered, ld)
 	}
+	volumeMode, ok := map[string]ctrlv1.WorkspaceVolumeMode{
+		"none": ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE, "new": ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW,
+	}[*volume]
+	if !ok {
+		fail(fmt.Errorf("-volume %q: want none or new", *volume))
+	}
 	rows := make([][]result, len(sizes)*len(backends)*len(modes)*len(offered))
 	started := time.Now().UTC()
 	for round := range *rounds {
@@ -191,7 +200,7 @@ func main() {
 					for m, ld := range offered {
 						progress("round %d: %s, %d simulated nodes, %s load, callers %s", round+1, db, n, ld, follow)
 						r, err := runRow(row{db: db, pg: *pg, nodes: n, workspaces: *workspaces, load: ld, timeout: *timeout, readyTimeout: *readyTimeout, observe: *observe, dir: tmp, follow: follow,
-							fleetIn: *fleetIn, self: self, cpuProfile: *cpuProfile, memProfile: *memProfile})
+							volume: volumeMode, fleetIn: *fleetIn, self: self, cpuProfile: *cpuProfile, memProfile: *memProfile})
 						if err != nil {
 							fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
 						}
@@ -206,8 +215,8 @@ func main() {
 	if *observe > 0 {
 		interval = *observe
 	}
-	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim, fleet %s): %d Workspaces per row, %d rounds (median round by placements/s shown), observations every %v, spread beyond %d nodes (at most %d a second), GOMAXPROCS %d, started %s\n",
-		*fleetIn, *workspaces, *rounds, interval, int(fleet.DefaultMaxObservationRate*interval.Seconds()), fleet.DefaultMaxObservationRate, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
+	fmt.Printf("Workspace placements on SIMULATED nodes (internal/sim, fleet %s): %d Workspaces per row (Volume: %s), %d rounds (median round by placements/s shown), observations every %v, spread beyond %d nodes (at most %d a second), GOMAXPROCS %d, started %s\n",
+		*fleetIn, *workspaces, *volume, *rounds, interval, int(fleet.DefaultMaxObservationRate*interval.Seconds()), fleet.DefaultMaxObservationRate, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
 	print(rows)
 }
 
@@ -261,7 +270,9 @@ type row struct {
 	readyTimeout time.Duration
 	observe      time.Duration
 	follow       string
-	dir          string
+	// volume is each Workspace's Volume binding mode (-volume).
+	volume ctrlv1.WorkspaceVolumeMode
+	dir    string
 	// fleetIn is where the simulated fleet runs (-fleet), self this
 	// program, which -fleet process runs again as the fleet.
 	fleetIn, self string
@@ -472,7 +483,7 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 	var last time.Time
 	// one creates Workspace i, timed from t0; false ends its caller.
 	one := func(i int, t0 time.Time) bool {
-		available, err := createOne(ctx, ws, p, i, t0, r.follow)
+		available, err := createOne(ctx, ws, p, i, t0, r.follow, r.volume)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -587,12 +598,12 @@ func (l load) String() string {
 
 // createOne creates Workspace i and times it, from t0, to its placement
 // and to AVAILABLE.
-func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int, t0 time.Time, follow string) (available time.Duration, err error) {
+func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int, t0 time.Time, follow string, volume ctrlv1.WorkspaceVolumeMode) (available time.Duration, err error) {
 	created, err := ws.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("bench-placement-%d", i)},
 		Spec: &ctrlv1.WorkspaceCreateSpec{
 			Resources: &ctrlv1.ResourceRequest{CpuMillis: cpuMillis, MemoryBytes: memoryBytes},
-			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
+			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: volume},
 		},
 	}))
 	if err != nil {
