@@ -105,7 +105,7 @@ func (s *Service) lifecycleBegun(ctx context.Context, meta *ctrlv1.CommandMetada
 			}
 			eff := command.Effect{Target: id, Result: response(s.view(tx, w), c), Long: long}
 			if long && begin != nil {
-				eff.Begin = begun.effect(func(c *storev1.Command) (*begunStart, error) { return begin(tx, c, w) })
+				eff.Begin = begun.effect(func(c *storev1.Command) (begunStep, error) { return begin(tx, c, w) })
 			}
 			return eff, nil
 		})

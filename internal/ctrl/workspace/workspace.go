@@ -200,8 +200,12 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 			// New: no runtime yet.
 			res := c.respond(viewOf(w, &storev1.WorkspaceRuntime{}, volumesIn(tx)), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
 			eff := command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}
-			if c.kind == kindCreate && nodeID == "" && binding.GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW {
-				eff.Begin = begun.effect(func(cmd *storev1.Command) (*begunStart, error) {
+			switch {
+			case c.kind != kindCreate || nodeID != "":
+			case binding.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
+				eff.Begin = begun.effect(func(cmd *storev1.Command) (begunStep, error) { return s.beginVolume(tx, cmd, w, req) })
+			default:
+				eff.Begin = begun.effect(func(cmd *storev1.Command) (begunStep, error) {
 					return s.beginStart(tx, cmd, w, &storev1.WorkspaceRuntime{WorkspaceId: w.GetWorkspaceId()}, req, true)
 				})
 			}
