@@ -128,7 +128,7 @@ func main() {
 	rounds := flag.Int("rounds", 1, "rounds; rows are interleaved in each round and the median round is shown")
 	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
 	loads := flag.String("load", "closed", "loads, comma-separated, each a row: closed (-c callers one creation at a time) or open:R (a creation started every 1/R s, R a second)")
-	volume := flag.String("volume", "none", "each Workspace's Volume: none, or new (the API's default: a Volume made with it, on the node, before its start)")
+	volume := flag.String("volume", "none", "each Workspace's Volume: none, or new (the API's default: a Volume of 64 MiB made with it, on the node, before its start)")
 	follows := flag.String("follow", "wait", "how callers follow a Workspace to AVAILABLE, comma-separated: wait (WaitWorkspace) or poll (GetWorkspace every 10 ms); each is a row")
 	fleetIn := flag.String("fleet", "process", "where the simulated fleet runs: process (this program run again as the fleet, so that CPU each is ctrl's and the callers' alone) or inline (in this process, sharing ctrl's heap and collector)")
 	child := flag.Bool("fleet-child", false, "run as a row's simulated fleet (internal: -fleet process starts it)")
@@ -596,6 +596,19 @@ func (l load) String() string {
 	return fmt.Sprintf("closed %d", l.callers)
 }
 
+// newVolumeBytes is each new Volume's size (-volume new): 1,000 writable
+// layers of 4 GiB and their 64 MiB Volumes fit the shared pool's 4 TiB.
+const newVolumeBytes = 64 << 20
+
+// volumeBinding binds a Workspace of the benchmark to a Volume by mode.
+func volumeBinding(mode ctrlv1.WorkspaceVolumeMode) *ctrlv1.WorkspaceVolumeBinding {
+	b := &ctrlv1.WorkspaceVolumeBinding{Mode: mode}
+	if mode == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW {
+		b.NewVolume = &ctrlv1.VolumeSpec{CapacityBytes: newVolumeBytes}
+	}
+	return b
+}
+
 // createOne creates Workspace i and times it, from t0, to its placement
 // and to AVAILABLE.
 func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *placements, i int, t0 time.Time, follow string, volume ctrlv1.WorkspaceVolumeMode) (available time.Duration, err error) {
@@ -603,7 +616,7 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 		Command: &ctrlv1.CommandMetadata{CommandId: fmt.Sprintf("bench-placement-%d", i)},
 		Spec: &ctrlv1.WorkspaceCreateSpec{
 			Resources: &ctrlv1.ResourceRequest{CpuMillis: cpuMillis, MemoryBytes: memoryBytes},
-			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: volume},
+			Volume:    volumeBinding(volume),
 		},
 	}))
 	if err != nil {

@@ -489,21 +489,44 @@ func RunsVMs(row *store.NodePlacement) bool {
 // DefaultPool is the deployment's default storage pool: the one an admitted
 // node names as its default (the first such node by node_id), or "".
 func (f *Fleet) DefaultPool(tx *store.Tx) (string, error) {
-	nodes, err := tx.AllNodes()
-	if err != nil {
-		return "", err
-	}
-	for _, n := range nodes {
-		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED {
-			continue
-		}
+	var pool string
+	err := firstNode(tx, func(n *operatorv1.NodeRegistration) bool {
 		for _, a := range n.GetStoragePools() {
 			if a.GetDefaultPool() {
-				return a.GetStoragePool(), nil
+				pool = a.GetStoragePool()
+				return true
 			}
 		}
+		return false
+	})
+	return pool, err
+}
+
+// firstNodePage is how many registrations firstNode reads at a time.
+const firstNodePage = 32
+
+// firstNode reads admitted nodes' registrations by node_id, a page at a
+// time, until found says one is what the caller looks for. Every new
+// Volume without a pool (a create's default binding) asks for the default
+// pool: reading every registration for it cost 4 ms of ctrl's CPU a
+// create at 1,000 nodes, half of it (issue 15).
+func firstNode(tx *store.Tx, found func(n *operatorv1.NodeRegistration) bool) error {
+	after := ""
+	for {
+		page, err := tx.ListNodes(after, firstNodePage)
+		if err != nil {
+			return err
+		}
+		for _, n := range page {
+			if n.GetAdmission() == operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED && found(n) {
+				return nil
+			}
+		}
+		if len(page) < firstNodePage {
+			return nil
+		}
+		after = page[len(page)-1].GetNodeId()
 	}
-	return "", nil
 }
 
 // NodeDefaultPool is the pool nodeID names as its own default, or "" when
@@ -525,19 +548,10 @@ func (f *Fleet) NodeDefaultPool(tx *store.Tx, nodeID string) (string, error) {
 
 // PoolDeclared reports whether an admitted node has declared pool.
 func (f *Fleet) PoolDeclared(tx *store.Tx, pool string) (bool, error) {
-	nodes, err := tx.AllNodes()
-	if err != nil {
-		return false, err
-	}
-	for _, n := range nodes {
-		if n.GetAdmission() != operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED {
-			continue
-		}
-		for _, a := range n.GetStoragePools() {
-			if a.GetStoragePool() == pool {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
+	declared := false
+	err := firstNode(tx, func(n *operatorv1.NodeRegistration) bool {
+		declared = slices.ContainsFunc(n.GetStoragePools(), func(a *operatorv1.StoragePoolAttachment) bool { return a.GetStoragePool() == pool })
+		return declared
+	})
+	return declared, err
 }

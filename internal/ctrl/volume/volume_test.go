@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
@@ -268,4 +269,48 @@ func waitFor(t *testing.T, cond func() bool) {
 	if !cond() {
 		t.Fatal("condition not reached")
 	}
+}
+
+// A new Volume without a pool goes to the deployment's default pool: the
+// one the first admitted node by node_id names as its default, found
+// however many nodes come before it (they are read a page at a time); a
+// named pool is one an admitted node declares, wherever it is.
+func TestTheDefaultPoolIsTheFirstAdmittedNodesDefault(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		// node-a (pool-a, its default) is the env's. Forty nodes before it,
+		// by node_id: one not admitted that names a default, then others
+		// that name none; the last of them declares pool-x.
+		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
+			for i := range 40 {
+				n := &operatorv1.NodeRegistration{NodeId: fmt.Sprintf("node-0%02d", i), Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED}
+				switch i {
+				case 0:
+					n.Admission = operatorv1.NodeAdmission_NODE_ADMISSION_UNSPECIFIED
+					n.StoragePools = []*operatorv1.StoragePoolAttachment{{NodeId: n.NodeId, StoragePool: "pool-unadmitted", DefaultPool: true}}
+				case 39:
+					n.StoragePools = []*operatorv1.StoragePoolAttachment{{NodeId: n.NodeId, StoragePool: "pool-x"}}
+				}
+				if err := tx.PutNode(n); err != nil {
+					return err
+				}
+			}
+			return tx.SetStoragePoolCapacity("pool-x", 1<<40)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.vols.Create(ctx, create("default-pool", 100*mib))
+		if err != nil || res.GetVolume().GetSpec().GetStoragePool() != "pool-a" {
+			t.Errorf("a Volume without a pool: %v, %v; want it in pool-a", res.GetVolume(), err)
+		}
+		named := create("named-pool", 100*mib)
+		named.Spec.StoragePool = "pool-x"
+		if _, err := e.vols.Create(ctx, named); err != nil {
+			t.Errorf("a Volume in pool-x, which the 40th node declares: %v", err)
+		}
+		unadmitted := create("unadmitted-pool", 100*mib)
+		unadmitted.Spec.StoragePool = "pool-unadmitted"
+		if _, err := e.vols.Create(ctx, unadmitted); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("a Volume in a pool only a node not admitted declares: %v, want not_found", err)
+		}
+	})
 }
