@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/sim"
+	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -29,13 +31,15 @@ var ctx = context.Background()
 // simulated nodes whose default pool is the shared one.
 func start(t *testing.T) (*testenv.Cluster, *sim.Fleet) {
 	t.Helper()
-	return startNodes(t, simNodes)
+	c, f, _ := startNodes(t, simNodes)
+	return c, f
 }
 
-// startNodes is start with nodes simulated nodes.
-func startNodes(t *testing.T, nodes int) (*testenv.Cluster, *sim.Fleet) {
+// startNodes is start with nodes simulated nodes, and stops them (at the
+// test's end, or before with stop).
+func startNodes(t *testing.T, nodes int) (c *testenv.Cluster, f *sim.Fleet, stop func()) {
 	t.Helper()
-	c := testenv.New(t)
+	c = testenv.New(t)
 	if err := sim.RegisterCatalog(ctx, c.Ctrl.Catalog(), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
@@ -43,19 +47,20 @@ func startNodes(t *testing.T, nodes int) (*testenv.Cluster, *sim.Fleet) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fctx, stop := context.WithCancel(ctx)
-	f, err := sim.Start(fctx, sim.Config{
+	fctx, cancel := context.WithCancel(ctx)
+	f, err = sim.Start(fctx, sim.Config{
 		Endpoint: c.Ctrl.NodeEndpoint, Grant: grant, Nodes: nodes, NodesPerConnection: 20,
 		SharedPool: sharedPool, SharedPoolDefault: true, Logger: testenv.Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		stop()
+	stop = sync.OnceFunc(func() {
+		cancel()
 		f.Wait()
 	})
-	return c, f
+	t.Cleanup(stop)
+	return c, f, stop
 }
 
 // readyNodes lists the registrations that are READY.
@@ -227,12 +232,11 @@ func TestWorkspacesRunOnSimulatedNodes(t *testing.T) {
 
 // A start's answer carries the execution's report, which ctrl records as
 // its first guest observation, so the node's observations that say the
-// same rewrite nothing (issue 15). Two Workspaces on the one node: the
-// node's observation after each start is written (its execution count
-// changed), and through both the first Workspace keeps the guest
-// observation its start recorded.
+// same rewrite nothing (issue 15). Two Workspaces on the one node: through
+// the node's observations after both starts the first Workspace keeps the
+// guest observation its start recorded.
 func TestAStartsReportIsItsFirstObservation(t *testing.T) {
-	c, _ := startNodes(t, 1)
+	c, _, _ := startNodes(t, 1)
 	testenv.WaitFor(t, "the simulated node READY", func() bool {
 		ready, err := readyNodes(c)
 		return err == nil && len(ready) == 1
@@ -249,6 +253,59 @@ func TestAStartsReportIsItsFirstObservation(t *testing.T) {
 	if got := waitState(t, c, first, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetGuestObservation(); !proto.Equal(got, obs) {
 		t.Errorf("an observation saying what the start reported rewrote the guest observation: %v, was %v", got, obs)
 	}
+}
+
+// How many executions a node runs is served from memory by the ctrl
+// holding the node's session, with the newest observation's time and
+// version (issue 15): the observations that follow starts write nothing,
+// and the session's end writes what was served, so that the versions go
+// on from it.
+func TestExecutionCountsAreServedFromMemory(t *testing.T) {
+	c, _, stop := startNodes(t, 1)
+	var ready *operatorv1.NodeRegistration
+	testenv.WaitFor(t, "the simulated node READY", func() bool {
+		nodes, err := readyNodes(c)
+		if err == nil && len(nodes) == 1 {
+			ready = nodes[0]
+		}
+		return ready != nil
+	})
+	id := ready.GetNodeId()
+	c.EnsureCapacity(t, sharedPool, sim.DefaultPoolBytes)
+	for i := range 3 {
+		waitState(t, c, createWithoutVolume(t, c, fmt.Sprintf("count-%d", i)), ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	}
+	waitExecutions(t, c, 3)
+	served := c.Registration(t, id).GetObservation()
+	if served.GetObservationVersion() <= ready.GetObservation().GetObservationVersion() ||
+		!served.GetObservedAt().AsTime().After(ready.GetObservation().GetObservedAt().AsTime()) {
+		t.Errorf("observation served after three starts %v, want a later version and time than %v", served, ready.GetObservation())
+	}
+	if stored := storedObservation(t, c, id); stored.GetExecutionCount() != 0 {
+		t.Errorf("the stored registration counts %d executions, want the 0 of the node's first observation: an observation after a start was written", stored.GetExecutionCount())
+	}
+
+	stop()
+	testenv.WaitFor(t, "the node's session ended", func() bool { return !c.Registration(t, id).GetSession().GetLive() })
+	stored := storedObservation(t, c, id)
+	if stored.GetExecutionCount() != 3 || stored.GetObservationVersion() < served.GetObservationVersion() {
+		t.Errorf("stored at the session's end %v, want 3 executions and a version not before the %d served", stored, served.GetObservationVersion())
+	}
+}
+
+// storedObservation reads the node's observation summary as its
+// registration stores it, not as a replica serves it.
+func storedObservation(t *testing.T, c *testenv.Cluster, nodeID string) *operatorv1.NodeObservationSummary {
+	t.Helper()
+	var n *operatorv1.NodeRegistration
+	if err := c.Ctrl.Store().Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		n, err = tx.GetNode(nodeID, false)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n.GetObservation()
 }
 
 func createWithoutVolume(t *testing.T, c *testenv.Cluster, commandID string) string {

@@ -41,11 +41,17 @@ type observed struct {
 	// node, by instance id: never written as such (the metrics read
 	// them).
 	running map[string]*nodev1.ExecutionReport
+	// summary is the newest observation summary this session handled,
+	// served in place of the one written last (overlay); version is the
+	// last observation_version the session handed out. A version names
+	// one snapshot: an observation written takes its version before its
+	// write and is shown after it unless a newer one was by then.
+	summary *operatorv1.NodeObservationSummary
+	version uint64
 
 	wroteAt    time.Time // zero: no observation written in this session
 	pools      []*nodev1.StoragePoolDeclaration
 	tightSince *timestamppb.Timestamp
-	executions int
 	// reports are the running executions' reports as last applied
 	// (instance id → report), and reportsAt when all of them last were.
 	reports   map[string]*nodev1.ExecutionReport
@@ -134,7 +140,10 @@ func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refre
 			reports = append(reports, r)
 		}
 	}
-	due = w.wroteAt.IsZero() || now.Sub(w.wroteAt) >= refresh || len(reports) > 0 || len(o.GetInstanceIds()) != w.executions ||
+	// How many executions run is served from memory (summary) and written
+	// with the next observation that is due: a start changes it, and
+	// writing it then cost a registration write a placement.
+	due = w.wroteAt.IsZero() || now.Sub(w.wroteAt) >= refresh || len(reports) > 0 ||
 		!proto.Equal(o.GetMemoryTightSince(), w.tightSince) ||
 		(len(o.GetStoragePools()) > 0 && !slices.EqualFunc(o.GetStoragePools(), w.pools, func(a, b *nodev1.StoragePoolDeclaration) bool { return proto.Equal(a, b) }))
 	return due, reports, all
@@ -164,7 +173,7 @@ func (s *session) wrote(o *nodev1.NodeObservation, applied []*nodev1.ExecutionRe
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &s.obs
-	w.wroteAt, w.executions, w.tightSince = now, len(o.GetInstanceIds()), o.GetMemoryTightSince()
+	w.wroteAt, w.tightSince = now, o.GetMemoryTightSince()
 	if len(o.GetStoragePools()) > 0 {
 		w.pools = o.GetStoragePools()
 	}
@@ -232,8 +241,47 @@ func (f *Fleet) overlay(n *operatorv1.NodeRegistration) {
 	if s.obs.usage != nil {
 		n.HostUsage, n.MemoryTight = s.obs.usage, s.obs.tight
 	}
+	if s.obs.summary != nil {
+		n.Observation = proto.CloneOf(s.obs.summary)
+	}
 	if s.clock != nil {
 		n.Session.Clock = s.clock
+	}
+}
+
+// summarized starts the session's observation summaries from the one its
+// hello wrote.
+func (s *session) summarized(written *operatorv1.NodeObservationSummary) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.obs.summary, s.obs.version = written, written.GetObservationVersion()
+}
+
+// nextSummary hands out the next observation_version, for o received at
+// now: the summary of o to show, or to write and then show (shown).
+func (s *session) nextSummary(o *nodev1.NodeObservation, now time.Time) *operatorv1.NodeObservationSummary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.obs.version++
+	return &operatorv1.NodeObservationSummary{
+		ObservationVersion: s.obs.version, ObservedAt: timestamppb.New(now), Resources: s.obs.summary.GetResources(),
+		Capabilities: s.obs.summary.GetCapabilities(), ExecutionCount: uint32(len(o.GetInstanceIds())),
+	}
+}
+
+// summaryShown is the summary served from memory.
+func (s *session) summaryShown() *operatorv1.NodeObservationSummary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.obs.summary
+}
+
+// shown makes sum the summary served, unless a newer one is.
+func (s *session) shown(sum *operatorv1.NodeObservationSummary) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sum.GetObservationVersion() > s.obs.summary.GetObservationVersion() {
+		s.obs.summary = sum
 	}
 }
 

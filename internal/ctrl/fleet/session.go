@@ -258,7 +258,8 @@ func (f *Fleet) authenticate(ctx context.Context, authorization, nodeID string) 
 
 // register records the hello: incarnation, resources, pools, capabilities.
 func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHello) error {
-	return f.store.Tx(ctx, func(tx *store.Tx) error {
+	var written *operatorv1.NodeObservationSummary
+	err := f.store.Tx(ctx, func(tx *store.Tx) error {
 		n, err := tx.GetNode(s.nodeID, true)
 		if err != nil {
 			return err
@@ -303,8 +304,13 @@ func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHell
 		if err := tx.PutNode(n); err != nil {
 			return err
 		}
+		written = n.Observation
 		return tx.SetNodeData(s.nodeID, hello.GetDataEndpoint(), s.dataToken)
 	})
+	if err == nil {
+		s.summarized(written)
+	}
+	return err
 }
 
 func attachments(nodeID string, pools []*nodev1.StoragePoolDeclaration, now time.Time) []*operatorv1.StoragePoolAttachment {
@@ -361,6 +367,11 @@ func (f *Fleet) detach(ctx context.Context, s *session) {
 			return nil
 		}
 		sessionLost(n, f.now())
+		// The summary served from memory is kept: the next session's
+		// versions go on from it.
+		if sum := s.summaryShown(); sum.GetObservationVersion() > n.GetObservation().GetObservationVersion() {
+			n.Observation = sum
+		}
 		return tx.PutNode(n)
 	})
 	if err != nil {
@@ -485,10 +496,15 @@ func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservati
 	}
 	now := f.now()
 	s.sample(o, now)
-	if !s.unwritten(o, now, f.refreshOf(s), f.answers.awaitedStarts(o.GetExecutions())) {
+	due := s.unwritten(o, now, f.refreshOf(s), f.answers.awaitedStarts(o.GetExecutions()))
+	s.mu.Lock()
+	// An observation waiting to be written is replaced by this one, due or
+	// not, so that what is shown never runs ahead of what waits.
+	if !due && s.latest == nil {
+		s.mu.Unlock()
+		s.shown(s.nextSummary(o, now))
 		return
 	}
-	s.mu.Lock()
 	s.latest = o
 	s.mu.Unlock()
 	select {
@@ -534,6 +550,7 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	}
 	notify := false
 	var applied []*nodev1.ExecutionReport
+	sum := s.nextSummary(o, now)
 	err := f.touch(ctx, s, func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error {
 		// The first observation after the hello ends SYNCING: there is no
 		// execution to reconcile yet (the VM provider comes later).
@@ -543,12 +560,7 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 		if len(o.GetStoragePools()) > 0 {
 			n.StoragePools = attachments(s.nodeID, o.GetStoragePools(), now)
 		}
-		if n.Observation == nil {
-			n.Observation = &operatorv1.NodeObservationSummary{}
-		}
-		n.Observation.ObservationVersion++
-		n.Observation.ObservedAt = timestamppb.New(now)
-		n.Observation.ExecutionCount = uint32(len(o.GetInstanceIds()))
+		n.Observation = sum
 		s.writeClock(n)
 		var err error
 		if applied, notify, err = f.observeExecutions(tx, s.nodeID, reports); err != nil || !changed {
@@ -558,6 +570,7 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	})
 	if err == nil {
 		s.wrote(o, applied, all, now)
+		s.shown(sum)
 		if changed {
 			s.mu.Lock()
 			s.artifacts, s.artifactsWritten = held, true
