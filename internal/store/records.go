@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -27,10 +29,13 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 		}
 		gen = g
 	}
-	q := fmt.Sprintf("SELECT body FROM %s WHERE %s = ?", table, key)
+	suffix := ""
 	if lock {
-		q += t.d.lock
+		suffix = t.d.lock
 	}
+	q := queryText("get", table, key, suffix, func() string {
+		return "SELECT body FROM " + table + " WHERE " + key + " = ?" + suffix
+	})
 	var body []byte
 	if err := t.queryRow(q, id).Scan(&body); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -53,7 +58,10 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 // more that the commit writes (docs/PERFORMANCE.md). Otherwise, or when
 // the row is gone, it upserts every column.
 func (t *Tx) putRow(table string, cols []string, indexed int, vals ...any) error {
-	id := fmt.Sprint(vals[0])
+	id, ok := vals[0].(string)
+	if !ok {
+		id = fmt.Sprint(vals[0])
+	}
 	if t.hot == nil || !isHot(table) {
 		return t.writeRow(table, cols, indexed, id, vals...)
 	}
@@ -74,11 +82,14 @@ func (t *Tx) putRow(table string, cols []string, indexed int, vals ...any) error
 // writeRow is putRow's write.
 func (t *Tx) writeRow(table string, cols []string, indexed int, id string, vals ...any) error {
 	if known, ok := t.indexed[table+"\x00"+id]; ok && known == indexedValues(vals[1:1+indexed]) {
-		var sets []string
-		for _, c := range cols[1+indexed:] {
-			sets = append(sets, c+" = ?")
-		}
-		res, err := t.exec("UPDATE "+table+" SET "+strings.Join(sets, ", ")+" WHERE "+cols[0]+" = ?", append(slices.Clone(vals[1+indexed:]), vals[0])...)
+		q := queryText("update", table, strings.Join(cols, ","), strconv.Itoa(indexed), func() string {
+			var sets []string
+			for _, c := range cols[1+indexed:] {
+				sets = append(sets, c+" = ?")
+			}
+			return "UPDATE " + table + " SET " + strings.Join(sets, ", ") + " WHERE " + cols[0] + " = ?"
+		})
+		res, err := t.exec(q, append(slices.Clone(vals[1+indexed:]), vals[0])...)
 		if err != nil {
 			return err
 		}
@@ -102,20 +113,59 @@ func (t *Tx) noteIndexed(table, id string, vals ...any) {
 	t.indexed[table+"\x00"+id] = indexedValues(vals)
 }
 
-// indexedValues encodes column values for noteIndexed, each quoted: ("a",
-// "") and ("", "a") differ.
-func indexedValues(vals []any) string { return fmt.Sprintf("%#v", vals) }
+// indexedValues encodes column values for noteIndexed, each with its
+// type and length: ("a", "") and ("", "a") differ, as do "1" and 1.
+func indexedValues(vals []any) string {
+	var b strings.Builder
+	for _, v := range vals {
+		switch v := v.(type) {
+		case string:
+			b.WriteString("s")
+			b.WriteString(strconv.Itoa(len(v)))
+			b.WriteString(":")
+			b.WriteString(v)
+		case int64:
+			b.WriteString("i")
+			b.WriteString(strconv.FormatInt(v, 10))
+			b.WriteString(";")
+		default:
+			fmt.Fprintf(&b, "%#v;", v)
+		}
+	}
+	return b.String()
+}
 
 // upsert writes one row whose first column is the key.
 func (t *Tx) upsert(table string, cols []string, vals ...any) error {
-	var sets []string
-	for _, c := range cols[1:] {
-		sets = append(sets, c+" = excluded."+c)
-	}
-	q := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s",
-		table, strings.Join(cols, ", "), marks(len(cols)), cols[0], strings.Join(sets, ", "))
+	q := queryText("upsert", table, strings.Join(cols, ","), "", func() string {
+		var sets []string
+		for _, c := range cols[1:] {
+			sets = append(sets, c+" = excluded."+c)
+		}
+		return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES (" + marks(len(cols)) + ") ON CONFLICT (" + cols[0] + ") DO UPDATE SET " + strings.Join(sets, ", ")
+	})
 	_, err := t.exec(q, vals...)
 	return err
+}
+
+// queryTexts keeps the texts of the statements the row functions build
+// from a table's name and columns, so that each is built once, not at
+// every read and write (formatting them was 2% of ctrl's CPU a
+// placement, all of it on SQLite's one writer).
+var queryTexts sync.Map // queryTextKey → string
+
+type queryTextKey struct{ kind, table, cols, variant string }
+
+// queryText is the text build makes for (kind, table, cols, variant),
+// built at its first use.
+func queryText(kind, table, cols, variant string, build func() string) string {
+	k := queryTextKey{kind, table, cols, variant}
+	if q, ok := queryTexts.Load(k); ok {
+		return q.(string)
+	}
+	q := build()
+	queryTexts.Store(k, q)
+	return q
 }
 
 // listBodies pages rows ordered by key, after the key given, decoding each
