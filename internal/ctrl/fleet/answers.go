@@ -83,27 +83,27 @@ func (a *answerWaiters) drop(operationID string) {
 	delete(a.m, operationID)
 }
 
-// awaitStart notes that the raw waiter of operation op, a StartExecution,
-// waits for the start of instance: the node's answer will carry the
-// execution's report (session.noteStartReport), so an observation heard
-// before that answer need not apply it (awaitsStart). Nothing is noted
-// for an operation no raw waiter waits for.
-func (a *answerWaiters) awaitStart(op *storev1.NodeOperation) {
-	start := &nodev1.StartExecution{}
-	if !op.GetBody().MessageIs(start) || op.GetBody().UnmarshalTo(start) != nil || start.GetInstanceId() == "" {
+// awaitStart notes that the raw waiter of operation opID, a
+// StartExecution, waits for the start of instance: the node's answer will
+// carry the execution's report (session.noteStartReport), so an
+// observation heard before that answer need not apply it (awaitedStarts).
+// Nothing is noted for an operation no raw waiter waits for, nor for one
+// that starts nothing (instance "").
+func (a *answerWaiters) awaitStart(opID, instance string) {
+	if instance == "" {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	w := a.m[op.GetOperationId()]
+	w := a.m[opID]
 	if w == nil || !w.raw {
 		return
 	}
 	if a.starting == nil {
 		a.starting = map[string]string{}
 	}
-	w.instance = start.GetInstanceId()
-	a.starting[w.instance] = op.GetOperationId()
+	w.instance = instance
+	a.starting[instance] = opID
 }
 
 // awaitedStarts are those of reports whose start's answer a step waits

@@ -132,7 +132,7 @@ func (f *Fleet) await(ctx context.Context, w *command.Work, name, nodeID string,
 		return nil, err
 	}
 	if f.holds(nodeID) {
-		answer, err := f.handOver(ctx, w, name, opID, nodeID, anyBody, stage, raw)
+		answer, err := f.handOver(ctx, w, name, opID, nodeID, startedInstance(body), anyBody, stage, raw)
 		if !errors.Is(err, ErrNotNew) {
 			return answer, err
 		}
@@ -195,7 +195,7 @@ func startNew(tx *store.Tx, now time.Time, operationID, nodeID, commandID string
 // holds, keeping the step's lease (Hold), in the transaction that checks
 // it is new; hands it to the session; and waits for the answer in memory.
 // When none comes within answerWait it ends the step as Await does.
-func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeID string, body *anypb.Any, stage ctrlv1.FailureStage, raw bool) (*Answer, error) {
+func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeID, instance string, body *anypb.Any, stage ctrlv1.FailureStage, raw bool) (*Answer, error) {
 	answered := f.answers.expect(opID, raw)
 	defer f.answers.forget(opID)
 	var recorded *storev1.NodeOperation
@@ -211,7 +211,7 @@ func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeI
 	if err != nil {
 		return nil, err
 	}
-	return f.waitAnswer(ctx, w, name, nodeID, recorded, answered, stage)
+	return f.waitAnswer(ctx, w, name, nodeID, instance, recorded, answered, stage)
 }
 
 // AwaitDecided is Await for a first operation the step decides (a
@@ -254,9 +254,11 @@ type Decision struct {
 	name     string
 	opID     string
 	answered <-chan arrival
-	// nodeID and recorded are set by Record, in the transaction's last run.
+	// nodeID and recorded are set by Record, in the transaction's last
+	// run, and instance when it records a start (startedInstance).
 	nodeID   string
 	recorded *storev1.NodeOperation
+	instance string
 }
 
 // Expect begins the Decision of operation name of command commandID: its
@@ -276,7 +278,7 @@ func (d *Decision) Record(tx *store.Tx, now time.Time, c *storev1.Command, nodeI
 		return err
 	}
 	c.NodeId, c.Progress = nodeID, sentTo(d.name, nodeID)
-	d.nodeID = nodeID
+	d.nodeID, d.instance = nodeID, startedInstance(body)
 	d.recorded, err = startNew(tx, now, d.opID, nodeID, c.GetCommandId(), anyBody)
 	return err
 }
@@ -306,16 +308,17 @@ func (f *Fleet) AwaitDecision(ctx context.Context, w *command.Work, d *Decision,
 		op = proto.CloneOf(op)
 		op.Traceparent = tp
 	}
-	return f.waitAnswer(ctx, w, d.name, d.nodeID, op, d.answered, stage)
+	return f.waitAnswer(ctx, w, d.name, d.nodeID, d.instance, op, d.answered, stage)
 }
 
 // waitAnswer hands recorded to nodeID's session, which this replica holds,
 // and waits in memory for its answer (answered) for at most answerWait;
-// without one it ends the step waiting for it.
-func (f *Fleet) waitAnswer(ctx context.Context, w *command.Work, name, nodeID string, recorded *storev1.NodeOperation,
+// without one it ends the step waiting for it. instance is the execution
+// recorded starts, if it is a start.
+func (f *Fleet) waitAnswer(ctx context.Context, w *command.Work, name, nodeID, instance string, recorded *storev1.NodeOperation,
 	answered <-chan arrival, stage ctrlv1.FailureStage,
 ) (*Answer, error) {
-	f.answers.awaitStart(recorded)
+	f.answers.awaitStart(recorded.GetOperationId(), instance)
 	f.deliver(recorded)
 	var got arrival
 	w.Idle(func() {
@@ -429,4 +432,13 @@ func (f *Fleet) Operate(ctx context.Context, w *command.Work, op Operation) erro
 		return w.Fail(ctx, answer.Failure, func(tx *store.Tx) error { return op.Failed(tx, answer.Failure) })
 	}
 	return w.Succeed(ctx, func(tx *store.Tx) error { return op.Succeeded(tx, answer.Result) })
+}
+
+// startedInstance is the execution body starts, when it is a
+// StartExecution; "" otherwise.
+func startedInstance(body proto.Message) string {
+	if start, ok := body.(*nodev1.StartExecution); ok {
+		return start.GetInstanceId()
+	}
+	return ""
 }

@@ -50,3 +50,25 @@ func TestANotedStartReportOutlivesAnOlderObservation(t *testing.T) {
 		t.Errorf("an ended execution's report is kept: %v %v", s.obs.reports, s.obs.noted)
 	}
 }
+
+// An execution whose start's answer a step waits for raw is awaited, so
+// that an observation heard before the answer leaves its report to it,
+// until the step stops waiting; a waiter that does not record the answer
+// itself, or an operation that starts nothing, awaits no start.
+func TestAStartWaitedForRawIsAwaited(t *testing.T) {
+	a := &answerWaiters{}
+	reports := []*nodev1.ExecutionReport{{InstanceId: "ws-a.1", Running: true}, {InstanceId: "ws-b.1", Running: true}, {InstanceId: "ws-c.1", Running: true}}
+	a.expect("cmd-a/start", true)
+	a.awaitStart("cmd-a/start", "ws-a.1")
+	a.expect("cmd-b/start", false)
+	a.awaitStart("cmd-b/start", "ws-b.1")
+	a.expect("cmd-c/ensure", true)
+	a.awaitStart("cmd-c/ensure", "")
+	if got := a.awaitedStarts(reports); len(got) != 1 || !got["ws-a.1"] {
+		t.Errorf("awaited starts %v, want ws-a.1 alone", got)
+	}
+	a.forget("cmd-a/start")
+	if got := a.awaitedStarts(reports); got != nil {
+		t.Errorf("awaited starts after the step stopped waiting: %v", got)
+	}
+}
