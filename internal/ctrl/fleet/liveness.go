@@ -129,24 +129,33 @@ func (s *session) sample(o *nodev1.NodeObservation, now time.Time) {
 // running executions' reports: those that changed since applied (or never
 // were: a stray, a start whose answer no step waits for in memory), or
 // all of them at a refresh. A report of a start whose answer a step waits
-// for (awaited) is not: the answer carries it (noteStartReport).
-func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refresh time.Duration, awaited map[string]bool) (due bool, reports []*nodev1.ExecutionReport, all bool) {
+// for (awaited) is not: the answer carries it (noteStartReport). lazy says
+// that only the refresh is due: nothing changed that anyone reads, so the
+// write may wait for others to share its transaction (touchLazily).
+func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refresh time.Duration, awaited map[string]bool) (due bool, reports []*nodev1.ExecutionReport, all, lazy bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &s.obs
 	all = w.reportsAt.IsZero() || now.Sub(w.reportsAt) >= refresh
+	changed := false
 	for _, r := range o.GetExecutions() {
-		if r.GetRunning() && !awaited[r.GetInstanceId()] && (all || !proto.Equal(stable(r), w.reports[r.GetInstanceId()])) {
+		if !r.GetRunning() || awaited[r.GetInstanceId()] {
+			continue
+		}
+		differs := !proto.Equal(stable(r), w.reports[r.GetInstanceId()])
+		if all || differs {
 			reports = append(reports, r)
 		}
+		changed = changed || differs
 	}
 	// How many executions run is served from memory (summary) and written
 	// with the next observation that is due: a start changes it, and
 	// writing it then cost a registration write a placement.
-	due = w.wroteAt.IsZero() || now.Sub(w.wroteAt) >= refresh || len(reports) > 0 ||
+	urgent := w.wroteAt.IsZero() || changed ||
 		!proto.Equal(o.GetMemoryTightSince(), w.tightSince) ||
 		(len(o.GetStoragePools()) > 0 && !slices.EqualFunc(o.GetStoragePools(), w.pools, func(a, b *nodev1.StoragePoolDeclaration) bool { return proto.Equal(a, b) }))
-	return due, reports, all
+	due = urgent || now.Sub(w.wroteAt) >= refresh || len(reports) > 0
+	return due, reports, all, due && !urgent
 }
 
 // unwritten reports whether o holds anything to write: what the node's
@@ -155,7 +164,7 @@ func (s *session) unwritten(o *nodev1.NodeObservation, now time.Time, refresh ti
 	if s.artifactsChanged(o.GetArtifacts()) {
 		return true
 	}
-	due, _, _ := s.observationDue(o, now, refresh, awaited)
+	due, _, _, _ := s.observationDue(o, now, refresh, awaited)
 	return due
 }
 

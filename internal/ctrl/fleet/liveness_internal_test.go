@@ -34,13 +34,13 @@ func TestANotedStartReportOutlivesAnOlderObservation(t *testing.T) {
 
 	s.noteStartReport(&nodev1.CommandResult{OperationId: "op", Result: result})
 	s.wrote(running(other), nil, false, now) // taken before the start
-	_, reports, _ := s.observationDue(running(other, report), now, time.Hour, nil)
+	_, reports, _, _ := s.observationDue(running(other, report), now, time.Hour, nil)
 	if len(reports) != 0 {
 		t.Errorf("reports due after the start's noted report: %v", reports)
 	}
 
 	unresponsive := &nodev1.ExecutionReport{InstanceId: "ws-a.1", Running: true}
-	if _, reports, _ := s.observationDue(running(other, unresponsive), now, time.Hour, nil); len(reports) != 1 || reports[0] != unresponsive {
+	if _, reports, _, _ := s.observationDue(running(other, unresponsive), now, time.Hour, nil); len(reports) != 1 || reports[0] != unresponsive {
 		t.Errorf("a report that differs from the noted one: due %v", reports)
 	}
 

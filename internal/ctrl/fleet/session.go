@@ -544,14 +544,18 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	// multiply the rows every batch writes.
 	held := o.GetArtifacts()
 	changed := s.artifactsChanged(held)
-	due, reports, all := s.observationDue(o, now, f.refreshOf(s), f.answers.awaitedStarts(o.GetExecutions()))
+	due, reports, all, lazy := s.observationDue(o, now, f.refreshOf(s), f.answers.awaitedStarts(o.GetExecutions()))
 	if !due && !changed {
 		return nil
+	}
+	touch := f.touch
+	if lazy && !changed {
+		touch = f.touchLazily
 	}
 	notify := false
 	var applied []*nodev1.ExecutionReport
 	sum := s.nextSummary(o, now)
-	err := f.touch(ctx, s, func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error {
+	err := touch(ctx, s, func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error {
 		// The first observation after the hello ends SYNCING: there is no
 		// execution to reconcile yet (the VM provider comes later).
 		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY

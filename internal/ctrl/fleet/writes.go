@@ -25,6 +25,7 @@ const maxWriteBatch = 256
 type registrationWrite struct {
 	s    *session
 	fn   touchFn
+	lazy bool
 	err  error
 	done chan struct{}
 	// lead hands this write's caller the writing of the next batch.
@@ -43,11 +44,28 @@ type registrationWrite struct {
 // writes one, then hands the next batch to the first write still queued.
 // A caller waits for its write whatever happens to its context, so the
 // hand-off always reaches a waiting caller.
+//
+// A lazy write (touchLazily: a refresh, which changes nothing anyone
+// reads) may wait up to lazyWait for others to join its batch, unless a
+// write that is not lazy comes meanwhile. Each node refreshes its
+// registration once a refresh (a minute on PostgreSQL), at its own time:
+// one transaction each, five round trips, was most of the idle fleet's
+// cost on PostgreSQL (docs/PERFORMANCE.md, the idle fleet). The price: a
+// session's next observation, were it urgent (memory tight), waits behind
+// its lazy write, at most lazyWait.
 type registrationWrites struct {
 	mu      sync.Mutex
 	pending []*registrationWrite
 	active  bool
+	// waiting says a batch of lazy writes waits; urgent ends its wait.
+	waiting bool
+	urgent  chan struct{}
 }
+
+// lazyWait is how long a batch of lazy writes waits for others: a
+// variable so that a test can wait long enough to tell a wait ended by a
+// write from one the timer ended.
+var lazyWait = time.Second
 
 // A touchFn changes a node's registration n. It gets the batch's
 // transaction for what the node reports beside its registration (the
@@ -58,11 +76,27 @@ type touchFn func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) e
 // touch updates a registration on behalf of the live session s, in a
 // transaction it may share with other sessions' writes.
 func (f *Fleet) touch(ctx context.Context, s *session, fn touchFn) error {
-	w := &registrationWrite{s: s, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	return f.write(ctx, &registrationWrite{s: s, fn: fn})
+}
+
+// touchLazily is touch for a write that may wait, up to lazyWait, for
+// others to share its transaction.
+func (f *Fleet) touchLazily(ctx context.Context, s *session, fn touchFn) error {
+	return f.write(ctx, &registrationWrite{s: s, fn: fn, lazy: true})
+}
+
+func (f *Fleet) write(ctx context.Context, w *registrationWrite) error {
+	w.done, w.lead = make(chan struct{}), make(chan struct{}, 1)
 	f.writes.mu.Lock()
 	f.writes.pending = append(f.writes.pending, w)
 	first := !f.writes.active
 	f.writes.active = true
+	if f.writes.waiting && (!w.lazy || len(f.writes.pending) >= maxWriteBatch) {
+		select {
+		case f.writes.urgent <- struct{}{}:
+		default:
+		}
+	}
 	f.writes.mu.Unlock()
 	if first {
 		f.writeBatch(ctx)
@@ -80,6 +114,7 @@ func (f *Fleet) touch(ctx context.Context, s *session, fn touchFn) error {
 // writeBatch commits the writes queued first, up to maxWriteBatch, then
 // hands the next batch on, or ends the run when nothing is queued.
 func (f *Fleet) writeBatch(ctx context.Context) {
+	f.awaitLazyBatch()
 	f.writes.mu.Lock()
 	n := min(len(f.writes.pending), maxWriteBatch)
 	batch := slices.Clone(f.writes.pending[:n])
@@ -99,6 +134,48 @@ func (f *Fleet) writeBatch(ctx context.Context) {
 		return
 	}
 	f.writes.pending[0].lead <- struct{}{}
+}
+
+// awaitLazyBatch waits, when every queued write is lazy, until lazyWait
+// passed, the queue holds a full batch, or a write that is not lazy came.
+func (f *Fleet) awaitLazyBatch() {
+	f.writes.mu.Lock()
+	if !f.allLazy() {
+		f.writes.mu.Unlock()
+		return
+	}
+	if f.writes.urgent == nil {
+		f.writes.urgent = make(chan struct{}, 1)
+	}
+	select { // a signal left from an earlier wait
+	case <-f.writes.urgent:
+	default:
+	}
+	f.writes.waiting = true
+	f.writes.mu.Unlock()
+	t := time.NewTimer(lazyWait)
+	select {
+	case <-t.C:
+	case <-f.writes.urgent:
+	}
+	t.Stop()
+	f.writes.mu.Lock()
+	f.writes.waiting = false
+	f.writes.mu.Unlock()
+}
+
+// allLazy says every queued write is lazy and they fill less than a
+// batch. Called with mu held.
+func (f *Fleet) allLazy() bool {
+	if len(f.writes.pending) >= maxWriteBatch {
+		return false
+	}
+	for _, w := range f.writes.pending {
+		if !w.lazy {
+			return false
+		}
+	}
+	return true
 }
 
 // commitWrites applies batch in one transaction: one read of every node
