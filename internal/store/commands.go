@@ -3,6 +3,7 @@ package store
 import (
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -77,12 +78,22 @@ func (t *Tx) InsertCommand(c *CommandRow) (inserted bool, err error) {
 
 // GetCommand reads one command.
 func (t *Tx) GetCommand(id string, lock bool) (*CommandRow, error) {
+	if c, ok := t.keptCommand(id); ok {
+		return c, nil
+	}
 	q := "SELECT " + commandCols + " FROM commands WHERE command_id = ?"
 	if lock {
 		q += t.d.lock
 	}
-	return scanCommand(t.queryRow(q, id))
+	return scanCommand(t.pointRow(q, id))
 }
+
+// commandColumns are commandCols one by one, and commandUpdated those
+// UpdateCommand sets.
+var (
+	commandColumns = strings.Split(strings.ReplaceAll(commandCols, " ", ""), ",")
+	commandUpdated = []string{"state", "body", "updated_at", "next_attempt_at", "lease_owner", "lease_until", "attempts"}
+)
 
 // UpdateCommand writes the columns of c that change after its admission.
 // Its kind, target, input hash and admission time are fixed then, and not
@@ -90,6 +101,12 @@ func (t *Tx) GetCommand(id string, lock bool) (*CommandRow, error) {
 // (putRow says why).
 func (t *Tx) UpdateCommand(c *CommandRow) error {
 	t.wrote(c.GetTargetId())
+	if t.keep("commands", commandColumns, commandUpdated, c.values()...) {
+		clone := *c
+		clone.Command = proto.Clone(c.Command).(*storev1.Command)
+		t.co.commands[c.GetCommandId()] = &clone
+		return nil
+	}
 	_, err := t.exec(`UPDATE commands SET state = ?, body = ?, updated_at = ?, next_attempt_at = ?, lease_owner = ?, lease_until = ?,
 		attempts = ? WHERE command_id = ?`,
 		c.GetState().String(), marshal(c.Command), c.GetUpdatedAt().AsTime().UnixNano(), c.NextAttemptAt.UnixNano(),

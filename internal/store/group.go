@@ -124,7 +124,7 @@ func (s *Store) runMember(ctx context.Context, b *group, fn func(*Tx) error) err
 	// watched a cancellable one from a goroutine of its own at every
 	// statement, and an interrupt would break the group's transaction
 	// for every member (the statements are short; fn sees ctx itself).
-	tx := &Tx{ctx: context.WithoutCancel(ctx), tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index, cache: &s.cache, hot: &s.hot}
+	tx := &Tx{ctx: context.WithoutCancel(ctx), tx: b.tx, d: s.d, stmts: s.stmts, index: &s.index, cache: &s.cache, hot: &s.hot, stats: &s.stats}
 	fnErr := tx.finish(fn)
 	b.charged = append(b.charged, tx.charged...) // settled when the group ends, however
 	if fnErr != nil {

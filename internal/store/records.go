@@ -20,6 +20,9 @@ import (
 // getBody reads the body of one row into m. lock takes a row lock on
 // PostgreSQL (SQLite transactions are serial already).
 func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
+	if body, ok := t.keptBody(table, id); ok {
+		return proto.Unmarshal(body, m)
+	}
 	hot := t.hot != nil && isHot(table)
 	var gen uint64
 	if hot {
@@ -37,7 +40,7 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 		return "SELECT body FROM " + table + " WHERE " + key + " = ?" + suffix
 	})
 	var body []byte
-	if err := t.queryRow(q, id).Scan(&body); err != nil {
+	if err := t.pointRow(q, id).Scan(&body); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -81,7 +84,17 @@ func (t *Tx) putRow(table string, cols []string, indexed int, vals ...any) error
 
 // writeRow is putRow's write.
 func (t *Tx) writeRow(table string, cols []string, indexed int, id string, vals ...any) error {
-	if known, ok := t.indexed[table+"\x00"+id]; ok && known == indexedValues(vals[1:1+indexed]) {
+	known, ok := t.indexed[table+"\x00"+id]
+	unchanged := ok && known == indexedValues(vals[1:1+indexed])
+	set := cols[1:]
+	if unchanged {
+		set = cols[1+indexed:]
+	}
+	if t.keep(table, cols, set, vals...) {
+		t.noteIndexed(table, id, vals[1:1+indexed]...)
+		return nil
+	}
+	if unchanged {
 		q := queryText("update", table, strings.Join(cols, ","), strconv.Itoa(indexed), func() string {
 			var sets []string
 			for _, c := range cols[1+indexed:] {

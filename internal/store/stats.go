@@ -20,9 +20,13 @@ type Stats struct {
 	// the database was busy (its writing connection: a Snapshot's reader
 	// is not counted); on PostgreSQL it sums the connections' times.
 	Held time.Duration
+	// Statements counts the statements transactions ran (Tx, not
+	// Snapshot), SAVEPOINTs of SQLite's groups, BEGIN and COMMIT left out:
+	// what a multi-row write saves shows here (Tx.Coalesce).
+	Statements uint64
 }
 
-// txStats are two counters, not a histogram: every transaction updates
+// txStats are counters, not a histogram: every transaction updates
 // them, and two atomic adds cost nothing beside a commit. Rates and
 // averages are derived by whoever reads them (ctrl's /metrics, the
 // benchmarks).
@@ -30,11 +34,19 @@ type txStats struct {
 	transactions atomic.Uint64
 	commits      atomic.Uint64
 	heldNanos    atomic.Int64
+	statements   atomic.Uint64
 }
 
 func (t *txStats) began() { t.transactions.Add(1) }
 
 func (t *txStats) committed() { t.commits.Add(1) }
+
+// ran counts a statement of tx, when tx counts them (not a Snapshot's).
+func (tx *Tx) ran() {
+	if tx.stats != nil {
+		tx.stats.statements.Add(1)
+	}
+}
 
 // heldFor adds the time a database transaction held its connection (on
 // SQLite one group of transactions sharing a commit).
@@ -42,5 +54,6 @@ func (t *txStats) heldFor(since time.Time) { t.heldNanos.Add(int64(time.Since(si
 
 // Stats reads the counters.
 func (s *Store) Stats() Stats {
-	return Stats{Transactions: s.stats.transactions.Load(), Commits: s.stats.commits.Load(), Held: time.Duration(s.stats.heldNanos.Load())}
+	return Stats{Transactions: s.stats.transactions.Load(), Commits: s.stats.commits.Load(), Held: time.Duration(s.stats.heldNanos.Load()),
+		Statements: s.stats.statements.Load()}
 }

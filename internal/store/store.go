@@ -453,6 +453,9 @@ func (s *Store) tryTx(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) err
 	// placement's admission read the same Template, revision and Launch
 	// twice, each a round trip (issue 15).
 	tx := &Tx{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts, index: &s.index, cache: &rowCache{}}
+	if opts == nil {
+		tx.stats = &s.stats
+	}
 	defer func() { s.index.settle(tx.charged) }()
 	if err := tx.finish(fn); err != nil {
 		_ = sqlTx.Rollback()
@@ -506,6 +509,16 @@ type Tx struct {
 	hotKeyed   bool
 	// last are the writes to run once the caller's fn returned (Last).
 	last []func(*Tx) error
+	// co are the rows kept to write at its end (Coalesce), nil when it
+	// writes each at once; flushing is set while it writes them, and
+	// coErr is a failure to write them before a read (queryRow), which
+	// fails the transaction.
+	co       *coalesced
+	flushing bool
+	coErr    error
+	// stats counts its statements (Stats.Statements); nil for a
+	// Snapshot's.
+	stats *txStats
 }
 
 // Last runs fn in t once everything else t's caller does returned,
@@ -525,7 +538,10 @@ func (t *Tx) finish(fn func(*Tx) error) error {
 			return err
 		}
 	}
-	return nil
+	if t.coErr != nil {
+		return t.coErr
+	}
+	return t.flushKept()
 }
 
 // rolledBack forgets what t read into the placement mirror: it may have
@@ -550,7 +566,11 @@ func (t *Tx) dropIfWrites(query string) {
 }
 
 func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
+	if err := t.flushFor(query); err != nil {
+		return nil, err
+	}
 	t.dropIfWrites(query)
+	t.ran()
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
 	}
@@ -560,11 +580,19 @@ func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
 // execUnprepared runs a statement whose text varies from call to call,
 // which is not worth keeping prepared.
 func (t *Tx) execUnprepared(query string, args ...any) (sql.Result, error) {
+	if err := t.flushFor(query); err != nil {
+		return nil, err
+	}
 	t.dropIfWrites(query)
+	t.ran()
 	return t.tx.ExecContext(t.ctx, t.d.rebind(query), args...)
 }
 
 func (t *Tx) query(query string, args ...any) (*sql.Rows, error) {
+	if err := t.flushFor(query); err != nil {
+		return nil, err
+	}
+	t.ran()
 	return t.tx.QueryContext(t.ctx, t.d.rebind(query), args...)
 }
 
@@ -593,13 +621,28 @@ func (t *Tx) queryStrings(query string, args ...any) ([]string, error) {
 // are read this way on every placement: parsing them was 7% of ctrl's CPU,
 // all of it on SQLite's one connection.
 func (t *Tx) queryDrained(query string, args ...any) (*sql.Rows, error) {
+	if err := t.flushFor(query); err != nil {
+		return nil, err
+	}
 	if st := t.stmts.get(query); st != nil {
+		t.ran()
 		return t.tx.StmtContext(t.ctx, st).QueryContext(t.ctx, args...)
 	}
 	return t.query(query, args...)
 }
 
 func (t *Tx) queryRow(query string, args ...any) *sql.Row {
+	if err := t.flushFor(query); err != nil && t.coErr == nil {
+		t.coErr = err // the read may miss the rows kept: the transaction fails
+	}
+	return t.pointRow(query, args...)
+}
+
+// pointRow is queryRow for a read of one row by its key that is not one
+// of the rows kept (Coalesce): what t keeps to write cannot change it, so
+// nothing is written first.
+func (t *Tx) pointRow(query string, args ...any) *sql.Row {
+	t.ran()
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)
 	}

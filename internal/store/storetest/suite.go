@@ -43,6 +43,7 @@ func Run(t *testing.T, b Backend) {
 		"WorkspaceReadsSeeEveryWrite":    testWorkspaceReadsSeeEveryWrite,
 		"WorkspaceAndRuntimeInOneRead":   testWorkspaceAndRuntimeInOneRead,
 		"WritesLeftForLastCommit":        testWritesLeftForLastCommitWithTheRest,
+		"CoalescedWritesCommitTogether":  testCoalescedWritesReadAndCommitTogether,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
