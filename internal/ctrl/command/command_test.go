@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,15 +162,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func commandState(t *testing.T, s *store.Store, id string) *store.CommandRow {
 	t.Helper()
-	var c *store.CommandRow
-	if err := s.Tx(context.Background(), func(tx *store.Tx) error {
-		var err error
-		c, err = tx.GetCommand(id, false)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return command.StoredCommand(t, s, id)
 }
 
 func TestRunnerDrivesALongCommandThroughWaitToSuccess(t *testing.T) {
@@ -632,6 +625,63 @@ func TestARunnerRunsSixtyFourStepsAtOnceByDefault(t *testing.T) {
 		for i := range command.DefaultWorkers {
 			id := fmt.Sprint("busy-", i)
 			waitFor(t, id+" SUCCEEDED", func() bool { return commandState(t, s, id).Final() })
+		}
+	})
+}
+
+// Steps that end together all end, and their writes commit: one whose
+// write fails in the shared transaction fails none of the others, and
+// ends alone once it succeeds (Work.SucceedTogether).
+func TestStepsEndedTogetherAllEnd(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const n = 8
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour))
+		var arrived sync.WaitGroup
+		arrived.Add(n)
+		var refusals atomic.Int32
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			arrived.Done()
+			arrived.Wait() // every step ends at once
+			return w.SucceedTogether(ctx, func(tx *store.Tx) error {
+				v, err := tx.GetVolume(w.Command().GetTargetId(), true)
+				if err != nil {
+					return err
+				}
+				if v.GetVolumeId() == "vol-together-3" && refusals.Add(1) == 1 {
+					return errors.New("refused once")
+				}
+				v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+				return tx.PutVolume(v)
+			})
+		})
+		go r.Run(ctx)
+		effects := 0
+		for i := range n {
+			if _, err := admit(t, s, createVolume(fmt.Sprintf("together-%d", i), 1<<30), true, &effects); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Kick()
+		for i := range n {
+			id := fmt.Sprintf("together-%d", i)
+			waitFor(t, id+" ended", func() bool { return commandState(t, s, id).Final() })
+			if c := commandState(t, s, id); c.GetState() != storev1.CommandState_COMMAND_STATE_SUCCEEDED {
+				t.Errorf("command %s %v, want SUCCEEDED", id, c.GetState())
+			}
+			if err := s.Tx(ctx, func(tx *store.Tx) error {
+				v, err := tx.GetVolume("vol-"+id, false)
+				if err == nil && v.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+					t.Errorf("Volume of %s %v, want AVAILABLE", id, v.GetState())
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := refusals.Load(); got < 2 {
+			t.Errorf("the refused write ran %d times, want it run again alone", got)
 		}
 	})
 }

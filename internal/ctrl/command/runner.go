@@ -46,6 +46,9 @@ type Runner struct {
 	mu      sync.Mutex
 	running context.Context
 	wg      sync.WaitGroup
+	// together queues the ends of steps applied together
+	// (Work.SucceedTogether).
+	together enders
 }
 
 // NewRunner makes a Runner. owner names this ctrl replica in leases; it
@@ -327,22 +330,9 @@ func (w *Work) Now() time.Time { return w.r.now() }
 func (w *Work) update(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRow) error) error {
 	var written *store.CommandRow
 	err := w.r.store.Tx(ctx, func(tx *store.Tx) error {
-		c, err := tx.GetCommand(w.c.GetCommandId(), true)
-		if err != nil {
-			return err
-		}
-		if c.LeaseOwner != w.r.owner || !c.LeaseUntil.Equal(w.c.LeaseUntil) || c.Final() {
-			return ErrLeaseLost
-		}
-		if err := fn(tx, c); err != nil {
-			return err
-		}
-		c.UpdatedAt = timestamppb.New(w.r.now())
-		if err := tx.UpdateCommand(c); err != nil {
-			return err
-		}
-		written = c
-		return nil
+		var err error
+		written, err = w.updateIn(tx, fn)
+		return err
 	})
 	if err == nil {
 		// Only once committed: a transaction that failed after the write
@@ -356,13 +346,37 @@ func (w *Work) update(ctx context.Context, fn func(tx *store.Tx, c *store.Comman
 	return err
 }
 
+// updateIn is update's work in tx: the command as written.
+func (w *Work) updateIn(tx *store.Tx, fn func(tx *store.Tx, c *store.CommandRow) error) (*store.CommandRow, error) {
+	c, err := tx.GetCommand(w.c.GetCommandId(), true)
+	if err != nil {
+		return nil, err
+	}
+	if c.LeaseOwner != w.r.owner || !c.LeaseUntil.Equal(w.c.LeaseUntil) || c.Final() {
+		return nil, ErrLeaseLost
+	}
+	if err := fn(tx, c); err != nil {
+		return nil, err
+	}
+	c.UpdatedAt = timestamppb.New(w.r.now())
+	if err := tx.UpdateCommand(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // Succeed ends the command successfully after fn's writes.
 func (w *Work) Succeed(ctx context.Context, fn func(tx *store.Tx) error) error {
 	return w.end(ctx, func(tx *store.Tx, c *store.CommandRow) error {
-		c.State = storev1.CommandState_COMMAND_STATE_SUCCEEDED
-		c.WaitingFor = ""
+		succeeded(c)
 		return fn(tx)
 	})
+}
+
+// succeeded marks c SUCCEEDED.
+func succeeded(c *store.CommandRow) {
+	c.State = storev1.CommandState_COMMAND_STATE_SUCCEEDED
+	c.WaitingFor = ""
 }
 
 // Fail ends the command with failure after fn's writes.
@@ -381,26 +395,36 @@ func (w *Work) Fail(ctx context.Context, failure *ctrlv1.WorkspaceFailure, fn fu
 
 func (w *Work) end(ctx context.Context, fn func(tx *store.Tx, c *store.CommandRow) error) error {
 	err := w.update(ctx, func(tx *store.Tx, c *store.CommandRow) error {
-		c.CompletedAt = timestamppb.New(w.r.now())
-		c.Progress = ""
-		c.LeaseUntil = time.Time{}
+		w.ending(c)
 		return fn(tx, c)
 	})
 	w.ended = err == nil
 	if w.ended {
-		c := w.c.Command
-		took := c.GetCompletedAt().AsTime().Sub(c.GetAdmittedAt().AsTime())
-		failed := c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED
-		w.r.metrics.CommandFinished(c.GetKind(), failed, took)
-		if failed {
-			w.r.log.WarnContext(ctx, "command failed", "kind", c.GetKind(), "target_id", c.GetTargetId(), "stage", c.GetFailure().GetStage(),
-				"reason", c.GetFailure().GetReason(), "message", c.GetFailure().GetMessage(), "took", took.Round(time.Millisecond))
-		} else {
-			w.r.log.InfoContext(ctx, "command succeeded", "kind", c.GetKind(), "target_id", c.GetTargetId(), "took", took.Round(time.Millisecond))
-		}
-		failpoint.Hit(failpoint.Ended, c.GetCommandId())
+		w.endCommitted(ctx)
 	}
 	return err
+}
+
+// ending sets what every end of the command sets.
+func (w *Work) ending(c *store.CommandRow) {
+	c.CompletedAt = timestamppb.New(w.r.now())
+	c.Progress = ""
+	c.LeaseUntil = time.Time{}
+}
+
+// endCommitted counts and logs the command's end once it committed.
+func (w *Work) endCommitted(ctx context.Context) {
+	c := w.c.Command
+	took := c.GetCompletedAt().AsTime().Sub(c.GetAdmittedAt().AsTime())
+	failed := c.GetState() == storev1.CommandState_COMMAND_STATE_FAILED
+	w.r.metrics.CommandFinished(c.GetKind(), failed, took)
+	if failed {
+		w.r.log.WarnContext(ctx, "command failed", "kind", c.GetKind(), "target_id", c.GetTargetId(), "stage", c.GetFailure().GetStage(),
+			"reason", c.GetFailure().GetReason(), "message", c.GetFailure().GetMessage(), "took", took.Round(time.Millisecond))
+	} else {
+		w.r.log.InfoContext(ctx, "command succeeded", "kind", c.GetKind(), "target_id", c.GetTargetId(), "took", took.Round(time.Millisecond))
+	}
+	failpoint.Hit(failpoint.Ended, c.GetCommandId())
 }
 
 // Wait parks the command: it cannot go on until something outside ctrl

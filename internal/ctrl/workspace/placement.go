@@ -427,7 +427,10 @@ func (s *Service) endStart(ctx context.Context, wk *command.Work, plan *launchPl
 	if err := answer.Result.UnmarshalTo(status); err != nil {
 		return err
 	}
-	err := wk.Succeed(ctx, func(tx *store.Tx) error {
+	// Ended with the other starts answered meanwhile: their commands,
+	// Workspaces and runtimes are written by a statement per table
+	// (command.Work.SucceedTogether).
+	err := wk.SucceedTogether(ctx, func(tx *store.Tx) error {
 		if err := answer.Record(tx); err != nil {
 			return err
 		}

@@ -1,0 +1,111 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/store/storetest"
+)
+
+// claimedWorks admits n long commands and claims each for a worker of r.
+func claimedWorks(t *testing.T, s *store.Store, r *Runner, n int) []*Work {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		id := fmt.Sprintf("together-%d", i)
+		req := &ctrlv1.CreateVolumeRequest{Command: &ctrlv1.CommandMetadata{CommandId: id}}
+		if err := Do(ctx, s, func(tx *store.Tx) error {
+			_, err := Admit(tx, time.Now(), id, "CreateVolume", req, func() (Effect, error) {
+				return Effect{Target: "vol-" + id, Result: &ctrlv1.CreateVolumeResponse{}, Long: true}, nil
+			})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var works []*Work
+	for range n {
+		c, err := r.claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		works = append(works, &Work{r: r, c: c})
+	}
+	return works
+}
+
+// Ends applied together share one transaction, and their commands' rows
+// one statement: n ends read n commands and write them once. One end that
+// fails ends none of them.
+func TestEndsTogetherShareATransactionAndTheirWrites(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			s := storetest.Open(t, b.DSN(t))
+			r := NewRunner(s, "test-replica", slog.Default())
+			r.Handle("CreateVolume", func(context.Context, *Work) error { return nil })
+			const n = 5
+			works := claimedWorks(t, s, r, n)
+			ends := func(fail int) *endBatch {
+				out := &endBatch{}
+				for i, w := range works {
+					fn := func(*store.Tx) error { return nil }
+					if i == fail {
+						fn = func(*store.Tx) error { return errors.New("refused") }
+					}
+					out.ends = append(out.ends, &togetherEnd{w: w, fn: fn, done: make(chan error, 1)})
+				}
+				return out
+			}
+			if err := r.endTogether(context.Background(), ends(2)); err == nil {
+				t.Fatal("ends together with one refused: no error")
+			}
+			for _, w := range works {
+				if c := StoredCommand(t, s, w.Command().GetCommandId()); c.Final() || c.LeaseOwner != "test-replica" {
+					t.Errorf("command %s after ends together failed: %v leased to %q, want it unended and leased", c.GetCommandId(), c.GetState(), c.LeaseOwner)
+				}
+			}
+			before := s.Stats()
+			if err := r.endTogether(context.Background(), ends(-1)); err != nil {
+				t.Fatal(err)
+			}
+			after := s.Stats()
+			if got := after.Transactions - before.Transactions; got != 1 {
+				t.Errorf("%d ends together took %d transactions, want 1", n, got)
+			}
+			if got := after.Statements - before.Statements; got != n+1 {
+				t.Errorf("%d ends together took %d statements, want %d (a read each, one write)", n, got, n+1)
+			}
+			for _, w := range works {
+				c := StoredCommand(t, s, w.Command().GetCommandId())
+				if c.GetState() != storev1.CommandState_COMMAND_STATE_SUCCEEDED || c.GetCompletedAt() == nil {
+					t.Errorf("command %s after ends together: %v completed %v", c.GetCommandId(), c.GetState(), c.GetCompletedAt())
+				}
+				if w.Command().GetState() != c.GetState() {
+					t.Errorf("the worker's command %v, stored %v", w.Command().GetState(), c.GetState())
+				}
+			}
+		})
+	}
+}
+
+// StoredCommand reads command id as stored (for this package's black-box
+// tests too).
+func StoredCommand(t *testing.T, s *store.Store, id string) *store.CommandRow {
+	t.Helper()
+	var c *store.CommandRow
+	if err := s.Tx(context.Background(), func(tx *store.Tx) error {
+		var err error
+		c, err = tx.GetCommand(id, false)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
