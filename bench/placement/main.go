@@ -222,7 +222,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tDB busy\tCPU each\tfleet CPU each\tGCs\theap\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tstatements each\tDB busy\tCPU each\tfleet CPU each\tGCs\theap\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -235,8 +235,8 @@ func print(rows [][]result) {
 		if r.fleetCPUEach >= 0 {
 			fleetCPU = ms(r.fleetCPUEach)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, 100*r.dbBusy, ms(r.cpuEach), fleetCPU, r.collections, r.heapMiB, strings.Join(all, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, r.statementsEach, 100*r.dbBusy, ms(r.cpuEach), fleetCPU, r.collections, r.heapMiB, strings.Join(all, " "))
 	}
 	tw.Flush()
 }
@@ -295,6 +295,10 @@ type result struct {
 	// commits while the callers ran, over the Workspaces AVAILABLE (the
 	// fleet's own writes in that time included).
 	txsEach, commitsEach float64
+	// statementsEach are the statements those transactions ran
+	// (store.Stats.Statements): SQLite's SAVEPOINTs, BEGIN and COMMIT
+	// left out.
+	statementsEach float64
 	// dbBusy is the share of the callers' time the store's transactions
 	// held a connection (store.Stats.Held over wall time: on SQLite, one
 	// connection, how busy the database was); cpuEach is this process's
@@ -429,6 +433,7 @@ func runRow(r row) (result, error) {
 		}
 		res.txsEach = float64(st1.Transactions-st0.Transactions) / float64(n)
 		res.commitsEach = float64(st1.Commits-st0.Commits) / float64(n)
+		res.statementsEach = float64(st1.Statements-st0.Statements) / float64(n)
 		res.dbBusy = float64(st1.Held-st0.Held) / float64(wall)
 		res.cpuEach = (cpu1 - cpu0) / time.Duration(n)
 	}
