@@ -98,6 +98,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/sim"
 )
 
@@ -113,7 +114,18 @@ const (
 const (
 	sharedPool = "sim-shared"
 	pollEvery  = 10 * time.Millisecond
+	// stuckAfter is how long a caller waits for its Workspace's placement
+	// before it asks whether the Workspace failed (so a run whose
+	// creates fail ends with the failure rather than waiting for ever).
+	stuckAfter = 5 * time.Second
 )
+
+// poolBytes is the shared pool's capacity for a run of n Workspaces: the
+// simulated pool's default, or room for n writable layers and new Volumes
+// when that is more (4 TiB holds 1,000 of them, not 2,000).
+func poolBytes(n int) uint64 {
+	return max(sim.DefaultPoolBytes, uint64(n)*(workspace.DefaultLayerCapacity+newVolumeBytes))
+}
 
 func main() {
 	nodes := flag.String("nodes", "1000,10000", "simulated fleet sizes, comma-separated")
@@ -398,7 +410,7 @@ func runRow(r row) (result, error) {
 	res := result{db: r.db, follow: r.follow, load: r.load, nodes: r.nodes, readyNodes: ready, ready: time.Since(t0)}
 	_, connections := fl.sessions()
 	progress("  %d of %d nodes READY after %.1f s over %d connections", ready, r.nodes, res.ready.Seconds(), connections)
-	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, sim.DefaultPoolBytes); err != nil {
+	if err := sim.EnsurePoolCapacity(ctx, nodes, sharedPool, poolBytes(r.workspaces)); err != nil {
 		return result{}, err
 	}
 
@@ -601,8 +613,30 @@ func (l load) String() string {
 	return fmt.Sprintf("closed %d", l.callers)
 }
 
-// newVolumeBytes is each new Volume's size (-volume new): 1,000 writable
-// layers of 4 GiB and their 64 MiB Volumes fit the shared pool's 4 TiB.
+// awaitPlacement waits until placed is closed (the simulated node was
+// told of Workspace id's start), and fails when the Workspace FAILED
+// instead, asked after every stuckAfter without a placement.
+func awaitPlacement(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, placed chan struct{}, id string) error {
+	for {
+		select {
+		case <-placed:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(stuckAfter):
+		}
+		got, err := ws.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			return fmt.Errorf("get %s: %w", id, err)
+		}
+		if w := got.Msg.GetWorkspace(); w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+			return fmt.Errorf("Workspace %s FAILED before it was placed: %v", id, w.GetFailure())
+		}
+	}
+}
+
+// newVolumeBytes is each new Volume's size (-volume new); the shared pool
+// is sized for the run's layers and Volumes (poolBytes).
 const newVolumeBytes = 64 << 20
 
 // volumeBinding binds a Workspace of the benchmark to a Volume by mode.
@@ -631,10 +665,8 @@ func createOne(ctx context.Context, ws ctrlv1connect.WorkspaceServiceClient, p *
 	p.mu.Lock()
 	p.created[id] = t0
 	p.mu.Unlock()
-	select {
-	case <-p.channel(id):
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	if err := awaitPlacement(ctx, ws, p.channel(id), id); err != nil {
+		return 0, err
 	}
 	if follow == "wait" {
 		return waitAvailable(ctx, ws, id, t0)
