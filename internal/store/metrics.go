@@ -10,6 +10,18 @@ import (
 // (internal/ctrl/metrics.FromContext).
 func (t *Tx) Context() context.Context { return t.ctx }
 
+// In runs fn in t under ctx instead of t's own context, which it is given
+// back after: a transaction that does the work of several callers (their
+// admissions together) runs each caller's part with what that caller's
+// context carries. ctx's cancellation does not end t's statements: one
+// caller gone must not fail the others' work.
+func (t *Tx) In(ctx context.Context, fn func(*Tx) error) error {
+	own := t.ctx
+	t.ctx = context.WithoutCancel(ctx)
+	defer func() { t.ctx = own }()
+	return fn(t)
+}
+
 // CountWorkspacesByState counts the Workspaces not deleted, by state (the
 // enum's name, WORKSPACE_STATE_AVAILABLE), in one grouped query: the
 // kibotos_workspaces gauge, read at each scrape.

@@ -183,10 +183,7 @@ func do(ctx context.Context, s *store.Store, offer *claimOffer, fn func(tx *stor
 	adm := &admissions{offer: offer}
 	ctx = context.WithValue(ctx, admissionsKey{}, adm)
 	run := func(tx *store.Tx) error {
-		adm.list = adm.list[:0]
-		if offer != nil {
-			offer.taken, offer.begun, offer.beginTried = nil, nil, false
-		}
+		adm.reset()
 		return fn(tx)
 	}
 	err := s.Tx(ctx, run)
@@ -204,13 +201,28 @@ func do(ctx context.Context, s *store.Store, offer *claimOffer, fn func(tx *stor
 		}
 		err = s.Tx(ctx, run)
 	}
-	m := metrics.FromContext(ctx)
-	for _, a := range adm.list {
-		failpoint.Hit(failpoint.Admitted, a.id)
-		a.count(m)
-		a.log(ctx)
-	}
+	adm.committed(ctx)
 	return adm, nil
+}
+
+// reset forgets what a run of the admitting transaction admitted, as it
+// runs again.
+func (a *admissions) reset() {
+	a.list = a.list[:0]
+	if a.offer != nil {
+		a.offer.taken, a.offer.begun, a.offer.beginTried = nil, nil, false
+	}
+}
+
+// committed counts and logs, in ctx, what the admitting transaction
+// admitted once it committed.
+func (a *admissions) committed(ctx context.Context) {
+	m := metrics.FromContext(ctx)
+	for _, c := range a.list {
+		failpoint.Hit(failpoint.Admitted, c.id)
+		c.count(m)
+		c.log(ctx)
+	}
 }
 
 // admission is one command a transaction admitted.

@@ -685,3 +685,79 @@ func TestStepsEndedTogetherAllEnd(t *testing.T) {
 		}
 	})
 }
+
+// Admissions made together (Runner.DoTogether) are each admitted as they
+// would be alone: a long command starts at once in a worker, without a
+// claim; a replay answers what was recorded; an effect that fails fails
+// only its own caller, whose writes are not kept: the others of its
+// batch are admitted after it, each alone.
+func TestAdmissionsMadeTogetherAreEachAdmitted(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour))
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		})
+		go r.Run(ctx)
+		waitFor(t, "the runner running", func() bool { return r.Running() })
+		effects := 0
+		if _, err := admit(t, s, createVolume("together-replayed", 1<<30), false, &effects); err != nil {
+			t.Fatal(err)
+		}
+		const n = 12
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		results := make([]proto.Message, n)
+		for i := range n {
+			id := fmt.Sprint("together-", i)
+			if i == 0 {
+				id = "together-replayed"
+			}
+			req := createVolume(id, 1<<30)
+			wg.Go(func() {
+				errs[i] = r.DoTogether(ctx, func(tx *store.Tx) error {
+					var err error
+					results[i], err = command.Admit(tx, time.Now(), id, "CreateVolume", req, func() (command.Effect, error) {
+						v := &ctrlv1.Volume{VolumeId: "vol-" + id, Spec: req.GetSpec()}
+						if err := tx.PutVolume(v); err != nil {
+							return command.Effect{}, err
+						}
+						if i == 1 {
+							return command.Effect{}, errors.New("always refused")
+						}
+						return command.Effect{Target: v.VolumeId, Result: &ctrlv1.CreateVolumeResponse{Volume: v}, Long: true}, nil
+					})
+					return err
+				})
+			})
+		}
+		wg.Wait()
+		for i := range n {
+			id := fmt.Sprint("together-", i)
+			switch i {
+			case 0:
+				if errs[i] != nil || results[i].(*ctrlv1.CreateVolumeResponse).GetVolume().GetAnnotations()["effect"] != "1" {
+					t.Errorf("the replay: %v, %v; want the recorded result", results[i], errs[i])
+				}
+				continue
+			case 1:
+				if errs[i] == nil || errs[i].Error() != "always refused" {
+					t.Errorf("the refused admission: %v, want its effect's error", errs[i])
+				}
+				if err := s.Tx(ctx, func(tx *store.Tx) error { _, err := tx.GetVolume("vol-"+id, false); return err }); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("the refused admission's Volume: %v, want none kept", err)
+				}
+				continue
+			}
+			if errs[i] != nil {
+				t.Errorf("admission %s: %v", id, errs[i])
+				continue
+			}
+			waitFor(t, id+" ended", func() bool { return commandState(t, s, id).Final() })
+			if c := commandState(t, s, id); c.GetState() != storev1.CommandState_COMMAND_STATE_SUCCEEDED || c.Attempts != 1 {
+				t.Errorf("command %s: %v after %d claims, want SUCCEEDED after one", id, c.GetState(), c.Attempts)
+			}
+		}
+	})
+}

@@ -47,8 +47,10 @@ type Runner struct {
 	running context.Context
 	wg      sync.WaitGroup
 	// together queues the ends of steps applied together
-	// (Work.SucceedTogether).
-	together enders
+	// (Work.SucceedTogether), admitting the admissions made together
+	// (DoTogether).
+	together  gatherer[*togetherEnd]
+	admitting admitters
 }
 
 // NewRunner makes a Runner. owner names this ctrl replica in leases; it
@@ -63,6 +65,11 @@ func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *
 		o(r)
 	}
 	r.sem = make(chan struct{}, r.workers)
+	r.together.max = maxTogether
+	r.admitting.max = maxAdmitTogether
+	if !s.Exclusive() {
+		r.admitting.turn = &sync.Mutex{}
+	}
 	return r
 }
 
@@ -181,12 +188,27 @@ func (r *Runner) stepIn(ctx context.Context, c *store.CommandRow, begun any) {
 // other replicas take it over once the lease ran out, as after a crash
 // during any step.
 func (r *Runner) Do(ctx context.Context, fn func(tx *store.Tx) error) error {
-	runCtx := r.reserve()
-	var offer *claimOffer
-	if runCtx != nil {
-		offer = &claimOffer{owner: r.owner, until: r.now().Add(r.lease), takes: r.takes}
-	}
+	runCtx, offer := r.offer()
 	adm, err := do(ctx, r.store, offer, fn)
+	r.afterAdmission(runCtx, offer, adm, err)
+	return err
+}
+
+// offer reserves a worker place for the command an admission may lease
+// to this runner, and answers the context its step runs in and the offer
+// to make; both nil when no place is free or Run is not running.
+func (r *Runner) offer() (context.Context, *claimOffer) {
+	runCtx := r.reserve()
+	if runCtx == nil {
+		return nil, nil
+	}
+	return runCtx, &claimOffer{owner: r.owner, until: r.now().Add(r.lease), takes: r.takes}
+}
+
+// afterAdmission starts the step of the command the admission leased to
+// the place offered, or gives the place back, and kicks the runner when
+// a long command was admitted that no worker holds.
+func (r *Runner) afterAdmission(runCtx context.Context, offer *claimOffer, adm *admissions, err error) {
 	if offer != nil && offer.taken != nil {
 		failpoint.Hit(failpoint.Claimed, offer.taken.GetCommandId())
 		go r.stepIn(runCtx, offer.taken, offer.begun)
@@ -197,7 +219,6 @@ func (r *Runner) Do(ctx context.Context, fn func(tx *store.Tx) error) error {
 	if err == nil && adm.unclaimed() {
 		r.Kick()
 	}
-	return err
 }
 
 // Running reports whether Run runs.

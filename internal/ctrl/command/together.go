@@ -2,7 +2,6 @@ package command
 
 import (
 	"context"
-	"sync"
 
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -31,23 +30,13 @@ type togetherEnd struct {
 	done chan error
 }
 
-// enders gathers the ends to apply together: the batch forming takes
-// every end that arrives until its transaction begins its work (on
-// SQLite, while it waits for the one writer; on PostgreSQL, for a
-// connection), and the next end forms the next batch, which may wait
-// for its turn beside it. None waits for another's commit: a batch at a
-// time, each waiting for the one before it to commit, made every end
-// wait a commit longer and placed fewer a second on SQLite than ends
-// each in its own transaction (docs/PERFORMANCE.md).
-type enders struct {
-	mu      sync.Mutex
-	forming *endBatch
-}
-
-// endBatch is the ends one transaction applies.
-type endBatch struct {
-	ends []*togetherEnd
-}
+// The ends are gathered (gatherer) while the batch before them waits for
+// the database (on SQLite, for its one writer; on PostgreSQL, for a
+// connection), and the next end forms the next batch, which may wait for
+// its turn beside it. None waits for another's commit: a batch at a time,
+// each waiting for the one before it to commit, made every end wait a
+// commit longer and placed fewer a second on SQLite than ends each in its
+// own transaction (docs/PERFORMANCE.md).
 
 // SucceedTogether is Succeed, sharing a transaction with the ends of
 // other steps (above). fn may run twice: in the shared transaction and,
@@ -56,7 +45,7 @@ func (w *Work) SucceedTogether(ctx context.Context, fn func(tx *store.Tx) error)
 	e := &togetherEnd{w: w, fn: fn, done: make(chan error, 1)}
 	if b := w.r.together.join(e); b != nil {
 		err := w.r.endTogether(context.WithoutCancel(ctx), b)
-		for _, o := range b.ends {
+		for _, o := range b.items {
 			o.done <- err
 		}
 	}
@@ -68,43 +57,16 @@ func (w *Work) SucceedTogether(ctx context.Context, fn func(tx *store.Tx) error)
 	return nil
 }
 
-// join adds e to the batch forming, and answers the batch when e begins
-// it: its caller then runs it.
-func (q *enders) join(e *togetherEnd) *endBatch {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var lead *endBatch
-	if q.forming == nil {
-		q.forming = &endBatch{}
-		lead = q.forming
-	}
-	q.forming.ends = append(q.forming.ends, e)
-	if len(q.forming.ends) >= maxTogether {
-		q.forming = nil
-	}
-	return lead
-}
-
-// seal ends b's forming: the ends that arrive from now on form another.
-func (q *enders) seal(b *endBatch) []*togetherEnd {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.forming == b {
-		q.forming = nil
-	}
-	return b.ends
-}
-
 // endTogether ends the commands of b, SUCCEEDED, in one transaction that
 // coalesces its row writes; b is sealed once the transaction begins.
-func (r *Runner) endTogether(ctx context.Context, b *endBatch) error {
-	var batch []*togetherEnd
+func (r *Runner) endTogether(ctx context.Context, b *batch[*togetherEnd]) error {
+	var ends []*togetherEnd
 	var written []*store.CommandRow
 	err := r.store.Tx(ctx, func(tx *store.Tx) error {
-		batch = r.together.seal(b)
-		written = make([]*store.CommandRow, len(batch))
+		ends = r.together.seal(b)
+		written = make([]*store.CommandRow, len(ends))
 		tx.Coalesce()
-		for i, e := range batch {
+		for i, e := range ends {
 			c, err := e.w.updateIn(tx, func(tx *store.Tx, c *store.CommandRow) error {
 				e.w.ending(c)
 				succeeded(c)
@@ -118,7 +80,7 @@ func (r *Runner) endTogether(ctx context.Context, b *endBatch) error {
 		return nil
 	})
 	if err == nil {
-		for i, e := range batch {
+		for i, e := range ends {
 			e.w.c = written[i]
 		}
 	}

@@ -52,14 +52,14 @@ func TestEndsTogetherShareATransactionAndTheirWrites(t *testing.T) {
 			r.Handle("CreateVolume", func(context.Context, *Work) error { return nil })
 			const n = 5
 			works := claimedWorks(t, s, r, n)
-			ends := func(fail int) *endBatch {
-				out := &endBatch{}
+			ends := func(fail int) *batch[*togetherEnd] {
+				out := &batch[*togetherEnd]{}
 				for i, w := range works {
 					fn := func(*store.Tx) error { return nil }
 					if i == fail {
 						fn = func(*store.Tx) error { return errors.New("refused") }
 					}
-					out.ends = append(out.ends, &togetherEnd{w: w, fn: fn, done: make(chan error, 1)})
+					out.items = append(out.items, &togetherEnd{w: w, fn: fn, done: make(chan error, 1)})
 				}
 				return out
 			}
@@ -108,4 +108,61 @@ func StoredCommand(t *testing.T, s *store.Store, id string) *store.CommandRow {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// Admissions made together share one transaction, and their commands'
+// rows fewer statements than each alone; one that fails admits none of
+// them.
+func TestAdmissionsTogetherShareATransaction(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			s := storetest.Open(t, b.DSN(t))
+			r := NewRunner(s, "test-replica", slog.Default())
+			const n = 5
+			admissionsOf := func(prefix string, fail int) *batch[*admitMember] {
+				out := &batch[*admitMember]{}
+				for i := range n {
+					id := fmt.Sprintf("%s-%d", prefix, i)
+					req := &ctrlv1.CreateVolumeRequest{Command: &ctrlv1.CommandMetadata{CommandId: id}}
+					fn := func(tx *store.Tx) error {
+						_, err := Admit(tx, time.Now(), id, "CreateVolume", req, func() (Effect, error) {
+							if i == fail {
+								return Effect{}, errors.New("refused")
+							}
+							return Effect{Target: "vol-" + id, Result: &ctrlv1.CreateVolumeResponse{}}, nil
+						})
+						return err
+					}
+					out.items = append(out.items, &admitMember{ctx: context.Background(), fn: fn, adm: &admissions{}, done: make(chan error, 1)})
+				}
+				return out
+			}
+			if err := r.admitTogether(context.Background(), admissionsOf("refused", 2)); err == nil {
+				t.Fatal("admissions together with one refused: no error")
+			}
+			if err := s.Tx(context.Background(), func(tx *store.Tx) error { _, err := tx.GetCommand("refused-0", false); return err }); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("a command of a batch that failed: %v, want none admitted", err)
+			}
+			before := s.Stats()
+			b := admissionsOf("together", -1)
+			if err := r.admitTogether(context.Background(), b); err != nil {
+				t.Fatal(err)
+			}
+			after := s.Stats()
+			if got := after.Transactions - before.Transactions; got != 1 {
+				t.Errorf("%d admissions together took %d transactions, want 1", n, got)
+			}
+			if got := after.Statements - before.Statements; got != n {
+				t.Errorf("%d admissions together took %d statements, want %d (an insert each)", n, got, n)
+			}
+			for i, m := range b.items {
+				if len(m.adm.list) != 1 || m.adm.list[0].id != fmt.Sprint("together-", i) {
+					t.Errorf("member %d admitted %+v, want its own command", i, m.adm.list)
+				}
+				if c := StoredCommand(t, s, fmt.Sprint("together-", i)); c.GetState() != storev1.CommandState_COMMAND_STATE_SUCCEEDED {
+					t.Errorf("command together-%d %v, want SUCCEEDED", i, c.GetState())
+				}
+			}
+		})
+	}
 }

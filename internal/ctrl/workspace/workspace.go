@@ -43,6 +43,9 @@ type Runner interface {
 	// Do admits as command.Do, starting a long command it admitted at
 	// once (command.Runner.Do).
 	Do(ctx context.Context, fn func(tx *store.Tx) error) error
+	// DoTogether is Do, sharing a transaction with the admissions of
+	// other callers (command.Runner.DoTogether).
+	DoTogether(ctx context.Context, fn func(tx *store.Tx) error) error
 }
 
 // Service is the Workspace domain.
@@ -153,9 +156,12 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 	spec := req.GetSpec()
 	var res proto.Message
 	// A create placed by ctrl, whose Volume (if any) exists, is placed in
-	// its admission's transaction (beginStart).
+	// its admission's transaction (beginStart), which it shares with the
+	// creates of other callers that arrive meanwhile
+	// (command.Runner.DoTogether): on PostgreSQL they take the shared
+	// pool's lock once, not each in turn.
 	var begun beginning
-	err = s.runner.Do(ctx, func(tx *store.Tx) error {
+	err = s.runner.DoTogether(ctx, func(tx *store.Tx) error {
 		begun.forget()
 		out, err := command.Admit(tx, now, req.GetCommand().GetCommandId(), c.kind, input, func() (command.Effect, error) {
 			if err := registered(tx, nodeID); err != nil {
