@@ -57,7 +57,12 @@
 //     time; AVAILABLE: those GetWorkspace read AVAILABLE in it.
 //   - CPU each: this process's CPU time (ctrl and the callers; with
 //     -fleet inline the simulated fleet too) while the callers ran, over
-//     the Workspaces AVAILABLE; fleet CPU each: the fleet's process's, for
+//     the Workspaces AVAILABLE; ctrl CPU each: CPU each less the callers'
+//     share, as a CPU profile of the same time counts it (the callers'
+//     goroutines, their HTTP client's among them, carry the profile label
+//     bench=callers; the collector's background work is counted as
+//     ctrl's, whoever allocated; the profile's sampling costs a little of
+//     the time it measures); fleet CPU each: the fleet's process's, for
 //     scale (not ctrl's cost); GCs and heap: this process's garbage
 //     collections while the callers ran, and its heap's size at their end.
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
@@ -71,8 +76,10 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -89,6 +96,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/pprof/profile"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kibotos/kibotos/bench/internal/benchfleet"
@@ -133,7 +141,7 @@ func main() {
 	conc := flag.Int("c", 32, "concurrent callers")
 	timeout := flag.Duration("timeout", 5*time.Minute, "longest a row's creations may take")
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "longest to wait for a row's fleet to be READY; then the row goes on with the nodes READY by then")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (ctrl and the callers; the simulated fleet too with -fleet inline) over each row's creations, its fleet's enrollment left out, to this file (each row overwrites the last)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (ctrl and the callers, whose goroutines carry the label bench=callers: go tool pprof -tagignore bench=callers shows ctrl's alone; the simulated fleet too with -fleet inline) over each row's creations, its fleet's enrollment left out, to this file (each row overwrites the last)")
 	memProfile := flag.String("memprofile", "", "write a heap profile of this process at the end of each row's creations, ctrl still up, to this file, and one at their start to this file with .base appended (each row overwrites the last): what is live after a collection, and with go tool pprof -sample_index=alloc_space -diff_base FILE.base FILE what the creations allocated")
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
 	observe := flag.Duration("observation-interval", 0, "ctrl's node observation interval (0: ctrl's default, 5 s); clock probes go at twice it")
@@ -234,7 +242,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tstatements each\tDB busy\tCPU each\tfleet CPU each\tGCs\theap\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tstatements each\tDB busy\tCPU each\tctrl CPU each\tfleet CPU each\tGCs\theap\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -247,8 +255,8 @@ func print(rows [][]result) {
 		if r.fleetCPUEach >= 0 {
 			fleetCPU = ms(r.fleetCPUEach)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, r.statementsEach, 100*r.dbBusy, ms(r.cpuEach), fleetCPU, r.collections, r.heapMiB, strings.Join(all, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%s\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, r.statementsEach, 100*r.dbBusy, ms(r.cpuEach), ms(r.ctrlCPUEach), fleetCPU, r.collections, r.heapMiB, strings.Join(all, " "))
 	}
 	tw.Flush()
 }
@@ -320,6 +328,9 @@ type result struct {
 	dbBusy       float64
 	cpuEach      time.Duration
 	fleetCPUEach time.Duration
+	// ctrlCPUEach is cpuEach less the callers' share of a CPU profile of
+	// the same time (samples labelled bench=callers).
+	ctrlCPUEach time.Duration
 	// collections are this process's garbage collections while the
 	// callers ran, heapMiB its heap's size (runtime.MemStats.HeapSys) then.
 	collections uint32
@@ -414,7 +425,11 @@ func runRow(r row) (result, error) {
 		return result{}, err
 	}
 
-	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
+	// The callers' client is their own: its connections, dialled by the
+	// callers' labelled goroutines, carry their label (create).
+	callers := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: r.load.callers + 4}}
+	defer callers.CloseIdleConnections()
+	ws := ctrlv1connect.NewWorkspaceServiceClient(callers, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
 	fleet0, err := fl.cpu()
 	if err != nil {
 		return result{}, err
@@ -433,7 +448,7 @@ func runRow(r row) (result, error) {
 	}
 	st0, cpu0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), time.Now()
 	res, err = create(ctx, r, ws, p, res)
-	stopProfile()
+	prof, profErr := stopProfile()
 	runtime.ReadMemStats(&mem1)
 	res.collections, res.heapMiB = mem1.NumGC-mem0.NumGC, mem1.HeapSys>>20
 	res.fleetCPUEach = -1
@@ -448,32 +463,61 @@ func runRow(r row) (result, error) {
 		res.statementsEach = float64(st1.Statements-st0.Statements) / float64(n)
 		res.dbBusy = float64(st1.Held-st0.Held) / float64(wall)
 		res.cpuEach = (cpu1 - cpu0) / time.Duration(n)
+		share, err := ctrlShare(prof)
+		profErr = cmp.Or(profErr, err)
+		res.ctrlCPUEach = time.Duration(float64(res.cpuEach) * share)
 	}
-	err = cmp.Or(err, cpuErr)
+	err = cmp.Or(err, cpuErr, profErr)
 	if err == nil && r.memProfile != "" {
 		err = writeHeapProfile(r.memProfile)
 	}
 	return res, err
 }
 
-// startCPUProfile starts a CPU profile to path ("" for none) and
-// answers what stops it.
-func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
+// startCPUProfile starts a CPU profile of the row's creations (ctrl
+// CPU each is read from it), and answers what stops it and answers the
+// profile; it is also written to path unless that is "".
+func startCPUProfile(path string) (stop func() ([]byte, error), err error) {
+	var buf bytes.Buffer
+	if err := pprof.StartCPUProfile(&buf); err != nil {
 		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
+	return func() ([]byte, error) {
 		pprof.StopCPUProfile()
-		_ = f.Close()
+		if path == "" {
+			return buf.Bytes(), nil
+		}
+		return buf.Bytes(), os.WriteFile(path, buf.Bytes(), 0o644)
 	}, nil
+}
+
+// ctrlShare is the share of a CPU profile's CPU time not spent in
+// goroutines labelled bench=callers.
+func ctrlShare(raw []byte) (float64, error) {
+	p, err := profile.ParseData(raw)
+	if err != nil {
+		return 0, fmt.Errorf("the row's CPU profile: %w", err)
+	}
+	cpu := -1
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" {
+			cpu = i
+		}
+	}
+	if cpu < 0 {
+		return 0, errors.New("the row's CPU profile has no cpu samples")
+	}
+	var all, callers int64
+	for _, s := range p.Sample {
+		all += s.Value[cpu]
+		if slices.Contains(s.Label["bench"], "callers") {
+			callers += s.Value[cpu]
+		}
+	}
+	if all == 0 {
+		return 1, nil
+	}
+	return float64(all-callers) / float64(all), nil
 }
 
 // writeHeapProfile writes what this process holds live, after a
@@ -517,11 +561,15 @@ func create(ctx context.Context, r row, ws ctrlv1connect.WorkspaceServiceClient,
 		return true
 	}
 	start := time.Now()
-	if r.load.rate > 0 {
-		openLoad(ctx, r.workspaces, r.load.rate, start, one)
-	} else {
-		closedLoad(ctx, r.workspaces, r.load.callers, one)
-	}
+	// The callers' goroutines, and those their HTTP client starts, carry
+	// a label: a CPU profile tells ctrl's CPU from theirs (ctrl CPU each).
+	pprof.Do(ctx, pprof.Labels("bench", "callers"), func(ctx context.Context) {
+		if r.load.rate > 0 {
+			openLoad(ctx, r.workspaces, r.load.rate, start, one)
+		} else {
+			closedLoad(ctx, r.workspaces, r.load.callers, one)
+		}
+	})
 	if firstErr != nil {
 		return res, firstErr
 	}
