@@ -81,7 +81,16 @@ func (s *Service) lifecycleBegun(ctx context.Context, meta *ctrlv1.CommandMetada
 	}
 	var out proto.Message
 	var begun beginning
-	err := s.runner.Do(ctx, func(tx *store.Tx) error {
+	// A start placed by ctrl shares its admission's transaction with
+	// others, as a create does (admitCreate); the other lifecycle
+	// commands, whose refusals are common (a stop of a stopped
+	// Workspace), are admitted alone: one refusal in a shared
+	// transaction makes every admission in it run again.
+	do := s.runner.Do
+	if begin != nil {
+		do = s.runner.DoTogether
+	}
+	err := do(ctx, func(tx *store.Tx) error {
 		begun.forget()
 		now := s.now()
 		var err error
