@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -53,5 +54,37 @@ func testWritesLeftForLastCommitWithTheRest(t *testing.T, dsn string) {
 			t.Errorf("the write of a transaction whose last write failed: %v, want it rolled back", err)
 		}
 		return nil
+	})
+}
+
+// callerKey marks the contexts of testPartsRunUnderTheirCallersContext.
+type callerKey struct{}
+
+// testPartsRunUnderTheirCallersContext: a part of a transaction run
+// under a caller's context (Tx.In) sees that context's values, its
+// statements run though that context has ended, and the transaction's
+// own context is back once the part returned.
+func testPartsRunUnderTheirCallersContext(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	ended, cancel := context.WithCancel(context.WithValue(ctx, callerKey{}, "caller"))
+	cancel()
+	mustTx(t, s, func(tx *store.Tx) error {
+		own := tx.Context()
+		if err := tx.In(ended, func(tx *store.Tx) error {
+			if got := tx.Context().Value(callerKey{}); got != "caller" {
+				t.Errorf("the part's context carries %v, want the caller's value", got)
+			}
+			return tx.PutVolume(volume("vol-in", 1)) // the caller's context ended
+		}); err != nil {
+			return err
+		}
+		if tx.Context() != own || tx.Context().Value(callerKey{}) != nil {
+			t.Error("after the part the transaction's context is not its own")
+		}
+		return nil
+	})
+	mustTx(t, s, func(tx *store.Tx) error {
+		_, err := tx.GetVolume("vol-in", false)
+		return err
 	})
 }

@@ -44,6 +44,7 @@ func Run(t *testing.T, b Backend) {
 		"WorkspaceAndRuntimeInOneRead":   testWorkspaceAndRuntimeInOneRead,
 		"WritesLeftForLastCommit":        testWritesLeftForLastCommitWithTheRest,
 		"CoalescedWritesCommitTogether":  testCoalescedWritesReadAndCommitTogether,
+		"PartsRunUnderTheirCallersCtx":   testPartsRunUnderTheirCallersContext,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
