@@ -10,6 +10,9 @@
 //
 //	KIBOTOS_FAILPOINT=POINT@KEY#N   SIGKILL this process at the N-th hit of
 //	                                POINT about KEY (a command_id)
+//	KIBOTOS_FAILPOINT=POINT@-#N     SIGKILL it at the N-th hit of POINT, a
+//	                                point without a key, since the process
+//	                                started
 //	KIBOTOS_FAILPOINT_TRACE=FILE    append every hit to FILE, one line each:
 //	                                "POINT KEY" ("POINT KEY crash" for the one
 //	                                that kills; KEY "-" for a point without)
@@ -20,7 +23,11 @@
 // A hit is about KEY when its key is KEY or starts with KEY + "/" (the
 // operations of command KEY are KEY/NAME). A point without a key (a
 // batched commit serves no one command) counts once this process has had
-// a hit about KEY: its n-th hit after that.
+// a hit about KEY: its n-th hit after that. Armed with the key FromStart,
+// such a point counts from the process's start: a batched commit the test
+// makes happen for certain (a node's first observation after it connects)
+// crashes the process, where one inside a command's run falls there only
+// when timing puts it there.
 package failpoint
 
 // The environment a failpoint build reads (the package comment).
@@ -29,6 +36,10 @@ const (
 	EnvTrace = "KIBOTOS_FAILPOINT_TRACE"
 	EnvLease = "KIBOTOS_FAILPOINT_LEASE"
 )
+
+// FromStart is the key that arms a point without a key from the process's
+// start (POINT@-#N).
+const FromStart = "-"
 
 // The points. Their names are stable: the commit-point test and
 // docs/RELIABILITY.md name them.
@@ -64,3 +75,6 @@ const (
 
 // Points lists every point, in the order a command usually meets them.
 var Points = []string{Admitted, Claimed, StepCommitted, AnswerReceived, AnswerRecorded, Ended, BatchWritten, BatchCommitted}
+
+// Keyless are the points without a key, the only ones FromStart arms.
+var Keyless = []string{BatchWritten, BatchCommitted}

@@ -5,6 +5,7 @@ package failpoint
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ func load() *config {
 			if c.point, c.key, c.n, err = parse(spec); err != nil {
 				panic(fmt.Sprintf("%s=%q: %v", EnvCrash, spec, err))
 			}
+			c.seen = c.key == FromStart
 		}
 		if path := os.Getenv(EnvTrace); path != "" {
 			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -67,6 +69,9 @@ func parse(spec string) (point, key string, n int, err error) {
 	}
 	if !known || key == "" {
 		return "", "", 0, fmt.Errorf("unknown point %q or empty key (points: %s)", point, strings.Join(Points, ", "))
+	}
+	if key == FromStart && !slices.Contains(Keyless, point) {
+		return "", "", 0, fmt.Errorf("%q arms only a point without a key (%s)", FromStart, strings.Join(Keyless, ", "))
 	}
 	return point, key, n, nil
 }

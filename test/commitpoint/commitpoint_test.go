@@ -40,6 +40,12 @@ import (
 //     executions running are exactly the placements ctrl lists, which are
 //     the AVAILABLE Workspaces'.
 //
+// A batched registration commit (fleet.batch-written, -committed) serves
+// no one command: it falls inside a command's run when a node's
+// observation is written meanwhile, which timing decides. The walk
+// "reconnects" crashes ctrl at each of them for certain, with no command
+// in flight (walkReconnects).
+//
 // Every point of failpoint.Points must have crashed ctrl at least once on
 // each database. Each command walks on a system of its own (a database, a
 // ctrl, a node), so the walks run in parallel.
@@ -49,12 +55,16 @@ func TestACrashAtEveryCommitPoint(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
 			crashes, walked := map[string]int{}, 0
+			walks := map[string]func(*testing.T, *system){reconnects: func(t *testing.T, s *system) { s.walkReconnects(t) }}
+			for _, sc := range scenarios {
+				walks[sc.name] = func(t *testing.T, s *system) { s.walk(t, sc) }
+			}
 			t.Run("walks", func(t *testing.T) {
-				for _, sc := range scenarios {
-					t.Run(sc.name, func(t *testing.T) {
+				for name, walk := range walks {
+					t.Run(name, func(t *testing.T) {
 						t.Parallel()
 						s := newSystem(t, b.DSN(t))
-						s.walk(t, sc)
+						walk(t, s)
 						mu.Lock()
 						defer mu.Unlock()
 						walked++
@@ -66,7 +76,7 @@ func TestACrashAtEveryCommitPoint(t *testing.T) {
 					})
 				}
 			})
-			if walked < len(scenarios) {
+			if walked < len(walks) {
 				return // the walks that failed, or were skipped (no PostgreSQL), said so
 			}
 			for _, p := range failpoint.Points {
@@ -76,6 +86,42 @@ func TestACrashAtEveryCommitPoint(t *testing.T) {
 			}
 			t.Logf("crashes by point: %v", crashes)
 		})
+	}
+}
+
+// reconnects names the walk that crashes ctrl in the batched commit of a
+// node's first observation after it reconnects.
+const reconnects = "NodeReconnects"
+
+// walkReconnects crashes ctrl at each point without a key
+// (failpoint.Keyless) from its start: a ctrl armed so is started, the node
+// connects to it again, and the node's first observation, which is always
+// written (it ends SYNCING) and always in a batch, crashes it. Then a ctrl
+// started without a crash must see the node READY again, with a running
+// Workspace's execution reported, and the records must agree with the
+// node.
+func (s *system) walkReconnects(t *testing.T) {
+	id := newWorkspace(t, s, reconnects)
+	for _, point := range failpoint.Keyless {
+		p := s.restartMayCrash(t, point+"@"+failpoint.FromStart+"#1")
+		select {
+		case <-p.exited:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("ctrl armed at %s did not crash within two minutes of its start", point)
+		}
+		if sig := p.killedBy(); sig != syscall.SIGKILL {
+			t.Fatalf("ctrl armed at %s exited (signal %v) without its failpoint", point, sig)
+		}
+		if h := s.lastCrash(t); h.point != point || h.key != "" {
+			t.Fatalf("ctrl crashed at %s %q, want %s", h.point, h.key, point)
+		}
+		t.Logf("ctrl crashed at %s, in its node's first batch", point)
+		s.restart(t, "")
+		s.c.WaitStatus(t, nodeID, operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY)
+		s.agree(t, "a crash at "+point)
+		if n := s.vms.startsOf(id); n != 1 {
+			t.Errorf("after a crash at %s, the node started %d executions of %s, want 1", point, n, id)
+		}
 	}
 }
 

@@ -107,14 +107,28 @@ func newSystem(t *testing.T, dsn string) *system {
 // meanwhile waits for it.
 func (s *system) restart(t *testing.T, crash string) {
 	t.Helper()
+	s.stopCtrl()
+	s.ctrl = s.startCtrl(t, crash, false)
+}
+
+// restartMayCrash is restart for a ctrl that may meet its crash before it
+// serves (armed at a point it meets on its own, FromStart): it waits until
+// the ctrl serves or was killed, and returns it.
+func (s *system) restartMayCrash(t *testing.T, crash string) *ctrlProc {
+	t.Helper()
+	s.stopCtrl()
+	s.ctrl = s.startCtrl(t, crash, true)
+	return s.ctrl
+}
+
+func (s *system) stopCtrl() {
 	if s.ctrl != nil {
 		_ = s.ctrl.cmd.Process.Signal(syscall.SIGTERM)
 		<-s.ctrl.exited
 	}
-	s.ctrl = s.startCtrl(t, crash)
 }
 
-func (s *system) startCtrl(t *testing.T, crash string) *ctrlProc {
+func (s *system) startCtrl(t *testing.T, crash string, mayCrash bool) *ctrlProc {
 	t.Helper()
 	cmd := exec.Command(kibotosBin, "ctrl", "--state-dir", s.stateDir, "--database", s.dsn,
 		"--workspace-listen", s.addrs[0], "--operator-listen", s.addrs[1], "--node-listen", s.addrs[2])
@@ -144,6 +158,9 @@ func (s *system) startCtrl(t *testing.T, crash string) *ctrlProc {
 	// It serves once its Operator endpoint answers.
 	testenv.WaitFor(t, "ctrl to serve", func() bool {
 		if !p.running() {
+			if mayCrash && p.killedBy() == syscall.SIGKILL {
+				return true
+			}
 			b, _ := os.ReadFile(p.stderr)
 			t.Fatalf("ctrl exited before it served:\n%s", tail(string(b), 40))
 		}
