@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/procfs"
 
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/guest/v1/guestv1connect"
@@ -247,9 +249,18 @@ func launch(cmd *exec.Cmd, deathSignal bool) (*VM, error) {
 	return vm, nil
 }
 
-// Attach finds the VM of a run directory again, from its pid file.
+// Attach finds the VM of a run directory again, from its pid file, or,
+// before QEMU wrote that (an agent killed right after it launched QEMU),
+// from the command lines of the host's processes: the one that names the
+// run directory's pid file is its QEMU. Taking it for gone would start a
+// second QEMU on the same disks, refused by the first one's image locks,
+// and leave the first running unseen.
 func Attach(runDir string) (*VM, error) {
-	b, err := os.ReadFile(filepath.Join(runDir, pidFile))
+	path := filepath.Join(runDir, pidFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return attachByCmdline(runDir, path, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +268,33 @@ func Attach(runDir string) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid file of %s: %w", runDir, err)
 	}
+	return attachPID(runDir, pid)
+}
+
+// attachByCmdline attaches to the process whose arguments hold
+// "-pidfile path", or answers noFile when none does. procfs (Prometheus'
+// reader of /proc) rather than parsing /proc by hand: it is already in
+// the module graph and reads every process's arguments whole.
+func attachByCmdline(runDir, path string, noFile error) (*VM, error) {
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("no pid file in %s, and the processes cannot be listed: %w", runDir, err)
+	}
+	for _, p := range procs {
+		args, err := p.CmdLine()
+		if err != nil {
+			continue // it ended meanwhile
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-pidfile" && args[i+1] == path {
+				return attachPID(runDir, p.PID)
+			}
+		}
+	}
+	return nil, noFile
+}
+
+func attachPID(runDir string, pid int) (*VM, error) {
 	vm := &VM{RunDir: runDir, PID: pid, exited: make(chan struct{})}
 	if !vm.Alive() {
 		close(vm.exited)
