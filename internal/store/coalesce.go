@@ -184,6 +184,18 @@ func (t *Tx) upsertRows(rows []*keptRow) error {
 	for _, row := range rows {
 		args = append(args, row.vals...)
 	}
+	if len(rows) <= maxPreparedRows {
+		_, err := t.exec(q, args...)
+		return err
+	}
 	_, err := t.execUnprepared(q, args...)
 	return err
 }
+
+// maxPreparedRows is the most rows of a multi-row write kept prepared
+// (statements). A batch of admissions writes one or two rows before each
+// member's pool reservation (which must see them): parsed each time, with
+// the triggers SQLite compiles into every statement that fires them, those
+// few-row statements were 12% of ctrl's CPU at 10,000 nodes on SQLite
+// (docs/PERFORMANCE.md). Larger batches are rarer and their texts many.
+const maxPreparedRows = 8
