@@ -157,6 +157,7 @@ func (t *Tx) flushKept() error {
 		}
 		byShape[sh] = append(byShape[sh], r)
 	}
+	t.keptWritten(co)
 	co.rows, co.order, co.tables, co.commands = map[string]*keptRow{}, nil, map[string]int{}, map[string]*CommandRow{}
 	for _, sh := range shapes {
 		for rows := range slices.Chunk(byShape[sh], maxCoalescedRows) {

@@ -81,6 +81,9 @@ func (t *Tx) GetCommand(id string, lock bool) (*CommandRow, error) {
 	if c, ok := t.keptCommand(id); ok {
 		return c, nil
 	}
+	if c, ok := t.prefetchedCommand(id); ok {
+		return c, nil
+	}
 	q := "SELECT " + commandCols + " FROM commands WHERE command_id = ?"
 	if lock {
 		q += t.d.lock

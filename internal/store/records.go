@@ -23,6 +23,9 @@ func (t *Tx) getBody(table, key, id string, lock bool, m proto.Message) error {
 	if body, ok := t.keptBody(table, id); ok {
 		return proto.Unmarshal(body, m)
 	}
+	if body, ok := t.prefetchedBody(table, id); ok {
+		return proto.Unmarshal(body, m)
+	}
 	hot := t.hot != nil && isHot(table)
 	var gen uint64
 	if hot {

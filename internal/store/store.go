@@ -516,6 +516,8 @@ type Tx struct {
 	co       *coalesced
 	flushing bool
 	coErr    error
+	// pre are the rows it read ahead (Prefetch), nil for none.
+	pre *prefetched
 	// stats counts its statements (Stats.Statements); nil for a
 	// Snapshot's.
 	stats *txStats
@@ -557,6 +559,7 @@ func (t *Tx) rolledBack() {
 
 // dropIfWrites drops what the caches keep of the tables query writes.
 func (t *Tx) dropIfWrites(query string) {
+	t.dropPrefetchedIfWrites(query)
 	if t.cache != nil {
 		t.cache.dropIfWrites(query)
 	}
@@ -592,6 +595,7 @@ func (t *Tx) query(query string, args ...any) (*sql.Rows, error) {
 	if err := t.flushFor(query); err != nil {
 		return nil, err
 	}
+	t.dropPrefetchedIfWrites(query) // a write … RETURNING
 	t.ran()
 	return t.tx.QueryContext(t.ctx, t.d.rebind(query), args...)
 }
@@ -642,6 +646,7 @@ func (t *Tx) queryRow(query string, args ...any) *sql.Row {
 // of the rows kept (Coalesce): what t keeps to write cannot change it, so
 // nothing is written first.
 func (t *Tx) pointRow(query string, args ...any) *sql.Row {
+	t.dropPrefetchedIfWrites(query) // a write … RETURNING
 	t.ran()
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)

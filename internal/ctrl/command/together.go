@@ -27,6 +27,7 @@ const maxTogether = 256
 type togetherEnd struct {
 	w    *Work
 	fn   func(tx *store.Tx) error
+	rows []store.Row
 	done chan error
 }
 
@@ -40,9 +41,11 @@ type togetherEnd struct {
 
 // SucceedTogether is Succeed, sharing a transaction with the ends of
 // other steps (above). fn may run twice: in the shared transaction and,
-// should that fail, in the step's own.
-func (w *Work) SucceedTogether(ctx context.Context, fn func(tx *store.Tx) error) error {
-	e := &togetherEnd{w: w, fn: fn, done: make(chan error, 1)}
+// should that fail, in the step's own. rows are the rows fn reads by key:
+// the shared transaction reads them, and the command rows of its ends,
+// one statement per table for all its ends (store.Tx.Prefetch).
+func (w *Work) SucceedTogether(ctx context.Context, fn func(tx *store.Tx) error, rows ...store.Row) error {
+	e := &togetherEnd{w: w, fn: fn, rows: rows, done: make(chan error, 1)}
 	if b := w.r.together.join(e); b != nil {
 		err := w.r.endTogether(context.WithoutCancel(ctx), b)
 		for _, o := range b.items {
@@ -66,6 +69,13 @@ func (r *Runner) endTogether(ctx context.Context, b *batch[*togetherEnd]) error 
 		ends = r.together.seal(b)
 		written = make([]*store.CommandRow, len(ends))
 		tx.Coalesce()
+		var rows []store.Row
+		for _, e := range ends {
+			rows = append(append(rows, store.RowOfCommand(e.w.c.GetCommandId())), e.rows...)
+		}
+		if err := tx.Prefetch(rows); err != nil {
+			return err
+		}
 		for i, e := range ends {
 			c, err := e.w.updateIn(tx, func(tx *store.Tx, c *store.CommandRow) error {
 				e.w.ending(c)

@@ -438,7 +438,7 @@ func (s *Service) endStart(ctx context.Context, wk *command.Work, plan *launchPl
 			return err
 		}
 		return s.endRestore(tx, wk, true)
-	})
+	}, store.RowsOfWorkspace(plan.w.GetWorkspaceId())...)
 	if err != nil || startReport(start, status) == nil {
 		answer.ForgetReport() // not recorded: the next observation is
 	}

@@ -45,6 +45,7 @@ func Run(t *testing.T, b Backend) {
 		"WritesLeftForLastCommit":        testWritesLeftForLastCommitWithTheRest,
 		"CoalescedWritesCommitTogether":  testCoalescedWritesReadAndCommitTogether,
 		"PartsRunUnderTheirCallersCtx":   testPartsRunUnderTheirCallersContext,
+		"PrefetchedRowsReadAsWritten":    testPrefetchedRowsReadAsWritten,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
