@@ -219,7 +219,21 @@ const reservedSum = "COALESCE((SELECT bytes FROM pool_reserved WHERE storage_poo
 // row lock was taken, by a statement of its own: one statement would
 // take its snapshot before waiting for the lock, and sum what the
 // reservations committed meanwhile left out.
+//
+// A transaction that read the pool before is answered from its count of
+// what it reserved there since (ReservedInPool, ledger.go).
 func (t *Tx) StoragePoolForReservation(name string) (*StoragePool, uint64, error) {
+	if p, reserved, ok := t.ledgerRead(name); ok {
+		return p, reserved, nil
+	}
+	p, reserved, err := t.readPoolForReservation(name)
+	if err == nil {
+		t.ledgerKeep(p, reserved)
+	}
+	return p, reserved, err
+}
+
+func (t *Tx) readPoolForReservation(name string) (*StoragePool, uint64, error) {
 	if t.d.lock != "" {
 		p, err := t.GetStoragePool(name, true)
 		if err != nil {

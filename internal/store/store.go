@@ -518,6 +518,10 @@ type Tx struct {
 	coErr    error
 	// pre are the rows it read ahead (Prefetch), nil for none.
 	pre *prefetched
+	// ledger counts its reservations by pool, and ledgerServed are the
+	// pools a count answered a read of, checked at its end (ledger.go).
+	ledger       map[string]*poolLedger
+	ledgerServed map[string]StoragePool
 	// stats counts its statements (Stats.Statements); nil for a
 	// Snapshot's.
 	stats *txStats
@@ -543,7 +547,10 @@ func (t *Tx) finish(fn func(*Tx) error) error {
 	if t.coErr != nil {
 		return t.coErr
 	}
-	return t.flushKept()
+	if err := t.flushKept(); err != nil {
+		return err
+	}
+	return t.checkLedger()
 }
 
 // rolledBack forgets what t read into the placement mirror: it may have
@@ -560,6 +567,7 @@ func (t *Tx) rolledBack() {
 // dropIfWrites drops what the caches keep of the tables query writes.
 func (t *Tx) dropIfWrites(query string) {
 	t.dropPrefetchedIfWrites(query)
+	t.dropLedgerIfWrites(query)
 	if t.cache != nil {
 		t.cache.dropIfWrites(query)
 	}

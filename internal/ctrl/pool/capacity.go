@@ -44,7 +44,10 @@ func (r *Refusal) Failure(stage ctrlv1.FailureStage, now time.Time) *ctrlv1.Work
 // refusal when the pool takes no such object: a pool declared lost
 // (failed_precondition), one with no capacity set, or one whose capacity
 // the object would exceed (resource_exhausted). The pool's row lock
-// serialises reservations in one pool across ctrl replicas.
+// serialises reservations in one pool across ctrl replicas. A transaction
+// that reserves in a pool again (a batch of admissions) is answered from
+// its count of what it reserved there, checked once its rows are written
+// (store.Tx.ReservedInPool).
 func Reserve(tx *store.Tx, pool string, bytes uint64) (*Refusal, error) {
 	p, reserved, err := tx.StoragePoolForReservation(pool)
 	if errors.Is(err, store.ErrNotFound) {
@@ -64,6 +67,9 @@ func Reserve(tx *store.Tx, pool string, bytes uint64) (*Refusal, error) {
 		return &Refusal{Code: connect.CodeResourceExhausted, Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
 			Message: fmt.Sprintf("storage pool %q has no room for %d bytes: %d of its %d bytes are reserved", pool, bytes, reserved, p.CapacityBytes)}, nil
 	}
+	// The transaction's next reservation in the pool counts these bytes
+	// without reading it again (store.Tx.ReservedInPool).
+	tx.ReservedInPool(pool, bytes)
 	return nil, nil
 }
 

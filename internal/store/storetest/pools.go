@@ -25,6 +25,7 @@ func RunStoragePools(t *testing.T, b Backend) {
 		"PoolsBackfilled":               testPoolsBackfilled,
 		"PoolMovesAndCleanups":          testPoolMovesAndCleanups,
 		"PoolReservedFollowsEveryWrite": testPoolReservedFollowsEveryWrite,
+		"ReservationsCountedInMemory":   testReservationsCountedInMemory,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
