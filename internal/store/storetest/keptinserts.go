@@ -1,0 +1,95 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// testKeptInsertsWrittenAtTheEnd: in a transaction that coalesces its
+// writes (Tx.Coalesce), new node operations and Allocations are kept and
+// inserted at its end, one statement a table; what it reads of them (by
+// key, or a node's sums beside them) is what it wrote; and an insert
+// whose key exists fails the transaction, keeping none of its writes.
+func testKeptInsertsWrittenAtTheEnd(t *testing.T, dsn string) {
+	s := Open(t, dsn)
+	putNodes(t, s, placeableNode("node-a"))
+	now := time.Unix(1700000000, 0)
+	op := func(id string) *storev1.NodeOperation {
+		return &storev1.NodeOperation{OperationId: id, NodeId: "node-a", CommandId: "cmd-ki", State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING,
+			CreatedAt: timestamppb.New(now)}
+	}
+	const n = 3
+	// n operations kept: one statement at the end, where each was one.
+	before := s.Stats()
+	mustTx(t, s, func(tx *store.Tx) error {
+		tx.Coalesce()
+		for i := range n {
+			if inserted, err := tx.InsertNodeOperation(op(fmt.Sprintf("cmd-ki/op-%d", i))); err != nil || !inserted {
+				return fmt.Errorf("operation %d kept: inserted %v, %v", i, inserted, err)
+			}
+		}
+		return nil
+	})
+	if got := s.Stats().Statements - before.Statements; got != 1 {
+		t.Errorf("%d operations kept took %d statements, want 1", n, got)
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		tx.Coalesce()
+		for i := range n {
+			if ok, err := tx.Allocate(allocation(fmt.Sprintf("ws-ki-%d", i), "node-a", 100, 1<<20), unit); err != nil || !ok {
+				return fmt.Errorf("allocation %d: fits %v, %v", i, ok, err)
+			}
+		}
+		return nil
+	})
+	mustTx(t, s, func(tx *store.Tx) error {
+		tx.Coalesce()
+		if _, err := tx.InsertNodeOperation(op("cmd-ki/op-new")); err != nil {
+			return err
+		}
+		if _, err := tx.Allocate(allocation("ws-ki-new", "node-a", 100, 1<<20), unit); err != nil {
+			return err
+		}
+		// Read in the transaction: written first.
+		if got, err := tx.GetNodeOperation("cmd-ki/op-new", false); err != nil || got.GetCommandId() != "cmd-ki" {
+			t.Errorf("an operation kept, read by key: %v (%v)", got, err)
+		}
+		if got, err := tx.GetAllocation("ws-ki-new"); err != nil || got.NodeID != "node-a" || got.CPUMillis != 100 {
+			t.Errorf("an Allocation kept, read by key: %+v (%v)", got, err)
+		}
+		return nil
+	})
+	if a := placementOf(t, s, "node-a").Allocated; a.Count != n+1 || a.CPUMillis != (n+1)*100 {
+		t.Errorf("node-a after the kept Allocations: %d allocations, %d millicores, want %d, %d", a.Count, a.CPUMillis, n+1, (n+1)*100)
+	}
+
+	// An operation whose id exists, kept: the transaction fails at its end
+	// with nothing of it written.
+	err := s.Tx(ctx, func(tx *store.Tx) error {
+		tx.Coalesce()
+		if _, err := tx.Allocate(allocation("ws-ki-lost", "node-a", 100, 1<<20), unit); err != nil {
+			return err
+		}
+		_, err := tx.InsertNodeOperation(op("cmd-ki/op-0"))
+		return err
+	})
+	if err == nil {
+		t.Fatal("a coalescing transaction that inserted an existing operation: no error")
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		if _, err := tx.GetAllocation("ws-ki-lost"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the failed transaction's Allocation: %v, want not found", err)
+		}
+		return nil
+	})
+	if a := placementOf(t, s, "node-a").Allocated; a.Count != n+1 {
+		t.Errorf("node-a after the failed transaction: %d allocations, want %d", a.Count, n+1)
+	}
+}
