@@ -70,6 +70,30 @@ func testKeptInsertsWrittenAtTheEnd(t *testing.T, dsn string) {
 		t.Errorf("node-a after the kept Allocations: %d allocations, %d millicores, want %d, %d", a.Count, a.CPUMillis, n+1, (n+1)*100)
 	}
 
+	// A command kept is read as written, and inserted at the end; one
+	// whose id exists (a replay) fails the transaction there.
+	cmd := func(id string) *store.CommandRow {
+		return &store.CommandRow{Command: &storev1.Command{CommandId: id, Kind: "k", TargetId: "ws-ki", State: storev1.CommandState_COMMAND_STATE_ADMITTED,
+			AdmittedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now)}, InputHash: []byte{1}, NextAttemptAt: now}
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		tx.Coalesce()
+		if inserted, err := tx.InsertCommand(cmd("cmd-ki")); err != nil || !inserted {
+			return fmt.Errorf("a command kept: inserted %v, %v", inserted, err)
+		}
+		if got, err := tx.GetCommand("cmd-ki", true); err != nil || got.GetKind() != "k" || got.GetTargetId() != "ws-ki" {
+			t.Errorf("a command kept, read by key: %v (%v)", got, err)
+		}
+		return nil
+	})
+	if err := s.Tx(ctx, func(tx *store.Tx) error {
+		tx.Coalesce()
+		_, err := tx.InsertCommand(cmd("cmd-ki"))
+		return err
+	}); err == nil {
+		t.Error("a coalescing transaction that inserted an existing command: no error")
+	}
+
 	// An operation whose id exists, kept: the transaction fails at its end
 	// with nothing of it written.
 	err := s.Tx(ctx, func(tx *store.Tx) error {
