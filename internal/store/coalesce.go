@@ -93,13 +93,19 @@ func (t *Tx) keep(table string, cols, set []string, vals ...any) bool {
 	return true
 }
 
-// keepInsert keeps a new row instead of inserting it, when t coalesces;
-// false when it does not. Written at the end, a row whose key exists fails
-// the transaction there rather than at this call: a caller that coalesces
-// (command's batches) then runs each of its parts alone, where the insert
-// reports it at once.
+// keepInsert keeps a new row instead of inserting it, when t coalesces on
+// PostgreSQL; false when it does not. Written at the end, a row whose key
+// exists fails the transaction there rather than at this call: a caller
+// that coalesces (command's batches) then runs each of its parts alone,
+// where the insert reports it at once.
+//
+// On SQLite the inserts are not kept: there a statement runs in this
+// process and costs little once prepared, and the multi-row inserts that
+// replaced a prepared insert each placed no more a second, with a longer
+// tail (docs/PERFORMANCE.md); on PostgreSQL each statement is a round
+// trip, and keeping them placed 1.12x.
 func (t *Tx) keepInsert(table string, cols []string, vals ...any) (bool, error) {
-	if t.co == nil {
+	if t.co == nil || t.d.name == sqliteDialect.name {
 		return false, nil
 	}
 	id, _ := vals[0].(string)
