@@ -21,25 +21,7 @@ import (
 func testCoalescedWritesReadAndCommitTogether(t *testing.T, dsn string) {
 	s := Open(t, dsn)
 	const n = 3
-	ids := func(i int) (ws, cmd string) { return fmt.Sprintf("ws-co-%d", i), fmt.Sprintf("cmd-co-%d", i) }
-	now := time.Unix(1700000000, 0)
-	mustTx(t, s, func(tx *store.Tx) error {
-		for i := range n {
-			ws, cmd := ids(i)
-			if err := tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: ws, State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING}); err != nil {
-				return err
-			}
-			if err := tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: ws, LayerPool: "pool-co", LayerCapacityBytes: 1 << 30}); err != nil {
-				return err
-			}
-			c := &store.CommandRow{Command: &storev1.Command{CommandId: cmd, Kind: "k", TargetId: ws, State: storev1.CommandState_COMMAND_STATE_RUNNING,
-				AdmittedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now)}, InputHash: []byte{1}, NextAttemptAt: now, LeaseOwner: "me", LeaseUntil: now.Add(time.Minute)}
-			if _, err := tx.InsertCommand(c); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	ids := commandedWorkspaces(t, s, "co", n)
 	// end writes every row of the n commands, and reads each back.
 	end := func(tx *store.Tx, state storev1.CommandState, node string) error {
 		tx.Coalesce()
@@ -172,4 +154,41 @@ func testCoalescedWritesReadAndCommitTogether(t *testing.T, dsn string) {
 		}
 		return nil
 	})
+}
+
+// commandedWorkspaces stores n CREATING Workspaces, each with a runtime
+// whose 1 GiB layer is in pool "pool-"+prefix and a RUNNING command leased
+// to "me" (kind "k"), and returns their ids by index.
+func commandedWorkspaces(t *testing.T, s *store.Store, prefix string, n int) func(i int) (ws, cmd string) {
+	t.Helper()
+	ids := func(i int) (ws, cmd string) {
+		return fmt.Sprintf("ws-%s-%d", prefix, i), fmt.Sprintf("cmd-%s-%d", prefix, i)
+	}
+	mustTx(t, s, func(tx *store.Tx) error {
+		for i := range n {
+			ws, cmd := ids(i)
+			if err := tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: ws, State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING}); err != nil {
+				return err
+			}
+			if err := tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: ws, LayerPool: "pool-" + prefix, LayerCapacityBytes: 1 << 30}); err != nil {
+				return err
+			}
+			c := commandRow(cmd, ws, storev1.CommandState_COMMAND_STATE_RUNNING)
+			c.LeaseOwner, c.LeaseUntil = "me", commandsAt.Add(time.Minute)
+			if _, err := tx.InsertCommand(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return ids
+}
+
+// commandsAt is when the tests' commands were admitted.
+var commandsAt = time.Unix(1700000000, 0)
+
+// commandRow is a command of kind "k" on target, in state.
+func commandRow(id, target string, state storev1.CommandState) *store.CommandRow {
+	return &store.CommandRow{Command: &storev1.Command{CommandId: id, Kind: "k", TargetId: target, State: state,
+		AdmittedAt: timestamppb.New(commandsAt), UpdatedAt: timestamppb.New(commandsAt)}, InputHash: []byte{1}, NextAttemptAt: commandsAt}
 }

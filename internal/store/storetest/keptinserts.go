@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -24,10 +23,9 @@ func testKeptInsertsWrittenAtTheEnd(t *testing.T, dsn string) {
 	s := Open(t, dsn)
 	kept := strings.HasPrefix(dsn, "postgres")
 	putNodes(t, s, placeableNode("node-a"))
-	now := time.Unix(1700000000, 0)
 	op := func(id string) *storev1.NodeOperation {
 		return &storev1.NodeOperation{OperationId: id, NodeId: "node-a", CommandId: "cmd-ki", State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING,
-			CreatedAt: timestamppb.New(now)}
+			CreatedAt: timestamppb.New(commandsAt)}
 	}
 	const n = 3
 	// n operations kept: one statement at the end, where each was one.
@@ -77,8 +75,7 @@ func testKeptInsertsWrittenAtTheEnd(t *testing.T, dsn string) {
 	// A command kept is read as written, and inserted at the end; one
 	// whose id exists (a replay) fails the transaction there.
 	cmd := func(id string) *store.CommandRow {
-		return &store.CommandRow{Command: &storev1.Command{CommandId: id, Kind: "k", TargetId: "ws-ki", State: storev1.CommandState_COMMAND_STATE_ADMITTED,
-			AdmittedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now)}, InputHash: []byte{1}, NextAttemptAt: now}
+		return commandRow(id, "ws-ki", storev1.CommandState_COMMAND_STATE_ADMITTED)
 	}
 	mustTx(t, s, func(tx *store.Tx) error {
 		tx.Coalesce()

@@ -1,11 +1,7 @@
 package storetest
 
 import (
-	"fmt"
 	"testing"
-	"time"
-
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
@@ -20,27 +16,12 @@ import (
 func testPrefetchedRowsReadAsWritten(t *testing.T, dsn string) {
 	s := Open(t, dsn)
 	const n = 4
-	ids := func(i int) (ws, cmd string) { return fmt.Sprintf("ws-pre-%d", i), fmt.Sprintf("cmd-pre-%d", i) }
-	now := time.Unix(1700000000, 0)
+	ids := commandedWorkspaces(t, s, "pre", n)
 	var rows []store.Row
-	mustTx(t, s, func(tx *store.Tx) error {
-		for i := range n {
-			ws, cmd := ids(i)
-			rows = append(append(rows, store.RowOfCommand(cmd)), store.RowsOfWorkspace(ws)...)
-			if err := tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: ws, State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING}); err != nil {
-				return err
-			}
-			if err := tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: ws, LayerPool: "pool-pre", LayerCapacityBytes: 1 << 30}); err != nil {
-				return err
-			}
-			c := &store.CommandRow{Command: &storev1.Command{CommandId: cmd, Kind: "k", TargetId: ws, State: storev1.CommandState_COMMAND_STATE_RUNNING,
-				AdmittedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now)}, InputHash: []byte{1}, NextAttemptAt: now, LeaseOwner: "me", LeaseUntil: now.Add(time.Minute)}
-			if _, err := tx.InsertCommand(c); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	for i := range n {
+		ws, cmd := ids(i)
+		rows = append(append(rows, store.RowOfCommand(cmd)), store.RowsOfWorkspace(ws)...)
+	}
 
 	// The n commands', Workspaces' and runtimes' rows, prefetched, are
 	// read with no statement more: one a table (on SQLite the hot rows
@@ -97,8 +78,7 @@ func testPrefetchedRowsReadAsWritten(t *testing.T, dsn string) {
 			t.Errorf("Workspace %s prefetched, then written: read %v (%v), want %v", ws, got.GetState(), err, w.GetState())
 		}
 		// Not there when prefetched, inserted after: read.
-		fresh := &store.CommandRow{Command: &storev1.Command{CommandId: "cmd-pre-new", Kind: "k", TargetId: ws, State: storev1.CommandState_COMMAND_STATE_ADMITTED,
-			AdmittedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now)}, InputHash: []byte{1}, NextAttemptAt: now}
+		fresh := commandRow("cmd-pre-new", ws, storev1.CommandState_COMMAND_STATE_ADMITTED)
 		if _, err := tx.InsertCommand(fresh); err != nil {
 			return err
 		}
