@@ -58,12 +58,8 @@ type admitters struct {
 func (r *Runner) DoTogether(ctx context.Context, fn func(tx *store.Tx) error) error {
 	runCtx, offer := r.offer()
 	m := &admitMember{ctx: ctx, fn: fn, adm: &admissions{offer: offer}, done: make(chan error, 1)}
-	if b := r.admitting.join(m); b != nil {
-		err := r.admitTogether(context.WithoutCancel(ctx), b)
-		for _, o := range b.items {
-			o.done <- err
-		}
-	}
+	r.admitting.run(m, func(b *batch[*admitMember]) error { return r.admitTogether(context.WithoutCancel(ctx), b) },
+		func(o *admitMember, err error) { o.done <- err })
 	adm, err := m.adm, <-m.done
 	if err == nil {
 		adm.committed(context.WithValue(ctx, admissionsKey{}, adm))

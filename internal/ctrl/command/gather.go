@@ -34,6 +34,22 @@ func (g *gatherer[T]) join(x T) *batch[T] {
 	return lead
 }
 
+// run joins x to the batch forming and, when x begins it, runs the batch
+// (do) and tells every member its outcome. The batch is sealed again once
+// do returned: do seals it as its transaction begins, but a transaction
+// that could not begin never did, and a member that joined meanwhile
+// would wait for ever.
+func (g *gatherer[T]) run(x T, do func(*batch[T]) error, tell func(T, error)) {
+	b := g.join(x)
+	if b == nil {
+		return
+	}
+	err := do(b)
+	for _, o := range g.seal(b) {
+		tell(o, err)
+	}
+}
+
 // seal ends b's forming: what arrives from now on forms another.
 func (g *gatherer[T]) seal(b *batch[T]) []T {
 	g.mu.Lock()

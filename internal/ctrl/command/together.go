@@ -46,12 +46,8 @@ type togetherEnd struct {
 // one statement per table for all its ends (store.Tx.Prefetch).
 func (w *Work) SucceedTogether(ctx context.Context, fn func(tx *store.Tx) error, rows ...store.Row) error {
 	e := &togetherEnd{w: w, fn: fn, rows: rows, done: make(chan error, 1)}
-	if b := w.r.together.join(e); b != nil {
-		err := w.r.endTogether(context.WithoutCancel(ctx), b)
-		for _, o := range b.items {
-			o.done <- err
-		}
-	}
+	w.r.together.run(e, func(b *batch[*togetherEnd]) error { return w.r.endTogether(context.WithoutCancel(ctx), b) },
+		func(o *togetherEnd, err error) { o.done <- err })
 	if err := <-e.done; err != nil {
 		return w.Succeed(ctx, fn) // alone, as it would have
 	}
