@@ -3,10 +3,6 @@ package store
 import (
 	"slices"
 	"strings"
-
-	"google.golang.org/protobuf/proto"
-
-	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 )
 
 // Coalesced writes (issue 15; docs/PLACEMENT-LOOP.md, "Answers"). A
@@ -43,7 +39,9 @@ type coalesced struct {
 	// rows by table and key, in the order first written.
 	rows  map[string]*keptRow
 	order []string
-	// tables counts the rows kept per table.
+	// tables counts the rows kept per table. It follows from rows, and is
+	// kept because flushFor, run before every statement, checks these few
+	// names rather than every row.
 	tables map[string]int
 	// commands are the command rows kept, for GetCommand.
 	commands map[string]*CommandRow
@@ -109,9 +107,7 @@ func (t *Tx) keptCommand(id string) (*CommandRow, bool) {
 	if !ok {
 		return nil, false
 	}
-	clone := *c
-	clone.Command = proto.Clone(c.Command).(*storev1.Command)
-	return &clone, true
+	return c.clone(), true
 }
 
 // flushFor writes the rows kept before query runs, when it names a table

@@ -26,6 +26,14 @@ type CommandRow struct {
 	Attempts   int64
 }
 
+// clone is a copy of c that shares nothing a caller may change: the rows
+// a transaction keeps or prefetched are handed out as clones.
+func (c *CommandRow) clone() *CommandRow {
+	cp := *c
+	cp.Command = proto.Clone(c.Command).(*storev1.Command)
+	return &cp
+}
+
 // Final reports whether the command reached SUCCEEDED or FAILED.
 func (c *CommandRow) Final() bool {
 	s := c.GetState()
@@ -105,9 +113,7 @@ var (
 func (t *Tx) UpdateCommand(c *CommandRow) error {
 	t.wrote(c.GetTargetId())
 	if t.keep("commands", commandColumns, commandUpdated, c.values()...) {
-		clone := *c
-		clone.Command = proto.Clone(c.Command).(*storev1.Command)
-		t.co.commands[c.GetCommandId()] = &clone
+		t.co.commands[c.GetCommandId()] = c.clone()
 		return nil
 	}
 	_, err := t.exec(`UPDATE commands SET state = ?, body = ?, updated_at = ?, next_attempt_at = ?, lease_owner = ?, lease_until = ?,

@@ -4,10 +4,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-
-	"google.golang.org/protobuf/proto"
-
-	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 )
 
 // Rows read together (issue 15; docs/PLACEMENT-LOOP.md, "Answers"). A
@@ -136,9 +132,7 @@ func (t *Tx) prefetchedCommand(id string) (*CommandRow, bool) {
 	if !ok {
 		return nil, false
 	}
-	clone := *c
-	clone.Command = proto.Clone(c.Command).(*storev1.Command)
-	return &clone, true
+	return c.clone(), true
 }
 
 // dropPrefetchedIfWrites forgets what was prefetched of the tables query
