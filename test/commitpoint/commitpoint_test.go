@@ -190,6 +190,11 @@ func (s *system) run(t *testing.T, sc scenario, id string, st step, next string)
 	t.Helper()
 	began := time.Now()
 	defer func() { t.Logf("%s: %s", id, time.Since(began).Round(time.Millisecond)) }()
+	defer func() {
+		if t.Failed() {
+			s.dumpRecords(t, id)
+		}
+	}()
 	var target string
 	if sc.setup != nil {
 		target = sc.setup(t, s, id+"-setup")

@@ -3,6 +3,7 @@ package commitpoint_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -11,8 +12,10 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
@@ -21,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/node/vm"
 	"github.com/kibotos/kibotos/internal/node/vm/fake"
+	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
@@ -272,4 +276,38 @@ func (p *countingProvider) instances() map[string]bool {
 type answer struct {
 	msg proto.Message
 	err error
+}
+
+// dumpRecords logs what the database holds of the command id and of the
+// node's operations not yet answered, read beside the ctrl still running:
+// a run that stalls (a command not done in two minutes) says where.
+func (s *system) dumpRecords(t *testing.T, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, s.dsn)
+	if err != nil {
+		t.Logf("records of %s: %v", id, err)
+		return
+	}
+	defer st.Close()
+	err = st.Tx(ctx, func(tx *store.Tx) error {
+		c, err := tx.GetCommand(id, false)
+		if err != nil {
+			return fmt.Errorf("command %s: %w", id, err)
+		}
+		t.Logf("command %s: lease %q until %s, attempts %d, next attempt %s: %v", id, c.LeaseOwner,
+			c.LeaseUntil.Format(time.RFC3339Nano), c.Attempts, c.NextAttemptAt.Format(time.RFC3339Nano), protojson.Format(c.Command))
+		ops, err := tx.PendingNodeOperations(nodeID, 50)
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			t.Logf("operation not answered: %v", protojson.Format(op))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Logf("records of %s: %v", id, err)
+	}
 }
