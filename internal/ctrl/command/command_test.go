@@ -600,10 +600,10 @@ func TestHeavyWorkKeepsToEightStepsAtOnce(t *testing.T) {
 	})
 }
 
-// A runner runs more steps at once than it does heavy ones: 64 by
+// A runner runs more steps at once than it does heavy ones: 256 by
 // default, so placements do not queue for a worker behind steps waiting
-// for the database.
-func TestARunnerRunsSixtyFourStepsAtOnceByDefault(t *testing.T) {
+// for the database, nor miss one at their admission.
+func TestARunnerRunsItsDefaultWorkersStepsAtOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s *store.Store) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

@@ -80,8 +80,14 @@ func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *
 // behind steps waiting for SQLite's one writer, and took either ~20 ms or
 // ~200 ms (docs/PERFORMANCE.md, "The runner's workers"). Heavy work in ctrl
 // itself (a template build, an export's assembly) keeps to its own, smaller
-// bound (Work.Heavy).
-const DefaultWorkers = 64
+// bound (Work.Heavy). An admission holds a place from before its
+// transaction until its step goes idle, and one that finds none free
+// admits its command unclaimed, to be placed the long way (a claim and
+// a step of their own, and on PostgreSQL a node charged outside the
+// admission batches' turns, whose row locks they then wait on): with 64
+// places, 64 callers sent 5% of their creates that way
+// (docs/PERFORMANCE.md, "Places for 256 steps").
+const DefaultWorkers = 256
 
 // Option sets something of a Runner at construction.
 type Option func(*Runner)
