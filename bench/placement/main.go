@@ -63,7 +63,11 @@
 //     bench=callers; the collector's background work is counted as
 //     ctrl's, whoever allocated; the profile's sampling costs a little of
 //     the time it measures); fleet CPU each: the fleet's process's, for
-//     scale (not ctrl's cost); GCs and heap: this process's garbage
+//     scale (not ctrl's cost); machine CPU each: every processor's busy
+//     time (/proc/stat) over the Workspaces AVAILABLE: the benchmark's
+//     processes, a PostgreSQL server on this machine, and anything else
+//     running; times placements/s it is the cores the run kept busy (two
+//     here: the machine's bound); GCs and heap: this process's garbage
 //     collections while the callers ran, and its heap's size at their end.
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
 //     CreateWorkspace call to the last AVAILABLE; under an open load at most
@@ -242,7 +246,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tstatements each\tDB busy\tCPU each\tctrl CPU each\tfleet CPU each\tGCs\theap\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tstatements each\tDB busy\tCPU each\tctrl CPU each\tfleet CPU each\tmachine CPU each\tGCs\theap\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -255,8 +259,8 @@ func print(rows [][]result) {
 		if r.fleetCPUEach >= 0 {
 			fleetCPU = ms(r.fleetCPUEach)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%s\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, r.statementsEach, 100*r.dbBusy, ms(r.cpuEach), ms(r.ctrlCPUEach), fleetCPU, r.collections, r.heapMiB, strings.Join(all, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%s\t%s\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, r.statementsEach, 100*r.dbBusy, ms(r.cpuEach), ms(r.ctrlCPUEach), fleetCPU, ms(r.machineCPUEach), r.collections, r.heapMiB, strings.Join(all, " "))
 	}
 	tw.Flush()
 }
@@ -328,6 +332,9 @@ type result struct {
 	dbBusy       float64
 	cpuEach      time.Duration
 	fleetCPUEach time.Duration
+	// machineCPUEach is the machine's busy CPU time over the Workspaces
+	// AVAILABLE (benchfleet.MachineCPU).
+	machineCPUEach time.Duration
 	// ctrlCPUEach is cpuEach less the callers' share of a CPU profile of
 	// the same time (samples labelled bench=callers).
 	ctrlCPUEach time.Duration
@@ -446,6 +453,10 @@ func runRow(r row) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	machine0, err := benchfleet.MachineCPU()
+	if err != nil {
+		return result{}, err
+	}
 	st0, cpu0, t1 := srv.Store().Stats(), benchfleet.SelfCPU(), time.Now()
 	res, err = create(ctx, r, ws, p, res)
 	prof, profErr := stopProfile()
@@ -453,6 +464,8 @@ func runRow(r row) (result, error) {
 	res.collections, res.heapMiB = mem1.NumGC-mem0.NumGC, mem1.HeapSys>>20
 	res.fleetCPUEach = -1
 	fleet1, cpuErr := fl.cpu()
+	machine1, machineErr := benchfleet.MachineCPU()
+	cpuErr = cmp.Or(cpuErr, machineErr)
 	if n := len(res.available); n > 0 && cpuErr == nil {
 		st1, cpu1, wall := srv.Store().Stats(), benchfleet.SelfCPU(), time.Since(t1)
 		if r.fleetIn == "process" {
@@ -463,6 +476,7 @@ func runRow(r row) (result, error) {
 		res.statementsEach = float64(st1.Statements-st0.Statements) / float64(n)
 		res.dbBusy = float64(st1.Held-st0.Held) / float64(wall)
 		res.cpuEach = (cpu1 - cpu0) / time.Duration(n)
+		res.machineCPUEach = (machine1 - machine0) / time.Duration(n)
 		share, err := ctrlShare(prof)
 		profErr = cmp.Or(profErr, err)
 		res.ctrlCPUEach = time.Duration(float64(res.cpuEach) * share)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/procfs"
 
 	"github.com/kibotos/kibotos/bench/internal/benchdb"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
@@ -115,4 +116,23 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// MachineCPU is the CPU time every processor of this machine spent busy
+// so far (user, system, interrupts, steal: all but idle and iowait), from
+// /proc/stat, read with Prometheus' procfs. Its difference over a run
+// holds what no process of the benchmark counts: a PostgreSQL server's
+// backends on the same machine, and anything else running there.
+func MachineCPU() (time.Duration, error) {
+	st, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0, err
+	}
+	s, err := st.Stat()
+	if err != nil {
+		return 0, err
+	}
+	c := s.CPUTotal
+	busy := c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
+	return time.Duration(busy * float64(time.Second)), nil
 }
