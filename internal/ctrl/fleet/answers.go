@@ -75,6 +75,24 @@ func (a *answerWaiters) forget(operationID string) {
 	a.mu.Unlock()
 }
 
+// forgetHanded drops the waiter of operationID whose channel is ch (not
+// one another step registered for it since), and answers the arrival
+// handed to it that no step took, if there is one: its caller records it
+// (Fleet.forgetExpected).
+func (a *answerWaiters) forgetHanded(operationID string, ch <-chan arrival) (arrival, bool) {
+	a.mu.Lock()
+	if w := a.m[operationID]; w != nil && (<-chan arrival)(w.ch) == ch {
+		a.drop(operationID)
+	}
+	a.mu.Unlock()
+	select {
+	case got := <-ch:
+		return got, true
+	default:
+		return arrival{}, false
+	}
+}
+
 // drop removes the waiter of operationID. Called with mu held.
 func (a *answerWaiters) drop(operationID string) {
 	if w := a.m[operationID]; w != nil && w.instance != "" && a.starting[w.instance] == operationID {

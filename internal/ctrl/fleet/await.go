@@ -197,7 +197,7 @@ func startNew(tx *store.Tx, now time.Time, operationID, nodeID, commandID string
 // When none comes within answerWait it ends the step as Await does.
 func (f *Fleet) handOver(ctx context.Context, w *command.Work, name, opID, nodeID, instance string, body *anypb.Any, stage ctrlv1.FailureStage, raw bool) (*Answer, error) {
 	answered := f.answers.expect(opID, raw)
-	defer f.answers.forget(opID)
+	defer f.forgetExpected(opID, answered)
 	var recorded *storev1.NodeOperation
 	err := w.Hold(ctx, sentTo(name, nodeID), func(tx *store.Tx, c *storev1.Command) error {
 		if gone, err := f.cannotServe(tx, nodeID); gone != "" || err != nil {
@@ -288,7 +288,40 @@ func (d *Decision) Node() string { return d.nodeID }
 
 // Forget drops the expectation of the answer. AwaitDecision forgets it
 // itself.
-func (d *Decision) Forget() { d.f.answers.forget(d.opID) }
+func (d *Decision) Forget() { d.f.forgetExpected(d.opID, d.answered) }
+
+// forgetExpected drops the expectation of operation opID, whose answers
+// come on answered, once no step will wait for it, and records an answer
+// handed to it that no step took. A node's answer is handed to the
+// waiter before anything records it (answerWaiters.offer), and the node
+// does not send it again until the operation is sent again at its next
+// connection: dropped with its waiter, it was lost, and its command
+// waited for ever. That happened when an operation recorded before
+// (PENDING, sent to the node again at its session's start) was expected
+// again by a transaction that then failed: a replay of the command after
+// a crash, whose admission ran its Begin before its insert found the
+// command (the commit-point walk CreateWorkspace, on PostgreSQL, once).
+func (f *Fleet) forgetExpected(opID string, answered <-chan arrival) {
+	got, ok := f.answers.forgetHanded(opID, answered)
+	if !ok {
+		return
+	}
+	if got.forgetReport != nil {
+		got.forgetReport() // no step records it as the execution's first report
+	}
+	if got.raw == nil {
+		f.waker.Kick() // committed with the command's wake; no step took it
+		return
+	}
+	// The caller may be in a transaction (an admission's run forgets the
+	// run before it first): on SQLite's one writer, one of its own would
+	// wait for it.
+	go func() {
+		if err := f.recordAndHand(context.Background(), got.from, got.raw); err != nil {
+			f.log.Warn("record a node's answer no step took", "operation_id", got.raw.GetOperationId(), "err", err)
+		}
+	}()
+}
 
 // AwaitDecision waits for the answer to d, once the transaction that
 // recorded it committed: when this replica holds the node's session, the

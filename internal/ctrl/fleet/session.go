@@ -835,10 +835,17 @@ func (f *Fleet) operationAnswered(ctx context.Context, s *session, r *nodev1.Com
 	if f.answers.offer(s.nodeID, r, func() func() { return s.noteStartReport(r) }) {
 		return nil
 	}
+	return f.recordAndHand(ctx, s.nodeID, r)
+}
+
+// recordAndHand records node's answer r and wakes its command, in one
+// transaction, then hands the operation answered to a step waiting for
+// it, or kicks the runner.
+func (f *Fleet) recordAndHand(ctx context.Context, node string, r *nodev1.CommandResult) error {
 	var answered *storev1.NodeOperation
 	err := f.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
-		answered, err = f.recordAnswer(tx, s.nodeID, r, true)
+		answered, err = f.recordAnswer(tx, node, r, true)
 		return err
 	})
 	if err == nil && answered != nil {
