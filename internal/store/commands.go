@@ -74,8 +74,17 @@ func scanCommand(row interface{ Scan(...any) error }) (*CommandRow, error) {
 }
 
 // InsertCommand admits c unless its command_id exists; inserted is false
-// when it did.
+// when it did. In a transaction that coalesces its writes (Coalesce) the
+// command is kept and inserted at its end, and inserted is true: an
+// existing command_id fails the transaction there (keepInsert), and the
+// admissions of a batch then run alone, where a replay is found.
 func (t *Tx) InsertCommand(c *CommandRow) (inserted bool, err error) {
+	if kept, err := t.keepInsert("commands", commandColumns, c.values()...); kept || err != nil {
+		if err == nil {
+			t.co.commands[c.GetCommandId()] = c.clone()
+		}
+		return err == nil, err
+	}
 	res, err := t.exec("INSERT INTO commands ("+commandCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (command_id) DO NOTHING", c.values()...)
 	if err != nil {
 		return false, err

@@ -10,8 +10,15 @@ import (
 )
 
 // InsertNodeOperation records a new operation; an existing operation_id is
-// left as it is (inserted false).
+// left as it is (inserted false). In a transaction that coalesces its
+// writes (Coalesce) the operation is kept and inserted at its end, and
+// inserted is true: an existing operation_id fails the transaction there
+// (keepInsert).
 func (t *Tx) InsertNodeOperation(op *storev1.NodeOperation) (inserted bool, err error) {
+	if kept, err := t.keepInsert("node_operations", nodeOperationColumns, op.GetOperationId(), op.GetNodeId(), op.GetCommandId(),
+		op.GetState().String(), op.GetCreatedAt().AsTime().UnixNano(), marshal(op)); kept || err != nil {
+		return err == nil, err
+	}
 	res, err := t.exec(`INSERT INTO node_operations (operation_id, node_id, command_id, state, created_at, body)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (operation_id) DO NOTHING`,
 		op.GetOperationId(), op.GetNodeId(), op.GetCommandId(), op.GetState().String(),
@@ -22,6 +29,8 @@ func (t *Tx) InsertNodeOperation(op *storev1.NodeOperation) (inserted bool, err 
 	n, err := res.RowsAffected()
 	return n == 1, err
 }
+
+var nodeOperationColumns = []string{"operation_id", "node_id", "command_id", "state", "created_at", "body"}
 
 // GetNodeOperation reads one operation.
 func (t *Tx) GetNodeOperation(id string, lock bool) (*storev1.NodeOperation, error) {

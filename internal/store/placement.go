@@ -314,10 +314,16 @@ func (t *Tx) charge(a Allocation, cond string, args ...any) (string, bool, error
 	} else if err != nil {
 		return "", false, err
 	}
-	_, err = t.exec("INSERT INTO allocations (workspace_id, instance_id, node_id, cpu_millis, memory_bytes, allocated_at) VALUES (?, ?, ?, ?, ?, ?)",
-		a.WorkspaceID, a.InstanceID, a.NodeID, int64(a.CPUMillis), int64(a.MemoryBytes), nanos(a.AllocatedAt))
+	// Kept to write at the end when t coalesces (keepInsert).
+	vals := []any{a.WorkspaceID, a.InstanceID, a.NodeID, int64(a.CPUMillis), int64(a.MemoryBytes), nanos(a.AllocatedAt)}
+	if kept, err := t.keepInsert("allocations", allocationCols, vals...); kept || err != nil {
+		return pool, err == nil, err
+	}
+	_, err = t.exec("INSERT INTO allocations (workspace_id, instance_id, node_id, cpu_millis, memory_bytes, allocated_at) VALUES (?, ?, ?, ?, ?, ?)", vals...)
 	return pool, err == nil, err
 }
+
+var allocationCols = []string{"workspace_id", "instance_id", "node_id", "cpu_millis", "memory_bytes", "allocated_at"}
 
 const allocationColumns = "SELECT workspace_id, instance_id, node_id, cpu_millis, memory_bytes, allocated_at FROM allocations"
 

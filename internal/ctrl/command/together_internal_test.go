@@ -118,6 +118,7 @@ func TestAdmissionsTogetherShareATransaction(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			s := storetest.Open(t, b.DSN(t))
 			r := NewRunner(s, "test-replica", slog.Default())
+			onSQLite := b.Name == "sqlite"
 			const n = 5
 			admissionsOf := func(prefix string, fail int) *batch[*admitMember] {
 				out := &batch[*admitMember]{}
@@ -152,8 +153,15 @@ func TestAdmissionsTogetherShareATransaction(t *testing.T) {
 			if got := after.Transactions - before.Transactions; got != 1 {
 				t.Errorf("%d admissions together took %d transactions, want 1", n, got)
 			}
-			if got := after.Statements - before.Statements; got != n {
-				t.Errorf("%d admissions together took %d statements, want %d (an insert each)", n, got, n)
+			// On PostgreSQL the commands are inserted by one statement at
+			// the end; on SQLite by a prepared insert each (store's
+			// keepInsert says why).
+			want := uint64(1)
+			if onSQLite {
+				want = n
+			}
+			if got := after.Statements - before.Statements; got != want {
+				t.Errorf("%d admissions together took %d statements, want %d", n, got, want)
 			}
 			for i, m := range b.items {
 				if len(m.adm.list) != 1 || m.adm.list[0].id != fmt.Sprint("together-", i) {

@@ -46,6 +46,7 @@ func Run(t *testing.T, b Backend) {
 		"CoalescedWritesCommitTogether":  testCoalescedWritesReadAndCommitTogether,
 		"PartsRunUnderTheirCallersCtx":   testPartsRunUnderTheirCallersContext,
 		"PrefetchedRowsReadAsWritten":    testPrefetchedRowsReadAsWritten,
+		"KeptInsertsWrittenAtTheEnd":     testKeptInsertsWrittenAtTheEnd,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
