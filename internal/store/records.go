@@ -396,28 +396,6 @@ func (t *Tx) ListNodes(after string, limit int) ([]*operatorv1.NodeRegistration,
 	return listBodies(t, "nodes", "node_id", after, "", limit, func() *operatorv1.NodeRegistration { return &operatorv1.NodeRegistration{} })
 }
 
-// GetGrant reads one enrollment grant.
-func (t *Tx) GetGrant(id string, lock bool) (*operatorv1.EnrollmentGrant, error) {
-	g := &operatorv1.EnrollmentGrant{}
-	return g, t.getBody("enrollment_grants", "grant_id", id, lock, g)
-}
-
-// GrantBySecretHash finds the grant a secret belongs to.
-func (t *Tx) GrantBySecretHash(hash string, lock bool) (*operatorv1.EnrollmentGrant, error) {
-	g := &operatorv1.EnrollmentGrant{}
-	return g, t.getBody("enrollment_grants", "secret_hash", hash, lock, g)
-}
-
-// PutGrant writes a grant with the hash of its secret.
-func (t *Tx) PutGrant(g *operatorv1.EnrollmentGrant, secretHash string) error {
-	return t.upsert("enrollment_grants", []string{"grant_id", "secret_hash", "body"}, g.GetGrantId(), secretHash, marshal(g))
-}
-
-// ListGrants pages enrollment grants by grant_id.
-func (t *Tx) ListGrants(after string, limit int) ([]*operatorv1.EnrollmentGrant, error) {
-	return listBodies(t, "enrollment_grants", "grant_id", after, "", limit, func() *operatorv1.EnrollmentGrant { return &operatorv1.EnrollmentGrant{} })
-}
-
 // Setting reads a shared setting.
 func (t *Tx) Setting(name string) ([]byte, error) {
 	var v []byte

@@ -348,6 +348,7 @@ var migrationHooks = map[int]func(*sql.Tx, dialect) error{
 	7:  backfillPools,
 	8:  backfillPlacement,
 	14: backfillPoolReserved,
+	16: backfillGrantEnrollments,
 }
 
 func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int, body string, hook func(*sql.Tx, dialect) error) error {

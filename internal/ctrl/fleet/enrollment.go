@@ -277,7 +277,9 @@ func (f *Fleet) Enroll(ctx context.Context, req *nodev1.EnrollRequest) (*nodev1.
 		if err := tx.SetNodeCredential(n.GetNodeId(), hashSecret(credential)); err != nil {
 			return err
 		}
-		g.EnrolledNodeIds = append(g.EnrolledNodeIds, n.GetNodeId())
+		if err := tx.AddGrantEnrollment(g.GetGrantId(), n.GetNodeId()); err != nil {
+			return err
+		}
 		g.LastUsedAt = timestamppb.New(now)
 		if !g.GetReusable() {
 			g.State = operatorv1.EnrollmentGrantState_ENROLLMENT_GRANT_STATE_CONSUMED

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
@@ -160,6 +161,41 @@ func TestEnrollmentGrantRules(t *testing.T) {
 		Command: &ctrlv1.CommandMetadata{CommandId: "g-2"}, NodeId: "-bad",
 	})); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("bad node_id in a grant: %v", err)
+	}
+}
+
+// A reusable grant lists the nodes that enrolled with it in the order they
+// did, read alone and in a list, and revoking it with its enrolled nodes
+// revokes each of them.
+func TestAReusableGrantListsTheNodesItEnrolledInOrder(t *testing.T) {
+	c := testenv.New(t)
+	client := nodev1connect.NewNodeSessionServiceClient(httpClient(), c.Ctrl.NodeEndpoint)
+	grant, err := c.Enrollment.CreateEnrollmentGrant(ctx, connect.NewRequest(&operatorv1.CreateEnrollmentGrantRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "g-1"}, Reusable: true,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := []string{"node-c", "node-a", "node-b"}
+	for _, id := range order {
+		if _, err := client.Enroll(ctx, connect.NewRequest(&nodev1.EnrollRequest{GrantSecret: grant.Msg.GetSecret(), NodeId: id, Incarnation: 1})); err != nil {
+			t.Fatalf("enroll %s: %v", id, err)
+		}
+	}
+	id := grant.Msg.GetGrant().GetGrantId()
+	got, err := c.Enrollment.GetEnrollmentGrant(ctx, connect.NewRequest(&operatorv1.GetEnrollmentGrantRequest{GrantId: id}))
+	if err != nil || !slices.Equal(got.Msg.GetGrant().GetEnrolledNodeIds(), order) || got.Msg.GetGrant().GetLastUsedAt() == nil {
+		t.Errorf("GetEnrollmentGrant = %v %v, want enrolled %v and a last use", got, err, order)
+	}
+	list, err := c.Enrollment.ListEnrollmentGrants(ctx, connect.NewRequest(&operatorv1.ListEnrollmentGrantsRequest{}))
+	if err != nil || len(list.Msg.GetGrants()) != 1 || !proto.Equal(list.Msg.GetGrants()[0], got.Msg.GetGrant()) {
+		t.Errorf("ListEnrollmentGrants = %v %v, want %v", list, err, got.Msg.GetGrant())
+	}
+	revoked, err := c.Enrollment.RevokeEnrollmentGrant(ctx, connect.NewRequest(&operatorv1.RevokeEnrollmentGrantRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "r-1"}, GrantId: id, RevokeEnrolledNodes: true,
+	}))
+	if err != nil || !slices.Equal(revoked.Msg.GetRevokedNodeIds(), order) || !slices.Equal(revoked.Msg.GetGrant().GetEnrolledNodeIds(), order) {
+		t.Errorf("RevokeEnrollmentGrant = %v %v, want %v revoked", revoked, err, order)
 	}
 }
 

@@ -1,9 +1,7 @@
 package storetest
 
 import (
-	"database/sql"
 	"errors"
-	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -121,25 +119,12 @@ func testRuntimeNodesBackfilled(t *testing.T, dsn string) {
 		return tx.PutRuntime(runtimeOn("ws-b", ""))
 	})
 	s.Close()
-	driver, source := "pgx", dsn
-	if !strings.HasPrefix(dsn, "postgres") {
-		driver, source = "sqlite", strings.TrimPrefix(dsn, "sqlite:")
-	}
-	db, err := sql.Open(driver, source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{
+	db, _ := openRaw(t, dsn)
+	execRaw(t, db,
 		"DROP INDEX workspace_runtime_node",
 		"ALTER TABLE workspace_runtime DROP COLUMN node_id",
 		"ALTER TABLE nodes DROP COLUMN draining",
-		"DELETE FROM schema_migrations WHERE version = 4",
-	} {
-		if _, err := db.Exec(stmt); err != nil {
-			db.Close()
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+		"DELETE FROM schema_migrations WHERE version = 4")
 	db.Close()
 	again := Open(t, dsn)
 	mustTx(t, again, func(tx *store.Tx) error {

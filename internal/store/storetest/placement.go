@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -528,20 +527,8 @@ func testPlacementBackfilled(t *testing.T, dsn string) {
 		return tx.PutRuntime(runtimeOn("ws-a", "node-a"))
 	})
 	s.Close()
-	driver, source := "pgx", dsn
-	if !strings.HasPrefix(dsn, "postgres") {
-		driver, source = "sqlite", strings.TrimPrefix(dsn, "sqlite:")
-	}
-	db, err := sql.Open(driver, source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{"DROP TABLE allocations", "DROP TABLE node_placement", "DELETE FROM schema_migrations WHERE version = 8"} {
-		if _, err := db.Exec(stmt); err != nil {
-			db.Close()
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	db, _ := openRaw(t, dsn)
+	execRaw(t, db, "DROP TABLE allocations", "DROP TABLE node_placement", "DELETE FROM schema_migrations WHERE version = 8")
 	db.Close()
 	again := Open(t, dsn)
 	p := placementOf(t, again, "node-a")

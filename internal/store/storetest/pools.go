@@ -3,7 +3,6 @@ package storetest
 import (
 	"database/sql"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -237,28 +236,15 @@ func testPoolsBackfilled(t *testing.T, dsn string) {
 		return putLayer(tx, "ws-a", "pool-a", ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, 4<<30)
 	})
 	s.Close()
-	driver, source := "pgx", dsn
-	if !strings.HasPrefix(dsn, "postgres") {
-		driver, source = "sqlite", strings.TrimPrefix(dsn, "sqlite:")
-	}
-	db, err := sql.Open(driver, source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	undoPoolReserved(t, db, driver == "pgx")
-	for _, stmt := range []string{
+	db, postgres := openRaw(t, dsn)
+	undoPoolReserved(t, db, postgres)
+	execRaw(t, db,
 		"DROP TABLE storage_pools",
 		"DROP INDEX workspace_runtime_layer_pool",
 		"ALTER TABLE workspace_runtime DROP COLUMN layer_pool",
 		"ALTER TABLE workspace_runtime DROP COLUMN layer_capacity_bytes",
 		"ALTER TABLE volumes DROP COLUMN capacity_bytes",
-		"DELETE FROM schema_migrations WHERE version = 7",
-	} {
-		if _, err := db.Exec(stmt); err != nil {
-			db.Close()
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+		"DELETE FROM schema_migrations WHERE version = 7")
 	db.Close()
 	again := Open(t, dsn)
 	mustTx(t, again, func(tx *store.Tx) error {
@@ -374,11 +360,7 @@ func undoPoolReserved(t *testing.T, db *sql.DB, postgres bool) {
 			}
 		}
 	}
-	for _, stmt := range append(stmts, "DROP TABLE pool_reserved", "DELETE FROM schema_migrations WHERE version = 14") {
-		if _, err := db.Exec(stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	execRaw(t, db, append(stmts, "DROP TABLE pool_reserved", "DELETE FROM schema_migrations WHERE version = 14")...)
 }
 
 // testPoolReservedFollowsEveryWrite: the counter a new object is admitted

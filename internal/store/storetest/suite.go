@@ -31,6 +31,8 @@ func Run(t *testing.T, b Backend) {
 		"NodesAndCredentials":            testNodesAndCredentials,
 		"ListsInByteOrder":               testListsInByteOrder,
 		"GrantsBySecret":                 testGrantsBySecret,
+		"GrantEnrollmentsInOrder":        testGrantEnrollmentsInOrder,
+		"GrantEnrollmentsBackfilled":     testGrantEnrollmentsBackfilled,
 		"SettingInitialisedOnce":         testSettingInitialisedOnce,
 		"ConcurrentTransactionsSerial":   testConcurrentTransactionsSerial,
 		"SnapshotReadsBesideAWrite":      testSnapshotReadsBesideAWrite,
