@@ -67,18 +67,11 @@ func (a *answerWaiters) expect(operationID string, raw bool) <-chan arrival {
 	return w.ch
 }
 
-// forget drops the waiter of operationID. An answer handed over before it
-// is in the channel once forget returned, and none after.
-func (a *answerWaiters) forget(operationID string) {
-	a.mu.Lock()
-	a.drop(operationID)
-	a.mu.Unlock()
-}
-
 // forgetHanded drops the waiter of operationID whose channel is ch (not
 // one another step registered for it since), and answers the arrival
-// handed to it that no step took, if there is one: its caller records it
-// (Fleet.forgetExpected).
+// handed to it that no step took, if there is one, which its caller must
+// not drop: waitAnswer uses it, Fleet.forgetExpected records it. An
+// answer handed over after it returned goes nowhere near ch.
 func (a *answerWaiters) forgetHanded(operationID string, ch <-chan arrival) (arrival, bool) {
 	a.mu.Lock()
 	if w := a.m[operationID]; w != nil && (<-chan arrival)(w.ch) == ch {

@@ -366,11 +366,7 @@ func (f *Fleet) waitAnswer(ctx context.Context, w *command.Work, name, nodeID, i
 	if got.op == nil && got.raw == nil {
 		// An answer handed over as the wait ended is in the channel
 		// once the waiter is gone: the step must not drop it unrecorded.
-		f.answers.forget(recorded.GetOperationId())
-		select {
-		case got = <-answered:
-		default:
-		}
+		got, _ = f.answers.forgetHanded(recorded.GetOperationId(), answered)
 	}
 	if got.raw != nil {
 		op := proto.CloneOf(recorded)

@@ -58,7 +58,7 @@ func TestANotedStartReportOutlivesAnOlderObservation(t *testing.T) {
 func TestAStartWaitedForRawIsAwaited(t *testing.T) {
 	a := &answerWaiters{}
 	reports := []*nodev1.ExecutionReport{{InstanceId: "ws-a.1", Running: true}, {InstanceId: "ws-b.1", Running: true}, {InstanceId: "ws-c.1", Running: true}}
-	a.expect("cmd-a/start", true)
+	waiting := a.expect("cmd-a/start", true)
 	a.awaitStart("cmd-a/start", "ws-a.1")
 	a.expect("cmd-b/start", false)
 	a.awaitStart("cmd-b/start", "ws-b.1")
@@ -67,7 +67,7 @@ func TestAStartWaitedForRawIsAwaited(t *testing.T) {
 	if got := a.awaitedStarts(reports); len(got) != 1 || !got["ws-a.1"] {
 		t.Errorf("awaited starts %v, want ws-a.1 alone", got)
 	}
-	a.forget("cmd-a/start")
+	a.forgetHanded("cmd-a/start", waiting)
 	if got := a.awaitedStarts(reports); got != nil {
 		t.Errorf("awaited starts after the step stopped waiting: %v", got)
 	}
