@@ -504,15 +504,15 @@ func TestAnAdmissionBeginsTheFirstStepOrIsMadeAgainWithout(t *testing.T) {
 	})
 }
 
-// With every worker busy, Runner.Do admits the command unleased and kicks
-// the runner (which polls once an hour here): it runs once a worker is
-// free, claimed once.
+// With every worker busy past the runner's place wait (none here),
+// Runner.Do admits the command unleased and kicks the runner (which polls
+// once an hour here): it runs once a worker is free, claimed once.
 func TestACommandAdmittedWithNoWorkerFreeWaitsForAClaim(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s *store.Store) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		const workers = 8
-		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour), command.WithWorkers(workers))
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour), command.WithWorkers(workers), command.WithPlaceWait(0))
 		release := make(chan struct{})
 		var busy atomic.Int32
 		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
@@ -537,6 +537,63 @@ func TestACommandAdmittedWithNoWorkerFreeWaitsForAClaim(t *testing.T) {
 		if c := commandState(t, s, "ninth"); c.Attempts != 1 {
 			t.Errorf("the ninth ended after %d claims, want 1", c.Attempts)
 		}
+	})
+}
+
+// With every worker busy, Runner.Do waits for a free one (within the
+// runner's place wait) rather than admitting its command unclaimed: a
+// caller whose deadline passes first is answered deadline_exceeded and
+// nothing is admitted; a caller that waits on gets the place the busy
+// step gives back, and its command's step runs there, begun at its
+// admission (a step a claim started would have nothing begun).
+func TestAnAdmissionWaitsForAFreeWorker(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := command.NewRunner(s, "test-replica", slog.Default(), command.WithPoll(time.Hour), command.WithWorkers(1), command.WithPlaceWait(time.Minute))
+		busy, release := make(chan struct{}), make(chan struct{})
+		begun := make(chan any, 1)
+		r.Handle("CreateVolume", func(ctx context.Context, w *command.Work) error {
+			if w.Command().GetCommandId() == "busy" {
+				close(busy)
+				<-release
+			} else {
+				begun <- w.Begun()
+			}
+			return w.Succeed(ctx, func(*store.Tx) error { return nil })
+		})
+		go r.Run(ctx)
+		waitFor(t, "the runner running", r.Running)
+		admitVia(t, r, createVolume("busy", 1<<30))
+		<-busy
+
+		short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer stop()
+		late := createVolume("late", 1<<30)
+		err := r.Do(short, func(tx *store.Tx) error {
+			_, err := command.Admit(tx, time.Now(), "late", "CreateVolume", late, func() (command.Effect, error) {
+				return command.Effect{Target: "vol-late", Result: &ctrlv1.CreateVolumeResponse{}, Long: true}, tx.PutVolume(&ctrlv1.Volume{VolumeId: "vol-late"})
+			})
+			return err
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("an admission whose deadline passed waiting for a worker: %v, want its deadline exceeded", err)
+		}
+		if err := s.Tx(ctx, func(tx *store.Tx) error { _, err := tx.GetCommand("late", false); return err }); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the late command after its caller's deadline: %v, want none admitted", err)
+		}
+
+		admitted := make(chan struct{})
+		go func() {
+			defer close(admitted)
+			admitBegun(t, r, createVolume("queued", 1<<30), "")
+		}()
+		close(release)
+		<-admitted
+		if got := <-begun; got != "vol-queued-begun" {
+			t.Errorf("the queued command's step saw %v begun, want what its admission began", got)
+		}
+		waitFor(t, "queued SUCCEEDED", func() bool { return commandState(t, s, "queued").Final() })
 	})
 }
 

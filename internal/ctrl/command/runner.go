@@ -33,8 +33,10 @@ type Runner struct {
 	lease    time.Duration
 	poll     time.Duration
 	workers  int
-	kick     chan struct{}
-	metrics  *metrics.Metrics
+	// placeWait is the longest an admission waits for a free worker place.
+	placeWait time.Duration
+	kick      chan struct{}
+	metrics   *metrics.Metrics
 	// sem holds a place for each step running (workers places).
 	sem chan struct{}
 	// heavy holds a place for each step doing heavy work in ctrl itself
@@ -58,7 +60,7 @@ type Runner struct {
 func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *Runner {
 	r := &Runner{
 		store: s, owner: owner, handlers: map[string]Handler{}, log: log,
-		now: time.Now, lease: failpoint.Lease(30 * time.Second), poll: time.Second, workers: DefaultWorkers,
+		now: time.Now, lease: failpoint.Lease(30 * time.Second), poll: time.Second, workers: DefaultWorkers, placeWait: DefaultPlaceWait,
 		kick: make(chan struct{}, 1), heavy: make(chan struct{}, heavyWorkers),
 	}
 	for _, o := range opts {
@@ -89,6 +91,17 @@ func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *
 // (docs/PERFORMANCE.md, "Places for 256 steps").
 const DefaultWorkers = 256
 
+// DefaultPlaceWait is the longest an admission waits for a free worker
+// place unless WithPlaceWait says otherwise; after it, its command is
+// admitted unclaimed (the long way, above). An admission that took the
+// long way as soon as no place was free sent ctrl into a collapse under
+// a load beyond what it places a second: the long way costs several
+// times the short one, so each one admitted so left fewer places free
+// for the next (docs/PERFORMANCE.md, "Waiting for a place"). Waiting,
+// the calls queue at the rate ctrl places; the bound keeps a call from
+// waiting for ever should every place be held by long steps.
+const DefaultPlaceWait = 10 * time.Second
+
 // Option sets something of a Runner at construction.
 type Option func(*Runner)
 
@@ -99,6 +112,10 @@ func WithMetrics(m *metrics.Metrics) Option { return func(r *Runner) { r.metrics
 // WithWorkers sets how many steps the runner runs at once (DefaultWorkers
 // unless set).
 func WithWorkers(n int) Option { return func(r *Runner) { r.workers = max(n, 1) } }
+
+// WithPlaceWait sets the longest an admission waits for a free worker
+// place (DefaultPlaceWait unless set; 0 does not wait).
+func WithPlaceWait(d time.Duration) Option { return func(r *Runner) { r.placeWait = max(d, 0) } }
 
 // WithPoll sets how long the runner sleeps between looks for due
 // commands when nothing kicks it (one second unless set).
@@ -194,7 +211,10 @@ func (r *Runner) stepIn(ctx context.Context, c *store.CommandRow, begun any) {
 // other replicas take it over once the lease ran out, as after a crash
 // during any step.
 func (r *Runner) Do(ctx context.Context, fn func(tx *store.Tx) error) error {
-	runCtx, offer := r.offer()
+	runCtx, offer := r.offer(ctx)
+	if runCtx == nil && ctx.Err() != nil {
+		return ctx.Err() // it ended waiting for a place: nothing admitted
+	}
 	adm, err := do(ctx, r.store, offer, fn)
 	r.afterAdmission(runCtx, offer, adm, err)
 	return err
@@ -202,9 +222,10 @@ func (r *Runner) Do(ctx context.Context, fn func(tx *store.Tx) error) error {
 
 // offer reserves a worker place for the command an admission may lease
 // to this runner, and answers the context its step runs in and the offer
-// to make; both nil when no place is free or Run is not running.
-func (r *Runner) offer() (context.Context, *claimOffer) {
-	runCtx := r.reserve()
+// to make; both nil when no place is free within the wait (reserve) or
+// Run is not running.
+func (r *Runner) offer(ctx context.Context) (context.Context, *claimOffer) {
+	runCtx := r.reserve(ctx)
 	if runCtx == nil {
 		return nil, nil
 	}
@@ -235,20 +256,37 @@ func (r *Runner) Running() bool {
 }
 
 // reserve takes a worker place for a step Do starts, and answers the
-// context steps run in; nil when no place is free or Run is not running.
-func (r *Runner) reserve() context.Context {
+// context steps run in; nil when Run is not running, or no place came
+// free within placeWait, or before ctx ended (the caller's deadline: its
+// admission then fails and admits nothing). Waiting callers take the
+// places in the order they asked, with steps coming back from Idle.
+func (r *Runner) reserve(ctx context.Context) context.Context {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.running == nil || r.running.Err() != nil {
+	running := r.running
+	if running == nil || running.Err() != nil {
+		r.mu.Unlock()
 		return nil
 	}
+	r.wg.Add(1) // under mu: Run waits for it once it stopped
+	r.mu.Unlock()
 	select {
 	case r.sem <- struct{}{}:
-		r.wg.Add(1)
-		return r.running
+		return running
 	default:
-		return nil
 	}
+	if r.placeWait > 0 {
+		t := time.NewTimer(r.placeWait)
+		defer t.Stop()
+		select {
+		case r.sem <- struct{}{}:
+			return running
+		case <-t.C:
+		case <-ctx.Done():
+		case <-running.Done():
+		}
+	}
+	r.wg.Done()
+	return nil
 }
 
 // takes reports whether the runner has a handler of kind.
