@@ -16,14 +16,20 @@ const (
 	defaultWaitTimeout = 30 * time.Second
 	maxWaitTimeout     = time.Minute
 	// waitPoll is how often a waiter reads again on its own, for the
-	// writes of other replicas, which it does not hear.
+	// writes of other replicas, which it does not hear. A database that
+	// is this process's alone (SQLite) has none: its waiters read only
+	// when told, as a second's poll of each of thousands of waiting calls
+	// (creations queued beyond what ctrl places a second) cost ctrl more
+	// than the placements they waited for (docs/PERFORMANCE.md, "Waiting
+	// for a place").
 	waitPoll = time.Second
 )
 
 // Wait answers once the Workspace is in one of req's states or req's
 // command ended, or req's timeout passed. It reads the Workspace again
 // whenever this process commits a write of it or of one of its commands
-// (store.WatchWorkspace), and every waitPoll for other replicas' writes.
+// (store.WatchWorkspace), and every waitPoll for other replicas' writes
+// where there may be some.
 func (s *Service) Wait(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*ctrlv1.WaitWorkspaceResponse, error) {
 	timeout, err := waitTimeout(req)
 	if err != nil {
@@ -34,8 +40,12 @@ func (s *Service) Wait(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*
 	// deadline_exceeded instead of "not reached".
 	timer, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	poll := time.NewTicker(waitPoll)
-	defer poll.Stop()
+	var poll <-chan time.Time // nil: never
+	if !s.store.Exclusive() {
+		t := time.NewTicker(waitPoll)
+		defer t.Stop()
+		poll = t.C
+	}
 	for {
 		changed, stop := s.store.WatchWorkspace(req.GetWorkspaceId())
 		res, err := s.waitRead(ctx, req)
@@ -45,7 +55,7 @@ func (s *Service) Wait(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*
 		}
 		select {
 		case <-changed:
-		case <-poll.C:
+		case <-poll:
 		case <-timer.Done():
 			stop()
 			if ctx.Err() == nil {
