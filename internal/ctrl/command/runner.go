@@ -39,6 +39,9 @@ type Runner struct {
 	metrics   *metrics.Metrics
 	// sem holds a place for each step running (workers places).
 	sem chan struct{}
+	// queue holds a place for each admission waiting for one of sem's
+	// (admissionsAhead places; waitPlace).
+	queue chan struct{}
 	// heavy holds a place for each step doing heavy work in ctrl itself
 	// (heavyWorkers places, Work.Heavy).
 	heavy chan struct{}
@@ -61,7 +64,7 @@ func NewRunner(s *store.Store, owner string, log *slog.Logger, opts ...Option) *
 	r := &Runner{
 		store: s, owner: owner, handlers: map[string]Handler{}, log: log,
 		now: time.Now, lease: failpoint.Lease(30 * time.Second), poll: time.Second, workers: DefaultWorkers, placeWait: DefaultPlaceWait,
-		kick: make(chan struct{}, 1), heavy: make(chan struct{}, heavyWorkers),
+		kick: make(chan struct{}, 1), heavy: make(chan struct{}, heavyWorkers), queue: make(chan struct{}, admissionsAhead),
 	}
 	for _, o := range opts {
 		o(r)
@@ -101,6 +104,10 @@ const DefaultWorkers = 256
 // the calls queue at the rate ctrl places; the bound keeps a call from
 // waiting for ever should every place be held by long steps.
 const DefaultPlaceWait = 10 * time.Second
+
+// admissionsAhead bounds the admissions waiting for a worker place at
+// once beside the steps coming back from Idle (waitPlace).
+const admissionsAhead = 16
 
 // Option sets something of a Runner at construction.
 type Option func(*Runner)
@@ -274,19 +281,42 @@ func (r *Runner) reserve(ctx context.Context) context.Context {
 		return running
 	default:
 	}
-	if r.placeWait > 0 {
-		t := time.NewTimer(r.placeWait)
-		defer t.Stop()
-		select {
-		case r.sem <- struct{}{}:
-			return running
-		case <-t.C:
-		case <-ctx.Done():
-		case <-running.Done():
-		}
+	if r.placeWait > 0 && r.waitPlace(ctx, running) {
+		return running
 	}
 	r.wg.Done()
 	return nil
+}
+
+// waitPlace waits for a free place for reserve, within placeWait, and
+// reports whether it took one. Admissions wait their turn among
+// themselves first (queue), so that at most admissionsAhead of them wait
+// for a place beside the steps coming back from Idle: those end
+// placements begun and give their places back, and a step waiting behind
+// every creation queued under a load beyond what ctrl places a second
+// doubled the time to AVAILABLE (docs/PERFORMANCE.md, "Waiting for a
+// place").
+func (r *Runner) waitPlace(ctx, running context.Context) bool {
+	t := time.NewTimer(r.placeWait)
+	defer t.Stop()
+	select {
+	case r.queue <- struct{}{}:
+		defer func() { <-r.queue }()
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	case <-running.Done():
+		return false
+	}
+	select {
+	case r.sem <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-running.Done():
+	}
+	return false
 }
 
 // takes reports whether the runner has a handler of kind.
