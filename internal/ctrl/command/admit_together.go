@@ -56,9 +56,9 @@ type admitters struct {
 // callers (above). fn may run twice: in the shared transaction and,
 // should that fail, in a transaction of its own.
 func (r *Runner) DoTogether(ctx context.Context, fn func(tx *store.Tx) error) error {
-	runCtx, offer := r.offer(ctx)
-	if runCtx == nil && ctx.Err() != nil {
-		return ctx.Err() // it ended waiting for a place: nothing admitted
+	runCtx, offer, err := r.offer(ctx)
+	if err != nil {
+		return err
 	}
 	m := &admitMember{ctx: ctx, fn: fn, adm: &admissions{offer: offer}, done: make(chan error, 1)}
 	r.admitting.run(m, func(b *batch[*admitMember]) error { return r.admitTogether(context.WithoutCancel(ctx), b) },

@@ -218,9 +218,9 @@ func (r *Runner) stepIn(ctx context.Context, c *store.CommandRow, begun any) {
 // other replicas take it over once the lease ran out, as after a crash
 // during any step.
 func (r *Runner) Do(ctx context.Context, fn func(tx *store.Tx) error) error {
-	runCtx, offer := r.offer(ctx)
-	if runCtx == nil && ctx.Err() != nil {
-		return ctx.Err() // it ended waiting for a place: nothing admitted
+	runCtx, offer, err := r.offer(ctx)
+	if err != nil {
+		return err
 	}
 	adm, err := do(ctx, r.store, offer, fn)
 	r.afterAdmission(runCtx, offer, adm, err)
@@ -230,13 +230,14 @@ func (r *Runner) Do(ctx context.Context, fn func(tx *store.Tx) error) error {
 // offer reserves a worker place for the command an admission may lease
 // to this runner, and answers the context its step runs in and the offer
 // to make; both nil when no place is free within the wait (reserve) or
-// Run is not running.
-func (r *Runner) offer(ctx context.Context) (context.Context, *claimOffer) {
+// Run is not running. It fails with ctx's error when ctx ended while it
+// waited for a place: the caller then admits nothing.
+func (r *Runner) offer(ctx context.Context) (context.Context, *claimOffer, error) {
 	runCtx := r.reserve(ctx)
 	if runCtx == nil {
-		return nil, nil
+		return nil, nil, ctx.Err()
 	}
-	return runCtx, &claimOffer{owner: r.owner, until: r.now().Add(r.lease), takes: r.takes}
+	return runCtx, &claimOffer{owner: r.owner, until: r.now().Add(r.lease), takes: r.takes}, nil
 }
 
 // afterAdmission starts the step of the command the admission leased to
@@ -265,8 +266,9 @@ func (r *Runner) Running() bool {
 // reserve takes a worker place for a step Do starts, and answers the
 // context steps run in; nil when Run is not running, or no place came
 // free within placeWait, or before ctx ended (the caller's deadline: its
-// admission then fails and admits nothing). Waiting callers take the
-// places in the order they asked, with steps coming back from Idle.
+// admission then fails and admits nothing). Waiting admissions take
+// their turns in the order they asked, and the steps coming back from
+// Idle wait beside the few at the head of that queue (waitPlace).
 func (r *Runner) reserve(ctx context.Context) context.Context {
 	r.mu.Lock()
 	running := r.running
