@@ -68,7 +68,11 @@
 //     processes, a PostgreSQL server on this machine, and anything else
 //     running; times placements/s it is the cores the run kept busy (two
 //     here: the machine's bound); GCs and heap: this process's garbage
-//     collections while the callers ran, and its heap's size at their end.
+//     collections while the callers ran, and its heap's size at their end;
+//     goroutines and stacks: this process's goroutines at their end (with
+//     the fleet in a process of its own, mostly ctrl's node sessions'; the
+//     callers' have ended) and the memory their stacks held
+//     (runtime.MemStats.StackInuse).
 //   - placements/s: Workspaces AVAILABLE divided by the time from the first
 //     CreateWorkspace call to the last AVAILABLE; under an open load at most
 //     the offered rate.
@@ -246,7 +250,7 @@ func main() {
 
 func print(rows [][]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tstatements each\tDB busy\tCPU each\tctrl CPU each\tfleet CPU each\tmachine CPU each\tGCs\theap\tall rounds (placements/s)\t")
+	fmt.Fprintln(tw, "database\tnodes\tload\tfollow\tREADY\tfleet up\tplaced\tAVAILABLE\tplacements/s\tplacement p50\tplacement p99\tAVAILABLE p50\tAVAILABLE p99\tnodes used\ttransactions each\tcommits each\tstatements each\tDB busy\tCPU each\tctrl CPU each\tfleet CPU each\tmachine CPU each\tGCs\theap\tgoroutines\tstacks\tall rounds (placements/s)\t")
 	for _, rounds := range rows {
 		sorted := slices.Clone(rounds)
 		slices.SortFunc(sorted, func(a, b result) int { return cmp.Compare(a.perSecond, b.perSecond) })
@@ -259,8 +263,8 @@ func print(rows [][]result) {
 		if r.fleetCPUEach >= 0 {
 			fleetCPU = ms(r.fleetCPUEach)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%s\t%s\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
-			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, r.statementsEach, 100*r.dbBusy, ms(r.cpuEach), ms(r.ctrlCPUEach), fleetCPU, ms(r.machineCPUEach), r.collections, r.heapMiB, strings.Join(all, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%s\t%s\t%d\t%d MiB\t%d\t%d MiB\t%s\t\n", r.db, r.nodes, r.load, r.follow, r.readyNodes, r.ready.Seconds(), r.placed, len(r.available), r.perSecond,
+			ms(pct(r.placement, 50)), ms(pct(r.placement, 99)), ms(pct(r.available, 50)), ms(pct(r.available, 99)), r.nodesUsed, r.txsEach, r.commitsEach, r.statementsEach, 100*r.dbBusy, ms(r.cpuEach), ms(r.ctrlCPUEach), fleetCPU, ms(r.machineCPUEach), r.collections, r.heapMiB, r.goroutines, r.stacksMiB, strings.Join(all, " "))
 	}
 	tw.Flush()
 }
@@ -342,6 +346,10 @@ type result struct {
 	// callers ran, heapMiB its heap's size (runtime.MemStats.HeapSys) then.
 	collections uint32
 	heapMiB     uint64
+	// goroutines and stacksMiB are this process's goroutines at the end
+	// of the creations and what their stacks held.
+	goroutines int
+	stacksMiB  uint64
 }
 
 // placements is what the simulated nodes saw: when each Workspace's
@@ -462,6 +470,7 @@ func runRow(r row) (result, error) {
 	prof, profErr := stopProfile()
 	runtime.ReadMemStats(&mem1)
 	res.collections, res.heapMiB = mem1.NumGC-mem0.NumGC, mem1.HeapSys>>20
+	res.goroutines, res.stacksMiB = runtime.NumGoroutine(), mem1.StackInuse>>20
 	res.fleetCPUEach = -1
 	fleet1, cpuErr := fl.cpu()
 	machine1, machineErr := benchfleet.MachineCPU()
