@@ -38,7 +38,9 @@ func (s *Slot) serveDNS() error {
 			return fmt.Errorf("userstack: link DNS on %s: %w", gw, err)
 		}
 		s.flows.add(conn)
-		s.goRun(func() { s.answerQueries(gw, conn) })
+		if !s.goRun(func() { s.answerQueries(gw, conn) }) {
+			_ = conn.Close()
+		}
 	}
 	return nil
 }
@@ -57,13 +59,15 @@ func (s *Slot) answerQueries(gw netip.Addr, conn *gonet.UDPConn) {
 			continue // not a query: dropped
 		}
 		inflight <- struct{}{}
-		s.goRun(func() {
+		if !s.goRun(func() {
 			defer func() { <-inflight }()
 			answer := s.answer(gw, q, false)
 			if b, err := answer.Pack(); err == nil {
 				_, _ = conn.WriteTo(b, from)
 			}
-		})
+		}) {
+			return // the slot is closing
+		}
 	}
 }
 

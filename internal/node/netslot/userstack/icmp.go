@@ -75,7 +75,7 @@ func (s *Slot) echo(p packet) {
 	}
 	reply := echoReply(p)
 	data := append([]byte(nil), p.transport[8:]...)
-	s.goRun(func() {
+	started := s.goRun(func() {
 		defer func() { <-s.echoes }()
 		ctx, cancel := context.WithTimeout(s.ctx, echoTimeout)
 		defer cancel()
@@ -85,6 +85,9 @@ func (s *Slot) echo(p packet) {
 		}
 		s.toGuest(reply)
 	})
+	if !started {
+		<-s.echoes // the slot is closing
+	}
 }
 
 // parse reads the Ethernet and IP headers of a guest frame.

@@ -128,8 +128,15 @@ type Slot struct {
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	flows  flowSet
+	// wg counts the goroutines goRun started, which Close waits for;
+	// closing (under goMu) says Close began: goRun starts none after, as
+	// a WaitGroup must not be added to while it is waited for (gVisor's
+	// forwarder hands the slot a guest's new connection in a goroutine of
+	// its own, at any time, Close or not).
+	wg      sync.WaitGroup
+	goMu    sync.Mutex
+	closing bool
+	flows   flowSet
 	// dnsConns are idle sockets to the deployment resolvers.
 	dnsConns dnsConns
 	echoes   chan struct{} // bounds the echoes waiting for a reply
@@ -357,6 +364,9 @@ func (s *Slot) toGuest(frame []byte) {
 // destroyed. It is idempotent.
 func (s *Slot) Close() error {
 	s.cancel()
+	s.goMu.Lock()
+	s.closing = true
+	s.goMu.Unlock()
 	s.flows.closeAll()
 	s.dnsConns.close()
 	s.policy.Load().dns.retire()
@@ -367,13 +377,21 @@ func (s *Slot) Close() error {
 	return nil
 }
 
-// go runs fn until the slot closes; Close waits for it.
-func (s *Slot) goRun(fn func()) {
+// goRun runs fn in a goroutine of its own, which Close waits for, and
+// reports whether it did: once Close began it runs nothing, and the
+// caller lets go of what fn would have used.
+func (s *Slot) goRun(fn func()) bool {
+	s.goMu.Lock()
+	defer s.goMu.Unlock()
+	if s.closing {
+		return false
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		fn()
 	}()
+	return true
 }
 
 func protocolOf(a netip.Addr) tcpip.NetworkProtocolNumber {

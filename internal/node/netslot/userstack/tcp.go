@@ -57,7 +57,10 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	}
 	r.Complete(false)
 	t := &tcpFlow{flow: flow, decision: d, admittedBy: rev, guest: gonet.NewTCPConn(&wq, ep), world: out, endpoint: ep}
-	s.goRun(func() { s.splice(t) })
+	if !s.goRun(func() { s.splice(t) }) {
+		_ = t.guest.Close()
+		_ = out.Close()
+	}
 }
 
 // acceptTCPDNS completes a guest's TCP connection to the link DNS address
@@ -73,7 +76,9 @@ func (s *Slot) acceptTCPDNS(r *tcp.ForwarderRequest, gw netip.Addr) {
 	}
 	r.Complete(false)
 	c := gonet.NewTCPConn(&wq, ep)
-	s.goRun(func() { s.serveTCPDNS(gw, c) })
+	if !s.goRun(func() { s.serveTCPDNS(gw, c) }) {
+		_ = c.Close()
+	}
 }
 
 // dial connects an admitted flow to dst the way d (rev's decision) says. A
