@@ -40,11 +40,20 @@ type session struct {
 	stream      *sessionStream
 
 	sendMu sync.Mutex
-	// notify wakes the sender (sendOperations): to read the node's pending
-	// operations (reread) or to send those in outbox.
-	notify chan struct{}
 
 	mu sync.Mutex
+	// A sender (sendOperations) runs while the node has operations to be
+	// sent (outbox) or read from the database (reread), and ends once it
+	// has none: wakeSender starts one when none runs (sending) and the
+	// session is open for senders (senderCtx, the context they run in:
+	// nil before the welcome is sent and once the handler ends; senders
+	// counts them). An idle session so keeps no goroutine for its
+	// operations: at 10,000 nodes a parked sender each was 10,000 of the
+	// 30,000 goroutines whose stacks every garbage collection scans
+	// (docs/PERFORMANCE.md).
+	sending   bool
+	senderCtx context.Context
+	senders   sync.WaitGroup
 	// interval is how often the node was last asked to report (its
 	// welcome, then SessionSchedule): what its silence is judged by.
 	interval time.Duration
@@ -105,7 +114,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}
 	s := &session{
 		nodeID: nodeID, incarnation: hello.GetIncarnation(), connectedAt: f.now(), stream: stream,
-		notify: make(chan struct{}, 1), observed: make(chan struct{}, 1), probes: map[uint64]time.Time{}, sent: map[string]bool{},
+		observed: make(chan struct{}, 1), probes: map[uint64]time.Time{}, sent: map[string]bool{},
 		dataToken: "kbd_" + hex.EncodeToString(randomBytes(24)),
 	}
 	s.obs.heardAt = s.connectedAt
@@ -129,15 +138,11 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}
 	_ = f.waker.WakeWaiting(ctx) // commands waiting for a node may go on now
 
-	// The sender must be done before the handler returns: after that the
+	// A sender must be done before the handler returns: after that the
 	// stream is closed and may not be written.
 	ctx, cancel := context.WithCancel(ctx)
-	var sender sync.WaitGroup
-	defer func() {
-		cancel()
-		sender.Wait()
-	}()
-	sender.Go(func() { f.sendOperations(ctx, s) })
+	defer f.closeSenders(s, cancel)
+	f.openSenders(ctx, s)
 	defer f.watchSilence(ctx, s)()
 	ended, stop := f.receive(ctx, s)
 	defer stop()
@@ -152,9 +157,9 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 // 10,000 nodes every goroutine a session keeps is 10,000 stacks each
 // garbage collection scans (docs/PERFORMANCE.md). A probe due while an
 // observation is written waits for it; its offset is measured around its
-// own send, so the wait does not skew it. Operations keep a goroutine of
-// their own (sendOperations): a placement's StartExecution never waits
-// behind an observation's commit.
+// own send, so the wait does not skew it. Operations are sent from a
+// goroutine of their own, started when there are some (sendOperations): a
+// placement's StartExecution never waits behind an observation's commit.
 func (f *Fleet) tend(ctx context.Context, s *session, ended <-chan error) error {
 	probes := f.probeClock(s)
 	defer probes.stop()
@@ -438,16 +443,43 @@ func (f *Fleet) wakeSender(nodeID string, note func(*session)) {
 	f.mu.Lock()
 	s := f.sessions[nodeID]
 	f.mu.Unlock()
-	if s == nil {
-		return
+	if s != nil {
+		f.wake(s, note)
 	}
+}
+
+// wake applies note to s and starts a sender if none runs.
+func (f *Fleet) wake(s *session, note func(*session)) {
 	s.mu.Lock()
 	note(s)
-	s.mu.Unlock()
-	select {
-	case s.notify <- struct{}{}:
-	default:
+	start := s.senderCtx != nil && !s.sending
+	if start {
+		s.sending = true
+		s.senders.Add(1) // under mu, before closeSenders can wait
 	}
+	s.mu.Unlock()
+	if start {
+		go f.sendOperations(s)
+	}
+}
+
+// openSenders lets senders run in ctx, once the node was welcomed, and
+// starts the first, which reads the node's pending operations.
+func (f *Fleet) openSenders(ctx context.Context, s *session) {
+	s.mu.Lock()
+	s.senderCtx = ctx
+	s.mu.Unlock()
+	f.wake(s, func(s *session) { s.reread = true })
+}
+
+// closeSenders starts no sender any more, ends the one running (cancel
+// ends the context it runs in) and waits for it.
+func (f *Fleet) closeSenders(s *session, cancel context.CancelFunc) {
+	s.mu.Lock()
+	s.senderCtx = nil
+	s.mu.Unlock()
+	cancel()
+	s.senders.Wait()
 }
 
 // handle applies one message from the node.
@@ -749,19 +781,24 @@ func MeasureClock(sent, received, nodeTime time.Time, tolerance time.Duration) *
 	}
 }
 
-// sendOperations sends the node's pending operations at the start of the
-// session and whenever it is notified: by this replica after it records
-// an operation (Notify), and by PollOperations for operations another
-// replica recorded. One fleet-wide poll instead of one per session keeps
-// ctrl's load flat in the number of idle sessions.
-func (f *Fleet) sendOperations(ctx context.Context, s *session) {
-	reread := true // at the start of the session
+// sendOperations sends the node's operations: those in the session's
+// outbox, and its pending ones read from the database when asked
+// (reread: at the start of the session, by this replica's Notify after it
+// recorded an operation, and by PollOperations for those another replica
+// recorded; one fleet-wide poll instead of one per session keeps ctrl's
+// load flat in the number of idle sessions). It runs until it finds
+// nothing more to send, or the session ends (wakeSender).
+func (f *Fleet) sendOperations(s *session) {
+	defer s.senders.Done()
 	for {
 		s.mu.Lock()
-		pending := s.outbox
-		s.outbox = nil
-		reread = reread || s.reread
-		s.reread = false
+		ctx, pending, reread := s.senderCtx, s.outbox, s.reread
+		s.outbox, s.reread = nil, false
+		if ctx == nil || ctx.Err() != nil || len(pending) == 0 && !reread {
+			s.sending = false
+			s.mu.Unlock()
+			return
+		}
 		s.mu.Unlock()
 		if reread {
 			err := f.store.Tx(ctx, func(tx *store.Tx) error {
@@ -772,7 +809,6 @@ func (f *Fleet) sendOperations(ctx context.Context, s *session) {
 			if err != nil && ctx.Err() == nil {
 				f.log.WarnContext(ctx, "read pending node operations", "node_id", s.nodeID, "err", err)
 			}
-			reread = false
 		}
 		for _, op := range pending {
 			s.mu.Lock()
@@ -785,13 +821,11 @@ func (f *Fleet) sendOperations(ctx context.Context, s *session) {
 			if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Command{Command: &nodev1.NodeCommand{
 				OperationId: op.GetOperationId(), CommandId: op.GetCommandId(), Body: op.GetBody(), Traceparent: op.GetTraceparent(), RequestId: op.GetRequestId(),
 			}}}); err != nil {
+				s.mu.Lock()
+				s.sending = false
+				s.mu.Unlock()
 				return
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.notify:
 		}
 	}
 }
