@@ -116,6 +116,7 @@ func NewOperatorHandler(b *Backend, interceptors ...connect.Interceptor) http.Ha
 func NewNodeHandler(b *Backend, interceptors ...connect.Interceptor) http.Handler {
 	opts := handlerOptions(b, interceptors)
 	e := newEndpoint()
-	e.mount(nodev1connect.NewNodeSessionServiceHandler(nodeSessionHandler{f: b.Fleet, t: b.Transfers}, opts))
+	path, h := nodev1connect.NewNodeSessionServiceHandler(nodeSessionHandler{f: b.Fleet, t: b.Transfers}, opts)
+	e.mount(path, interruptible(h))
 	return e.handler()
 }

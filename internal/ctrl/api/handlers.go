@@ -211,7 +211,11 @@ func (h nodeSessionHandler) FetchArtifact(ctx context.Context, req *connect.Requ
 }
 
 func (h nodeSessionHandler) Session(ctx context.Context, stream *connect.BidiStream[nodev1.SessionRequest, nodev1.SessionResponse]) error {
-	return h.f.Session(ctx, stream)
+	interrupt, err := interruptOf(ctx)
+	if err != nil {
+		return err
+	}
+	return h.f.Session(ctx, stream, interrupt)
 }
 
 // workspaceHandler serves WorkspaceService; the Transfer domain exports.

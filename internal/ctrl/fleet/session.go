@@ -42,18 +42,25 @@ type session struct {
 	sendMu sync.Mutex
 
 	mu sync.Mutex
-	// A sender (sendOperations) runs while the node has operations to be
-	// sent (outbox) or read from the database (reread), and ends once it
-	// has none: wakeSender starts one when none runs (sending) and the
-	// session is open for senders (senderCtx, the context they run in:
-	// nil before the welcome is sent and once the handler ends; senders
-	// counts them). An idle session so keeps no goroutine for its
-	// operations: at 10,000 nodes a parked sender each was 10,000 of the
-	// 30,000 goroutines whose stacks every garbage collection scans
-	// (docs/PERFORMANCE.md).
-	sending   bool
-	senderCtx context.Context
-	senders   sync.WaitGroup
+	// A session's work besides reading the node's messages runs in
+	// goroutines started when there is some and ended once there is none
+	// (workers.go): its sender (sendOperations) while it has operations or
+	// a clock probe to send (sending), its writer (writeObservations)
+	// while an observation waits to be written (writing). workCtx is the
+	// context they run in: nil before the welcome is sent and once the
+	// handler ends; workers counts them. An idle session so keeps one
+	// goroutine, the handler reading its messages: at 10,000 nodes every
+	// goroutine a session keeps is 10,000 stacks each garbage collection
+	// scans (docs/PERFORMANCE.md).
+	sending bool
+	writing bool
+	workCtx context.Context
+	workers sync.WaitGroup
+	// probeDue asks the sender for a clock probe; probeTimer sets it every
+	// probeEvery (probeClock).
+	probeDue   bool
+	probeTimer *time.Timer
+	probeEvery time.Duration
 	// interval is how often the node was last asked to report (its
 	// welcome, then SessionSchedule): what its silence is judged by.
 	interval time.Duration
@@ -78,10 +85,8 @@ type session struct {
 	// its newest sample (liveness.go).
 	obs observed
 
-	// latest is the newest observation not handled yet; observed wakes
-	// the session's observation writer.
-	latest   *nodev1.NodeObservation
-	observed chan struct{}
+	// latest is the newest observation not written yet, for the writer.
+	latest *nodev1.NodeObservation
 
 	// dataToken authorises ctrl's calls to the node's data endpoint while
 	// this session lasts.
@@ -99,7 +104,10 @@ func (s *session) send(msg *nodev1.SessionResponse) error {
 }
 
 // Session serves one node's control session until it ends.
-func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
+//
+// interrupt must end a Receive on stream that waits, from any goroutine
+// (the api package closes the request's body).
+func (f *Fleet) Session(ctx context.Context, stream *sessionStream, interrupt func()) error {
 	nodeID, err := f.authenticate(ctx, stream.RequestHeader().Get("Authorization"), stream.RequestHeader().Get(HeaderNodeID))
 	if err != nil {
 		return err
@@ -114,7 +122,7 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}
 	s := &session{
 		nodeID: nodeID, incarnation: hello.GetIncarnation(), connectedAt: f.now(), stream: stream,
-		observed: make(chan struct{}, 1), probes: map[uint64]time.Time{}, sent: map[string]bool{},
+		probes: map[uint64]time.Time{}, sent: map[string]bool{},
 		dataToken: "kbd_" + hex.EncodeToString(randomBytes(24)),
 	}
 	s.obs.heardAt = s.connectedAt
@@ -138,91 +146,50 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream) error {
 	}
 	_ = f.waker.WakeWaiting(ctx) // commands waiting for a node may go on now
 
-	// A sender must be done before the handler returns: after that the
+	// A worker must be done before the handler returns: after that the
 	// stream is closed and may not be written.
 	ctx, cancel := context.WithCancel(ctx)
-	defer f.closeSenders(s, cancel)
-	f.openSenders(ctx, s)
+	defer f.closeWorkers(s, cancel)
+	f.openWorkers(ctx, s)
 	defer f.watchSilence(ctx, s)()
-	ended, stop := f.receive(ctx, s)
-	defer stop()
-	return f.tend(ctx, s, ended)
+	// A session ctrl ends (RetireNode, a revocation, silence) must not
+	// wait for the node's next message: interrupt ends the Receive the
+	// handler waits in.
+	defer context.AfterFunc(ctx, interrupt)()
+	return f.receive(ctx, s)
 }
 
-// tend is the rest of the handler's life: it probes the node's clock
-// (probeClock) and writes the newest observation whenever one arrived
-// (writeObservations), until the session ends, by ctrl (RetireNode, a
-// revocation) or by the node, and answers what the handler returns. Both
-// run in the handler's goroutine, which would wait idle otherwise: at
-// 10,000 nodes every goroutine a session keeps is 10,000 stacks each
-// garbage collection scans (docs/PERFORMANCE.md). A probe due while an
-// observation is written waits for it; its offset is measured around its
-// own send, so the wait does not skew it. Operations are sent from a
-// goroutine of their own, started when there are some (sendOperations): a
-// placement's StartExecution never waits behind an observation's commit.
-func (f *Fleet) tend(ctx context.Context, s *session, ended <-chan error) error {
-	probes := f.probeClock(s)
-	defer probes.stop()
+// receive reads the node's messages and handles each, in order, in the
+// handler's goroutine, until the stream ends, a message ends the session,
+// or ctrl ends it (ctx), and answers what the handler returns. Handling
+// them in a goroutine of their own would cost a goroutine wake-up a
+// message, most of what an idle fleet's message costs ctrl, and reading
+// them in one would keep a second goroutine a session
+// (docs/PERFORMANCE.md). No message is handled once ctrl ended the
+// session.
+func (f *Fleet) receive(ctx context.Context, s *session) error {
 	for {
-		select {
-		case <-ctx.Done():
+		msg, err := s.stream.Receive()
+		if ctx.Err() != nil {
 			if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodePermissionDenied {
 				return cause
 			}
 			return nil
-		case err := <-ended:
+		}
+		if err != nil {
 			if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
 				return nil
 			}
 			return err
-		case <-probes.due():
-			probes.next(s)
-		case <-s.observed:
-			f.writeObservations(ctx, s)
 		}
-	}
-}
-
-// receive reads the node's messages and handles each, in order, in the
-// goroutine that reads them, until the stream ends or a message ends the
-// session (ended says why). Handling them in a goroutine of their own
-// would cost a goroutine wake-up a message, most of what an idle fleet's
-// message costs ctrl (docs/PERFORMANCE.md). The reader ends once the
-// handler returned and the stream is closed; stop, which the handler
-// calls before it returns, waits for a message being handled and keeps
-// any later one from being handled: none is once the session ended.
-func (f *Fleet) receive(ctx context.Context, s *session) (ended <-chan error, stop func()) {
-	out := make(chan error, 1)
-	var mu sync.Mutex
-	stopped := false
-	go func() {
-		for {
-			msg, err := s.stream.Receive()
-			if err != nil {
-				out <- err
-				return
-			}
-			mu.Lock()
-			if stopped {
-				mu.Unlock()
-				return
-			}
-			s.heard(f.now())
-			err = f.handle(ctx, s, msg)
-			mu.Unlock()
-			if connect.CodeOf(err) == connect.CodePermissionDenied {
-				out <- err
-				return
-			}
-			if err != nil {
-				f.log.WarnContext(ctx, "node session message", "node_id", s.nodeID, "err", err)
-			}
+		s.heard(f.now())
+		err = f.handle(ctx, s, msg)
+		if connect.CodeOf(err) == connect.CodePermissionDenied {
+			return err
 		}
-	}()
-	return out, func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
+		if err != nil {
+			f.log.WarnContext(ctx, "node session message", "node_id", s.nodeID, "err", err)
+		}
 	}
 }
 
@@ -437,51 +404,6 @@ func (f *Fleet) deliver(op *storev1.NodeOperation) {
 	f.wakeSender(op.GetNodeId(), func(s *session) { s.outbox = append(s.outbox, op) })
 }
 
-// wakeSender applies note to nodeID's session, if this replica holds it,
-// and wakes its sender.
-func (f *Fleet) wakeSender(nodeID string, note func(*session)) {
-	f.mu.Lock()
-	s := f.sessions[nodeID]
-	f.mu.Unlock()
-	if s != nil {
-		f.wake(s, note)
-	}
-}
-
-// wake applies note to s and starts a sender if none runs.
-func (f *Fleet) wake(s *session, note func(*session)) {
-	s.mu.Lock()
-	note(s)
-	start := s.senderCtx != nil && !s.sending
-	if start {
-		s.sending = true
-		s.senders.Add(1) // under mu, before closeSenders can wait
-	}
-	s.mu.Unlock()
-	if start {
-		go f.sendOperations(s)
-	}
-}
-
-// openSenders lets senders run in ctx, once the node was welcomed, and
-// starts the first, which reads the node's pending operations.
-func (f *Fleet) openSenders(ctx context.Context, s *session) {
-	s.mu.Lock()
-	s.senderCtx = ctx
-	s.mu.Unlock()
-	f.wake(s, func(s *session) { s.reread = true })
-}
-
-// closeSenders starts no sender any more, ends the one running (cancel
-// ends the context it runs in) and waits for it.
-func (f *Fleet) closeSenders(s *session, cancel context.CancelFunc) {
-	s.mu.Lock()
-	s.senderCtx = nil
-	s.mu.Unlock()
-	cancel()
-	s.senders.Wait()
-}
-
 // handle applies one message from the node.
 func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionRequest) error {
 	switch m := msg.GetMessage().(type) {
@@ -518,8 +440,8 @@ func (f *Fleet) handle(ctx context.Context, s *session, msg *nodev1.SessionReque
 // written replaces it. The session's other messages (a node's answers
 // above all) never wait behind the fleet's observation writes, and the
 // writes waiting at any time are at most one per session. An observation
-// with nothing to write wakes no writer: at 10,000 nodes that was 2,000
-// goroutine wake-ups a second.
+// with nothing to write starts no writer: at 10,000 nodes waking one for
+// each was 2,000 goroutine wake-ups a second.
 func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservation) {
 	for _, r := range o.GetExecutions() {
 		if !r.GetRunning() {
@@ -539,31 +461,7 @@ func (f *Fleet) observe(ctx context.Context, s *session, o *nodev1.NodeObservati
 	}
 	s.latest = o
 	s.mu.Unlock()
-	select {
-	case s.observed <- struct{}{}:
-	default:
-	}
-}
-
-// writeObservations writes the session's newest observation, if one
-// arrived since the last was written. A node no longer admitted ends the
-// session.
-func (f *Fleet) writeObservations(ctx context.Context, s *session) {
-	s.mu.Lock()
-	o := s.latest
-	s.latest = nil
-	s.mu.Unlock()
-	if o == nil || ctx.Err() != nil {
-		return
-	}
-	err := f.writeObservation(ctx, s, o)
-	if connect.CodeOf(err) == connect.CodePermissionDenied {
-		s.end(err)
-		return
-	}
-	if err != nil {
-		f.log.WarnContext(ctx, "node observation", "node_id", s.nodeID, "err", err)
-	}
+	f.wakeWriter(s)
 }
 
 // writeObservation writes one observation into the node's registration,
@@ -648,61 +546,6 @@ func nodeArtifacts(held []*nodev1.CachedArtifact) []store.NodeArtifact {
 	return out
 }
 
-// clockProbes is a session's clock probing: one now, then one every
-// ClockProbeInterval, spread as the sessions held grow (Config.spread);
-// with each probe the node hears its new observation interval when that
-// changed (reschedule). A probe that cannot be sent ends the probing (the
-// session is ending).
-type clockProbes struct {
-	f      *Fleet
-	every  time.Duration
-	ticker *time.Ticker
-	// stopped is set once a probe could not be sent.
-	stopped bool
-}
-
-// probeClock sends s's first probe and answers its probing.
-func (f *Fleet) probeClock(s *session) *clockProbes {
-	p := &clockProbes{f: f, every: f.cfg.clockProbeInterval(f.sessionsHeld())}
-	p.ticker = time.NewTicker(p.every)
-	p.send(s)
-	return p
-}
-
-// due fires when the next probe is due; never once probing stopped.
-func (p *clockProbes) due() <-chan time.Time {
-	if p.stopped {
-		return nil
-	}
-	return p.ticker.C
-}
-
-// next sends the probe due, at the interval for the sessions held now.
-func (p *clockProbes) next(s *session) {
-	if d := p.f.cfg.clockProbeInterval(p.f.sessionsHeld()); d != p.every {
-		p.every = d
-		p.ticker.Reset(d)
-	}
-	p.send(s)
-}
-
-func (p *clockProbes) send(s *session) {
-	s.mu.Lock()
-	s.nextID++
-	id := s.nextID
-	s.probes[id] = p.f.now()
-	s.mu.Unlock()
-	if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_ClockProbe{ClockProbe: &nodev1.ClockProbe{ProbeId: id}}}); err != nil {
-		p.stopped = true
-		return
-	}
-	if err := p.f.reschedule(s); err != nil {
-		p.stopped = true
-	}
-}
-
-func (p *clockProbes) stop() { p.ticker.Stop() }
-
 // reschedule sends the node its observation interval for the sessions held
 // now, when it differs from the one it has by a quarter or more. The
 // session judges silence by the new one from then: longer, before the node
@@ -778,55 +621,6 @@ func MeasureClock(sent, received, nodeTime time.Time, tolerance time.Duration) *
 	return &operatorv1.NodeClockObservation{
 		Offset: durationpb.New(offset), Uncertainty: durationpb.New(uncertainty), MeasuredAt: timestamppb.New(received),
 		ExceedsTolerance: abs-uncertainty > tolerance,
-	}
-}
-
-// sendOperations sends the node's operations: those in the session's
-// outbox, and its pending ones read from the database when asked
-// (reread: at the start of the session, by this replica's Notify after it
-// recorded an operation, and by PollOperations for those another replica
-// recorded; one fleet-wide poll instead of one per session keeps ctrl's
-// load flat in the number of idle sessions). It runs until it finds
-// nothing more to send, or the session ends (wakeSender).
-func (f *Fleet) sendOperations(s *session) {
-	defer s.senders.Done()
-	for {
-		s.mu.Lock()
-		ctx, pending, reread := s.senderCtx, s.outbox, s.reread
-		s.outbox, s.reread = nil, false
-		if ctx == nil || ctx.Err() != nil || len(pending) == 0 && !reread {
-			s.sending = false
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
-		if reread {
-			err := f.store.Tx(ctx, func(tx *store.Tx) error {
-				var err error
-				pending, err = tx.PendingNodeOperations(s.nodeID, 100)
-				return err
-			})
-			if err != nil && ctx.Err() == nil {
-				f.log.WarnContext(ctx, "read pending node operations", "node_id", s.nodeID, "err", err)
-			}
-		}
-		for _, op := range pending {
-			s.mu.Lock()
-			already := s.sent[op.GetOperationId()]
-			s.sent[op.GetOperationId()] = true
-			s.mu.Unlock()
-			if already {
-				continue
-			}
-			if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Command{Command: &nodev1.NodeCommand{
-				OperationId: op.GetOperationId(), CommandId: op.GetCommandId(), Body: op.GetBody(), Traceparent: op.GetTraceparent(), RequestId: op.GetRequestId(),
-			}}}); err != nil {
-				s.mu.Lock()
-				s.sending = false
-				s.mu.Unlock()
-				return
-			}
-		}
 	}
 }
 
