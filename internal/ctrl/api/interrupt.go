@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -15,13 +17,28 @@ type interruptKey struct{}
 // (interruptOf): Connect's streams have no way to, and ctrl ends sessions
 // on its own (RetireNode, a revocation, a node gone silent) without
 // keeping a goroutine a session waiting for the node's next message.
-// Closing the request's body does it: net/http's HTTP/2 server breaks the
-// body's pipe, so that a Read waiting in it, and every later one, fails
-// at once; the response, with the handler's error, is still written.
+// A read deadline in the past does it (http.ResponseController): on
+// HTTP/2 the server fails the stream's body at once, so that the Read
+// waiting in it, and every later one, fails; the response, with the
+// handler's error, is still written. An interrupt that comes once the
+// handler returned does nothing: the writer may not be used then.
 func interruptible(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body := r.Body
-		interrupt := func() { _ = body.Close() }
+		var mu sync.Mutex
+		done := false
+		rc := http.NewResponseController(w)
+		interrupt := func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !done {
+				_ = rc.SetReadDeadline(time.Now()) // net/http's writers all support it
+			}
+		}
+		defer func() {
+			mu.Lock()
+			done = true
+			mu.Unlock()
+		}()
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), interruptKey{}, interrupt)))
 	})
 }

@@ -106,7 +106,7 @@ func (s *session) send(msg *nodev1.SessionResponse) error {
 // Session serves one node's control session until it ends.
 //
 // interrupt must end a Receive on stream that waits, from any goroutine
-// (the api package closes the request's body).
+// (the api package sets a read deadline in the past).
 func (f *Fleet) Session(ctx context.Context, stream *sessionStream, interrupt func()) error {
 	nodeID, err := f.authenticate(ctx, stream.RequestHeader().Get("Authorization"), stream.RequestHeader().Get(HeaderNodeID))
 	if err != nil {
