@@ -18,9 +18,10 @@ type interruptKey struct{}
 // on its own (RetireNode, a revocation, a node gone silent) without
 // keeping a goroutine a session waiting for the node's next message.
 // A read deadline in the past does it (http.ResponseController): on
-// HTTP/2 the server fails the stream's body at once, so that the Read
-// waiting in it, and every later one, fails; the response, with the
-// handler's error, is still written. An interrupt that comes once the
+// HTTP/2 the server fails the stream's body at once, on HTTP/1 the
+// connection's read, so that the Read waiting in the body, and every
+// later one, fails; the response, with the handler's error, is still
+// written. An interrupt that comes once the
 // handler returned does nothing: the writer may not be used then.
 func interruptible(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -11,9 +11,18 @@ import (
 // TestInterruptEndsAReadThatWaits: a handler waiting in a read of a
 // request body the client keeps open gets an error once its interrupt is
 // called, on HTTP/2 without TLS (a node session's protocol: Connect's
-// bidirectional streams need HTTP/2), and an interrupt after the handler
-// returned does nothing.
+// bidirectional streams need HTTP/2) and on HTTP/1.1 in full duplex, and
+// an interrupt after the handler returned does nothing.
 func TestInterruptEndsAReadThatWaits(t *testing.T) {
+	t.Run("h2c", func(t *testing.T) {
+		testInterrupt(t, func(p *http.Protocols) { p.SetUnencryptedHTTP2(true) })
+	})
+	t.Run("http1", func(t *testing.T) {
+		testInterrupt(t, func(p *http.Protocols) { p.SetHTTP1(true) })
+	})
+}
+
+func testInterrupt(t *testing.T, protocol func(*http.Protocols)) {
 	reading := make(chan struct{})
 	readErr := make(chan error, 1)
 	var late func()
@@ -24,15 +33,19 @@ func TestInterruptEndsAReadThatWaits(t *testing.T) {
 			return
 		}
 		late = interrupt
+		rc := http.NewResponseController(w)
+		// HTTP/1's server reads the whole body before the response's
+		// header unless told not to; HTTP/2 needs nothing.
+		_ = rc.EnableFullDuplex()
 		w.WriteHeader(http.StatusOK)
-		_ = http.NewResponseController(w).Flush()
+		_ = rc.Flush()
 		close(reading)
 		go interrupt() // from another goroutine, as when the session's ctx ends
 		_, err = io.ReadAll(r.Body)
 		readErr <- err
 	})))
 	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	protocol(srv.Config.Protocols)
 	srv.Start()
 	defer srv.Close()
 
