@@ -179,7 +179,9 @@ func (c *Cluster) StartNodeWith(t testing.TB, id, stateDir string, configure fun
 		configure(&cfg)
 	}
 	go func() { n.done <- node.Run(ctx, cfg) }()
-	t.Cleanup(func() { n.Stop(t) })
+	// A VM outlives its agent by design; at the test's end none may go on
+	// writing in the state directory the test removes.
+	t.Cleanup(func() { n.Stop(t); powerOffAndWait(stateDir) })
 	c.WaitStatus(t, id, operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY)
 	return n
 }

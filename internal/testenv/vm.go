@@ -143,6 +143,43 @@ func PowerOffVMs(stateDir string) int {
 	return killed
 }
 
+// powerOffAndWait kills every process whose command line names stateDir
+// (the VMs a node agent ran from it) and returns once they are gone, or a
+// minute passed. A QEMU still starting has no pid file yet, which
+// PowerOffVMs goes by, and may create its files in stateDir after the
+// agent stopped: a test's TempDir cleanup would then find the directory
+// it removes not empty.
+func powerOffAndWait(stateDir string) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		pids := processesNaming(stateDir + string(filepath.Separator))
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond) // polls for their end
+	}
+}
+
+// processesNaming lists the live processes (zombies have no command
+// line) whose command line contains s, this one's aside.
+func processesNaming(s string) []int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var pids []int
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil && strings.Contains(string(cmdline), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // VMProcess is the QEMU process of the execution in runDir (a node
 // agent's executions/<instance> directory), 0 when none runs. The pid
 // QEMU wrote may have been reused since: it is that VM's only while its
