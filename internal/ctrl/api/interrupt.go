@@ -21,8 +21,8 @@ type interruptKey struct{}
 // HTTP/2 the server fails the stream's body at once, on HTTP/1 the
 // connection's read, so that the Read waiting in the body, and every
 // later one, fails; the response, with the handler's error, is still
-// written. An interrupt that comes once the
-// handler returned does nothing: the writer may not be used then.
+// written. An interrupt that comes once the handler returned does
+// nothing: the writer may not be used then.
 func interruptible(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var mu sync.Mutex

@@ -56,11 +56,10 @@ type session struct {
 	writing bool
 	workCtx context.Context
 	workers sync.WaitGroup
-	// probeDue asks the sender for a clock probe; probeTimer sets it every
-	// probeEvery (probeClock).
+	// probeDue asks the sender for a clock probe; probeTimer sets it, armed
+	// again after each probe sent (probe).
 	probeDue   bool
 	probeTimer *time.Timer
-	probeEvery time.Duration
 	// interval is how often the node was last asked to report (its
 	// welcome, then SessionSchedule): what its silence is judged by.
 	interval time.Duration
