@@ -61,6 +61,7 @@ func main() {
 	pg := flag.String("postgres", os.Getenv("KIBOTOS_TEST_POSTGRES_DSN"), "PostgreSQL server DSN (a database is created on it per row); empty skips PostgreSQL")
 	databases := flag.String("databases", "sqlite,postgres", "databases to run on, comma-separated (postgres needs -postgres)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of ctrl over the last row's window to this file")
+	ramp := flag.Duration("ramp", 0, "start the simulated nodes evenly over this long (kibotos sim --ramp), so that the instants they report at spread as a real fleet's do; 0 starts them all at once")
 	flag.Parse()
 	var sizes []int
 	for _, s := range strings.Split(*nodes, ",") {
@@ -88,15 +89,15 @@ func main() {
 				continue
 			}
 			progress("%s, %d simulated nodes", db, n)
-			r, err := runRow(row{db: db, pg: *pg, nodes: n, window: *window, settle: *settle, readyTimeout: *readyTimeout, dir: tmp, bin: bin, profile: *cpuProfile})
+			r, err := runRow(row{db: db, pg: *pg, nodes: n, window: *window, settle: *settle, ramp: *ramp, readyTimeout: *readyTimeout, dir: tmp, bin: bin, profile: *cpuProfile})
 			if err != nil {
 				fail(fmt.Errorf("%s, %d nodes: %w", db, n, err))
 			}
 			rows = append(rows, r)
 		}
 	}
-	fmt.Printf("Idle fleet of SIMULATED nodes (internal/sim, its own process): %v windows after %v settling, observations every 5 s and clock probes every 10 s, spread beyond %d nodes (at most %d observations a second), GOMAXPROCS %d, started %s\n",
-		*window, *settle, int(fleet.DefaultMaxObservationRate*fleet.DefaultConfig.ObservationInterval.Seconds()), fleet.DefaultMaxObservationRate, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
+	fmt.Printf("Idle fleet of SIMULATED nodes (internal/sim, its own process, nodes started over %v): %v windows after %v settling, observations every 5 s and clock probes every 10 s, spread beyond %d nodes (at most %d observations a second), GOMAXPROCS %d, started %s\n",
+		*ramp, *window, *settle, int(fleet.DefaultMaxObservationRate*fleet.DefaultConfig.ObservationInterval.Seconds()), fleet.DefaultMaxObservationRate, runtime.GOMAXPROCS(0), started.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "database\tnodes\tREADY\tctrl cores\tDB busy\ttransactions/s\tmean transaction\tsim cores\t")
 	for _, r := range rows {
@@ -108,7 +109,7 @@ func main() {
 type row struct {
 	db, pg, dir, bin, profile string
 	nodes                     int
-	window, settle            time.Duration
+	window, settle, ramp      time.Duration
 	readyTimeout              time.Duration
 }
 
@@ -134,7 +135,7 @@ func runRow(r row) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	simProc := exec.CommandContext(ctx, r.bin, "sim", "--nodes", strconv.Itoa(r.nodes), "--ctrl", srv.NodeEndpoint, "--enrollment-grant", grant)
+	simProc := exec.CommandContext(ctx, r.bin, "sim", "--nodes", strconv.Itoa(r.nodes), "--ctrl", srv.NodeEndpoint, "--enrollment-grant", grant, "--ramp", r.ramp.String())
 	simProc.Env = append(os.Environ(), "KIBOTOS_HOME="+filepath.Join(dir, "sim"))
 	if err := simProc.Start(); err != nil {
 		return result{}, err

@@ -23,6 +23,7 @@ type simFlags struct {
 	sharedDefault                                    bool
 	nodes, perConnection                             int
 	cpus, memoryGiB                                  uint32
+	ramp                                             time.Duration
 	log                                              logFlags
 }
 
@@ -66,6 +67,7 @@ simulated nodes never fetch them. It runs until interrupted.`,
 	c.Flags().StringVar(&f.sharedPool, "shared-pool", "sim-shared", "a storage pool every simulated node also declares (empty: none)")
 	c.Flags().BoolVar(&f.sharedDefault, "shared-pool-default", true, "make the shared pool each node's default pool (Volumes and layers go there); false: each node's own pool")
 	c.Flags().IntVar(&f.perConnection, "nodes-per-connection", sim.DefaultNodesPerConnection, "control sessions sharing one HTTP/2 connection")
+	c.Flags().DurationVar(&f.ramp, "ramp", 0, "start the nodes evenly over this long, as a real fleet's come up at different times (0: all at once)")
 	c.Flags().Uint32Var(&f.cpus, "cpus", sim.DefaultResources.GetCpuMillis()/1000, "CPUs each simulated node offers")
 	f.log.register(c)
 	c.Flags().Uint32Var(&f.memoryGiB, "memory-gib", uint32(sim.DefaultResources.GetMemoryBytes()>>30), "memory (GiB) each simulated node offers")
@@ -86,7 +88,7 @@ func (f *simFlags) run(ctx context.Context, log *slog.Logger) error {
 	}
 	fleet, err := sim.Start(ctx, sim.Config{
 		Endpoint: f.endpoint, Grant: grant, Nodes: f.nodes, Name: f.name,
-		SharedPool: f.sharedPool, SharedPoolDefault: f.sharedDefault, NodesPerConnection: f.perConnection,
+		SharedPool: f.sharedPool, SharedPoolDefault: f.sharedDefault, NodesPerConnection: f.perConnection, Ramp: f.ramp,
 		Resources: &nodev1.HostResources{
 			CpuMillis: f.cpus * 1000, MemoryBytes: uint64(f.memoryGiB) << 30, DiskBytes: sim.DefaultResources.GetDiskBytes(),
 		},

@@ -103,6 +103,11 @@ type Config struct {
 	// at once, so a fleet coming up does not flood ctrl; 0 is
 	// DefaultStartConcurrency.
 	StartConcurrency int
+	// Ramp spreads the nodes' first starts evenly over this long (0: all
+	// at once, as fast as StartConcurrency lets them), as a real fleet's
+	// nodes come up at different times: the instants they report at then
+	// spread as a real fleet's do, which a fleet started at once does not.
+	Ramp time.Duration
 	// OnCommand, when set, is called with each operation a node receives
 	// for the first time (an EnsureBlockFile, a StartExecution…) before it
 	// is answered: benchmarks time placements by it.
@@ -137,6 +142,9 @@ func (c *Config) defaults() error {
 	}
 	if c.StartConcurrency <= 0 {
 		c.StartConcurrency = DefaultStartConcurrency
+	}
+	if c.Ramp < 0 {
+		return fmt.Errorf("sim: ramp %v: want zero or more", c.Ramp)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -213,8 +221,15 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	f.log.Info("simulated fleet starting (a simulation for scale tests: it runs nothing)",
 		"nodes", cfg.Nodes, "connections", len(f.transports), "endpoint", endpoint, "shared_pool", cfg.SharedPool)
 	var wg sync.WaitGroup
-	for _, n := range f.nodes {
-		wg.Go(func() { n.run(ctx) })
+	for i, n := range f.nodes {
+		after := cfg.Ramp * time.Duration(i) / time.Duration(len(f.nodes))
+		wg.Go(func() {
+			select {
+			case <-time.After(after):
+				n.run(ctx)
+			case <-ctx.Done():
+			}
+		})
 	}
 	go func() {
 		wg.Wait()

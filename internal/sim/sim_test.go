@@ -331,3 +331,32 @@ func waitExecutions(t *testing.T, c *testenv.Cluster, n uint32) {
 		return err == nil && len(ready) == 1 && ready[0].GetObservation().GetExecutionCount() == n
 	})
 }
+
+// TestARampStartsTheNodesOverIt: with Ramp, node i of n starts no sooner
+// than Ramp×i/n after Start, so the instants a fleet reports at spread as
+// a real fleet's do; a negative ramp is refused.
+func TestARampStartsTheNodesOverIt(t *testing.T) {
+	c := testenv.New(t)
+	grant, err := sim.CreateGrant(ctx, c.Enrollment, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sim.Config{Endpoint: c.Ctrl.NodeEndpoint, Grant: grant, Nodes: 2, Logger: testenv.Logger()}
+	cfg.Ramp = -time.Second
+	if _, err := sim.Start(ctx, cfg); err == nil || !strings.Contains(err.Error(), "ramp") {
+		t.Fatalf("a negative ramp: err %v, want one naming the ramp", err)
+	}
+	const ramp = 4 * time.Second
+	cfg.Ramp = ramp
+	fctx, cancel := context.WithCancel(ctx)
+	t0 := time.Now()
+	f, err := sim.Start(fctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); f.Wait() })
+	testenv.WaitFor(t, "both simulated nodes' sessions established", func() bool { return f.Established() == 2 })
+	if took := time.Since(t0); took < ramp/2 {
+		t.Errorf("both nodes were up %v after Start, before the second's start at %v", took, ramp/2)
+	}
+}
