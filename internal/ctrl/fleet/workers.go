@@ -206,8 +206,8 @@ func (f *Fleet) probe(s *session) bool {
 // interval after a probe, their observations. A process that wakes for
 // one message at a time pays the wake-up (the scheduler, futexes, epoll)
 // for each: an idle 10,000-node fleet whose sessions began at different
-// times, as a real fleet's do, cost ctrl 0.18 cores with probes at any
-// instant and 0.09 with them on the grid, for the same messages
+// times, as a real fleet's do, cost ctrl 0.14-0.21 cores with probes at
+// any instant and 0.08-0.12 with them on the grid, for the same messages
 // (docs/PERFORMANCE.md, the idle fleet). The timer is a real one, so the
 // grid is the real clock's, whatever clock the fleet reads.
 func nextProbeIn(now time.Time, every time.Duration) time.Duration {
