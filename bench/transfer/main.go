@@ -33,8 +33,9 @@
 //     verifies it, writes and fsyncs the block file), and only then the
 //     start fails at boot, which ends the restore FAILED and keeps the
 //     imported Volume. Timed by ctrl's record of the ImportBlockFile
-//     operation (created to answered); the imported file's used bytes are
-//     checked against the source's.
+//     operation (created to answered); the imported file is checked byte for
+//     byte against the source (its data extents may be fewer: blocks of
+//     zeros in the source are holes in what the import writes).
 //   - the archive decode path alone, in this process and with no RPC:
 //     archive.Locate and archive.ReadBody from the archive file into a
 //     fresh file, then fsync.
@@ -45,6 +46,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -65,22 +67,18 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/kibotos/kibotos/bench/internal/benchnode"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
-	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
-	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
-	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
-	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/platform"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/telemetry"
 	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/transfer/archive"
 )
@@ -162,7 +160,7 @@ func run(rounds int, sizes []int64, capacity int64, keep bool) (err error) {
 		return err
 	}
 	defer logFile.Close()
-	log := slog.New(slog.NewTextHandler(logFile, nil))
+	log := slog.New(telemetry.ContextHandler(slog.NewTextHandler(logFile, nil))) // ids from the context, as ctrl and the node log them
 
 	// ctrl and one node agent in this process, as runDev starts them.
 	srv, err := ctrl.Start(ctx, ctrl.Config{
@@ -177,48 +175,18 @@ func run(rounds int, sizes []int64, capacity int64, keep bool) (err error) {
 		return err
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	op := connect.WithInterceptors(auth.Bearer(srv.Client.OperatorToken))
-	grant, err := operatorv1connect.NewEnrollmentServiceClient(hc, srv.Client.OperatorEndpoint, op).CreateEnrollmentGrant(ctx,
-		connect.NewRequest(&operatorv1.CreateEnrollmentGrantRequest{
-			Command: &ctrlv1.CommandMetadata{CommandId: "bench-grant"}, NodeId: nodeID, Ttl: durationpb.New(time.Hour),
-		}))
-	if err != nil {
-		return fmt.Errorf("enrollment grant: %w", err)
-	}
 	poolDir := filepath.Join(tmp, "pools", "default")
-	if err := os.MkdirAll(poolDir, 0o700); err != nil {
+	nd, err := benchnode.Start(ctx, srv, benchnode.Config{
+		NodeID: nodeID, StateDir: filepath.Join(tmp, "node"), PoolDir: poolDir, Logger: log.With("component", "node"), HTTP: hc,
+	})
+	if err != nil {
 		return err
 	}
-	nodeCtx, stopNode := context.WithCancel(ctx)
-	nodeErr := make(chan error, 1)
-	go func() {
-		nodeErr <- node.Run(nodeCtx, node.Config{
-			Endpoint: srv.NodeEndpoint, NodeID: nodeID, StateDir: filepath.Join(tmp, "node"), EnrollmentGrant: grant.Msg.GetSecret(),
-			Pools:    []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
-			Provider: qemu.New(log.With("component", "node")), Network: usernet.New(),
-			Logger: log.With("component", "node"),
-		})
-	}()
 	defer func() {
-		stopNode()
-		if nerr := <-nodeErr; nerr != nil && err == nil {
-			err = fmt.Errorf("node agent: %w", nerr)
+		if nerr := nd.Close(); nerr != nil && err == nil {
+			err = nerr
 		}
 	}()
-	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
-	if err := waitNodeReady(ctx, nodes, nodeErr); err != nil {
-		return err
-	}
-	// A pool takes no new Volumes until it has a capacity.
-	pool, err := nodes.GetStoragePool(ctx, connect.NewRequest(&operatorv1.GetStoragePoolRequest{StoragePool: "default"}))
-	if err != nil {
-		return err
-	}
-	if _, err := nodes.SetStoragePoolCapacity(ctx, connect.NewRequest(&operatorv1.SetStoragePoolCapacityRequest{
-		Command: &ctrlv1.CommandMetadata{CommandId: "bench-capacity"}, StoragePool: "default", ExpectedVersion: pool.Msg.GetPool().GetVersion(), CapacityBytes: 1 << 50,
-	})); err != nil {
-		return fmt.Errorf("capacity of pool default: %w", err)
-	}
 	ws := connect.WithInterceptors(auth.Bearer(srv.Client.Token))
 	b := &bench{
 		srv:       srv,
@@ -268,18 +236,6 @@ func unbootableCatalog(ctx context.Context, srv *ctrl.Server, tmp string) error 
 	}
 	_, err := srv.Catalog().RegisterTemplate(ctx, "busybox", &template.Image{Path: root, Digest: fmt.Sprintf("sha256:%x", sha256.Sum256(body)), Size: int64(len(body))}, true)
 	return err
-}
-
-func waitNodeReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, nodeErr <-chan error) error {
-	return poll(ctx, "node "+nodeID+" READY", func() (bool, error) {
-		select {
-		case err := <-nodeErr:
-			return false, fmt.Errorf("the node agent stopped before it was ready: %v", err)
-		default:
-		}
-		res, err := nodes.GetNodeRegistration(ctx, connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: nodeID}))
-		return err == nil && res.Msg.GetRegistration().GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY, nil
-	})
 }
 
 // poll calls cond every 10 ms until it holds, fails, or waitLimit passed.
@@ -399,8 +355,8 @@ func (b *bench) measure(ctx context.Context, round int, size int64) (s sample, e
 	if err := imp.GetBody().UnmarshalTo(&body); err != nil {
 		return s, err
 	}
-	if got, err := usedBytes(filepath.Join(b.poolDir, "volumes", body.GetRef().GetObjectId()+".img")); err != nil || got != s.used {
-		return s, fmt.Errorf("the imported Volume has %d used bytes (%v), the source %d", got, err, s.used)
+	if err := sameBytes(src, filepath.Join(b.poolDir, "volumes", body.GetRef().GetObjectId()+".img")); err != nil {
+		return s, fmt.Errorf("the imported Volume is not the source: %w", err)
 	}
 
 	// The archive decode path alone.
@@ -411,8 +367,8 @@ func (b *bench) measure(ctx context.Context, round int, size int64) (s sample, e
 	if s.decode, err = timed(func() error { return decode(arch, dst) }); err != nil {
 		return s, err
 	}
-	if got, err := usedBytes(dst); err != nil || got != s.used {
-		return s, fmt.Errorf("the decoded copy has %d used bytes (%v), the source %d", got, err, s.used)
+	if err := sameBytes(src, dst); err != nil {
+		return s, fmt.Errorf("the decoded copy is not the source: %w", err)
 	}
 	return s, os.Remove(dst)
 }
@@ -463,6 +419,39 @@ func scribble(path string, size, capacity int64, seed uint64) error {
 }
 
 // usedBytes is the length of path's data extents, as an export finds them.
+// sameBytes reads two files whole, holes as zeros, and says where they
+// first differ. Their data extents may differ: blocks of zeros mkfs wrote
+// into the source are holes in what an import writes.
+func sameBytes(a, b string) error {
+	fa, err := os.Open(a)
+	if err != nil {
+		return err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return err
+	}
+	defer fb.Close()
+	bufA, bufB := make([]byte, mib), make([]byte, mib)
+	for off := int64(0); ; off += mib {
+		na, errA := io.ReadFull(fa, bufA)
+		nb, errB := io.ReadFull(fb, bufB)
+		if na != nb || !bytes.Equal(bufA[:na], bufB[:nb]) {
+			return fmt.Errorf("%s and %s differ in the MiB at %d", a, b, off)
+		}
+		if errA == io.EOF || errA == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if errA != nil {
+			return errA
+		}
+		if errB != nil {
+			return errB
+		}
+	}
+}
+
 func usedBytes(path string) (uint64, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -60,19 +60,18 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/kibotos/kibotos/bench/internal/benchnode"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl"
-	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/platform"
+	"github.com/kibotos/kibotos/internal/telemetry"
 	"github.com/kibotos/kibotos/internal/template"
 )
 
@@ -138,7 +137,9 @@ func run(n int, memoryMiB uint64, volume string, keep bool) (err error) {
 	}
 	defer logFile.Close()
 	capture := &logCapture{starts: map[string]time.Time{}, boots: map[string]time.Duration{}}
-	log := slog.New(&captureHandler{Handler: slog.NewTextHandler(logFile, nil), c: capture})
+	// The context handler first, as the node's own logger has it: the
+	// execution's instance_id travels in the context of its log calls.
+	log := slog.New(telemetry.ContextHandler(&captureHandler{Handler: slog.NewTextHandler(logFile, nil), c: capture}))
 
 	// The platform and the template, as `kibotos dev` builds them.
 	art, err := buildArtifacts(ctx, tmp)
@@ -163,53 +164,22 @@ func run(n int, memoryMiB uint64, volume string, keep bool) (err error) {
 		return err
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	op := connect.WithInterceptors(bearer(srv.Client.OperatorToken))
-	grant, err := operatorv1connect.NewEnrollmentServiceClient(hc, srv.Client.OperatorEndpoint, op).CreateEnrollmentGrant(ctx,
-		connect.NewRequest(&operatorv1.CreateEnrollmentGrantRequest{
-			Command: &ctrlv1.CommandMetadata{CommandId: "bench-grant"}, NodeId: nodeID, Ttl: durationpb.New(time.Hour),
-		}))
-	if err != nil {
-		return fmt.Errorf("enrollment grant: %w", err)
-	}
 	nodeState := filepath.Join(tmp, "node")
-	poolDir := filepath.Join(tmp, "pools", "default")
-	if err := os.MkdirAll(poolDir, 0o700); err != nil {
+	nd, err := benchnode.Start(ctx, srv, benchnode.Config{
+		NodeID: nodeID, StateDir: nodeState, PoolDir: filepath.Join(tmp, "pools", "default"), Logger: log.With("component", "node"), HTTP: hc,
+	})
+	if err != nil {
 		return err
 	}
-	nodeCtx, stopNode := context.WithCancel(ctx)
-	nodeErr := make(chan error, 1)
-	go func() {
-		nodeErr <- node.Run(nodeCtx, node.Config{
-			Endpoint: srv.NodeEndpoint, NodeID: nodeID, StateDir: nodeState, EnrollmentGrant: grant.Msg.GetSecret(),
-			Pools:    []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
-			Provider: qemu.New(log.With("component", "node")), Network: usernet.New(),
-			Logger: log.With("component", "node"),
-		})
-	}()
 	defer func() {
-		stopNode()
-		if nerr := <-nodeErr; nerr != nil && err == nil {
-			err = fmt.Errorf("node agent: %w", nerr)
+		if nerr := nd.Close(); nerr != nil && err == nil {
+			err = nerr
 		}
 	}()
-	nodes := operatorv1connect.NewNodeRegistrationServiceClient(hc, srv.Client.OperatorEndpoint, op)
-	if err := waitNodeReady(ctx, nodes, nodeErr); err != nil {
-		return err
-	}
-	// A pool takes no new Volumes or writable layers until it has a capacity.
-	pool, err := nodes.GetStoragePool(ctx, connect.NewRequest(&operatorv1.GetStoragePoolRequest{StoragePool: "default"}))
-	if err != nil {
-		return err
-	}
-	if _, err := nodes.SetStoragePoolCapacity(ctx, connect.NewRequest(&operatorv1.SetStoragePoolCapacityRequest{
-		Command: &ctrlv1.CommandMetadata{CommandId: "bench-capacity"}, StoragePool: "default", ExpectedVersion: pool.Msg.GetPool().GetVersion(), CapacityBytes: 1 << 50,
-	})); err != nil {
-		return fmt.Errorf("capacity of pool default: %w", err)
-	}
 	progress("ctrl and node %q ready (ctrl %s, node state %s)", nodeID, srv.Client.WorkspaceEndpoint, nodeState)
 
-	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(bearer(srv.Client.Token)))
-	procs := ctrlv1connect.NewProcessServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(bearer(srv.Client.Token)))
+	ws := ctrlv1connect.NewWorkspaceServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
+	procs := ctrlv1connect.NewProcessServiceClient(hc, srv.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(srv.Client.Token)))
 	b := &bench{ws: ws, procs: procs, memoryMiB: memoryMiB, volume: volume, capture: capture, nodeState: nodeState}
 	var ids []string
 	defer func() {
@@ -351,48 +321,6 @@ func busybox() string {
 		}
 	}
 	return "busybox"
-}
-
-// bearer adds the API key to every request, unary and streaming.
-type bearer string
-
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		return conn
-	}
-}
-
-func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
-}
-
-func waitNodeReady(ctx context.Context, nodes operatorv1connect.NodeRegistrationServiceClient, nodeErr <-chan error) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		res, err := nodes.GetNodeRegistration(ctx, connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: nodeID}))
-		if err == nil && res.Msg.GetRegistration().GetStatus() == operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s not READY after a minute (last: %v)", nodeID, err)
-		}
-		select {
-		case err := <-nodeErr:
-			return fmt.Errorf("the node agent stopped before it was ready: %v", err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 type bench struct {
