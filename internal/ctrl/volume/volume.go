@@ -296,6 +296,9 @@ func (v *Service) Resize(ctx context.Context, req *ctrlv1.ResizeVolumeRequest) (
 			if err := v.mutable(tx, vol); err != nil {
 				return command.Effect{}, err
 			}
+			if err := growable(tx, vol); err != nil {
+				return command.Effect{}, err
+			}
 			if req.GetCapacityBytes() <= vol.GetSpec().GetCapacityBytes() {
 				return command.Effect{}, apierr.Invalid("capacity_bytes", "a Volume only grows: %d is not above its capacity %d", req.GetCapacityBytes(), vol.GetSpec().GetCapacityBytes())
 			}
@@ -320,6 +323,35 @@ func (v *Service) Resize(ctx context.Context, req *ctrlv1.ResizeVolumeRequest) (
 		v.kick.Kick()
 	}
 	return res, err
+}
+
+// growable refuses a resize while an execution holds the Volume, or may
+// soon: the node grows the block file and runs e2fsck and resize2fs on it,
+// which a filesystem a guest has mounted would not survive. As for a move,
+// a bound Workspace with a command in progress (a create or a start, say)
+// answers unavailable, and one with an execution failed_precondition.
+func growable(tx *store.Tx, vol *ctrlv1.Volume) error {
+	if id := vol.GetBoundWorkspaceId(); id != "" {
+		// Locked, so that a start admitted at the same time on another
+		// connection comes before this resize or after it, and sees it.
+		if _, err := tx.GetWorkspace(id, true); err != nil {
+			return err
+		}
+		if c, err := tx.ActiveCommandOn(id); err == nil {
+			return apierr.New(connect.CodeUnavailable, &ctrlv1.ErrorDetail{
+				Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, CommandId: c.GetCommandId(), ObservedVolume: vol,
+			}, "workspace %s, which binds volume %s, has command %s (%s) in progress; retry when it is over", id, vol.GetVolumeId(), c.GetCommandId(), c.GetKind())
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if err := pool.NoExecution(tx, id); err != nil {
+			return err
+		}
+	}
+	if vol.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		return precondition(vol, "volume %s is %s; only an AVAILABLE Volume grows", vol.GetVolumeId(), vol.GetState())
+	}
+	return nil
 }
 
 // mutable refuses a Volume that is lost, deleted, or held by a command.

@@ -73,6 +73,10 @@ type VolumeServiceClient interface {
 	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
 	// ResizeVolume grows a Volume; a capacity not above the current one is
 	// invalid_argument. The Volume is RESIZING until the change commits.
+	// (designed here) The node grows the filesystem offline, so only an
+	// AVAILABLE Volume grows: one whose bound Workspace has an execution is
+	// failed_precondition (stop the Workspace first), and one whose bound
+	// Workspace has a command in progress is unavailable until it is over.
 	ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error)
 	// DeleteVolume deletes a Volume no undeleted Workspace binds (a bound one is
 	// failed_precondition naming the Workspace).
@@ -220,6 +224,10 @@ type VolumeServiceHandler interface {
 	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
 	// ResizeVolume grows a Volume; a capacity not above the current one is
 	// invalid_argument. The Volume is RESIZING until the change commits.
+	// (designed here) The node grows the filesystem offline, so only an
+	// AVAILABLE Volume grows: one whose bound Workspace has an execution is
+	// failed_precondition (stop the Workspace first), and one whose bound
+	// Workspace has a command in progress is unavailable until it is over.
 	ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error)
 	// DeleteVolume deletes a Volume no undeleted Workspace binds (a bound one is
 	// failed_precondition naming the Workspace).

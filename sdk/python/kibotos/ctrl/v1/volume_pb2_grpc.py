@@ -96,6 +96,10 @@ class VolumeServiceServicer(object):
     def ResizeVolume(self, request, context):
         """ResizeVolume grows a Volume; a capacity not above the current one is
         invalid_argument. The Volume is RESIZING until the change commits.
+        (designed here) The node grows the filesystem offline, so only an
+        AVAILABLE Volume grows: one whose bound Workspace has an execution is
+        failed_precondition (stop the Workspace first), and one whose bound
+        Workspace has a command in progress is unavailable until it is over.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
