@@ -39,6 +39,12 @@ func start(t *testing.T) (*testenv.Cluster, *sim.Fleet) {
 // test's end, or before with stop).
 func startNodes(t *testing.T, nodes int) (c *testenv.Cluster, f *sim.Fleet, stop func()) {
 	t.Helper()
+	return startNodesWith(t, nodes, nil)
+}
+
+// startNodesWith is startNodes with the fleet's OnCommand hook.
+func startNodesWith(t *testing.T, nodes int, onCommand func(string, proto.Message)) (c *testenv.Cluster, f *sim.Fleet, stop func()) {
+	t.Helper()
 	c = testenv.New(t)
 	if err := sim.RegisterCatalog(ctx, c.Ctrl.Catalog(), t.TempDir()); err != nil {
 		t.Fatal(err)
@@ -50,7 +56,7 @@ func startNodes(t *testing.T, nodes int) (c *testenv.Cluster, f *sim.Fleet, stop
 	fctx, cancel := context.WithCancel(ctx)
 	f, err = sim.Start(fctx, sim.Config{
 		Endpoint: c.Ctrl.NodeEndpoint, Grant: grant, Nodes: nodes, NodesPerConnection: 20,
-		SharedPool: sharedPool, SharedPoolDefault: true, Logger: testenv.Logger(),
+		SharedPool: sharedPool, SharedPoolDefault: true, Logger: testenv.Logger(), OnCommand: onCommand,
 	})
 	if err != nil {
 		t.Fatal(err)

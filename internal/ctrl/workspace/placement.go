@@ -762,11 +762,12 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 	}
 	return s.setWorkspace(tx, plan.w.GetWorkspaceId(), func(w *ctrlv1.Workspace) {
 		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
-		newer := w.GetSpec().GetNetworkPolicy() // an update admitted while starting
-		w.Spec = plan.w.GetSpec()
-		if newer.GetRevision() > w.GetSpec().GetNetworkPolicy().GetRevision() {
-			w.Spec.NetworkPolicy = newer
-		}
+		// What the start bound (planFor stored it too), and nothing else
+		// of the plan's copy: an update admitted while the Workspace was
+		// starting (memory, the layer's capacity, the network policy) is
+		// in the stored spec, with its revision, and stays.
+		p := plan.w.GetSpec()
+		w.Spec.Template, w.Spec.LaunchRef, w.Spec.LaunchBindingVersion = p.GetTemplate(), p.GetLaunchRef(), p.GetLaunchBindingVersion()
 		w.NetworkPolicyStatus = nil
 		if rev := status.GetAppliedNetworkPolicyRevision(); rev != 0 {
 			w.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: rev, AppliedAt: timestamppb.New(s.now()), Egresses: egressStatuses(start.GetEgresses()),

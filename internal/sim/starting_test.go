@@ -1,0 +1,60 @@
+package sim_test
+
+import (
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/workspace"
+	"github.com/kibotos/kibotos/internal/sim"
+	"github.com/kibotos/kibotos/internal/testenv"
+)
+
+// Updates admitted while a create's StartExecution is on its node (memory,
+// then the writable layer's capacity) are in the Workspace once the start
+// ended, at their resources_revision: the start's end records what the
+// start bound, not the spec it read before the updates. They take effect
+// at the next start (the reference's "It takes effect at the next start").
+func TestUpdatesAdmittedWhileStartingOutliveTheStart(t *testing.T) {
+	var once sync.Once
+	reached, release := make(chan struct{}), make(chan struct{})
+	c, _, _ := startNodesWith(t, 1, func(_ string, op proto.Message) {
+		if _, ok := op.(*nodev1.StartExecution); ok {
+			once.Do(func() { close(reached); <-release })
+		}
+	})
+	testenv.WaitFor(t, "the simulated node READY", func() bool {
+		ready, err := readyNodes(c)
+		return err == nil && len(ready) == 1
+	})
+	c.EnsureCapacity(t, sharedPool, sim.DefaultPoolBytes)
+	id := createWithoutVolume(t, c, "held-create")
+	<-reached // the node holds the StartExecution
+
+	_, err := c.Workspaces.UpdateWorkspaceMemory(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceMemoryRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "memory"}, WorkspaceId: id, ExpectedResourcesRevision: 1, MemoryBytes: 512 * mib}))
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	layer := uint64(2 * workspace.DefaultLayerCapacity) // the layer the start creates has the default
+	if _, err := c.Workspaces.ResizeWorkspaceWritableLayer(ctx, connect.NewRequest(&ctrlv1.ResizeWorkspaceWritableLayerRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "layer"}, WorkspaceId: id, ExpectedResourcesRevision: 2, CapacityBytes: layer})); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	close(release)
+
+	res := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetSpec()
+	if res.GetResources().GetMemoryBytes() != 512*mib || res.GetResources().GetWritableLayerCapacityBytes() != layer || res.GetResourcesRevision() != 3 {
+		t.Errorf("once AVAILABLE: memory %d, layer %d, resources_revision %d; want %d, %d, 3 (the updates admitted while starting)",
+			res.GetResources().GetMemoryBytes(), res.GetResources().GetWritableLayerCapacityBytes(), res.GetResourcesRevision(), 512*mib, layer)
+	}
+	if res.GetLaunchRef() == "" || res.GetTemplate() == nil {
+		t.Errorf("once AVAILABLE the start's bindings are gone: %v", res)
+	}
+}
