@@ -67,10 +67,13 @@ func Precondition(detail *ctrlv1.ErrorDetail, format string, args ...any) *conne
 }
 
 // FieldOf returns the field an invalid_argument error names, or "".
-func FieldOf(err error) string {
+func FieldOf(err error) string { return DetailOf(err).GetField() }
+
+// DetailOf returns the ErrorDetail an API error carries, or nil.
+func DetailOf(err error) *ctrlv1.ErrorDetail {
 	var cerr *connect.Error
 	if !errors.As(err, &cerr) {
-		return ""
+		return nil
 	}
 	for _, d := range cerr.Details() {
 		v, derr := d.Value()
@@ -78,8 +81,8 @@ func FieldOf(err error) string {
 			continue
 		}
 		if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
-			return ed.GetField()
+			return ed
 		}
 	}
-	return ""
+	return nil
 }

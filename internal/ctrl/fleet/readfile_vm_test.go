@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"errors"
 	"math"
 	"net/http"
 	"testing"
@@ -43,7 +42,7 @@ func TestReadFileLimitsOnARealVM(t *testing.T) {
 		return n, stream.Err()
 	}
 	n, err := read(&ctrlv1.ReadFileRequest{Path: "/dev/zero"})
-	detail := errorDetail(err)
+	detail := apierr.DetailOf(err)
 	if connect.CodeOf(err) != connect.CodeOutOfRange || apierr.FieldOf(err) != "length" || detail.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_READING_FILE {
 		t.Errorf("ReadFile /dev/zero: %v (detail %v), want out_of_range naming length at READING_FILE", err, detail)
 	}
@@ -58,20 +57,4 @@ func TestReadFileLimitsOnARealVM(t *testing.T) {
 			t.Errorf("ReadFile with %s 2^63 or more: %v, want invalid_argument naming %s", field, err, field)
 		}
 	}
-}
-
-// errorDetail is the ErrorDetail err carries, or nil.
-func errorDetail(err error) *ctrlv1.ErrorDetail {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return ed
-			}
-		}
-	}
-	return nil
 }

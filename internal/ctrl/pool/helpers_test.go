@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -148,22 +147,6 @@ func (e *env) isolate(n *testenv.Node) {
 	})); err != nil {
 		e.t.Fatal(err)
 	}
-}
-
-// detail is the ErrorDetail an API error carries.
-func detail(err error) *ctrlv1.ErrorDetail {
-	var cerr *connect.Error
-	if !errors.As(err, &cerr) {
-		return nil
-	}
-	for _, d := range cerr.Details() {
-		if v, err := d.Value(); err == nil {
-			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return ed
-			}
-		}
-	}
-	return nil
 }
 
 func nodeIDs(as []*operatorv1.StoragePoolAttachment) []string {

@@ -9,6 +9,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
@@ -145,7 +146,7 @@ func TestDeclaringAPoolLost(t *testing.T) {
 			t.Errorf("failure of the creation: %v, want VOLUME_LOST", w.GetFailure())
 		}
 		_, err = e.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-ws"), WorkspaceId: wsID}))
-		if connect.CodeOf(err) != connect.CodeFailedPrecondition || detail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || apierr.DetailOf(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
 			t.Errorf("starting a Workspace bound to a lost Volume: %v, want failed_precondition with VOLUME_LOST", err)
 		}
 

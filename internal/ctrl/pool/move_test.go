@@ -367,7 +367,7 @@ func TestMoveVolumeThatFailsLeavesItInItsPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := e.moveVolume("move-1", id, "pool-b")
-		if connect.CodeOf(err) != connect.CodeNotFound || detail(err).GetCommandId() != "move-1" {
+		if connect.CodeOf(err) != connect.CodeNotFound || apierr.DetailOf(err).GetCommandId() != "move-1" {
 			t.Fatalf("move of a Volume whose file is gone: %v, want not_found naming the command", err)
 		}
 		if got := e.volume(id); got.GetSpec().GetStoragePool() != "pool-a" {
@@ -406,7 +406,7 @@ func TestMoveVolumeFailsWhenItsTargetIsDeclaredLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = e.moveVolume("move-1", id, "pool-b")
-		if connect.CodeOf(err) != connect.CodeFailedPrecondition || detail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || apierr.DetailOf(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
 			t.Fatalf("the move once its target is lost: %v, want failed_precondition VOLUME_LOST", err)
 		}
 		if got := e.volume(id); got.GetSpec().GetStoragePool() != "pool-a" {

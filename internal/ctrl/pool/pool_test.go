@@ -137,7 +137,7 @@ func TestVolumesReserveTheirCapacityInTheirPool(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		e.startNode("node-a", node.Pool{Name: "pool-a", Dir: t.TempDir()})
 		_, err := e.createVolume("vol-0", "", 64*mib)
-		if d := detail(err); connect.CodeOf(err) != connect.CodeResourceExhausted ||
+		if d := apierr.DetailOf(err); connect.CodeOf(err) != connect.CodeResourceExhausted ||
 			d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME || d.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED {
 			t.Errorf("a Volume in a pool without capacity: %v (%v), want resource_exhausted at CREATING_VOLUME", err, d)
 		}
@@ -165,7 +165,7 @@ func TestVolumesReserveTheirCapacityInTheirPool(t *testing.T) {
 		e.waitVolume(a.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
 		e.waitVolume(b.GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
 		_, err = e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow-a"), VolumeId: a.GetVolumeId(), CapacityBytes: 128 * mib}))
-		if d := detail(err); connect.CodeOf(err) != connect.CodeResourceExhausted || d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME {
+		if d := apierr.DetailOf(err); connect.CodeOf(err) != connect.CodeResourceExhausted || d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME {
 			t.Errorf("growing a Volume beyond its pool's capacity: %v (%v), want resource_exhausted at RESIZING_VOLUME", err, d)
 		}
 

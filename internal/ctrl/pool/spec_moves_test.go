@@ -16,6 +16,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
@@ -142,7 +143,7 @@ func TestSpecMovesWaitForCommandsInProgress(t *testing.T) {
 		}
 		for what, id := range map[string]string{"the Volume of a Workspace whose create is in progress": vol, "a Volume whose creation is in progress": creating.GetVolumeId()} {
 			_, err := e.moveVolume("move-"+id, id, "pool-b")
-			if connect.CodeOf(err) != connect.CodeUnavailable || detail(err).GetCommandId() != "" {
+			if connect.CodeOf(err) != connect.CodeUnavailable || apierr.DetailOf(err).GetCommandId() != "" {
 				t.Errorf("moving %s: %v, want unavailable (not the move's own wait)", what, err)
 			}
 			if o := objectIn(err); o.GetVolumeId() != id || o.GetStoragePool() != "pool-a" || o.GetMovingTo() != "" {

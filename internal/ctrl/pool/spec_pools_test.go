@@ -15,6 +15,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/testenv"
@@ -115,7 +116,7 @@ func TestSpecDeclaringLostNeedsEveryCurrentIncarnationIsolated(t *testing.T) {
 			_, err := e.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(commandID), WorkspaceId: ws}))
 			return err
 		}
-		if err := start("start-1"); detail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+		if err := start("start-1"); apierr.DetailOf(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
 			t.Errorf("starting a Workspace bound to a lost Volume: %v, want VOLUME_LOST", err)
 		}
 		if _, err := e.c.Workspaces.UpdateWorkspaceVolumeBinding(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceVolumeBindingRequest{
@@ -302,7 +303,7 @@ func TestSpecAGrowthBeyondThePoolsCapacityIsResourceExhausted(t *testing.T) {
 		}
 		id := e.availableVolume("v1", "pool-a")
 		_, err := e.c.Volumes.ResizeVolume(ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd("grow-1"), VolumeId: id, CapacityBytes: 128 * mib}))
-		if d := detail(err); connect.CodeOf(err) != connect.CodeResourceExhausted || d.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED {
+		if d := apierr.DetailOf(err); connect.CodeOf(err) != connect.CodeResourceExhausted || d.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED {
 			t.Errorf("growing beyond the pool's capacity: %v (%v), want resource_exhausted with RESOURCE_EXHAUSTED", err, d)
 		}
 		if v := e.volume(id); v.GetSpec().GetCapacityBytes() != 32*mib || e.pool("pool-a").GetReservedBytes() != 32*mib {

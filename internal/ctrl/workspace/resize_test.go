@@ -8,6 +8,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -53,8 +54,8 @@ func TestAVolumeGrowsOnlyWhileNoExecutionHoldsIt(t *testing.T) {
 
 		// The Workspace's create is in progress (no node acts here).
 		err = resize("r1")
-		if connect.CodeOf(err) != connect.CodeUnavailable || detailOf(err).GetCommandId() != "c1" || !detailOf(err).GetRetryable() {
-			t.Errorf("resize while the Workspace's create is in progress: %v (detail %v), want unavailable naming c1", err, detailOf(err))
+		if connect.CodeOf(err) != connect.CodeUnavailable || apierr.DetailOf(err).GetCommandId() != "c1" || !apierr.DetailOf(err).GetRetryable() {
+			t.Errorf("resize while the Workspace's create is in progress: %v (detail %v), want unavailable naming c1", err, apierr.DetailOf(err))
 		}
 		unchanged(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, "r1")
 
@@ -77,8 +78,8 @@ func TestAVolumeGrowsOnlyWhileNoExecutionHoldsIt(t *testing.T) {
 			t.Errorf("after the resize's admission: %v, want RESIZING", got.GetVolume())
 		}
 		_, err = e.ws.Start(ctx, &ctrlv1.StartWorkspaceRequest{Command: cmd("s1"), WorkspaceId: wsID})
-		if connect.CodeOf(err) != connect.CodeUnavailable || detailOf(err).GetCommandId() != "r3" {
-			t.Errorf("start while its Volume grows: %v (detail %v), want unavailable naming r3", err, detailOf(err))
+		if connect.CodeOf(err) != connect.CodeUnavailable || apierr.DetailOf(err).GetCommandId() != "r3" {
+			t.Errorf("start while its Volume grows: %v (detail %v), want unavailable naming r3", err, apierr.DetailOf(err))
 		}
 	})
 }
@@ -123,20 +124,4 @@ func (e *env) forceWorkspace(t *testing.T, id string, state ctrlv1.WorkspaceStat
 	}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// detailOf is the ErrorDetail a refusal carries, or nil.
-func detailOf(err error) *ctrlv1.ErrorDetail {
-	var cerr *connect.Error
-	if !errors.As(err, &cerr) {
-		return nil
-	}
-	for _, d := range cerr.Details() {
-		if v, err := d.Value(); err == nil {
-			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return ed
-			}
-		}
-	}
-	return nil
 }
