@@ -94,7 +94,7 @@ func (s *Service) expire(ctx context.Context, due *ctrlv1.Workspace) error {
 			if kind == kindStop && w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
 				return command.Effect{}, errNotYet
 			}
-			w.Expiration = nil
+			w.Expiration = cleared(exp)
 			if kind == kindDelete {
 				long, err = s.applyDelete(tx, w, now)
 			} else if hasExecutionToStop(w) {

@@ -68,7 +68,7 @@ func TestAStopExpirationStopsARunningWorkspace(t *testing.T) {
 		t.Errorf("last_stop %v: want STOP_CAUSE_EXPIRED, not forced", stop)
 	case stop.GetRequestedAt() == nil || stop.GetCompletedAt() == nil || stop.GetDurability() == ctrlv1.StopDurability_STOP_DURABILITY_UNSPECIFIED:
 		t.Errorf("last_stop %v: want requested_at, completed_at and a durability", stop)
-	case stopped.GetExpiration() != nil:
-		t.Errorf("the fired policy stayed: %v", stopped.GetExpiration())
+	case stopped.GetExpiration().GetPolicy() != nil || stopped.GetExpiration().GetRevision() != 2:
+		t.Errorf("expiration after the policy fired: %v, want no policy at revision 2", stopped.GetExpiration())
 	}
 }

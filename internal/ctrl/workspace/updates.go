@@ -230,10 +230,11 @@ func (s *Service) UpdateExpiration(ctx context.Context, req *ctrlv1.UpdateWorksp
 			if req.GetExpectedExpirationRevision() != cur {
 				return false, stale(w, "expected_expiration_revision", req.GetExpectedExpirationRevision(), cur)
 			}
-			if change.GetSet() != nil {
+			switch {
+			case change.GetSet() != nil:
 				w.Expiration = &ctrlv1.WorkspaceExpiration{Policy: change.GetSet(), Revision: cur + 1}
-			} else {
-				w.Expiration = nil
+			case w.GetExpiration().GetPolicy() != nil:
+				w.Expiration = cleared(w.GetExpiration())
 			}
 			return false, nil
 		},
@@ -244,6 +245,13 @@ func (s *Service) UpdateExpiration(ctx context.Context, req *ctrlv1.UpdateWorksp
 		return nil, err
 	}
 	return out.(*ctrlv1.UpdateWorkspaceExpirationResponse), nil
+}
+
+// cleared is exp without its policy, at the next revision: the record
+// stays, so that a revision (the CAS token, and the id of the expiration's
+// command) is never handed out twice.
+func cleared(exp *ctrlv1.WorkspaceExpiration) *ctrlv1.WorkspaceExpiration {
+	return &ctrlv1.WorkspaceExpiration{Revision: exp.GetRevision() + 1}
 }
 
 // metadataUpdate fills what labels and annotations updates share.

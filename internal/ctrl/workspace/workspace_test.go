@@ -357,7 +357,7 @@ func TestExpirationDeletesAtItsDeadline(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		got, _ := e.ws.Get(ctx, &ctrlv1.GetWorkspaceRequest{WorkspaceId: id})
-		if got.GetWorkspace().GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED || got.GetWorkspace().GetExpiration() != nil {
+		if got.GetWorkspace().GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED || got.GetWorkspace().GetExpiration().GetPolicy() != nil {
 			t.Errorf("after its deadline: %v", got.GetWorkspace())
 		}
 	})

@@ -3211,7 +3211,9 @@ type Workspace struct {
 	// (numbered here)
 	NetworkPolicyStatus *NetworkPolicyStatus `protobuf:"bytes,11,opt,name=network_policy_status,json=networkPolicyStatus,proto3" json:"network_policy_status,omitempty"`
 	// expiration is the Workspace's expiration policy and its revision; absent
-	// when none is set. (numbered here)
+	// when none was ever set. A policy cleared, or fired, leaves the record
+	// without a policy at the next revision, so that no revision is used
+	// twice. (numbered here)
 	Expiration *WorkspaceExpiration `protobuf:"bytes,12,opt,name=expiration,proto3" json:"expiration,omitempty"`
 	// labels and annotations are caller-owned key-value data. ctrl never
 	// interprets either: it does not schedule, authorize, or bill on them. Both

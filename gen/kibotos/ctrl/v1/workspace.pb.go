@@ -1925,7 +1925,8 @@ type UpdateWorkspaceExpirationRequest struct {
 	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
 	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
 	// expected_expiration_revision is the expiration.revision the caller read;
-	// zero when the Workspace had none.
+	// zero when the Workspace never had a policy. Clearing a policy that is
+	// not set changes nothing.
 	ExpectedExpirationRevision uint64                     `protobuf:"varint,3,opt,name=expected_expiration_revision,json=expectedExpirationRevision,proto3" json:"expected_expiration_revision,omitempty"`
 	Change                     *WorkspaceExpirationChange `protobuf:"bytes,4,opt,name=change,proto3" json:"change,omitempty"`
 	unknownFields              protoimpl.UnknownFields

@@ -1080,7 +1080,9 @@ export type Workspace = Message<"kibotos.ctrl.v1.Workspace"> & {
 
   /**
    * expiration is the Workspace's expiration policy and its revision; absent
-   * when none is set. (numbered here)
+   * when none was ever set. A policy cleared, or fired, leaves the record
+   * without a policy at the next revision, so that no revision is used
+   * twice. (numbered here)
    *
    * @generated from field: kibotos.ctrl.v1.WorkspaceExpiration expiration = 12;
    */

@@ -819,7 +819,8 @@ export type UpdateWorkspaceExpirationRequest = Message<"kibotos.ctrl.v1.UpdateWo
 
   /**
    * expected_expiration_revision is the expiration.revision the caller read;
-   * zero when the Workspace had none.
+   * zero when the Workspace never had a policy. Clearing a policy that is
+   * not set changes nothing.
    *
    * @generated from field: uint64 expected_expiration_revision = 3;
    */
