@@ -42,6 +42,19 @@ func startNodes(t *testing.T, nodes int) (c *testenv.Cluster, f *sim.Fleet, stop
 	return startNodesWith(t, nodes, nil)
 }
 
+// oneNode is a ctrl with one simulated node, READY, its pool given a
+// capacity; onCommand, when set, sees each operation the node receives.
+func oneNode(t *testing.T, onCommand func(string, proto.Message)) (*testenv.Cluster, *sim.Fleet) {
+	t.Helper()
+	c, f, _ := startNodesWith(t, 1, onCommand)
+	testenv.WaitFor(t, "the simulated node READY", func() bool {
+		ready, err := readyNodes(c)
+		return err == nil && len(ready) == 1
+	})
+	c.EnsureCapacity(t, sharedPool, sim.DefaultPoolBytes)
+	return c, f
+}
+
 // startNodesWith is startNodes with the fleet's OnCommand hook.
 func startNodesWith(t *testing.T, nodes int, onCommand func(string, proto.Message)) (c *testenv.Cluster, f *sim.Fleet, stop func()) {
 	t.Helper()
@@ -242,12 +255,7 @@ func TestWorkspacesRunOnSimulatedNodes(t *testing.T) {
 // the node's observations after both starts the first Workspace keeps the
 // guest observation its start recorded.
 func TestAStartsReportIsItsFirstObservation(t *testing.T) {
-	c, _, _ := startNodes(t, 1)
-	testenv.WaitFor(t, "the simulated node READY", func() bool {
-		ready, err := readyNodes(c)
-		return err == nil && len(ready) == 1
-	})
-	c.EnsureCapacity(t, sharedPool, sim.DefaultPoolBytes)
+	c, _ := oneNode(t, nil)
 	first := createWithoutVolume(t, c, "report-first")
 	obs := waitState(t, c, first, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetGuestObservation()
 	if obs.GetCondition() != ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING || obs.GetObservedAt() == nil {

@@ -10,8 +10,6 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
-	"github.com/kibotos/kibotos/internal/sim"
-	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // Updates admitted while a create's StartExecution is on its node (memory,
@@ -22,16 +20,11 @@ import (
 func TestUpdatesAdmittedWhileStartingOutliveTheStart(t *testing.T) {
 	var once sync.Once
 	reached, release := make(chan struct{}), make(chan struct{})
-	c, _, _ := startNodesWith(t, 1, func(_ string, op proto.Message) {
+	c, _ := oneNode(t, func(_ string, op proto.Message) {
 		if _, ok := op.(*nodev1.StartExecution); ok {
 			once.Do(func() { close(reached); <-release })
 		}
 	})
-	testenv.WaitFor(t, "the simulated node READY", func() bool {
-		ready, err := readyNodes(c)
-		return err == nil && len(ready) == 1
-	})
-	c.EnsureCapacity(t, sharedPool, sim.DefaultPoolBytes)
 	id := createWithoutVolume(t, c, "held-create")
 	<-reached // the node holds the StartExecution
 

@@ -72,6 +72,7 @@ func (s *Service) failReleased(tx *store.Tx, w *ctrlv1.Workspace, failure *ctrlv
 	failed[w.GetWorkspaceId()] = true
 	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 	w.Failure = proto.Clone(failure).(*ctrlv1.WorkspaceFailure)
+	w.LastStop = nil // present only while STOPPING or STOPPED
 	w.GuestObservation = nil
 	w.NetworkPolicyStatus = nil
 	w.EgressObservations = nil

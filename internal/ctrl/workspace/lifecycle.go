@@ -297,6 +297,7 @@ func (s *Service) applyDelete(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) 
 		switch {
 		case vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING, vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST:
 			vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED
+			vol.BoundWorkspaceId = "" // a deleted Volume is bound by no Workspace
 		case b.GetDeleteWithWorkspace():
 			vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETING
 			long = true
@@ -370,7 +371,12 @@ func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
 		})
 	}
 	finish := func(tx *store.Tx, volState ctrlv1.VolumeState) error {
-		if err := s.volumes.Update(tx, vol.GetVolumeId(), func(v *ctrlv1.Volume) { v.State = volState }); err != nil {
+		if err := s.volumes.Update(tx, vol.GetVolumeId(), func(v *ctrlv1.Volume) {
+			v.State = volState
+			if volState == ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+				v.BoundWorkspaceId = "" // its Workspace is DELETED in the same transaction
+			}
+		}); err != nil {
 			return err
 		}
 		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) { w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED })

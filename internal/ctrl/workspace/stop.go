@@ -87,15 +87,15 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 	if _, err := s.detachVolume(tx, w); err != nil {
 		return err
 	}
-	if w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING || w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
-		return nil
-	}
-	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
-	w.LastStop = stop
+	// No execution, so nothing observes one, deleted or not.
 	w.GuestObservation = nil
 	w.NetworkPolicyStatus = nil
 	w.EgressObservations = nil
 	w.ResolverObservations = nil
+	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING && w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
+		w.LastStop = stop
+	}
 	w.UpdatedAt = timestamppb.New(s.now())
 	return tx.PutWorkspace(w)
 }

@@ -269,8 +269,8 @@ func TestDeleteOfANeverPlacedWorkspaceDeletesItsNewVolume(t *testing.T) {
 			t.Fatalf("delete: %v %v", del, err)
 		}
 		vol, _ := e.vols.Get(ctx, &ctrlv1.GetVolumeRequest{VolumeId: w.GetSpec().GetVolume().GetVolumeId()})
-		if vol.GetVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
-			t.Errorf("the NEW Volume no launch created: %v", vol.GetVolume().GetState())
+		if vol.GetVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETED || vol.GetVolume().GetBoundWorkspaceId() != "" {
+			t.Errorf("the NEW Volume no launch created: %v, bound to %q; want DELETED, bound to none", vol.GetVolume().GetState(), vol.GetVolume().GetBoundWorkspaceId())
 		}
 		cmdRes, err := e.ws.GetCommand(ctx, &ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: w.GetWorkspaceId(), CommandId: "c1"})
 		if err != nil || cmdRes.GetCommand().GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_CANCELLED {

@@ -1,0 +1,48 @@
+package workspace_test
+
+import (
+	"testing"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// A Workspace STOPPING on a node an operator isolates (ReleaseNode) ends
+// FAILED without its last_stop: the reference has last_stop "present
+// while the Workspace is STOPPING or STOPPED".
+func TestAWorkspaceStoppingOnAnIsolatedNodeFailsWithoutItsStop(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		s := spec(256 * mib)
+		s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.GetWorkspace().GetWorkspaceId()
+		// Its execution on node-a, a requested stop under way.
+		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
+			w, err := tx.GetWorkspace(id, true)
+			if err != nil {
+				return err
+			}
+			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING
+			w.LastStop = &ctrlv1.WorkspaceStop{Cause: ctrlv1.StopCause_STOP_CAUSE_REQUESTED, CommandId: "s1"}
+			if err := tx.PutWorkspace(w); err != nil {
+				return err
+			}
+			return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: id, InstanceId: id + ".1", NodeId: "node-a"})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
+			_, err := e.ws.ReleaseNode(tx, "node-a", nil, &ctrlv1.WorkspaceFailure{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if w := get(t, e, id); w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED || w.GetLastStop() != nil {
+			t.Errorf("after its node was isolated: %v, last_stop %v; want FAILED without last_stop", w.GetState(), w.GetLastStop())
+		}
+	})
+}
