@@ -184,6 +184,11 @@ func (s *Service) volumeUsable(tx *store.Tx, w *ctrlv1.Workspace) error {
 	if err != nil {
 		return err
 	}
+	if vol.GetBoundWorkspaceId() != w.GetWorkspaceId() {
+		// A delete of w released it, then failed: w binds it no more.
+		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING, ObservedWorkspace: w},
+			"the Volume %s was released by a delete of this Workspace: bind a Volume again or delete the Workspace", vol.GetVolumeId())
+	}
 	if vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
 		return apierr.Precondition(&ctrlv1.ErrorDetail{
 			Stage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST, ObservedWorkspace: w,
@@ -294,19 +299,24 @@ func (s *Service) applyDelete(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) 
 		if err != nil {
 			return false, err
 		}
-		switch {
-		case vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING, vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST:
-			vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED
-			vol.BoundWorkspaceId = "" // a deleted Volume is bound by no Workspace
-		case b.GetDeleteWithWorkspace():
-			vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETING
-			long = true
-		default:
-			vol.BoundWorkspaceId = ""
-		}
-		vol.UpdatedAt = timestamppb.New(now)
-		if err := tx.PutVolume(vol); err != nil {
-			return false, err
+		// A Volume no longer bound to w was released by an earlier delete
+		// of w that failed after: it is not w's to delete or release, and
+		// may be another Workspace's by now.
+		if vol.GetBoundWorkspaceId() == w.GetWorkspaceId() {
+			switch {
+			case vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING, vol.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST:
+				vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED
+				vol.BoundWorkspaceId = "" // a deleted Volume is bound by no Workspace
+			case b.GetDeleteWithWorkspace():
+				vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETING
+				long = true
+			default:
+				vol.BoundWorkspaceId = ""
+			}
+			vol.UpdatedAt = timestamppb.New(now)
+			if err := tx.PutVolume(vol); err != nil {
+				return false, err
+			}
 		}
 	}
 	w.LastStop = nil
@@ -336,6 +346,9 @@ func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
 		}
 		if b := w.GetSpec().GetVolume(); b.GetMode() == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
 			vol, err = tx.GetVolume(b.GetVolumeId(), false)
+			if vol.GetBoundWorkspaceId() != id {
+				vol = nil // released (applyDelete): not this delete's to remove
+			}
 		}
 		return err
 	}); err != nil {

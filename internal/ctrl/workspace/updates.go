@@ -131,7 +131,12 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 				if err := pool.NotMoving(tx, old.GetVolumeId()); err != nil {
 					return false, err
 				}
-				if err := s.volumes.Update(tx, old.GetVolumeId(), func(v *ctrlv1.Volume) { v.BoundWorkspaceId = "" }); err != nil {
+				release := func(v *ctrlv1.Volume) {
+					if v.GetBoundWorkspaceId() == w.GetWorkspaceId() { // not one a failed delete released already
+						v.BoundWorkspaceId = ""
+					}
+				}
+				if err := s.volumes.Update(tx, old.GetVolumeId(), release); err != nil {
 					return false, err
 				}
 			}
