@@ -241,6 +241,16 @@ func (s *Service) applyStop(tx *store.Tx, w *ctrlv1.Workspace, now time.Time, co
 		w.LastStop = &ctrlv1.WorkspaceStop{Cause: cause, Force: force, CommandId: commandID, RequestedAt: timestamppb.New(now)}
 		return true, nil
 	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING:
+		// A stop under way ends within the node's stop timeout (a normal
+		// stop is forced then): retry after it, rather than be told that
+		// there is nothing to stop.
+		if active, err := tx.ActiveCommandOn(w.GetWorkspaceId()); err == nil {
+			return false, inProgress(w, active)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return false, err
+		}
+		return false, precondition(w, "workspace %s is STOPPING", w.GetWorkspaceId())
 	default:
 		return false, precondition(w, "workspace %s is %s and has no execution to stop", w.GetWorkspaceId(), w.GetState())
 	}

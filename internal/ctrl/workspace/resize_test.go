@@ -125,3 +125,25 @@ func (e *env) forceWorkspace(t *testing.T, id string, state ctrlv1.WorkspaceStat
 		t.Fatal(err)
 	}
 }
+
+// A stop while another is under way (the Workspace STOPPING) answers
+// unavailable naming the command in progress, retryable: the stop under
+// way ends within the node's stop timeout.
+func TestAStopWhileAStopIsUnderWayIsUnavailable(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		s := spec(256 * mib)
+		s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.GetWorkspace().GetWorkspaceId()
+		e.forceWorkspace(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING) // c1 stands for the stop under way
+		for _, mode := range []ctrlv1.StopMode{ctrlv1.StopMode_STOP_MODE_NORMAL, ctrlv1.StopMode_STOP_MODE_FORCE} {
+			_, err := e.ws.Stop(ctx, &ctrlv1.StopWorkspaceRequest{Command: cmd("stop-" + mode.String()), WorkspaceId: id, Mode: mode})
+			if connect.CodeOf(err) != connect.CodeUnavailable || apierr.DetailOf(err).GetCommandId() != "c1" || !apierr.DetailOf(err).GetRetryable() {
+				t.Errorf("%v stop of a STOPPING Workspace: %v, want unavailable naming c1", mode, err)
+			}
+		}
+	})
+}

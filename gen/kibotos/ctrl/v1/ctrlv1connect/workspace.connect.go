@@ -108,6 +108,9 @@ type WorkspaceServiceClient interface {
 	StartWorkspace(context.Context, *connect.Request[v1.StartWorkspaceRequest]) (*connect.Response[v1.StartWorkspaceResponse], error)
 	// StopWorkspace stops the current execution: STOPPING, then STOPPED with
 	// last_stop recording cause REQUESTED and the durability of the stop.
+	// (designed here) A stop while another is under way (STOPPING) is
+	// unavailable naming it: a NORMAL stop the guest does not finish is
+	// forced by its node after the node's stop timeout (60 s).
 	StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error)
 	// DeleteWorkspace deletes the Workspace, its writable layer and, when its
 	// binding says so, its Volume: DELETING, then DELETED.
@@ -407,6 +410,9 @@ type WorkspaceServiceHandler interface {
 	StartWorkspace(context.Context, *connect.Request[v1.StartWorkspaceRequest]) (*connect.Response[v1.StartWorkspaceResponse], error)
 	// StopWorkspace stops the current execution: STOPPING, then STOPPED with
 	// last_stop recording cause REQUESTED and the durability of the stop.
+	// (designed here) A stop while another is under way (STOPPING) is
+	// unavailable naming it: a NORMAL stop the guest does not finish is
+	// forced by its node after the node's stop timeout (60 s).
 	StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error)
 	// DeleteWorkspace deletes the Workspace, its writable layer and, when its
 	// binding says so, its Volume: DELETING, then DELETED.

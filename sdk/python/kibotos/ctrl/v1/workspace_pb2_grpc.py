@@ -158,6 +158,9 @@ class WorkspaceServiceServicer(object):
     def StopWorkspace(self, request, context):
         """StopWorkspace stops the current execution: STOPPING, then STOPPED with
         last_stop recording cause REQUESTED and the durability of the stop.
+        (designed here) A stop while another is under way (STOPPING) is
+        unavailable naming it: a NORMAL stop the guest does not finish is
+        forced by its node after the node's stop timeout (60 s).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1208,6 +1208,9 @@ export const WorkspaceService: GenService<{
   /**
    * StopWorkspace stops the current execution: STOPPING, then STOPPED with
    * last_stop recording cause REQUESTED and the durability of the stop.
+   * (designed here) A stop while another is under way (STOPPING) is
+   * unavailable naming it: a NORMAL stop the guest does not finish is
+   * forced by its node after the node's stop timeout (60 s).
    *
    * @generated from rpc kibotos.ctrl.v1.WorkspaceService.StopWorkspace
    */
