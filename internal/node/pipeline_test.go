@@ -99,7 +99,8 @@ func TestStartPipelineOnAFakeProvider(t *testing.T) {
 	})
 }
 
-// A start whose boot fails removes the layer it made and says so; one
+// A start whose boot fails removes the layer it made and says so, and that
+// its guest never became ready; one
 // that fails before the layer says it left the layer untouched; so does
 // one under a policy the network cannot apply; a guest that resets comes
 // back within its execution, counted.
@@ -118,8 +119,8 @@ func TestStartPipelineFailuresOnAFakeProvider(t *testing.T) {
 	if connect.Code(res.GetCode()) != connect.CodeUnavailable || !strings.Contains(res.GetMessage(), "no room for the VMM") {
 		t.Errorf("a start the provider refused: %v %q", connect.Code(res.GetCode()), res.GetMessage())
 	}
-	if f := startFailure(t, res); !f.GetLayerRemoved() || f.GetLayerUntouched() {
-		t.Errorf("StartFailure %v, want layer_removed", f)
+	if f := startFailure(t, res); !f.GetLayerRemoved() || f.GetLayerUntouched() || f.GetNotReady() {
+		t.Errorf("StartFailure %v, want layer_removed (and not not_ready: no VM was launched)", f)
 	}
 	if err := layer("inst-f2"); !os.IsNotExist(err) {
 		t.Errorf("the failed start's layer: %v, want removed", err)
@@ -130,8 +131,8 @@ func TestStartPipelineFailuresOnAFakeProvider(t *testing.T) {
 	if connect.Code(res.GetCode()) != connect.CodeUnavailable || !strings.Contains(res.GetMessage(), "did not boot") {
 		t.Errorf("a guest that did not boot: %v %q", connect.Code(res.GetCode()), res.GetMessage())
 	}
-	if f := startFailure(t, res); !f.GetLayerRemoved() {
-		t.Errorf("StartFailure %v, want layer_removed", f)
+	if f := startFailure(t, res); !f.GetLayerRemoved() || !f.GetNotReady() {
+		t.Errorf("StartFailure %v, want layer_removed and not_ready", f)
 	}
 
 	missing := h.fakeStartOp("inst-f4")

@@ -631,6 +631,8 @@ func (e *vmSet) startExecution(ctx context.Context, op *nodev1.StartExecution) *
 	}
 	var ne *networkError
 	failed.NetworkUnenforceable = errors.As(err, &ne)
+	var re *readinessError
+	failed.NotReady = errors.As(err, &re)
 	res := failure("", connect.CodeOf(err), errorMessage(err))
 	if a, aerr := anypb.New(failed); aerr == nil {
 		res.Result = a
@@ -676,6 +678,13 @@ type networkError struct{ err error }
 
 func (e *networkError) Error() string { return e.err.Error() }
 func (e *networkError) Unwrap() error { return e.err }
+
+// readinessError is a start whose VM was launched and whose guest never
+// became ready (StartFailure.not_ready).
+type readinessError struct{ err error }
+
+func (e *readinessError) Error() string { return e.err.Error() }
+func (e *readinessError) Unwrap() error { return e.err }
 
 // launch is one start in progress: what its steps found and made.
 type launch struct {
@@ -989,7 +998,7 @@ func (e *vmSet) waitAgent(ctx context.Context, l *launch) error {
 		if kerr := x.vm.Kill(); kerr != nil {
 			e.a.log.ErrorContext(ctx, "cannot kill a VM that did not boot", "pid", x.vm.PID(), "err", kerr)
 		}
-		return codedf(code, "the execution did not boot: %v", err)
+		return &readinessError{codedf(code, "the execution did not boot: %v", err)}
 	}
 	if ping.GetBootId() != x.rec.BootID {
 		e.a.log.WarnContext(ctx, "the guest answers with another boot_id", "got", ping.GetBootId(), "want", x.rec.BootID)

@@ -34,6 +34,7 @@ func TestAStartsAnswerIsRecordedWithTheCommandsEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			var op *storev1.NodeOperation
+			var failure *ctrlv1.WorkspaceFailure
 			testenv.WaitFor(t, id+" to end", func() bool {
 				ended := false
 				mustTx(t, c.Ctrl.Store(), func(tx *store.Tx) error {
@@ -41,7 +42,7 @@ func TestAStartsAnswerIsRecordedWithTheCommandsEnd(t *testing.T) {
 					if err != nil || !command.Final() {
 						return err
 					}
-					ended = true
+					ended, failure = true, command.GetFailure()
 					op, err = tx.GetNodeOperation(id+"/start", false)
 					return err
 				})
@@ -49,6 +50,10 @@ func TestAStartsAnswerIsRecordedWithTheCommandsEnd(t *testing.T) {
 			})
 			if op.GetState() != storev1.NodeOperationState_NODE_OPERATION_STATE_FAILED || op.GetAnsweredAt() == nil || op.GetMessage() == "" {
 				t.Errorf("StartExecution once %s ended: %v, want the node's failure recorded", id, op)
+			}
+			// The VM was launched and its guest never became ready.
+			if failure.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS {
+				t.Errorf("%s failed %v, want at FAILURE_STAGE_WAITING_FOR_READINESS", id, failure)
 			}
 		}
 	})

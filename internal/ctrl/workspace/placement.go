@@ -418,8 +418,13 @@ func (s *Service) startAnswered(ctx context.Context, wk *command.Work, plan *lau
 
 func (s *Service) endStart(ctx context.Context, wk *command.Work, plan *launchPlan, nodeID string, start *nodev1.StartExecution, answer *fleet.Answer) error {
 	if answer.Failure != nil {
-		if networkUnenforceable(answer) {
+		said := startFailure(answer)
+		switch {
+		case said.GetNetworkUnenforceable():
 			answer.Failure.Stage = ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK
+		case said.GetNotReady() && wk.Command().GetKind() == kindCreate:
+			// A start or a restore keeps its own stage.
+			answer.Failure.Stage = ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS
 		}
 		return s.failStart(ctx, wk, answer.Failure, answer.Record, func(tx *store.Tx) error { return forgetRemovedLayer(tx, start, answer) })
 	}
@@ -816,11 +821,14 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 	})
 }
 
-// networkUnenforceable says whether a failed start's node could not apply
-// the Workspace's network policy (StartFailure.network_unenforceable).
-func networkUnenforceable(answer *fleet.Answer) bool {
+// startFailure is what the node said of a failed start (why, and what it
+// left of the writable layer), or nil when the node said nothing.
+func startFailure(answer *fleet.Answer) *nodev1.StartFailure {
 	said := &nodev1.StartFailure{}
-	return answer.Result != nil && answer.Result.MessageIs(said) && answer.Result.UnmarshalTo(said) == nil && said.GetNetworkUnenforceable()
+	if answer.Result == nil || !answer.Result.MessageIs(said) || answer.Result.UnmarshalTo(said) != nil {
+		return nil
+	}
+	return said
 }
 
 // forgetRemovedLayer follows a failed start's node (StartFailure). The

@@ -1064,7 +1064,10 @@ func (FailureReason) EnumDescriptor() ([]byte, []int) {
 // call it belongs to (designed here):
 //
 //	VALIDATING: any call, before anything is admitted.
-//	PLACING, CREATING, WAITING_FOR_READINESS: CreateWorkspace / RestoreWorkspace.
+//	PLACING: every start (CreateWorkspace, StartWorkspace, RestoreWorkspace)
+//	that no node takes. CREATING, WAITING_FOR_READINESS: CreateWorkspace;
+//	WAITING_FOR_READINESS when its VM was launched and the guest never
+//	became ready (a start or a restore keeps its own stage then).
 //	STOPPING: StopWorkspace; STARTING: StartWorkspace; DELETING: DeleteWorkspace.
 //	ISSUING_SESSION, ROTATING_DATA_PLANE: SessionService; AUTHORIZING_DATA_PLANE:
 //	every ProcessService, FileService, DesktopService and ExposureService call.

@@ -460,8 +460,13 @@ type StartFailure struct {
 	// cannot apply the Workspace's network policy (network_policy): ctrl
 	// fails it at FAILURE_STAGE_APPLYING_NETWORK.
 	NetworkUnenforceable bool `protobuf:"varint,3,opt,name=network_unenforceable,json=networkUnenforceable,proto3" json:"network_unenforceable,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// not_ready is true when the execution was launched and its guest never
+	// became ready: the agent did not answer within the boot timeout, or the
+	// VM ended first. ctrl fails a create at
+	// FAILURE_STAGE_WAITING_FOR_READINESS.
+	NotReady      bool `protobuf:"varint,4,opt,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartFailure) Reset() {
@@ -511,6 +516,13 @@ func (x *StartFailure) GetLayerUntouched() bool {
 func (x *StartFailure) GetNetworkUnenforceable() bool {
 	if x != nil {
 		return x.NetworkUnenforceable
+	}
+	return false
+}
+
+func (x *StartFailure) GetNotReady() bool {
+	if x != nil {
+		return x.NotReady
 	}
 	return false
 }
@@ -1584,11 +1596,12 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x120\n" +
 	"\x14layer_capacity_bytes\x18\x06 \x01(\x04R\x12layerCapacityBytes\x12E\n" +
 	"\x1fapplied_network_policy_revision\x18\a \x01(\x04R\x1cappliedNetworkPolicyRevision\x128\n" +
-	"\x06report\x18\b \x01(\v2 .kibotos.node.v1.ExecutionReportR\x06report\"\x91\x01\n" +
+	"\x06report\x18\b \x01(\v2 .kibotos.node.v1.ExecutionReportR\x06report\"\xae\x01\n" +
 	"\fStartFailure\x12#\n" +
 	"\rlayer_removed\x18\x01 \x01(\bR\flayerRemoved\x12'\n" +
 	"\x0flayer_untouched\x18\x02 \x01(\bR\x0elayerUntouched\x123\n" +
-	"\x15network_unenforceable\x18\x03 \x01(\bR\x14networkUnenforceable\"o\n" +
+	"\x15network_unenforceable\x18\x03 \x01(\bR\x14networkUnenforceable\x12\x1b\n" +
+	"\tnot_ready\x18\x04 \x01(\bR\bnotReady\"o\n" +
 	"\rStopExecution\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
