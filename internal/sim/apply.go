@@ -80,6 +80,11 @@ func (n *simNode) apply(body *anypb.Any) *nodev1.CommandResult {
 	if h := n.f.cfg.OnCommand; h != nil {
 		h(n.id, msg)
 	}
+	if refuse := n.f.cfg.Refuse; refuse != nil {
+		if err := refuse(n.id, msg); err != nil {
+			return failure(connect.CodeUnavailable, err.Error())
+		}
+	}
 	switch op := msg.(type) {
 	case *nodev1.EnsureBlockFile:
 		p, res := n.pool(op.GetRef())

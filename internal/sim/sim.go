@@ -112,7 +112,12 @@ type Config struct {
 	// for the first time (an EnsureBlockFile, a StartExecution…) before it
 	// is answered: benchmarks time placements by it.
 	OnCommand func(nodeID string, op proto.Message)
-	Logger    *slog.Logger
+	// Refuse, when set, is asked about each operation a node receives
+	// (after OnCommand): an error it returns fails the operation, with
+	// code unavailable and the error's text, instead of applying it.
+	// Tests make a node's answer fail by it.
+	Refuse func(nodeID string, op proto.Message) error
+	Logger *slog.Logger
 }
 
 var fragment = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

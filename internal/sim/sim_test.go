@@ -43,10 +43,11 @@ func startNodes(t *testing.T, nodes int) (c *testenv.Cluster, f *sim.Fleet, stop
 }
 
 // oneNode is a ctrl with one simulated node, READY, its pool given a
-// capacity; onCommand, when set, sees each operation the node receives.
-func oneNode(t *testing.T, onCommand func(string, proto.Message)) (*testenv.Cluster, *sim.Fleet) {
+// capacity; configure, when set, completes the fleet's configuration
+// (OnCommand, Refuse).
+func oneNode(t *testing.T, configure func(*sim.Config)) (*testenv.Cluster, *sim.Fleet) {
 	t.Helper()
-	c, f, _ := startNodesWith(t, 1, onCommand)
+	c, f, _ := startNodesWith(t, 1, configure)
 	testenv.WaitFor(t, "the simulated node READY", func() bool {
 		ready, err := readyNodes(c)
 		return err == nil && len(ready) == 1
@@ -55,8 +56,9 @@ func oneNode(t *testing.T, onCommand func(string, proto.Message)) (*testenv.Clus
 	return c, f
 }
 
-// startNodesWith is startNodes with the fleet's OnCommand hook.
-func startNodesWith(t *testing.T, nodes int, onCommand func(string, proto.Message)) (c *testenv.Cluster, f *sim.Fleet, stop func()) {
+// startNodesWith is startNodes with the fleet's configuration completed by
+// configure, when set.
+func startNodesWith(t *testing.T, nodes int, configure func(*sim.Config)) (c *testenv.Cluster, f *sim.Fleet, stop func()) {
 	t.Helper()
 	c = testenv.New(t)
 	if err := sim.RegisterCatalog(ctx, c.Ctrl.Catalog(), t.TempDir()); err != nil {
@@ -67,10 +69,14 @@ func startNodesWith(t *testing.T, nodes int, onCommand func(string, proto.Messag
 		t.Fatal(err)
 	}
 	fctx, cancel := context.WithCancel(ctx)
-	f, err = sim.Start(fctx, sim.Config{
+	cfg := sim.Config{
 		Endpoint: c.Ctrl.NodeEndpoint, Grant: grant, Nodes: nodes, NodesPerConnection: 20,
-		SharedPool: sharedPool, SharedPoolDefault: true, Logger: testenv.Logger(), OnCommand: onCommand,
-	})
+		SharedPool: sharedPool, SharedPoolDefault: true, Logger: testenv.Logger(),
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	f, err = sim.Start(fctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
+	"github.com/kibotos/kibotos/internal/sim"
 )
 
 // Updates admitted while a create's StartExecution is on its node (memory,
@@ -20,9 +21,11 @@ import (
 func TestUpdatesAdmittedWhileStartingOutliveTheStart(t *testing.T) {
 	var once sync.Once
 	reached, release := make(chan struct{}), make(chan struct{})
-	c, _ := oneNode(t, func(_ string, op proto.Message) {
-		if _, ok := op.(*nodev1.StartExecution); ok {
-			once.Do(func() { close(reached); <-release })
+	c, _ := oneNode(t, func(cfg *sim.Config) {
+		cfg.OnCommand = func(_ string, op proto.Message) {
+			if _, ok := op.(*nodev1.StartExecution); ok {
+				once.Do(func() { close(reached); <-release })
+			}
 		}
 	})
 	id := createWithoutVolume(t, c, "held-create")

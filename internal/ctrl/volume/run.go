@@ -154,7 +154,7 @@ func (v *Service) runDelete(ctx context.Context, w *command.Work) error {
 	}
 	id := vol.GetVolumeId()
 	return v.fleet.Operate(ctx, w, fleet.Operation{
-		Name: "remove", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME,
+		Name: "remove", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_OBSERVING_CLEANUP,
 		Body: &nodev1.RemoveBlockFile{Ref: blockFile(vol)},
 		Succeeded: func(tx *store.Tx, _ *anypb.Any) error {
 			return v.Update(tx, id, func(vol *ctrlv1.Volume) { vol.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED })

@@ -405,7 +405,7 @@ func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
 		return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) { w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED })
 	}
 	return s.fleet.Operate(ctx, wk, fleet.Operation{
-		Name: "remove-volume", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME,
+		Name: "remove-volume", Pool: vol.GetSpec().GetStoragePool(), Stage: ctrlv1.FailureStage_FAILURE_STAGE_OBSERVING_CLEANUP,
 		Body: &nodev1.RemoveBlockFile{Ref: &nodev1.BlockFileRef{StoragePool: vol.GetSpec().GetStoragePool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: vol.GetVolumeId()}},
 		Succeeded: func(tx *store.Tx, _ *anypb.Any) error {
 			if err := s.clearRuntime(tx, id); err != nil {
@@ -448,7 +448,7 @@ func (s *Service) removeLayer(ctx context.Context, wk *command.Work, rt *storev1
 			return false, wk.Wait(ctx, fmt.Sprintf("no connected node reaches storage pool %q to remove the writable layer", rt.GetLayerPool()), time.Minute)
 		}
 	}
-	answer, err := s.fleet.Await(ctx, wk, "remove-layer", nodeID, &nodev1.RemoveBlockFile{Ref: layerRef(rt)}, ctrlv1.FailureStage_FAILURE_STAGE_DELETING)
+	answer, err := s.fleet.Await(ctx, wk, "remove-layer", nodeID, &nodev1.RemoveBlockFile{Ref: layerRef(rt)}, ctrlv1.FailureStage_FAILURE_STAGE_OBSERVING_CLEANUP)
 	if answer == nil || err != nil {
 		return false, err
 	}
