@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
@@ -68,6 +69,29 @@ func Precondition(detail *ctrlv1.ErrorDetail, format string, args ...any) *conne
 
 // FieldOf returns the field an invalid_argument error names, or "".
 func FieldOf(err error) string { return DetailOf(err).GetField() }
+
+// AtStage is err with stage in its ErrorDetail when err is an API error
+// whose detail names none: a call's own checks that are shared with other
+// calls say which call refused. Any other error is returned as it is.
+func AtStage(err error, stage ctrlv1.FailureStage) error {
+	var cerr *connect.Error
+	d := DetailOf(err)
+	if !errors.As(err, &cerr) || d == nil || d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED {
+		return err
+	}
+	staged := proto.CloneOf(d)
+	staged.Stage = stage
+	out := New(cerr.Code(), staged, "%s", cerr.Message())
+	for _, other := range cerr.Details() { // the others as they were
+		if v, verr := other.Value(); verr == nil {
+			if _, isDetail := v.(*ctrlv1.ErrorDetail); isDetail {
+				continue
+			}
+		}
+		out.AddDetail(other)
+	}
+	return out
+}
 
 // DetailOf returns the ErrorDetail an API error carries, or nil.
 func DetailOf(err error) *ctrlv1.ErrorDetail {

@@ -76,11 +76,12 @@ func (s *Service) ResizeWritableLayer(ctx context.Context, req *ctrlv1.ResizeWor
 	out, err := s.lifecycle(ctx, req.GetCommand(), kindLayer, req.GetWorkspaceId(), req,
 		func(tx *store.Tx, w *ctrlv1.Workspace, _ time.Time) (bool, error) {
 			if err := notDeleted(w); err != nil {
-				return false, err
+				return false, apierr.AtStage(err, ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER)
 			}
 			spec := w.GetSpec()
 			if req.GetExpectedResourcesRevision() != spec.GetResourcesRevision() {
-				return false, stale(w, "expected_resources_revision", req.GetExpectedResourcesRevision(), spec.GetResourcesRevision())
+				return false, apierr.AtStage(stale(w, "expected_resources_revision", req.GetExpectedResourcesRevision(), spec.GetResourcesRevision()),
+					ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER)
 			}
 			cur, err := s.layerCapacityNow(tx, w)
 			if err != nil {

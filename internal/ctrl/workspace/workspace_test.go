@@ -326,6 +326,12 @@ func TestRevisionsAreCASTokensAndStaleOnesWriteNothing(t *testing.T) {
 		if _, err := e.ws.ResizeWritableLayer(ctx, &ctrlv1.ResizeWorkspaceWritableLayerRequest{Command: cmd("r2"), WorkspaceId: id, ExpectedResourcesRevision: 3, CapacityBytes: 4 << 30}); connect.CodeOf(err) != connect.CodeInvalidArgument {
 			t.Errorf("shrinking the layer: %v", err)
 		}
+		// A stale token names the call's stage, and the Workspace as it is.
+		_, err = e.ws.ResizeWritableLayer(ctx, &ctrlv1.ResizeWorkspaceWritableLayerRequest{Command: cmd("r3"), WorkspaceId: id, ExpectedResourcesRevision: 2, CapacityBytes: 16 << 30})
+		if d := apierr.DetailOf(err); connect.CodeOf(err) != connect.CodeFailedPrecondition || d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER ||
+			d.GetObservedWorkspace().GetSpec().GetResourcesRevision() != 3 {
+			t.Errorf("a layer resize with a stale token: %v (detail %v), want failed_precondition at RESIZING_WRITABLE_LAYER with the Workspace", err, d)
+		}
 		b, err := e.ws.UpdateVolumeBinding(ctx, &ctrlv1.UpdateWorkspaceVolumeBindingRequest{Command: cmd("b1"), WorkspaceId: id, ExpectedBindingRevision: 1,
 			Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}})
 		if err != nil || b.GetWorkspace().GetSpec().GetBindingRevision() != 2 || len(b.GetWorkspace().GetPersistentPaths()) != 0 {
