@@ -166,6 +166,20 @@ func (v *Service) NewVolume(tx *store.Tx, spec *ctrlv1.VolumeSpec, nodeID string
 	return v.newVolume(tx, spec, nodeID, nil, nil)
 }
 
+// CreateReleased admits, in the caller's transaction, the creation of a
+// CREATING Volume a Workspace's NEW binding asked for and released before
+// any launch made it: the reference keeps a released Volume, and no launch
+// will make this one now, so it is made as CreateVolume makes one, under
+// commandID. The runner is kicked by the caller once the transaction
+// commits.
+func (v *Service) CreateReleased(tx *store.Tx, vol *ctrlv1.Volume, commandID string) error {
+	req := &ctrlv1.CreateVolumeRequest{Command: &ctrlv1.CommandMetadata{CommandId: commandID}, Spec: vol.GetSpec()}
+	_, err := command.Admit(tx, v.now(), commandID, kindCreate, req, func() (command.Effect, error) {
+		return command.Effect{Target: vol.GetVolumeId(), Result: &ctrlv1.CreateVolumeResponse{Volume: vol}, Long: true}, nil
+	})
+	return err
+}
+
 // CheckNewSpec validates a VolumeSpec a request asks ctrl to create.
 func (v *Service) CheckNewSpec(field string, spec *ctrlv1.VolumeSpec) error {
 	if c := spec.GetCapacityBytes(); c != 0 {

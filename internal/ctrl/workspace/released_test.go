@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/store"
 )
 
 // A delete that fails after its admission leaves the Workspace FAILED with
@@ -63,6 +64,41 @@ func TestAVolumeAFailedDeleteReleasedIsNoLongerTheWorkspaces(t *testing.T) {
 		boundTo("the second Workspace deleted again")
 		if got := get(t, e, b); got.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
 			t.Errorf("the second delete: %v, want DELETED", got.GetState())
+		}
+	})
+}
+
+// Releasing the NEW Volume of a Workspace whose create has not placed it
+// yet keeps the Volume (the reference: "always keeps the Volume"), and
+// since no launch will make it now, its creation is admitted as
+// CreateVolume's, under the release's command_id and "/create-volume".
+func TestAReleasedVolumeNoLaunchMadeIsCreatedOnItsOwn(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: spec(256 * mib)}) // NEW, no node acts
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := res.GetWorkspace()
+		volID := w.GetSpec().GetVolume().GetVolumeId()
+		if _, err := e.ws.UpdateVolumeBinding(ctx, &ctrlv1.UpdateWorkspaceVolumeBindingRequest{Command: cmd("release"), WorkspaceId: w.GetWorkspaceId(),
+			ExpectedBindingRevision: w.GetSpec().GetBindingRevision(), Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.vols.Get(ctx, &ctrlv1.GetVolumeRequest{VolumeId: volID})
+		if err != nil || got.GetVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_CREATING || got.GetVolume().GetBoundWorkspaceId() != "" {
+			t.Fatalf("the released Volume: %v %v, want CREATING and bound to none", got.GetVolume(), err)
+		}
+		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
+			c, err := tx.ActiveCommandOn(volID)
+			if err != nil {
+				return err
+			}
+			if c.GetCommandId() != "release/create-volume" || c.GetKind() != "CreateVolume" {
+				t.Errorf("the command on the released Volume: %s (%s), want release/create-volume (CreateVolume)", c.GetCommandId(), c.GetKind())
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("no creation admitted for the released Volume: %v", err)
 		}
 	})
 }

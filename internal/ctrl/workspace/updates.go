@@ -110,6 +110,7 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 	if err != nil {
 		return nil, err
 	}
+	kick := false // a released Volume's creation was admitted
 	out, err := s.lifecycle(ctx, req.GetCommand(), kindBinding, req.GetWorkspaceId(), req,
 		func(tx *store.Tx, w *ctrlv1.Workspace, now time.Time) (bool, error) {
 			switch w.GetState() {
@@ -132,14 +133,11 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 				if err := pool.NotMoving(tx, old.GetVolumeId()); err != nil {
 					return false, err
 				}
-				release := func(v *ctrlv1.Volume) {
-					if v.GetBoundWorkspaceId() == w.GetWorkspaceId() { // not one a failed delete released already
-						v.BoundWorkspaceId = ""
-					}
-				}
-				if err := s.volumes.Update(tx, old.GetVolumeId(), release); err != nil {
+				made, err := s.release(tx, w, old.GetVolumeId(), req.GetCommand().GetCommandId())
+				if err != nil {
 					return false, err
 				}
+				kick = kick || made
 			}
 			if err := s.bind(tx, w, binding, ""); err != nil {
 				return false, err
@@ -152,6 +150,9 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 		})
 	if err != nil {
 		return nil, err
+	}
+	if kick {
+		s.runner.Kick()
 	}
 	return out.(*ctrlv1.UpdateWorkspaceVolumeBindingResponse), nil
 }
@@ -251,6 +252,27 @@ func (s *Service) UpdateExpiration(ctx context.Context, req *ctrlv1.UpdateWorksp
 		return nil, err
 	}
 	return out.(*ctrlv1.UpdateWorkspaceExpirationResponse), nil
+}
+
+// release gives up w's binding of the Volume volumeID, which is kept. A
+// Volume a failed delete of w released already is another's to touch. One
+// a NEW binding asked for that no launch has made yet (CREATING) is made
+// as CreateVolume makes one, under commandID/create-volume (a command_id a
+// caller cannot send): made says so.
+func (s *Service) release(tx *store.Tx, w *ctrlv1.Workspace, volumeID, commandID string) (made bool, err error) {
+	vol, err := tx.GetVolume(volumeID, true)
+	if err != nil || vol.GetBoundWorkspaceId() != w.GetWorkspaceId() {
+		return false, err
+	}
+	vol.BoundWorkspaceId = ""
+	vol.UpdatedAt = timestamppb.New(s.now())
+	if err := tx.PutVolume(vol); err != nil {
+		return false, err
+	}
+	if vol.GetState() != ctrlv1.VolumeState_VOLUME_STATE_CREATING {
+		return false, nil
+	}
+	return true, s.volumes.CreateReleased(tx, vol, commandID+"/create-volume")
 }
 
 // cleared is exp without its policy, at the next revision: the record

@@ -131,7 +131,9 @@ type WorkspaceServiceClient interface {
 	// UpdateWorkspaceVolumeBinding replaces the Volume binding of a Workspace
 	// that holds no execution. BOUND and NONE are accepted, NEW is
 	// invalid_argument. Releasing a binding always keeps the Volume. A Workspace
-	// with an execution is failed_precondition.
+	// with an execution is failed_precondition. (designed here) A NEW Volume
+	// no launch has made yet is then made on its own, as CreateVolume makes
+	// one, under the command_id "<this command_id>/create-volume".
 	UpdateWorkspaceVolumeBinding(context.Context, *connect.Request[v1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[v1.UpdateWorkspaceVolumeBindingResponse], error)
 	// UpdateWorkspaceMemory replaces resources.memory_bytes (same rules as at
 	// creation). It takes effect at the next start.
@@ -433,7 +435,9 @@ type WorkspaceServiceHandler interface {
 	// UpdateWorkspaceVolumeBinding replaces the Volume binding of a Workspace
 	// that holds no execution. BOUND and NONE are accepted, NEW is
 	// invalid_argument. Releasing a binding always keeps the Volume. A Workspace
-	// with an execution is failed_precondition.
+	// with an execution is failed_precondition. (designed here) A NEW Volume
+	// no launch has made yet is then made on its own, as CreateVolume makes
+	// one, under the command_id "<this command_id>/create-volume".
 	UpdateWorkspaceVolumeBinding(context.Context, *connect.Request[v1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[v1.UpdateWorkspaceVolumeBindingResponse], error)
 	// UpdateWorkspaceMemory replaces resources.memory_bytes (same rules as at
 	// creation). It takes effect at the next start.

@@ -201,7 +201,9 @@ class WorkspaceServiceServicer(object):
         """UpdateWorkspaceVolumeBinding replaces the Volume binding of a Workspace
         that holds no execution. BOUND and NONE are accepted, NEW is
         invalid_argument. Releasing a binding always keeps the Volume. A Workspace
-        with an execution is failed_precondition.
+        with an execution is failed_precondition. (designed here) A NEW Volume
+        no launch has made yet is then made on its own, as CreateVolume makes
+        one, under the command_id "<this command_id>/create-volume".
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

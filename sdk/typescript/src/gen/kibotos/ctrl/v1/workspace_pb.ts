@@ -1263,7 +1263,9 @@ export const WorkspaceService: GenService<{
    * UpdateWorkspaceVolumeBinding replaces the Volume binding of a Workspace
    * that holds no execution. BOUND and NONE are accepted, NEW is
    * invalid_argument. Releasing a binding always keeps the Volume. A Workspace
-   * with an execution is failed_precondition.
+   * with an execution is failed_precondition. (designed here) A NEW Volume
+   * no launch has made yet is then made on its own, as CreateVolume makes
+   * one, under the command_id "<this command_id>/create-volume".
    *
    * @generated from rpc kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding
    */
