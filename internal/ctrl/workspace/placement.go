@@ -779,6 +779,7 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 				Resolvers: resolverStatuses(start.GetResolvers())}
 		}
 		w.Generation++
+		w.Reestablish = reestablishAfter(w.GetGeneration())
 		w.Failure = nil
 		w.Delivery = nil // absent once the Workspace is available
 		w.GuestObservation = &ctrlv1.GuestObservation{ObservedAt: timestamppb.New(s.now()), Condition: ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING}
@@ -819,6 +820,23 @@ func (s *Service) failStart(ctx context.Context, wk *command.Work, failure *ctrl
 			}
 		})
 	})
+}
+
+// reestablishAfter is what a caller sets up again after the start of
+// execution generation: nothing after the first; after any later one
+// everything that lived with the execution that ended: its data-plane
+// sessions and processes, and the credentials and login state a caller set
+// up in the guest's memory or its NONE tier (/tmp, /run).
+func reestablishAfter(generation uint64) []ctrlv1.ReestablishRequirement {
+	if generation <= 1 {
+		return nil
+	}
+	return []ctrlv1.ReestablishRequirement{
+		ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_DATA_PLANE_SESSION,
+		ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_CREDENTIAL,
+		ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_PROCESS,
+		ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_LOGIN_STATE,
+	}
 }
 
 // startFailure is what the node said of a failed start (why, and what it

@@ -3263,7 +3263,11 @@ type Workspace struct {
 	ResolverObservations []*ResolverObservation `protobuf:"bytes,20,rep,name=resolver_observations,json=resolverObservations,proto3" json:"resolver_observations,omitempty"`
 	// reestablish lists what a caller must set up again after the latest start,
 	// because the execution that held it ended: data-plane sessions,
-	// credentials, processes, login state. (designed here)
+	// credentials, processes, login state. (designed here) It is empty after
+	// a Workspace's first start (generation 1). After every later start it
+	// lists all four: sessions and processes belonged to the execution that
+	// ended, and credentials and login state a caller set up in the guest's
+	// memory or its NONE tier (/tmp, /run) ended with it.
 	Reestablish   []ReestablishRequirement `protobuf:"varint,21,rep,packed,name=reestablish,proto3,enum=kibotos.ctrl.v1.ReestablishRequirement" json:"reestablish,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

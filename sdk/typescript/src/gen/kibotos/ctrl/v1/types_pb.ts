@@ -1173,7 +1173,11 @@ export type Workspace = Message<"kibotos.ctrl.v1.Workspace"> & {
   /**
    * reestablish lists what a caller must set up again after the latest start,
    * because the execution that held it ended: data-plane sessions,
-   * credentials, processes, login state. (designed here)
+   * credentials, processes, login state. (designed here) It is empty after
+   * a Workspace's first start (generation 1). After every later start it
+   * lists all four: sessions and processes belonged to the execution that
+   * ended, and credentials and login state a caller set up in the guest's
+   * memory or its NONE tier (/tmp, /run) ended with it.
    *
    * @generated from field: repeated kibotos.ctrl.v1.ReestablishRequirement reestablish = 21;
    */

@@ -1,0 +1,36 @@
+package sim_test
+
+import (
+	"slices"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// Workspace.reestablish is empty after a Workspace's first start, and
+// after a later start names everything that ended with the execution
+// before it: data-plane sessions, credentials, processes, login state.
+func TestAStartAfterAnEarlierExecutionSaysWhatToSetUpAgain(t *testing.T) {
+	c, _ := oneNode(t, nil)
+	id := createWithoutVolume(t, c, "create")
+	if w := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); w.GetGeneration() != 1 || len(w.GetReestablish()) != 0 {
+		t.Errorf("after the first start: generation %d, reestablish %v; want 1, nothing", w.GetGeneration(), w.GetReestablish())
+	}
+	if _, err := c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "stop"}, WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "start"}, WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	w := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	want := []ctrlv1.ReestablishRequirement{
+		ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_DATA_PLANE_SESSION, ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_CREDENTIAL,
+		ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_PROCESS, ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_LOGIN_STATE,
+	}
+	if w.GetGeneration() != 2 || !slices.Equal(w.GetReestablish(), want) {
+		t.Errorf("after the second start: generation %d, reestablish %v; want 2, %v", w.GetGeneration(), w.GetReestablish(), want)
+	}
+}
