@@ -175,3 +175,36 @@ func TestStartPipelineFailuresOnAFakeProvider(t *testing.T) {
 		t.Errorf("a guest that reset and came back at once: %v", r)
 	}
 }
+
+// A guest that stops answering is reported not responding, with the time
+// the first failed probe was sent on this node's clock (unresponsive_since),
+// until it answers again; then the time is gone. The execution runs on
+// throughout: an unresponsive guest is only reported.
+func TestAnUnresponsiveGuestIsReportedSinceItsFirstFailedProbe(t *testing.T) {
+	t.Parallel()
+	h, p, cfg := fakeHarness(t)
+	h.start(cfg)
+	s := recv(t, h.ctrl.sessions, "session")
+	executionStatus(t, s.commandWithin(t, time.Minute, "start-u", h.fakeStartOp("inst-u")))
+	inst, err := p.Attach(filepath.Join(h.stateDir, "executions", "inst-u"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark, before := len(s.seen), time.Now()
+	inst.(*fake.Instance).Hang(true)
+	r := s.report(t, mark, "inst-u", "the guest reported unresponsive", func(_ *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
+		return !r.GetResponding()
+	})
+	since := r.GetUnresponsiveSince().AsTime()
+	if !r.GetRunning() || r.GetProbeError() == "" || r.GetUnresponsiveSince() == nil || since.Before(before) || since.After(time.Now()) {
+		t.Errorf("a hung guest's report: %v, want running, a probe error, unresponsive_since between %v and now", r, before)
+	}
+	mark = len(s.seen)
+	inst.(*fake.Instance).Hang(false)
+	r = s.report(t, mark, "inst-u", "the guest answering again", func(_ *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
+		return r.GetResponding()
+	})
+	if r.GetUnresponsiveSince() != nil {
+		t.Errorf("a guest answering again still has unresponsive_since %v", r.GetUnresponsiveSince())
+	}
+}

@@ -123,6 +123,10 @@ type execution struct {
 	lastReset  time.Time
 	comingBack bool               // from a reset until the agent answers again
 	cancel     context.CancelFunc // ends its watcher and prober
+
+	// unresponsiveSince is when the first probe that failed since the guest
+	// last answered was sent (zero while it answers).
+	unresponsiveSince time.Time
 }
 
 // vmSet is the VMs this agent runs, one execution each (commandLanes
@@ -348,6 +352,7 @@ func (e *vmSet) probe(ctx context.Context, x *execution) {
 	t := time.NewTicker(probeInterval)
 	defer t.Stop()
 	for {
+		sent := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		res, err := vm.Agent(x.vm).Ping(pctx, connect.NewRequest(&guestv1.PingRequest{}))
 		cancel()
@@ -371,6 +376,12 @@ func (e *vmSet) probe(ctx context.Context, x *execution) {
 			resets != x.restarts || (x.comingBack && responding))
 		if x.state == running {
 			x.responding, x.probeErr = responding, probeErr
+			switch {
+			case responding:
+				x.unresponsiveSince = time.Time{}
+			case x.unresponsiveSince.IsZero():
+				x.unresponsiveSince = sent
+			}
 			if memory != nil {
 				x.memory = memory
 			}
@@ -479,6 +490,9 @@ func runningReport(x *execution) *nodev1.ExecutionReport {
 		RestartCount: uint32(x.restarts), ComingBack: x.comingBack}
 	if x.restarts > 0 {
 		r.LastResetAt = timestamppb.New(x.lastReset)
+	}
+	if !x.responding && !x.unresponsiveSince.IsZero() {
+		r.UnresponsiveSince = timestamppb.New(x.unresponsiveSince)
 	}
 	if x.net == nil {
 		return r

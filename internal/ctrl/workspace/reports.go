@@ -118,9 +118,15 @@ func withGuestObservation(w *ctrlv1.Workspace, r *nodev1.ExecutionReport, now ti
 	if !r.GetResponding() {
 		obs.Condition = ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
 		obs.Error = r.GetProbeError()
-		obs.UnresponsiveSince = obs.GetObservedAt()
-		if prev.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE {
+		// The node's first failed probe, on its clock; a node that says
+		// nothing of it leaves ctrl's first report of the silence.
+		switch {
+		case r.GetUnresponsiveSince() != nil:
+			obs.UnresponsiveSince = r.GetUnresponsiveSince()
+		case prev.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE:
 			obs.UnresponsiveSince = prev.GetUnresponsiveSince()
+		default:
+			obs.UnresponsiveSince = obs.GetObservedAt()
 		}
 	}
 	observeMemory(obs, prev, r.GetMemory())

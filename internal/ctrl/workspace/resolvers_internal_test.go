@@ -70,3 +70,21 @@ func TestResolverStatusesAreWhatWasSent(t *testing.T) {
 		t.Errorf("no resolvers: %v, want none", got)
 	}
 }
+
+// An unresponsive guest's observation takes unresponsive_since from the
+// node's report (its first failed probe, on the host's clock), not from
+// ctrl's clock at the report; a node that sends none leaves ctrl's first
+// report of the silence, kept while the guest stays silent.
+func TestUnresponsiveSinceIsTheHostsFirstFailedProbe(t *testing.T) {
+	probed := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	now := probed.Add(7 * time.Second)
+	w := withGuestObservation(&ctrlv1.Workspace{}, &nodev1.ExecutionReport{Running: true, ProbeError: "deadline", UnresponsiveSince: timestamppb.New(probed)}, now)
+	if obs := w.GetGuestObservation(); obs.GetCondition() != ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE || !obs.GetUnresponsiveSince().AsTime().Equal(probed) {
+		t.Errorf("with the node's time: %v, want UNRESPONSIVE since %v", obs, probed)
+	}
+	old := withGuestObservation(&ctrlv1.Workspace{}, &nodev1.ExecutionReport{Running: true, ProbeError: "deadline"}, now)
+	later := withGuestObservation(old, &nodev1.ExecutionReport{Running: true, ProbeError: "deadline"}, now.Add(time.Minute))
+	if got := later.GetGuestObservation().GetUnresponsiveSince().AsTime(); !got.Equal(now) {
+		t.Errorf("without the node's time: since %v, want ctrl's first report %v", got, now)
+	}
+}

@@ -1232,6 +1232,11 @@ type ExecutionReport struct {
 	// revision are still open (an UpdateEgress's drain), as it is now; an
 	// Egress with none is absent.
 	EgressDraining []*EgressDraining `protobuf:"bytes,13,rep,name=egress_draining,json=egressDraining,proto3" json:"egress_draining,omitempty"`
+	// unresponsive_since is, while responding is false, when the first of
+	// the probes that failed since the guest last answered was sent, on this
+	// node's clock (ctrl's GuestObservation.unresponsive_since); absent while
+	// the guest answers, and before any probe failed.
+	UnresponsiveSince *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=unresponsive_since,json=unresponsiveSince,proto3" json:"unresponsive_since,omitempty"`
 	// volume is the node's judgment of the Volume the running execution has
 	// attached, which makes the node the Volume's holder; absent without a
 	// Volume. (Numbered from 20: the fields after memory are left to
@@ -1358,6 +1363,13 @@ func (x *ExecutionReport) GetResolverFaults() []*ResolverFault {
 func (x *ExecutionReport) GetEgressDraining() []*EgressDraining {
 	if x != nil {
 		return x.EgressDraining
+	}
+	return nil
+}
+
+func (x *ExecutionReport) GetUnresponsiveSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UnresponsiveSince
 	}
 	return nil
 }
@@ -1650,7 +1662,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xc5\x05\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x90\x06\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1670,7 +1682,8 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	" \x01(\x04R\x17networkDrainingRevision\x12A\n" +
 	"\regress_faults\x18\v \x03(\v2\x1c.kibotos.node.v1.EgressFaultR\fegressFaults\x12G\n" +
 	"\x0fresolver_faults\x18\f \x03(\v2\x1e.kibotos.node.v1.ResolverFaultR\x0eresolverFaults\x12H\n" +
-	"\x0fegress_draining\x18\r \x03(\v2\x1f.kibotos.node.v1.EgressDrainingR\x0eegressDraining\x125\n" +
+	"\x0fegress_draining\x18\r \x03(\v2\x1f.kibotos.node.v1.EgressDrainingR\x0eegressDraining\x12I\n" +
+	"\x12unresponsive_since\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11unresponsiveSince\x125\n" +
 	"\x06volume\x18\x14 \x01(\v2\x1d.kibotos.node.v1.VolumeReportR\x06volume\"\x9a\x01\n" +
 	"\fVolumeReport\x12/\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x18\n" +
@@ -1764,13 +1777,14 @@ var file_kibotos_node_v1_execution_proto_depIdxs = []int32{
 	7,  // 24: kibotos.node.v1.ExecutionReport.egress_faults:type_name -> kibotos.node.v1.EgressFault
 	10, // 25: kibotos.node.v1.ExecutionReport.resolver_faults:type_name -> kibotos.node.v1.ResolverFault
 	13, // 26: kibotos.node.v1.ExecutionReport.egress_draining:type_name -> kibotos.node.v1.EgressDraining
-	16, // 27: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
-	19, // 28: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	22, // 27: kibotos.node.v1.ExecutionReport.unresponsive_since:type_name -> google.protobuf.Timestamp
+	16, // 28: kibotos.node.v1.ExecutionReport.volume:type_name -> kibotos.node.v1.VolumeReport
+	19, // 29: kibotos.node.v1.VolumeReport.ref:type_name -> kibotos.node.v1.BlockFileRef
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_node_v1_execution_proto_init() }

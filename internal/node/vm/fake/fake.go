@@ -159,6 +159,7 @@ type Instance struct {
 	exit      vm.Exit
 	resets    int
 	lastReset time.Time
+	hung      bool // its agent answers no Ping
 }
 
 func (x *Instance) end(c vm.Cause, detail string) {
@@ -179,6 +180,14 @@ func (x *Instance) Reset() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.resets, x.lastReset = x.resets+1, time.Now()
+}
+
+// Hang makes the guest agent stop answering pings (hung true) or answer
+// them again, as a guest that stopped responding and recovered.
+func (x *Instance) Hang(hung bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.hung = hung
 }
 
 func (x *Instance) Resets() (int, time.Time) {
@@ -254,6 +263,12 @@ func (a agent) alive() error {
 func (a agent) Ping(context.Context, *connect.Request[guestv1.PingRequest]) (*connect.Response[guestv1.PingResponse], error) {
 	if err := a.alive(); err != nil {
 		return nil, err
+	}
+	a.x.mu.Lock()
+	hung := a.x.hung
+	a.x.mu.Unlock()
+	if hung {
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("the fake guest is hung"))
 	}
 	return connect.NewResponse(&guestv1.PingResponse{BootId: a.x.bootID, AgentVersion: "fake", GuestTime: timestamppb.Now()}), nil
 }
