@@ -20,8 +20,11 @@ const (
 	// no path.
 	DefaultMountPath = "/data"
 	maxCPUMillis     = 64000
-	maxMemory        = 1 << 40
-	maxLayer         = 16 << 40
+	// maxMemory bounds guest RAM far above any host (the reference judges
+	// the upper bound at placement, against capacity), so that placement's
+	// sums in signed 64-bit columns cannot overflow.
+	maxMemory = 1 << 50
+	maxLayer  = 16 << 40
 )
 
 // checkMemory validates guest RAM: a whole number of MiB, at least 128 MiB,
@@ -35,7 +38,7 @@ func checkMemory(field string, m uint64) error {
 	case m < MinMemory:
 		return apierr.Invalid(field, "must be at least 128 MiB (134217728); %d is less", m)
 	case m > maxMemory:
-		return apierr.Invalid(field, "must be at most 1 TiB")
+		return apierr.Invalid(field, "must be at most 1 PiB (no host has more; a request within it is judged against capacity when placed)")
 	}
 	return nil
 }

@@ -88,6 +88,7 @@ func TestCreateValidation(t *testing.T) {
 		{"memory 100 MiB", spec(100 * mib), connect.CodeInvalidArgument, "spec.resources.memory_bytes"},
 		{"memory 200.5 MiB", spec(200*mib + mib/2), connect.CodeInvalidArgument, "spec.resources.memory_bytes"},
 		{"memory missing", spec(0), connect.CodeInvalidArgument, "spec.resources.memory_bytes"},
+		{"memory above 1 PiB", spec(1<<50 + mib), connect.CodeInvalidArgument, "spec.resources.memory_bytes"},
 		{"layer half a MiB", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Resources.WritableLayerCapacityBytes = mib + 1 }), connect.CodeInvalidArgument, "spec.resources.writable_layer_capacity_bytes"},
 		{"cpu too large", with(func(s *ctrlv1.WorkspaceCreateSpec) { s.Resources.CpuMillis = 100000 }), connect.CodeInvalidArgument, "spec.resources.cpu_millis"},
 		{"NEW with volume_id", with(func(s *ctrlv1.WorkspaceCreateSpec) {
@@ -414,4 +415,15 @@ func expiringSoon(t *testing.T, e *env, action ctrlv1.WorkspaceExpirationAction)
 		t.Fatal(err)
 	}
 	return id, deadline
+}
+
+// Guest RAM beyond 1 TiB is admitted: the reference judges the upper bound
+// against capacity when an execution is placed (only more than 1 PiB, which
+// no host has, is refused at admission; TestCreateValidation).
+func TestGuestRAMBeyondOneTiBIsAdmitted(t *testing.T) {
+	e := sqlite(t)
+	res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: spec(2 << 40)})
+	if err != nil || res.GetWorkspace().GetSpec().GetResources().GetMemoryBytes() != 2<<40 {
+		t.Fatalf("a create of 2 TiB: %v %v, want it admitted as asked", res.GetWorkspace(), err)
+	}
 }
