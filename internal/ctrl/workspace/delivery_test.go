@@ -33,6 +33,13 @@ func TestDeliveryProgressIsObservedWhileCreating(t *testing.T) {
 	case w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || w.GetUpdatedAt().AsTime() != res.GetWorkspace().GetUpdatedAt().AsTime():
 		t.Errorf("an observation changed the Workspace: %v", w)
 	}
+	// A report whose bytes did not move records nothing: observed_at stays
+	// when they last moved (a delivery whose bytes stand still reads stuck
+	// after a while; TestADeliveryWhoseBytesStoodStillReadsStuck).
+	e.ws.ExecutionProgress(ctx, "node-a", &nodev1.ExecutionProgress{InstanceId: instance, DeliveredBytes: 60, TotalBytes: 100})
+	if again := get(t, e, id).GetDelivery(); !again.GetObservedAt().AsTime().Equal(d.GetObservedAt().AsTime()) {
+		t.Errorf("a report of the same bytes moved observed_at from %v to %v", d.GetObservedAt().AsTime(), again.GetObservedAt().AsTime())
+	}
 	// A report for a Workspace that is not starting is late: ignored.
 	e.ws.ExecutionProgress(ctx, "node-a", &nodev1.ExecutionProgress{InstanceId: "ws-none.0123", DeliveredBytes: 1, TotalBytes: 2})
 }

@@ -199,8 +199,12 @@ func (s *Service) ExecutionProgress(ctx context.Context, nodeID string, p *nodev
 		}
 		now := timestamppb.New(s.now())
 		started := now
-		if prev := w.GetDelivery(); prev != nil {
+		prev := w.GetDelivery()
+		if prev != nil {
 			started = prev.GetStartedAt()
+		}
+		if prev != nil && prev.GetDeliveredBytes() == p.GetDeliveredBytes() && prev.GetTotalBytes() == p.GetTotalBytes() {
+			return nil // nothing moved: observed_at stays when the bytes last did
 		}
 		w.Delivery = &ctrlv1.TemplateDeliveryObservation{
 			State:          ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY,

@@ -88,3 +88,31 @@ func TestUnresponsiveSinceIsTheHostsFirstFailedProbe(t *testing.T) {
 		t.Errorf("without the node's time: since %v, want ctrl's first report %v", got, now)
 	}
 }
+
+// A delivery whose bytes last moved more than deliveryStaleAfter ago reads
+// as stuck (UNKNOWN / OBSERVATION_STALE, the bytes as they stood, a
+// message); one that moved within it is still arriving; a failed one is
+// left as it is.
+func TestADeliveryWhoseBytesStoodStillReadsStuck(t *testing.T) {
+	moved := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	arriving := func() *ctrlv1.Workspace {
+		return &ctrlv1.Workspace{Delivery: &ctrlv1.TemplateDeliveryObservation{
+			State: ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY, Reason: ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_DISTRIBUTING,
+			DeliveredBytes: 60, TotalBytes: 100, ObservedAt: timestamppb.New(moved),
+		}}
+	}
+	if d := viewOf(arriving(), nil, nil, moved.Add(deliveryStaleAfter)).GetDelivery(); d.GetReason() != ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_DISTRIBUTING {
+		t.Errorf("bytes moved %s ago: %v, want still DISTRIBUTING", deliveryStaleAfter, d)
+	}
+	d := viewOf(arriving(), nil, nil, moved.Add(deliveryStaleAfter+time.Second)).GetDelivery()
+	if d.GetState() != ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_UNKNOWN || d.GetReason() != ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_OBSERVATION_STALE ||
+		d.GetDeliveredBytes() != 60 || d.GetMessage() == "" {
+		t.Errorf("bytes still for longer: %v, want UNKNOWN / OBSERVATION_STALE at 60 bytes, with a message", d)
+	}
+	failed := &ctrlv1.Workspace{Delivery: &ctrlv1.TemplateDeliveryObservation{
+		State: ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY, Reason: ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_PREPARATION_FAILED, ObservedAt: timestamppb.New(moved),
+	}}
+	if d := viewOf(failed, nil, nil, moved.Add(time.Hour)).GetDelivery(); d.GetReason() != ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_PREPARATION_FAILED {
+		t.Errorf("a failed delivery later: %v, want it as it was", d)
+	}
+}

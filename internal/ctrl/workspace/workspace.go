@@ -204,7 +204,7 @@ func (s *Service) admitCreate(ctx context.Context, req *ctrlv1.CreateWorkspaceRe
 				return command.Effect{}, err
 			}
 			// New: no runtime yet.
-			res := c.respond(viewOf(w, &storev1.WorkspaceRuntime{}, volumesIn(tx)), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
+			res := c.respond(viewOf(w, &storev1.WorkspaceRuntime{}, volumesIn(tx), now), admitted(req.GetCommand().GetCommandId(), w.GetWorkspaceId(), c.kind, now))
 			eff := command.Effect{Target: w.GetWorkspaceId(), Result: res, Long: true}
 			switch {
 			case c.kind != kindCreate || nodeID != "":
@@ -334,7 +334,7 @@ func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
 	if err != nil {
 		rt = &storev1.WorkspaceRuntime{}
 	}
-	return viewOf(w, rt, volumesIn(tx))
+	return viewOf(w, rt, volumesIn(tx), s.now())
 }
 
 // volumeReader reads a Volume for a view (volumesIn).
@@ -353,10 +353,11 @@ func readVolume(volume volumeReader, id string) (*ctrlv1.Volume, error) {
 	return volume(id)
 }
 
-// viewOf is view for a Workspace whose runtime the caller has; volume
-// reads its bound Volume, if it has one.
-func viewOf(w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime, volume volumeReader) *ctrlv1.Workspace {
+// viewOf is view for a Workspace whose runtime the caller has, at now;
+// volume reads its bound Volume, if it has one.
+func viewOf(w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime, volume volumeReader, now time.Time) *ctrlv1.Workspace {
 	out := proto.Clone(w).(*ctrlv1.Workspace)
+	judgeDelivery(out.GetDelivery(), now)
 	running := rt.GetInstanceId() != ""
 	first := rt.GetStarts() <= 1
 	reset := func(reason ctrlv1.RetentionResetReason) (ctrlv1.RetentionContinuity, ctrlv1.RetentionResetReason) {
@@ -403,6 +404,24 @@ func viewOf(w *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime, volume volumeRead
 	return out
 }
 
+// deliveryStaleAfter is how long a delivery's bytes may stand still
+// before it reads as stuck: its node reports them every second while they
+// arrive.
+const deliveryStaleAfter = 30 * time.Second
+
+// judgeDelivery tells "stuck" from "still arriving": a delivery whose bytes
+// have not moved for deliveryStaleAfter (observed_at is when they last
+// moved) is UNKNOWN / OBSERVATION_STALE, with the bytes as they stood.
+func judgeDelivery(d *ctrlv1.TemplateDeliveryObservation, now time.Time) {
+	if d.GetReason() != ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_DISTRIBUTING || d.GetObservedAt() == nil {
+		return
+	}
+	if still := now.Sub(d.GetObservedAt().AsTime()); still > deliveryStaleAfter {
+		d.State, d.Reason = ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_UNKNOWN, ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_OBSERVATION_STALE
+		d.Message = fmt.Sprintf("no artifact bytes arrived for %s: the transfer stalled or its node stopped reporting", still.Round(time.Second))
+	}
+}
+
 // layerExists: a start made the writable layer rt places (a layer placed
 // for a start that has not run yet does not exist).
 func layerExists(rt *storev1.WorkspaceRuntime) bool {
@@ -427,7 +446,7 @@ func (s *Service) read(ctx context.Context, id string) (*ctrlv1.Workspace, error
 		return nil, err
 	}
 	if w.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
-		return viewOf(w, rt, nil), nil
+		return viewOf(w, rt, nil, s.now()), nil
 	}
 	var out *ctrlv1.Workspace
 	err = s.store.Snapshot(ctx, func(tx *store.Tx) error {

@@ -1820,7 +1820,10 @@ func (x *TemplateSelector) GetRevision() string {
 // arriving" (NOT_READY / DISTRIBUTING with bytes moving) is distinguishable from
 // "stuck" (OBSERVATION_STALE) and from "failed" (PREPARATION_FAILED,
 // CAPABILITY_MISMATCH, NO_SUPPORTED_PATH). It carries no placement or
-// infrastructure identity.
+// infrastructure identity. (designed here) A Workspace's delivery whose
+// bytes have not moved for 30 s reads UNKNOWN / OBSERVATION_STALE, with the
+// bytes as they stood and a message: the transfer stalled, or its node
+// stopped reporting.
 type TemplateDeliveryObservation struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	State  TemplateDeliveryState  `protobuf:"varint,1,opt,name=state,proto3,enum=kibotos.ctrl.v1.TemplateDeliveryState" json:"state,omitempty"`
@@ -1831,8 +1834,9 @@ type TemplateDeliveryObservation struct {
 	TotalBytes     uint64 `protobuf:"varint,4,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	// started_at is when the delivery began, on ctrl's clock. (designed here)
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	// observed_at is when ctrl recorded this report, on ctrl's own clock.
-	// (designed here)
+	// observed_at is when ctrl recorded this report, on ctrl's own clock; for
+	// a Workspace's delivery, the latest report that moved the bytes (one
+	// that moves nothing is not recorded). (designed here)
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
 	// message explains a failure in words; empty otherwise. (designed here)
 	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`

@@ -176,7 +176,10 @@ export const TemplateSelectorSchema: GenMessage<TemplateSelector> = /*@__PURE__*
  * arriving" (NOT_READY / DISTRIBUTING with bytes moving) is distinguishable from
  * "stuck" (OBSERVATION_STALE) and from "failed" (PREPARATION_FAILED,
  * CAPABILITY_MISMATCH, NO_SUPPORTED_PATH). It carries no placement or
- * infrastructure identity.
+ * infrastructure identity. (designed here) A Workspace's delivery whose
+ * bytes have not moved for 30 s reads UNKNOWN / OBSERVATION_STALE, with the
+ * bytes as they stood and a message: the transfer stalled, or its node
+ * stopped reporting.
  *
  * @generated from message kibotos.ctrl.v1.TemplateDeliveryObservation
  */
@@ -212,8 +215,9 @@ export type TemplateDeliveryObservation = Message<"kibotos.ctrl.v1.TemplateDeliv
   startedAt?: Timestamp;
 
   /**
-   * observed_at is when ctrl recorded this report, on ctrl's own clock.
-   * (designed here)
+   * observed_at is when ctrl recorded this report, on ctrl's own clock; for
+   * a Workspace's delivery, the latest report that moved the bytes (one
+   * that moves nothing is not recorded). (designed here)
    *
    * @generated from field: google.protobuf.Timestamp observed_at = 6;
    */
