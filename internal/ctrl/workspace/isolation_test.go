@@ -13,13 +13,7 @@ import (
 // while the Workspace is STOPPING or STOPPED".
 func TestAWorkspaceStoppingOnAnIsolatedNodeFailsWithoutItsStop(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		s := spec(256 * mib)
-		s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
-		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.GetWorkspace().GetWorkspaceId()
+		id := e.createWithoutVolume(t, "c1")
 		// Its execution on node-a, a requested stop under way.
 		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
 			w, err := tx.GetWorkspace(id, true)

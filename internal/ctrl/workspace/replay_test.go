@@ -18,13 +18,7 @@ import (
 // already_exists.
 func TestEveryUpdateIsACommand(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		s := spec(256 * mib)
-		s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
-		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.GetWorkspace().GetWorkspaceId()
+		id := e.createWithoutVolume(t, "c1")
 		e.forceWorkspace(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED) // a stop of it is admitted, and does nothing
 		deadline := timestamppb.New(time.Now().Add(time.Hour))
 		policy := func(mode ctrlv1.NetworkPolicyMode) *ctrlv1.NetworkPolicy { return &ctrlv1.NetworkPolicy{Mode: mode} }

@@ -111,6 +111,19 @@ func (e *env) force(t *testing.T, volID, doneCommand string, change func(*ctrlv1
 	}
 }
 
+// createWithoutVolume admits a create of a Workspace with no Volume (it
+// stays CREATING: no node acts here) and returns its id.
+func (e *env) createWithoutVolume(t *testing.T, command string) string {
+	t.Helper()
+	s := spec(256 * mib)
+	s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+	res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd(command), Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.GetWorkspace().GetWorkspaceId()
+}
+
 // forceWorkspace sets a Workspace's state in the store.
 func (e *env) forceWorkspace(t *testing.T, id string, state ctrlv1.WorkspaceState) {
 	t.Helper()
@@ -131,13 +144,7 @@ func (e *env) forceWorkspace(t *testing.T, id string, state ctrlv1.WorkspaceStat
 // way ends within the node's stop timeout.
 func TestAStopWhileAStopIsUnderWayIsUnavailable(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		s := spec(256 * mib)
-		s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
-		res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.GetWorkspace().GetWorkspaceId()
+		id := e.createWithoutVolume(t, "c1")
 		e.forceWorkspace(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING) // c1 stands for the stop under way
 		for _, mode := range []ctrlv1.StopMode{ctrlv1.StopMode_STOP_MODE_NORMAL, ctrlv1.StopMode_STOP_MODE_FORCE} {
 			_, err := e.ws.Stop(ctx, &ctrlv1.StopWorkspaceRequest{Command: cmd("stop-" + mode.String()), WorkspaceId: id, Mode: mode})
