@@ -5,6 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 )
 
