@@ -7,6 +7,8 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/store/storetest"
 )
 
 // UpdateVolumeAnnotations replaces all annotations, CAS on
@@ -92,4 +94,38 @@ func TestDeletedVolumesStayReadableAndAreListedOnRequest(t *testing.T) {
 			t.Errorf("without include_deleted: %v, want %v", got, live)
 		}
 	})
+}
+
+// Every Volume mutation is a command: without a command_id it is
+// invalid_argument naming command.command_id.
+func TestEveryVolumeMutationNeedsACommandID(t *testing.T) {
+	e := newEnv(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	v, err := e.vols.Create(ctx, create("c1", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.GetVolume().GetVolumeId()
+	for name, call := range map[string]func() error{
+		"CreateVolume": func() error { _, err := e.vols.Create(ctx, &ctrlv1.CreateVolumeRequest{}); return err },
+		"ResizeVolume": func() error {
+			_, err := e.vols.Resize(ctx, &ctrlv1.ResizeVolumeRequest{VolumeId: id, CapacityBytes: 2 << 30})
+			return err
+		},
+		"DeleteVolume": func() error { _, err := e.vols.Delete(ctx, &ctrlv1.DeleteVolumeRequest{VolumeId: id}); return err },
+		"UpdateVolumeLabels": func() error {
+			_, err := e.vols.UpdateLabels(ctx, &ctrlv1.UpdateVolumeLabelsRequest{VolumeId: id, ExpectedLabelsRevision: 1})
+			return err
+		},
+		"UpdateVolumeAnnotations": func() error {
+			_, err := e.vols.UpdateAnnotations(ctx, &ctrlv1.UpdateVolumeAnnotationsRequest{VolumeId: id, ExpectedAnnotationsRevision: 1})
+			return err
+		},
+	} {
+		if err := call(); connect.CodeOf(err) != connect.CodeInvalidArgument || apierr.FieldOf(err) != "command.command_id" {
+			t.Errorf("%s without a command_id: %v (field %q), want invalid_argument naming command.command_id", name, err, apierr.FieldOf(err))
+		}
+	}
+	if got, _ := e.vols.Get(ctx, &ctrlv1.GetVolumeRequest{VolumeId: id}); got.GetVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_CREATING {
+		t.Errorf("the refused mutations changed the Volume: %v", got.GetVolume())
+	}
 }

@@ -2,6 +2,7 @@ package workspace_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -67,9 +68,17 @@ func TestAVolumeGrowsOnlyWhileNoExecutionHoldsIt(t *testing.T) {
 		}
 		unchanged(ctrlv1.VolumeState_VOLUME_STATE_ATTACHED, "r2")
 
-		// Stopped: the Volume is released and grows.
+		// A bound Volume is not deleted: the refusal names its Workspace.
+		if _, err := e.vols.Delete(ctx, &ctrlv1.DeleteVolumeRequest{Command: cmd("del"), VolumeId: volID}); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), wsID) {
+			t.Errorf("delete of a bound Volume: %v, want failed_precondition naming %s", err, wsID)
+		}
+
+		// Stopped: the Volume is released and grows, to more than it has.
 		e.force(t, volID, "", func(vol *ctrlv1.Volume) { vol.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
 		e.forceWorkspace(t, wsID, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+		if _, err := e.vols.Resize(ctx, &ctrlv1.ResizeVolumeRequest{Command: cmd("r-same"), VolumeId: volID, CapacityBytes: capacity}); connect.CodeOf(err) != connect.CodeInvalidArgument || apierr.FieldOf(err) != "capacity_bytes" {
+			t.Errorf("resize to the capacity it has: %v, want invalid_argument naming capacity_bytes", err)
+		}
 		if err := resize("r3"); err != nil {
 			t.Fatalf("resize of a stopped Workspace's Volume: %v", err)
 		}
