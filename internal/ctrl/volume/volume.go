@@ -401,7 +401,7 @@ func (v *Service) Delete(ctx context.Context, req *ctrlv1.DeleteVolumeRequest) (
 			}
 			long, err = v.startDelete(tx, vol)
 			if err != nil {
-				return command.Effect{}, err
+				return command.Effect{}, apierr.AtStage(err, ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME)
 			}
 			return command.Effect{Target: vol.GetVolumeId(), Result: &ctrlv1.DeleteVolumeResponse{Volume: withoutObservation(vol)}, Long: long}, nil
 		})

@@ -69,8 +69,9 @@ func TestAVolumeGrowsOnlyWhileNoExecutionHoldsIt(t *testing.T) {
 		unchanged(ctrlv1.VolumeState_VOLUME_STATE_ATTACHED, "r2")
 
 		// A bound Volume is not deleted: the refusal names its Workspace.
-		if _, err := e.vols.Delete(ctx, &ctrlv1.DeleteVolumeRequest{Command: cmd("del"), VolumeId: volID}); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), wsID) {
-			t.Errorf("delete of a bound Volume: %v, want failed_precondition naming %s", err, wsID)
+		if _, err := e.vols.Delete(ctx, &ctrlv1.DeleteVolumeRequest{Command: cmd("del"), VolumeId: volID}); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), wsID) ||
+			apierr.DetailOf(err).GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME {
+			t.Errorf("delete of a bound Volume: %v, want failed_precondition at DELETING_VOLUME naming %s", err, wsID)
 		}
 
 		// Stopped: the Volume is released and grows, to more than it has.
