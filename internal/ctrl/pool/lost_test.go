@@ -142,12 +142,12 @@ func TestDeclaringAPoolLost(t *testing.T) {
 			w = e.workspace(wsID)
 			return w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 		})
-		if w.GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
-			t.Errorf("failure of the creation: %v, want VOLUME_LOST", w.GetFailure())
+		if w.GetFailure().GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST || w.GetFailure().GetRetryable() {
+			t.Errorf("failure of the creation: %v, want VOLUME_LOST, not retryable", w.GetFailure())
 		}
 		_, err = e.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-ws"), WorkspaceId: wsID}))
-		if connect.CodeOf(err) != connect.CodeFailedPrecondition || apierr.DetailOf(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
-			t.Errorf("starting a Workspace bound to a lost Volume: %v, want failed_precondition with VOLUME_LOST", err)
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || apierr.DetailOf(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST || apierr.DetailOf(err).GetRetryable() {
+			t.Errorf("starting a Workspace bound to a lost Volume: %v, want failed_precondition with VOLUME_LOST, not retryable", err)
 		}
 
 		// The pool takes no capacity and no new object; its id never comes
