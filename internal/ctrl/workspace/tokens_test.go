@@ -79,3 +79,30 @@ func (e *env) availableVolume(t *testing.T, command string) string {
 	e.force(t, v.GetVolume().GetVolumeId(), command, func(vol *ctrlv1.Volume) { vol.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
 	return v.GetVolume().GetVolumeId()
 }
+
+// A start is admitted only for a STOPPED or FAILED Workspace, and a new
+// Volume binding only while the Workspace holds no execution: in STARTING,
+// STOPPING and DELETING both are failed_precondition with the Workspace in
+// the ErrorDetail, and nothing changes.
+func TestAStartAndABindingAreRefusedWhileAnExecutionComesOrGoes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		none := &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+		for _, state := range []ctrlv1.WorkspaceState{
+			ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING,
+		} {
+			id := e.createWithoutVolume(t, "c-"+state.String())
+			e.forceWorkspace(t, id, state)
+			_, err := e.ws.Start(ctx, &ctrlv1.StartWorkspaceRequest{Command: cmd("s-" + state.String()), WorkspaceId: id})
+			if connect.CodeOf(err) != connect.CodeFailedPrecondition || apierr.DetailOf(err).GetObservedWorkspace().GetState() != state {
+				t.Errorf("a start in %v: %v, want failed_precondition with the Workspace", state, err)
+			}
+			_, err = e.ws.UpdateVolumeBinding(ctx, &ctrlv1.UpdateWorkspaceVolumeBindingRequest{Command: cmd("b-" + state.String()), WorkspaceId: id, ExpectedBindingRevision: 1, Volume: none})
+			if connect.CodeOf(err) != connect.CodeFailedPrecondition || apierr.DetailOf(err).GetObservedWorkspace().GetState() != state {
+				t.Errorf("a binding in %v: %v, want failed_precondition with the Workspace", state, err)
+			}
+			if w := get(t, e, id); w.GetState() != state || w.GetSpec().GetBindingRevision() != 1 {
+				t.Errorf("the refusals in %v changed the Workspace: %v", state, w)
+			}
+		}
+	})
+}
