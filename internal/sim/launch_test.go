@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"connectrpc.com/connect"
-
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/platform"
@@ -26,22 +24,11 @@ func TestAnExplicitStartRebindsTheLaunch(t *testing.T) {
 	if first.GetLaunchRef() == "" || first.GetLaunchBindingVersion() != 1 {
 		t.Fatalf("after the create: launch_ref %q, launch_binding_version %d; want one, 1", first.GetLaunchRef(), first.GetLaunchBindingVersion())
 	}
-	restart := func(n string) *ctrlv1.WorkspaceSpec {
-		t.Helper()
-		if _, err := c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "stop-" + n}, WorkspaceId: id})); err != nil {
-			t.Fatal(err)
-		}
-		waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
-		if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "start-" + n}, WorkspaceId: id})); err != nil {
-			t.Fatal(err)
-		}
-		return waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetSpec()
-	}
-	if same := restart("1"); same.GetLaunchRef() != first.GetLaunchRef() || same.GetLaunchBindingVersion() != 1 {
+	if same := restart(t, c, id, "1").GetSpec(); same.GetLaunchRef() != first.GetLaunchRef() || same.GetLaunchBindingVersion() != 1 {
 		t.Errorf("a start with no new default: launch_ref %q, version %d; want %q, 1", same.GetLaunchRef(), same.GetLaunchBindingVersion(), first.GetLaunchRef())
 	}
 	newDefaultPlatform(t, c.Ctrl.Catalog())
-	second := restart("2")
+	second := restart(t, c, id, "2").GetSpec()
 	if second.GetLaunchRef() == first.GetLaunchRef() || second.GetLaunchRef() == "" || second.GetLaunchBindingVersion() != 2 {
 		t.Errorf("a start after a new default: launch_ref %q (was %q), version %d; want the new one, 2", second.GetLaunchRef(), first.GetLaunchRef(), second.GetLaunchBindingVersion())
 	}

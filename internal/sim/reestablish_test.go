@@ -4,8 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	"connectrpc.com/connect"
-
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
@@ -18,14 +16,7 @@ func TestAStartAfterAnEarlierExecutionSaysWhatToSetUpAgain(t *testing.T) {
 	if w := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); w.GetGeneration() != 1 || len(w.GetReestablish()) != 0 {
 		t.Errorf("after the first start: generation %d, reestablish %v; want 1, nothing", w.GetGeneration(), w.GetReestablish())
 	}
-	if _, err := c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "stop"}, WorkspaceId: id})); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
-	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "start"}, WorkspaceId: id})); err != nil {
-		t.Fatal(err)
-	}
-	w := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	w := restart(t, c, id, "")
 	want := []ctrlv1.ReestablishRequirement{
 		ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_DATA_PLANE_SESSION, ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_CREDENTIAL,
 		ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_PROCESS, ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_LOGIN_STATE,

@@ -52,14 +52,7 @@ func TestAnExpirationOutlivesAStopAndAStart(t *testing.T) {
 	}
 	id := res.Msg.GetWorkspace().GetWorkspaceId()
 	before := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetExpiration()
-	if _, err := c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "stop"}, WorkspaceId: id})); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
-	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "start"}, WorkspaceId: id})); err != nil {
-		t.Fatal(err)
-	}
-	w := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	w := restart(t, c, id, "")
 	if !proto.Equal(w.GetExpiration(), before) || w.GetGeneration() != 2 || !w.GetExpiration().GetPolicy().GetDeadline().AsTime().Equal(deadline.AsTime()) {
 		t.Errorf("the expiration after a stop and a start (generation %d): %v, want %v", w.GetGeneration(), w.GetExpiration(), before)
 	}

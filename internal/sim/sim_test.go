@@ -328,6 +328,20 @@ func storedObservation(t *testing.T, c *testenv.Cluster, nodeID string) *operato
 	return n.GetObservation()
 }
 
+// restart stops Workspace id and starts it again (commands "stop"+n and
+// "start"+n), and returns it once AVAILABLE.
+func restart(t *testing.T, c *testenv.Cluster, id, n string) *ctrlv1.Workspace {
+	t.Helper()
+	if _, err := c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "stop" + n}, WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if _, err := c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: &ctrlv1.CommandMetadata{CommandId: "start" + n}, WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	return waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+}
+
 func createWithoutVolume(t *testing.T, c *testenv.Cluster, commandID string) string {
 	t.Helper()
 	res, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{

@@ -15,16 +15,8 @@ func TestAWorkspaceStoppingOnAnIsolatedNodeFailsWithoutItsStop(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		id := e.createWithoutVolume(t, "c1")
 		// Its execution on node-a, a requested stop under way.
+		e.changeWorkspace(t, id, stoppedBy(ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING))
 		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
-			w, err := tx.GetWorkspace(id, true)
-			if err != nil {
-				return err
-			}
-			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING
-			w.LastStop = &ctrlv1.WorkspaceStop{Cause: ctrlv1.StopCause_STOP_CAUSE_REQUESTED, CommandId: "s1"}
-			if err := tx.PutWorkspace(w); err != nil {
-				return err
-			}
 			return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: id, InstanceId: id + ".1", NodeId: "node-a"})
 		}); err != nil {
 			t.Fatal(err)

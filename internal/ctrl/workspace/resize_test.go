@@ -137,15 +137,30 @@ func (e *env) createWithoutVolume(t *testing.T, command string) string {
 // forceWorkspace sets a Workspace's state in the store.
 func (e *env) forceWorkspace(t *testing.T, id string, state ctrlv1.WorkspaceState) {
 	t.Helper()
+	e.changeWorkspace(t, id, func(w *ctrlv1.Workspace) { w.State = state })
+}
+
+// changeWorkspace rewrites a Workspace in the store with change.
+func (e *env) changeWorkspace(t *testing.T, id string, change func(*ctrlv1.Workspace)) {
+	t.Helper()
 	if err := e.store.Tx(ctx, func(tx *store.Tx) error {
 		w, err := tx.GetWorkspace(id, true)
 		if err != nil {
 			return err
 		}
-		w.State = state
+		change(w)
 		return tx.PutWorkspace(w)
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// stoppedBy sets a Workspace's state with a requested stop s1 as its last
+// stop.
+func stoppedBy(state ctrlv1.WorkspaceState) func(*ctrlv1.Workspace) {
+	return func(w *ctrlv1.Workspace) {
+		w.State = state
+		w.LastStop = &ctrlv1.WorkspaceStop{Cause: ctrlv1.StopCause_STOP_CAUSE_REQUESTED, CommandId: "s1"}
 	}
 }
 

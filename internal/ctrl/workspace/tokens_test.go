@@ -7,7 +7,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
-	"github.com/kibotos/kibotos/internal/store"
 )
 
 // binding_revision and annotations_revision are CAS tokens: a change moves
@@ -50,17 +49,7 @@ func TestBindingAndAnnotationsTokensAreCAS(t *testing.T) {
 func TestDeleteClearsLastStop(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		id := e.createWithoutVolume(t, "c1")
-		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
-			w, err := tx.GetWorkspace(id, true)
-			if err != nil {
-				return err
-			}
-			w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
-			w.LastStop = &ctrlv1.WorkspaceStop{Cause: ctrlv1.StopCause_STOP_CAUSE_REQUESTED, CommandId: "s1"}
-			return tx.PutWorkspace(w)
-		}); err != nil {
-			t.Fatal(err)
-		}
+		e.changeWorkspace(t, id, stoppedBy(ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED))
 		del, err := e.ws.Delete(ctx, &ctrlv1.DeleteWorkspaceRequest{Command: cmd("d1"), WorkspaceId: id})
 		if err != nil || del.GetWorkspace().GetLastStop() != nil || get(t, e, id).GetLastStop() != nil {
 			t.Errorf("delete of a STOPPED Workspace: %v %v, want no last_stop", del.GetWorkspace(), err)
