@@ -182,16 +182,9 @@ func TestStartPipelineFailuresOnAFakeProvider(t *testing.T) {
 // throughout: an unresponsive guest is only reported.
 func TestAnUnresponsiveGuestIsReportedSinceItsFirstFailedProbe(t *testing.T) {
 	t.Parallel()
-	h, p, cfg := fakeHarness(t)
-	h.start(cfg)
-	s := recv(t, h.ctrl.sessions, "session")
-	executionStatus(t, s.commandWithin(t, time.Minute, "start-u", h.fakeStartOp("inst-u")))
-	inst, err := p.Attach(filepath.Join(h.stateDir, "executions", "inst-u"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, inst := runningOnAFakeProvider(t, "inst-u")
 	mark, before := len(s.seen), time.Now()
-	inst.(*fake.Instance).Hang(true)
+	inst.Hang(true)
 	r := s.report(t, mark, "inst-u", "the guest reported unresponsive", func(_ *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
 		return !r.GetResponding()
 	})
@@ -200,11 +193,42 @@ func TestAnUnresponsiveGuestIsReportedSinceItsFirstFailedProbe(t *testing.T) {
 		t.Errorf("a hung guest's report: %v, want running, a probe error, unresponsive_since between %v and now", r, before)
 	}
 	mark = len(s.seen)
-	inst.(*fake.Instance).Hang(false)
+	inst.Hang(false)
 	r = s.report(t, mark, "inst-u", "the guest answering again", func(_ *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
 		return r.GetResponding()
 	})
 	if r.GetUnresponsiveSince() != nil {
 		t.Errorf("a guest answering again still has unresponsive_since %v", r.GetUnresponsiveSince())
 	}
+}
+
+// A guest that answers from another boot than the one that started the
+// execution, with no reset the provider counted, is reported other_boot
+// (ctrl's rebooted) and still responding, restart_count 0.
+func TestAGuestAnsweringFromAnotherBootIsReported(t *testing.T) {
+	t.Parallel()
+	s, inst := runningOnAFakeProvider(t, "inst-b")
+	mark := len(s.seen)
+	inst.Reboot()
+	r := s.report(t, mark, "inst-b", "the other boot reported", func(_ *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
+		return r.GetOtherBoot()
+	})
+	if !r.GetRunning() || !r.GetResponding() || r.GetRestartCount() != 0 {
+		t.Errorf("a guest answering from another boot: %v, want running, responding, restart_count 0", r)
+	}
+}
+
+// runningOnAFakeProvider starts a node agent on the fake provider and one
+// execution, instanceID, on it: the session and the fake VM.
+func runningOnAFakeProvider(t *testing.T, instanceID string) (*fakeSession, *fake.Instance) {
+	t.Helper()
+	h, p, cfg := fakeHarness(t)
+	h.start(cfg)
+	s := recv(t, h.ctrl.sessions, "session")
+	executionStatus(t, s.commandWithin(t, time.Minute, "start-"+instanceID, h.fakeStartOp(instanceID)))
+	inst, err := p.Attach(filepath.Join(h.stateDir, "executions", instanceID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, inst.(*fake.Instance)
 }

@@ -127,6 +127,9 @@ type execution struct {
 	// unresponsiveSince is when the first probe that failed since the guest
 	// last answered was sent (zero while it answers).
 	unresponsiveSince time.Time
+	// otherBoot: the guest answered from another boot than the one that
+	// started the execution.
+	otherBoot bool
 }
 
 // vmSet is the VMs this agent runs, one execution each (commandLanes
@@ -359,12 +362,13 @@ func (e *vmSet) probe(ctx context.Context, x *execution) {
 		if ctx.Err() != nil {
 			return
 		}
-		responding, probeErr := err == nil, ""
+		responding, probeErr, otherBoot := err == nil, "", false
 		switch {
 		case err != nil:
 			probeErr = err.Error()
 		case res.Msg.GetBootId() != x.rec.BootID:
 			probeErr = fmt.Sprintf("the guest answers with boot_id %q, not %q: it rebooted", res.Msg.GetBootId(), x.rec.BootID)
+			otherBoot = true
 		}
 		var memory *guestv1.MemoryReport
 		if err == nil {
@@ -376,6 +380,7 @@ func (e *vmSet) probe(ctx context.Context, x *execution) {
 			resets != x.restarts || (x.comingBack && responding))
 		if x.state == running {
 			x.responding, x.probeErr = responding, probeErr
+			x.otherBoot = x.otherBoot || otherBoot
 			switch {
 			case responding:
 				x.unresponsiveSince = time.Time{}
@@ -494,6 +499,7 @@ func runningReport(x *execution) *nodev1.ExecutionReport {
 	if !x.responding && !x.unresponsiveSince.IsZero() {
 		r.UnresponsiveSince = timestamppb.New(x.unresponsiveSince)
 	}
+	r.OtherBoot = x.otherBoot
 	if x.net == nil {
 		return r
 	}

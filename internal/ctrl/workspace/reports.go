@@ -131,8 +131,12 @@ func withGuestObservation(w *ctrlv1.Workspace, r *nodev1.ExecutionReport, now ti
 	}
 	observeMemory(obs, prev, r.GetMemory())
 	if n := r.GetRestartCount(); n > 0 {
-		obs.RestartCount, obs.LastResetAt, obs.Rebooted = n, r.GetLastResetAt(), true
+		obs.RestartCount, obs.LastResetAt = n, r.GetLastResetAt()
 	}
+	// "the guest answered with a boot other than the one that started this
+	// execution": a counted reset, or another boot_id the provider did not
+	// count a reset for.
+	obs.Rebooted = r.GetRestartCount() > 0 || r.GetOtherBoot()
 	w.GuestObservation = obs
 	return w
 }

@@ -116,3 +116,22 @@ func TestADeliveryWhoseBytesStoodStillReadsStuck(t *testing.T) {
 		t.Errorf("a failed delivery later: %v, want it as it was", d)
 	}
 }
+
+// rebooted: a counted reset, or a node's report that the guest answered
+// from another boot (other_boot) with no reset counted.
+func TestRebootedFollowsAnotherBootCountedOrNot(t *testing.T) {
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		r    *nodev1.ExecutionReport
+		want bool
+	}{
+		"the same boot":                 {&nodev1.ExecutionReport{Running: true, Responding: true}, false},
+		"another boot, no reset":        {&nodev1.ExecutionReport{Running: true, Responding: true, OtherBoot: true}, true},
+		"a counted reset, another boot": {&nodev1.ExecutionReport{Running: true, Responding: true, OtherBoot: true, RestartCount: 1, LastResetAt: timestamppb.New(now)}, true},
+	} {
+		obs := withGuestObservation(&ctrlv1.Workspace{}, tc.r, now).GetGuestObservation()
+		if obs.GetRebooted() != tc.want || obs.GetRestartCount() != tc.r.GetRestartCount() {
+			t.Errorf("%s: rebooted %t, restart_count %d; want %t, %d", name, obs.GetRebooted(), obs.GetRestartCount(), tc.want, tc.r.GetRestartCount())
+		}
+	}
+}

@@ -1237,6 +1237,10 @@ type ExecutionReport struct {
 	// node's clock (ctrl's GuestObservation.unresponsive_since); absent while
 	// the guest answers, and before any probe failed.
 	UnresponsiveSince *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=unresponsive_since,json=unresponsiveSince,proto3" json:"unresponsive_since,omitempty"`
+	// other_boot is true once the guest answered from a boot other than the
+	// one that started the execution, whether or not the VM provider counted
+	// a reset (ctrl's GuestObservation.rebooted).
+	OtherBoot bool `protobuf:"varint,15,opt,name=other_boot,json=otherBoot,proto3" json:"other_boot,omitempty"`
 	// volume is the node's judgment of the Volume the running execution has
 	// attached, which makes the node the Volume's holder; absent without a
 	// Volume. (Numbered from 20: the fields after memory are left to
@@ -1372,6 +1376,13 @@ func (x *ExecutionReport) GetUnresponsiveSince() *timestamppb.Timestamp {
 		return x.UnresponsiveSince
 	}
 	return nil
+}
+
+func (x *ExecutionReport) GetOtherBoot() bool {
+	if x != nil {
+		return x.OtherBoot
+	}
+	return false
 }
 
 func (x *ExecutionReport) GetVolume() *VolumeReport {
@@ -1662,7 +1673,7 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\n" +
 	"StopResult\x12\x18\n" +
 	"\adurable\x18\x01 \x01(\bR\adurable\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x90\x06\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xaf\x06\n" +
 	"\x0fExecutionReport\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1683,7 +1694,9 @@ const file_kibotos_node_v1_execution_proto_rawDesc = "" +
 	"\regress_faults\x18\v \x03(\v2\x1c.kibotos.node.v1.EgressFaultR\fegressFaults\x12G\n" +
 	"\x0fresolver_faults\x18\f \x03(\v2\x1e.kibotos.node.v1.ResolverFaultR\x0eresolverFaults\x12H\n" +
 	"\x0fegress_draining\x18\r \x03(\v2\x1f.kibotos.node.v1.EgressDrainingR\x0eegressDraining\x12I\n" +
-	"\x12unresponsive_since\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11unresponsiveSince\x125\n" +
+	"\x12unresponsive_since\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11unresponsiveSince\x12\x1d\n" +
+	"\n" +
+	"other_boot\x18\x0f \x01(\bR\totherBoot\x125\n" +
 	"\x06volume\x18\x14 \x01(\v2\x1d.kibotos.node.v1.VolumeReportR\x06volume\"\x9a\x01\n" +
 	"\fVolumeReport\x12/\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1d.kibotos.node.v1.BlockFileRefR\x03ref\x12\x18\n" +

@@ -182,6 +182,14 @@ func (x *Instance) Reset() {
 	x.resets, x.lastReset = x.resets+1, time.Now()
 }
 
+// Reboot makes the guest answer from another boot without the provider
+// counting a reset (as a reset its console did not show).
+func (x *Instance) Reboot() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.bootID += "-rebooted"
+}
+
 // Hang makes the guest agent stop answering pings (hung true) or answer
 // them again, as a guest that stopped responding and recovered.
 func (x *Instance) Hang(hung bool) {
@@ -265,12 +273,12 @@ func (a agent) Ping(context.Context, *connect.Request[guestv1.PingRequest]) (*co
 		return nil, err
 	}
 	a.x.mu.Lock()
-	hung := a.x.hung
+	hung, bootID := a.x.hung, a.x.bootID
 	a.x.mu.Unlock()
 	if hung {
 		return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("the fake guest is hung"))
 	}
-	return connect.NewResponse(&guestv1.PingResponse{BootId: a.x.bootID, AgentVersion: "fake", GuestTime: timestamppb.Now()}), nil
+	return connect.NewResponse(&guestv1.PingResponse{BootId: bootID, AgentVersion: "fake", GuestTime: timestamppb.Now()}), nil
 }
 
 func (a agent) Shutdown(context.Context, *connect.Request[guestv1.ShutdownRequest]) (*connect.Response[guestv1.ShutdownResponse], error) {
