@@ -3,7 +3,8 @@ package store
 import "sync"
 
 // changes tells waiters in this process that a record was written: a
-// Workspace (PutWorkspace) or a command (UpdateCommand, by its target).
+// Workspace (PutWorkspace), a command (UpdateCommand, by its target) or a
+// node registration (PutNode, under nodeChange's key).
 // A transaction collects the ids it wrote and they are told once it
 // commits, so a waiter never reads a write that may yet roll back.
 // Another process's writes are not heard: a waiter polls for those.
@@ -17,6 +18,11 @@ type changes struct {
 // stops the watch. Call it before reading what is awaited, so that a
 // write between the read and the wait is not missed.
 func (s *Store) WatchWorkspace(id string) (<-chan struct{}, func()) {
+	return s.watch(id)
+}
+
+// watch waits for the next committed write under key (an id written).
+func (s *Store) watch(id string) (<-chan struct{}, func()) {
 	ch := make(chan struct{})
 	c := &s.changes
 	c.mu.Lock()
@@ -39,6 +45,16 @@ func (s *Store) WatchWorkspace(id string) (<-chan struct{}, func()) {
 		}
 	}
 }
+
+// WatchNode is WatchWorkspace for the registration of node id: a
+// Workspace's view reads its node's session.
+func (s *Store) WatchNode(id string) (<-chan struct{}, func()) {
+	return s.watch(nodeChange(id))
+}
+
+// nodeChange is the key of node id's writes among the ids waited on,
+// apart from a command's target of the same name.
+func nodeChange(id string) string { return "node:" + id }
 
 // committed tells the waiters of ids.
 func (c *changes) committed(ids []string) {

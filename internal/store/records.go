@@ -346,12 +346,14 @@ func (t *Tx) GetNode(id string, lock bool) (*operatorv1.NodeRegistration, error)
 
 // PutNode writes a node registration, keeping its credential, and the
 // fields placement reads of it (node_placement). Every pool it declares
-// becomes known (storage_pools), for good.
+// becomes known (storage_pools), for good. Its waiters (WatchNode) are
+// told: a session's start and end are written here.
 func (t *Tx) PutNode(n *operatorv1.NodeRegistration) error {
 	if _, err := t.exec(`INSERT INTO nodes (node_id, body) VALUES (?, ?)
 		ON CONFLICT (node_id) DO UPDATE SET body = excluded.body`, n.GetNodeId(), marshal(n)); err != nil {
 		return err
 	}
+	t.wrote(nodeChange(n.GetNodeId()))
 	if err := t.putPlacement(n); err != nil {
 		return err
 	}

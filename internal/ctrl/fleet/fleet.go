@@ -61,7 +61,17 @@ type Config struct {
 	// take it (one coming back, room freeing) before it fails as a
 	// placement that found no node; zero is DefaultPlacementTimeout.
 	PlacementTimeout time.Duration
+	// UnobservedAfter is how long a node may be without a live control
+	// session before the Workspaces running on it read UNKNOWN
+	// (SessionLost); zero is DefaultUnobservedAfter.
+	UnobservedAfter time.Duration
 }
+
+// DefaultUnobservedAfter is the UnobservedAfter a zero Config gets: long
+// enough for a node to open a new session after ctrl restarted or its
+// connection was cut (it retries every 5 s at most), so that neither
+// turns every Workspace UNKNOWN.
+const DefaultUnobservedAfter = 15 * time.Second
 
 // DefaultMaxObservationRate is the MaxObservationRate a zero Config gets:
 // up to 2,500 nodes report every 5 s (the default interval); 10,000 every
@@ -172,6 +182,9 @@ func New(s *store.Store, waker Waker, log *slog.Logger, cfg Config, deps Deps) *
 	}
 	if cfg.PlacementTimeout == 0 {
 		cfg.PlacementTimeout = DefaultPlacementTimeout
+	}
+	if cfg.UnobservedAfter == 0 {
+		cfg.UnobservedAfter = DefaultUnobservedAfter
 	}
 	f := &Fleet{store: s, waker: waker, log: log, cfg: cfg, now: time.Now, sessions: map[string]*session{},
 		artifacts: deps.Artifacts, executions: noExecutions{}, moves: noMoves{}, metrics: deps.Metrics,
@@ -323,6 +336,38 @@ func (f *Fleet) Live(n *operatorv1.NodeRegistration, now time.Time) bool {
 	}
 	s := n.GetSession()
 	return s.GetLive() && !s.GetLastSeenAt().AsTime().Before(f.LiveSince(now))
+}
+
+// SessionLost reports whether node id has been without a live control
+// session for its UnobservedAfter, and when not, since when it has been
+// without one (zero while its session is live): from then on it is lost.
+// A session this replica holds is live, without a read; another's is as
+// read reads the registration (Live). A node never registered has none.
+func (f *Fleet) SessionLost(id string, read func() (*operatorv1.NodeRegistration, error)) (lost bool, lostFrom time.Time, err error) {
+	if f.holds(id) {
+		return false, time.Time{}, nil
+	}
+	n, err := read()
+	if errors.Is(err, store.ErrNotFound) {
+		return true, time.Time{}, nil
+	} else if err != nil {
+		return false, time.Time{}, err
+	}
+	now := f.now()
+	if f.Live(n, now) {
+		return false, time.Time{}, nil
+	}
+	// Recorded lost at disconnected_at; recorded live by a replica that
+	// stopped writing, from when the live window passed.
+	since := n.GetSession().GetDisconnectedAt().AsTime()
+	if s := n.GetSession(); s.GetLive() || s.GetDisconnectedAt() == nil {
+		since = s.GetLastSeenAt().AsTime().Add(f.liveWindow())
+	}
+	from := since.Add(f.cfg.UnobservedAfter)
+	if !now.Before(from) {
+		return true, time.Time{}, nil
+	}
+	return false, from, nil
 }
 
 // lifecycle is what a registration's view is derived from beside the

@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -45,15 +47,32 @@ func TestANodeBackFromIsolationStopsTheVMItsOldIncarnationLeft(t *testing.T) {
 	runDir := runDirs[0]
 	instance := filepath.Base(runDir)
 
-	// The agent stops; its VM lives on.
+	// The agent stops; its VM lives on. A waiter for UNKNOWN is told
+	// when the session ends, though nothing writes the Workspace.
+	unknown := ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN
+	waited := make(chan *ctrlv1.WaitWorkspaceResponse, 1)
+	go func() {
+		res, err := c.Workspaces.WaitWorkspace(ctx, connect.NewRequest(&ctrlv1.WaitWorkspaceRequest{
+			WorkspaceId: id, States: []ctrlv1.WorkspaceState{unknown}, Timeout: durationpb.New(time.Minute)}))
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- res.Msg
+	}()
 	incarnation := c.Registration(t, "node-a").GetIncarnation()
 	n.Stop(t)
 	if testenv.VMProcess(runDir) == 0 {
 		t.Fatal("the VM ended with its node agent")
 	}
 	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
-	// Its Workspace is still AVAILABLE, but there is no sample to take
-	// without a live session.
+	// Its Workspace reads UNKNOWN: ctrl cannot observe its execution. And
+	// there is no sample to take without a live session.
+	if got := <-waited; !got.GetReached() || got.GetWorkspace().GetState() != unknown {
+		t.Errorf("a wait for UNKNOWN across the session's end: reached %t, %v", got.GetReached(), got.GetWorkspace().GetState())
+	}
+	if got := e.workspace(id).GetState(); got != unknown {
+		t.Errorf("a Workspace whose node has no live session: %v, want UNKNOWN", got)
+	}
 	metrics := ctrlv1connect.NewMetricsServiceClient(http.DefaultClient, c.Ctrl.Client.WorkspaceEndpoint, connect.WithInterceptors(auth.Bearer(c.Ctrl.Client.Token)))
 	_, err = metrics.GetWorkspaceMetrics(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceMetricsRequest{WorkspaceId: id}))
 	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "no live control session") {

@@ -46,25 +46,65 @@ func (s *Service) Wait(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*
 		defer t.Stop()
 		poll = t.C
 	}
+	node := "" // the node whose session the last read judged
 	for {
-		changed, stop := s.store.WatchWorkspace(req.GetWorkspaceId())
-		res, err := s.waitRead(ctx, req)
+		w := s.watch(req.GetWorkspaceId(), node)
+		res, seen, err := s.waitRead(ctx, req)
 		if err != nil || res.GetReached() {
-			stop()
+			w.stop()
 			return res, err
 		}
+		if seen.node != node {
+			// Watch the node's session from before a read.
+			w.stop()
+			node = seen.node
+			continue
+		}
+		var unknown <-chan time.Time // nil: never
+		if !seen.unknownAt.IsZero() {
+			t := time.NewTimer(time.Until(seen.unknownAt))
+			unknown = t.C
+			w.stop = stopAlso(w.stop, func() { t.Stop() })
+		}
 		select {
-		case <-changed:
+		case <-w.workspace:
+		case <-w.node:
+		case <-unknown:
 		case <-poll:
 		case <-timer.Done():
-			stop()
+			w.stop()
 			if ctx.Err() == nil {
 				return res, nil // the timeout passed: not reached
 			}
 			return nil, ctx.Err()
 		}
-		stop()
+		w.stop()
 	}
+}
+
+// watching is a waiter's watch of a Workspace's writes and of the
+// registration of the node its view judged (observeSession): that node's
+// session ending or coming back changes the view with no write of the
+// Workspace.
+type watching struct {
+	workspace, node <-chan struct{} // node is nil (never) for no node
+	stop            func()
+}
+
+func (s *Service) watch(id, node string) watching {
+	var w watching
+	w.workspace, w.stop = s.store.WatchWorkspace(id)
+	if node != "" {
+		var stopNode func()
+		w.node, stopNode = s.store.WatchNode(node)
+		w.stop = stopAlso(w.stop, stopNode)
+	}
+	return w
+}
+
+// stopAlso is stop, then also.
+func stopAlso(stop, also func()) func() {
+	return func() { stop(); also() }
 }
 
 // waitTimeout checks req and says how long it may wait.
@@ -96,16 +136,17 @@ func waitTimeout(req *ctrlv1.WaitWorkspaceRequest) (time.Duration, error) {
 // waitRead reads the Workspace (and the command) once, from one snapshot
 // so that they agree (one statement for the Workspace alone: read), and
 // says whether the wait is over.
-func (s *Service) waitRead(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*ctrlv1.WaitWorkspaceResponse, error) {
+func (s *Service) waitRead(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest) (*ctrlv1.WaitWorkspaceResponse, judged, error) {
 	res := &ctrlv1.WaitWorkspaceResponse{}
+	var node judged
 	var err error
 	if req.GetCommandId() == "" {
-		res.Workspace, err = s.read(ctx, req.GetWorkspaceId())
+		res.Workspace, node, err = s.readAndNode(ctx, req.GetWorkspaceId())
 	} else {
-		err = s.readWithCommand(ctx, req, res)
+		node, err = s.readWithCommand(ctx, req, res)
 	}
 	if err != nil {
-		return nil, err
+		return nil, judged{}, err
 	}
 	for _, st := range req.GetStates() {
 		res.Reached = res.Reached || res.GetWorkspace().GetState() == st
@@ -114,18 +155,18 @@ func (s *Service) waitRead(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest
 	case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED, ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED:
 		res.Reached = true
 	}
-	return res, nil
+	return res, node, nil
 }
 
 // readWithCommand reads req's Workspace and command into res, in one
-// snapshot.
-func (s *Service) readWithCommand(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest, res *ctrlv1.WaitWorkspaceResponse) error {
-	return s.store.Snapshot(ctx, func(tx *store.Tx) error {
+// snapshot, and says which node's session the view judged.
+func (s *Service) readWithCommand(ctx context.Context, req *ctrlv1.WaitWorkspaceRequest, res *ctrlv1.WaitWorkspaceResponse) (node judged, err error) {
+	err = s.store.Snapshot(ctx, func(tx *store.Tx) error {
 		w, err := get(tx, req.GetWorkspaceId(), false)
 		if err != nil {
 			return err
 		}
-		res.Workspace = s.view(tx, w)
+		res.Workspace, node = s.viewAndNode(tx, w)
 		c, err := tx.GetCommand(req.GetCommandId(), false)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && (commandKinds[c.GetKind()] == 0 || c.GetTargetId() != req.GetWorkspaceId())) {
 			return apierr.NotFound("workspace command", req.GetCommandId())
@@ -133,4 +174,5 @@ func (s *Service) readWithCommand(ctx context.Context, req *ctrlv1.WaitWorkspace
 		res.Command = commandView(c.Command)
 		return err
 	})
+	return node, err
 }

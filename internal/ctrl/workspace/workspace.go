@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
@@ -328,13 +329,56 @@ func admitted(id, workspaceID, kind string, now time.Time) *ctrlv1.WorkspaceComm
 }
 
 // view is a Workspace as the API returns it: stored state with the
-// projections derived at read (persistent paths, retention tiers).
+// projections derived at read (persistent paths, retention tiers, UNKNOWN).
 func (s *Service) view(tx *store.Tx, w *ctrlv1.Workspace) *ctrlv1.Workspace {
+	out, _ := s.viewAndNode(tx, w)
+	return out
+}
+
+// viewAndNode is view, with what observeSession says of the node whose
+// control session it judged.
+func (s *Service) viewAndNode(tx *store.Tx, w *ctrlv1.Workspace) (*ctrlv1.Workspace, judged) {
 	rt, err := tx.GetRuntime(w.GetWorkspaceId(), false)
 	if err != nil {
 		rt = &storev1.WorkspaceRuntime{}
 	}
-	return viewOf(w, rt, volumesIn(tx), s.now())
+	out := viewOf(w, rt, volumesIn(tx), s.now())
+	return out, s.observeSession(out, rt, func() (*operatorv1.NodeRegistration, error) { return tx.GetNode(rt.GetNodeId(), false) })
+}
+
+// judged is the node whose control session a view judged ("" for none)
+// and when the view changes with no write, unless the session comes back:
+// the instant it turns UNKNOWN (zero for none).
+type judged struct {
+	node      string
+	unknownAt time.Time
+}
+
+// observeSession makes out UNKNOWN when it is AVAILABLE and the node of
+// its execution (rt's) has been without a live control session for the
+// fleet's UnobservedAfter: ctrl cannot observe that execution, which may
+// have ended with its host or run on unseen. A shorter loss (ctrl
+// restarting, a connection cut and made again) leaves out as it is. The
+// record is left as it is too: out reads AVAILABLE again once the node's
+// session is back, or FAILED once an operator isolates the node. The
+// states of a command under way (CREATING, STARTING, STOPPING, DELETING)
+// are left as they are: the command says what it waits for. read reads
+// the node's registration where this replica does not hold its session.
+func (s *Service) observeSession(out *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime, read func() (*operatorv1.NodeRegistration, error)) judged {
+	if out.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetNodeId() == "" {
+		return judged{}
+	}
+	j := judged{node: rt.GetNodeId()}
+	// A registration that cannot be read says nothing: the view keeps
+	// the record's state.
+	lost, from, err := s.fleet.SessionLost(j.node, read)
+	if err == nil && lost {
+		out.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN
+	}
+	if err == nil {
+		j.unknownAt = from
+	}
+	return j
 }
 
 // volumeReader reads a Volume for a view (volumesIn).
@@ -438,25 +482,39 @@ func (s *Service) Get(ctx context.Context, req *ctrlv1.GetWorkspaceRequest) (*ct
 // (store.WorkspaceAndRuntime) when the view reads nothing else, in a
 // Snapshot with its Volume when it has one bound.
 func (s *Service) read(ctx context.Context, id string) (*ctrlv1.Workspace, error) {
+	out, _, err := s.readAndNode(ctx, id)
+	return out, err
+}
+
+// readAndNode is read, with the node whose session the view judged
+// (viewAndNode).
+func (s *Service) readAndNode(ctx context.Context, id string) (out *ctrlv1.Workspace, node judged, err error) {
 	w, rt, err := s.store.WorkspaceAndRuntime(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, apierr.NotFound("workspace", id)
+		return nil, judged{}, apierr.NotFound("workspace", id)
 	}
 	if err != nil {
-		return nil, err
+		return nil, judged{}, err
 	}
 	if w.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND {
-		return viewOf(w, rt, nil, s.now()), nil
+		out = viewOf(w, rt, nil, s.now())
+		node = s.observeSession(out, rt, func() (n *operatorv1.NodeRegistration, err error) {
+			err = s.store.Snapshot(ctx, func(tx *store.Tx) error {
+				n, err = tx.GetNode(rt.GetNodeId(), false)
+				return err
+			})
+			return n, err
+		})
+		return out, node, nil
 	}
-	var out *ctrlv1.Workspace
 	err = s.store.Snapshot(ctx, func(tx *store.Tx) error {
 		w, err := get(tx, id, false)
 		if err == nil {
-			out = s.view(tx, w)
+			out, node = s.viewAndNode(tx, w)
 		}
 		return err
 	})
-	return out, err
+	return out, node, err
 }
 
 // List pages Workspaces by workspace_id, narrowed by a label selector.

@@ -45,6 +45,18 @@ const (
 	WorkspaceState_WORKSPACE_STATE_DELETED     WorkspaceState = 7
 	WorkspaceState_WORKSPACE_STATE_FAILED      WorkspaceState = 8
 	// UNKNOWN is an observed state.
+	//
+	// (designed here) A Workspace reads UNKNOWN while it is AVAILABLE and the
+	// node of its execution has been without a live control session for
+	// 15 s (ctrl's configuration): ctrl cannot observe that execution, which
+	// may have ended with its host or still run unseen. A shorter loss (ctrl
+	// restarting, a connection cut and made again) is not reported. Its
+	// record stays AVAILABLE and nothing is admitted differently:
+	// it reads AVAILABLE again once the node's session is back and FAILED
+	// (FAILURE_REASON_UNAVAILABLE, retryable) once an operator isolates the
+	// node. A Workspace with a command under way (CREATING, STARTING,
+	// STOPPING, DELETING) keeps reading that state: the command says what it
+	// waits for. A WaitWorkspace for UNKNOWN answers as soon as it applies.
 	WorkspaceState_WORKSPACE_STATE_UNKNOWN WorkspaceState = 9
 )
 
