@@ -47,8 +47,13 @@ func newCommandLanes(a *agent) *commandLanes {
 }
 
 // enqueue never blocks, so the session keeps answering clock probes while
-// commands run.
+// commands run. A forced StopExecution does not wait in its lane for a
+// normal stop of the same execution to give up on the guest: it makes
+// that stop force at once (vmSet.force), and then finds nothing running.
 func (e *commandLanes) enqueue(cmd *nodev1.NodeCommand, reply func(*nodev1.CommandResult)) {
+	if id, ok := forcedStop(cmd); ok {
+		e.a.vms.force(id)
+	}
 	e.mu.Lock()
 	e.queue = append(e.queue, job{cmd, reply})
 	e.mu.Unlock()
@@ -111,6 +116,19 @@ func (e *commandLanes) lane(ctx context.Context, key string) {
 		e.lanes[key] = rest
 		e.mu.Unlock()
 	}
+}
+
+// forcedStop reports whether cmd is a StopExecution with force, and of
+// which instance.
+func forcedStop(cmd *nodev1.NodeCommand) (string, bool) {
+	if cmd.GetBody().MessageName() != stopExecutionName {
+		return "", false
+	}
+	var op nodev1.StopExecution
+	if cmd.GetBody().UnmarshalTo(&op) != nil || !op.GetForce() {
+		return "", false
+	}
+	return op.GetInstanceId(), true
 }
 
 // objectKey names the object a command works on: commands with the same

@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/node"
+	"github.com/kibotos/kibotos/internal/node/vm"
 	"github.com/kibotos/kibotos/internal/node/vm/fake"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // fakeHarness is a harness whose node runs the fake VM provider: the start
@@ -231,4 +234,47 @@ func runningOnAFakeProvider(t *testing.T, instanceID string) (*fakeSession, *fak
 		t.Fatal(err)
 	}
 	return s, inst.(*fake.Instance)
+}
+
+// A forced StopExecution sent while a normal one waits for a guest that
+// does not answer (ctrl's FORCE stop superseding a NORMAL one) does not
+// queue behind it for the normal stop's timeout: the VM is killed at once,
+// the normal stop answers that it was forced, and the forced one finds
+// nothing running.
+func TestAForcedStopOvertakesANormalStopOfAHungGuest(t *testing.T) {
+	t.Parallel()
+	s, inst := runningOnAFakeProvider(t, "inst-h")
+	inst.Hang(true)
+	for i, op := range []struct {
+		id   string
+		body *nodev1.StopExecution
+	}{
+		{"stop-normal", &nodev1.StopExecution{InstanceId: "inst-h", TimeoutSeconds: 3600}},
+		{"stop-force", &nodev1.StopExecution{InstanceId: "inst-h", Force: true}},
+	} {
+		a, err := anypb.New(op.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.send(t, &nodev1.SessionResponse{Message: &nodev1.SessionResponse_Command{Command: &nodev1.NodeCommand{OperationId: op.id, Body: a}}})
+		if i == 0 {
+			testenv.WaitFor(t, "the normal stop asking the guest to shut down", func() bool { return inst.Shutdowns() > 0 })
+		}
+	}
+	results := map[string]*nodev1.CommandResult{}
+	s.expect(t, "both stops' results", func(m *nodev1.SessionRequest) bool {
+		if r := m.GetCommandResult(); r.GetOperationId() != "" {
+			results[r.GetOperationId()] = r
+		}
+		return len(results) == 2
+	})
+	if st := stopResult(t, results["stop-normal"]); st.GetDurable() || !strings.Contains(st.GetMessage(), "forced stop") {
+		t.Errorf("the normal stop: %v, want killed by the forced stop, not durable", st)
+	}
+	if st := stopResult(t, results["stop-force"]); st.GetDurable() || st.GetMessage() != "not running" {
+		t.Errorf("the forced stop: %v, want not running", st)
+	}
+	if exit := inst.Exit(); exit.Cause != vm.Killed {
+		t.Errorf("the VM ended by %v, want killed", exit)
+	}
 }

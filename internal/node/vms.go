@@ -113,8 +113,13 @@ type execution struct {
 	vm     vm.Instance        // nil until it booted
 	net    netslot.Attachment // nil: no network (or not attached yet)
 
-	state      execState
-	stopping   bool // a StopExecution (or a failed start) ends it
+	state    execState
+	stopping bool // a StopExecution (or a failed start) ends it
+	// forced: a StopExecution with force came (force); a normal stop
+	// under way or to come kills the VM instead of waiting for the guest,
+	// by forceStop (nil while no normal stop waits).
+	forced     bool
+	forceStop  context.CancelFunc
 	end        nodev1.ExecutionEnd
 	responding bool
 	probeErr   string
@@ -1190,11 +1195,15 @@ func (e *vmSet) stopExecution(ctx context.Context, op *nodev1.StopExecution) *no
 		return resultOf(&nodev1.StopResult{Durable: false, Message: "not running"})
 	}
 	x.stopping = true
+	force := op.GetForce() || x.forced
+	ctxStop, forceStop := context.WithCancel(ctx)
+	defer forceStop()
+	x.forceStop = forceStop
 	e.mu.Unlock()
 	x.cancel() // no more probes
 
 	var res nodev1.StopResult
-	if op.GetForce() {
+	if force {
 		if err := x.vm.Kill(); err != nil {
 			return failure("", connect.CodeInternal, "kill the VM: "+err.Error())
 		}
@@ -1204,19 +1213,23 @@ func (e *vmSet) stopExecution(ctx context.Context, op *nodev1.StopExecution) *no
 		if s := op.GetTimeoutSeconds(); s > 0 {
 			timeout = time.Duration(s) * time.Second
 		}
-		durable, msg, exited := shutdown(ctx, x.vm, timeout)
+		durable, msg, exited := shutdown(ctxStop, x.vm, timeout)
 		if ctx.Err() != nil && !exited {
 			// The agent stops: the guest powers off by itself, and the
 			// next run reports how it ended.
 			return failure("", connect.CodeCanceled, "the agent is stopping")
 		}
-		if exited {
+		switch {
+		case exited:
 			res.Durable, res.Message = durable, msg
-		} else {
+		default:
 			if err := x.vm.Kill(); err != nil {
 				return failure("", connect.CodeInternal, "kill the VM: "+err.Error())
 			}
 			res.Message = fmt.Sprintf("the guest did not power off within %s: killed", timeout)
+			if ctxStop.Err() != nil {
+				res.Message = "a forced stop came before the guest powered off: killed"
+			}
 			if msg != "" {
 				res.Message += " (" + msg + ")"
 			}
@@ -1233,6 +1246,22 @@ func (e *vmSet) stopExecution(ctx context.Context, op *nodev1.StopExecution) *no
 	e.a.log.InfoContext(ctx, "execution stopped", "durable", res.Durable, "message", res.Message)
 	e.notify()
 	return resultOf(&res)
+}
+
+// force makes the stop of execution id under way, or the next one,
+// force: see commandLanes.enqueue. An execution not running has nothing
+// to force.
+func (e *vmSet) force(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x := e.byID[id]
+	if x == nil || x.state != running {
+		return
+	}
+	x.forced = true
+	if x.forceStop != nil {
+		x.forceStop()
+	}
 }
 
 // shutdown asks the guest agent to shut down, retrying while it cannot be

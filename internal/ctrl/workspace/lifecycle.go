@@ -44,18 +44,25 @@ func supersede(tx *store.Tx, w *ctrlv1.Workspace, now time.Time, by string) erro
 		if err := tx.ReleaseAllocation(w.GetWorkspaceId(), ""); err != nil {
 			return err
 		}
-		active.State = storev1.CommandState_COMMAND_STATE_FAILED
-		active.WaitingFor = ""
-		active.Failure = &ctrlv1.WorkspaceFailure{
-			Stage: ctrlv1.FailureStage_FAILURE_STAGE_PLACING, Reason: ctrlv1.FailureReason_FAILURE_REASON_CANCELLED,
-			Message: "superseded by " + by + " before it was placed", CommandId: active.GetCommandId(), FailedAt: timestamppb.New(now),
-		}
-		active.CompletedAt = timestamppb.New(now)
-		active.UpdatedAt = timestamppb.New(now)
-		active.LeaseUntil = time.Time{}
-		return tx.UpdateCommand(active)
+		return cancel(tx, active, now, ctrlv1.FailureStage_FAILURE_STAGE_PLACING, "superseded by "+by+" before it was placed")
 	}
 	return inProgress(w, active)
+}
+
+// cancel ends active, a command in progress, as FAILED (CANCELLED at
+// stage, saying why). A step of it still running cannot write after this
+// (command.ErrLeaseLost).
+func cancel(tx *store.Tx, active *store.CommandRow, now time.Time, stage ctrlv1.FailureStage, why string) error {
+	active.State = storev1.CommandState_COMMAND_STATE_FAILED
+	active.WaitingFor = ""
+	active.Failure = &ctrlv1.WorkspaceFailure{
+		Stage: stage, Reason: ctrlv1.FailureReason_FAILURE_REASON_CANCELLED,
+		Message: why, CommandId: active.GetCommandId(), FailedAt: timestamppb.New(now),
+	}
+	active.CompletedAt = timestamppb.New(now)
+	active.UpdatedAt = timestamppb.New(now)
+	active.LeaseUntil = time.Time{}
+	return tx.UpdateCommand(active)
 }
 
 // lifecycle admits one lifecycle command on an existing Workspace. apply
@@ -225,6 +232,12 @@ func (s *Service) Stop(ctx context.Context, req *ctrlv1.StopWorkspaceRequest) (*
 	return out.(*ctrlv1.StopWorkspaceResponse), nil
 }
 
+// forceable: active, w's command in progress, is the NORMAL stop that
+// made w STOPPING, which a FORCE stop supersedes.
+func forceable(w *ctrlv1.Workspace, active *store.CommandRow) bool {
+	return active.GetKind() == kindStop && w.GetLastStop().GetCommandId() == active.GetCommandId() && !w.GetLastStop().GetForce()
+}
+
 // applyStop stops w. An AVAILABLE Workspace is STOPPING until its node
 // stopped the execution (a long command). A start still waiting for
 // placement is cancelled instead and the Workspace is STOPPED at once:
@@ -244,10 +257,19 @@ func (s *Service) applyStop(tx *store.Tx, w *ctrlv1.Workspace, now time.Time, co
 	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING:
 		// A stop under way ends within the node's stop timeout (a normal
 		// stop is forced then): retry after it, rather than be told that
-		// there is nothing to stop.
-		if active, err := tx.ActiveCommandOn(w.GetWorkspaceId()); err == nil {
+		// there is nothing to stop. A FORCE stop does not wait for a
+		// NORMAL one: it takes its place.
+		active, err := tx.ActiveCommandOn(w.GetWorkspaceId())
+		switch {
+		case err == nil && force && forceable(w, active):
+			if err := cancel(tx, active, now, ctrlv1.FailureStage_FAILURE_STAGE_STOPPING, "superseded by the FORCE stop "+commandID); err != nil {
+				return false, err
+			}
+			w.LastStop = &ctrlv1.WorkspaceStop{Cause: cause, Force: true, CommandId: commandID, RequestedAt: timestamppb.New(now)}
+			return true, nil
+		case err == nil:
 			return false, inProgress(w, active)
-		} else if !errors.Is(err, store.ErrNotFound) {
+		case !errors.Is(err, store.ErrNotFound):
 			return false, err
 		}
 		return false, precondition(w, "workspace %s is STOPPING", w.GetWorkspaceId())

@@ -159,7 +159,8 @@ type Instance struct {
 	exit      vm.Exit
 	resets    int
 	lastReset time.Time
-	hung      bool // its agent answers no Ping
+	hung      bool // its agent answers no Ping and no Shutdown
+	shutdowns int  // Shutdown calls its agent received
 }
 
 func (x *Instance) end(c vm.Cause, detail string) {
@@ -190,12 +191,21 @@ func (x *Instance) Reboot() {
 	x.bootID += "-rebooted"
 }
 
-// Hang makes the guest agent stop answering pings (hung true) or answer
-// them again, as a guest that stopped responding and recovered.
+// Hang makes the guest agent stop answering pings and Shutdown (hung
+// true) or answer them again, as a guest that stopped responding and
+// recovered.
 func (x *Instance) Hang(hung bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.hung = hung
+}
+
+// Shutdowns is how many Shutdown calls the guest agent received,
+// answered or not.
+func (x *Instance) Shutdowns() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.shutdowns
 }
 
 func (x *Instance) Resets() (int, time.Time) {
@@ -284,6 +294,13 @@ func (a agent) Ping(context.Context, *connect.Request[guestv1.PingRequest]) (*co
 func (a agent) Shutdown(context.Context, *connect.Request[guestv1.ShutdownRequest]) (*connect.Response[guestv1.ShutdownResponse], error) {
 	if err := a.alive(); err != nil {
 		return nil, err
+	}
+	a.x.mu.Lock()
+	a.x.shutdowns++
+	hung := a.x.hung
+	a.x.mu.Unlock()
+	if hung {
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("the fake guest is hung"))
 	}
 	// The answer first, then the power off, as kibotos-guest does.
 	go a.x.end(vm.PowerOff, "the guest powered off (Shutdown)")

@@ -108,9 +108,13 @@ type WorkspaceServiceClient interface {
 	StartWorkspace(context.Context, *connect.Request[v1.StartWorkspaceRequest]) (*connect.Response[v1.StartWorkspaceResponse], error)
 	// StopWorkspace stops the current execution: STOPPING, then STOPPED with
 	// last_stop recording cause REQUESTED and the durability of the stop.
-	// (designed here) A stop while another is under way (STOPPING) is
-	// unavailable naming it: a NORMAL stop the guest does not finish is
-	// forced by its node after the node's stop timeout (60 s).
+	// (designed here) A FORCE stop while a NORMAL stop is under way
+	// (STOPPING) takes its place: the NORMAL stop fails as cancelled at
+	// FAILURE_STAGE_STOPPING naming the FORCE stop, last_stop becomes the
+	// FORCE stop's, and the node kills the VM at once, without waiting for
+	// the NORMAL stop to give up on the guest. Any other stop while one is
+	// under way is unavailable naming it: a NORMAL stop the guest does not
+	// finish is forced by its node after the node's stop timeout (60 s).
 	StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error)
 	// DeleteWorkspace deletes the Workspace, its writable layer and, when its
 	// binding says so, its Volume: DELETING, then DELETED.
@@ -412,9 +416,13 @@ type WorkspaceServiceHandler interface {
 	StartWorkspace(context.Context, *connect.Request[v1.StartWorkspaceRequest]) (*connect.Response[v1.StartWorkspaceResponse], error)
 	// StopWorkspace stops the current execution: STOPPING, then STOPPED with
 	// last_stop recording cause REQUESTED and the durability of the stop.
-	// (designed here) A stop while another is under way (STOPPING) is
-	// unavailable naming it: a NORMAL stop the guest does not finish is
-	// forced by its node after the node's stop timeout (60 s).
+	// (designed here) A FORCE stop while a NORMAL stop is under way
+	// (STOPPING) takes its place: the NORMAL stop fails as cancelled at
+	// FAILURE_STAGE_STOPPING naming the FORCE stop, last_stop becomes the
+	// FORCE stop's, and the node kills the VM at once, without waiting for
+	// the NORMAL stop to give up on the guest. Any other stop while one is
+	// under way is unavailable naming it: a NORMAL stop the guest does not
+	// finish is forced by its node after the node's stop timeout (60 s).
 	StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error)
 	// DeleteWorkspace deletes the Workspace, its writable layer and, when its
 	// binding says so, its Volume: DELETING, then DELETED.

@@ -1208,9 +1208,13 @@ export const WorkspaceService: GenService<{
   /**
    * StopWorkspace stops the current execution: STOPPING, then STOPPED with
    * last_stop recording cause REQUESTED and the durability of the stop.
-   * (designed here) A stop while another is under way (STOPPING) is
-   * unavailable naming it: a NORMAL stop the guest does not finish is
-   * forced by its node after the node's stop timeout (60 s).
+   * (designed here) A FORCE stop while a NORMAL stop is under way
+   * (STOPPING) takes its place: the NORMAL stop fails as cancelled at
+   * FAILURE_STAGE_STOPPING naming the FORCE stop, last_stop becomes the
+   * FORCE stop's, and the node kills the VM at once, without waiting for
+   * the NORMAL stop to give up on the guest. Any other stop while one is
+   * under way is unavailable naming it: a NORMAL stop the guest does not
+   * finish is forced by its node after the node's stop timeout (60 s).
    *
    * @generated from rpc kibotos.ctrl.v1.WorkspaceService.StopWorkspace
    */
