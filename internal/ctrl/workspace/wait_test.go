@@ -177,3 +177,36 @@ func TestAWorkspaceReadAloneShowsWhatAListShows(t *testing.T) {
 		}
 	})
 }
+
+// With both states and a command_id, whichever holds first answers; a
+// command of another Workspace is not_found; without a command_id the
+// answer carries no command.
+func TestWaitWorkspaceWithStatesAndACommand(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		a := e.createWithoutVolume(t, "c-a")
+		b := e.createWithoutVolume(t, "c-b")
+
+		// The state holds, the command (c-a, ADMITTED) has not ended.
+		got, err := e.ws.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: a, CommandId: "c-a", States: []ctrlv1.WorkspaceState{creating}})
+		if err != nil || !got.GetReached() || got.GetCommand().GetState() != ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_ADMITTED {
+			t.Errorf("the state held first: %v %v, want reached with c-a still ADMITTED", got, err)
+		}
+		// The command ended, the state (DELETED) does not hold.
+		e.endCommand(t, "c-a")
+		got, err = e.ws.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: a, CommandId: "c-a", States: []ctrlv1.WorkspaceState{deleted}})
+		if err != nil || !got.GetReached() || got.GetWorkspace().GetState() == deleted ||
+			got.GetCommand().GetState() != ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED {
+			t.Errorf("the command ended first: %v %v, want reached with c-a SUCCEEDED", got, err)
+		}
+
+		_, err = e.ws.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: a, CommandId: "c-b", States: []ctrlv1.WorkspaceState{creating}})
+		if connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("a wait on %s with the command of %s: %v, want not_found", a, b, err)
+		}
+
+		got, err = e.ws.Wait(ctx, &ctrlv1.WaitWorkspaceRequest{WorkspaceId: b, States: []ctrlv1.WorkspaceState{creating}})
+		if err != nil || got.Command != nil {
+			t.Errorf("a wait without a command_id: %v %v, want no command in the answer", got, err)
+		}
+	})
+}
