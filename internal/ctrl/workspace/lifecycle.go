@@ -392,7 +392,7 @@ func (s *Service) runDelete(ctx context.Context, wk *command.Work) error {
 			return err
 		}
 		if answer.Failure != nil {
-			return wk.Fail(ctx, answer.Failure, func(*store.Tx) error { return nil })
+			return wk.Fail(ctx, answer.Failure, func(tx *store.Tx) error { return s.deleteFailed(tx, id, answer.Failure) })
 		}
 		// Released as a stop releases it: its Allocation, and the Volume
 		// it had attached, which a binding released at admission leaves
@@ -475,14 +475,19 @@ func (s *Service) removeLayer(ctx context.Context, wk *command.Work, rt *storev1
 		return false, err
 	}
 	if answer.Failure != nil {
-		return false, wk.Fail(ctx, answer.Failure, func(tx *store.Tx) error {
-			return s.setWorkspace(tx, rt.GetWorkspaceId(), func(w *ctrlv1.Workspace) {
-				w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
-				w.Failure = answer.Failure
-			})
-		})
+		return false, wk.Fail(ctx, answer.Failure, func(tx *store.Tx) error { return s.deleteFailed(tx, rt.GetWorkspaceId(), answer.Failure) })
 	}
 	return true, nil
+}
+
+// deleteFailed records that a node did not do its part of Workspace id's
+// delete: FAILED with why, rather than DELETING with nothing in progress.
+// A delete sent again goes on from there.
+func (s *Service) deleteFailed(tx *store.Tx, id string, failure *ctrlv1.WorkspaceFailure) error {
+	return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) {
+		w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+		w.Failure = failure
+	})
 }
 
 // clearRuntime forgets a deleted Workspace's execution and layer.

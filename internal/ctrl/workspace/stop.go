@@ -47,7 +47,9 @@ func (s *Service) runStop(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	if answer.Failure != nil {
-		return wk.Fail(ctx, answer.Failure, func(*store.Tx) error { return nil })
+		return wk.Fail(ctx, answer.Failure, func(tx *store.Tx) error {
+			return s.stopFailed(tx, wk.Command().GetTargetId(), rt.GetInstanceId(), wk.Command().GetCommandId())
+		})
 	}
 	result := &nodev1.StopResult{}
 	if err := answer.Result.UnmarshalTo(result); err != nil {
@@ -63,6 +65,30 @@ func (s *Service) runStop(ctx context.Context, wk *command.Work) error {
 			RequestedAt: wk.Command().GetAdmittedAt(), CompletedAt: timestamppb.New(s.now()),
 		})
 	})
+}
+
+// stopFailed records that the node did not stop instance for the stop
+// command: the execution runs on as far as ctrl knows, so the Workspace
+// is AVAILABLE again, without the stop as its last_stop, and can be
+// stopped again (FORCE, say). Left STOPPING with no command in progress,
+// it refused every later stop and start. A Workspace that is no longer
+// STOPPING by this stop, or runs another instance, is left as it is.
+func (s *Service) stopFailed(tx *store.Tx, workspaceID, instance, commandID string) error {
+	rt, err := tx.GetRuntime(workspaceID, false)
+	if err != nil || rt.GetInstanceId() != instance {
+		return err
+	}
+	w, err := tx.GetWorkspace(workspaceID, true)
+	if err != nil {
+		return err
+	}
+	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING || w.GetLastStop().GetCommandId() != commandID {
+		return nil
+	}
+	w.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
+	w.LastStop = nil
+	w.UpdatedAt = timestamppb.New(s.now())
+	return tx.PutWorkspace(w)
 }
 
 // stopped records that instance no longer runs: STOPPED with stop (a

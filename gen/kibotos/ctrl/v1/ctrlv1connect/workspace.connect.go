@@ -114,10 +114,14 @@ type WorkspaceServiceClient interface {
 	// FORCE stop's, and the node kills the VM at once, without waiting for
 	// the NORMAL stop to give up on the guest. Any other stop while one is
 	// under way is unavailable naming it: a NORMAL stop the guest does not
-	// finish is forced by its node after the node's stop timeout (60 s).
+	// finish is forced by its node after the node's stop timeout (60 s). A
+	// stop its node fails leaves the Workspace AVAILABLE (its execution runs
+	// on, as far as ctrl knows) without last_stop; the command says why.
 	StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error)
 	// DeleteWorkspace deletes the Workspace, its writable layer and, when its
-	// binding says so, its Volume: DELETING, then DELETED.
+	// binding says so, its Volume: DELETING, then DELETED. (designed here) A
+	// delete whose stop or removal its node fails leaves the Workspace FAILED
+	// with why; a delete sent again goes on from there.
 	DeleteWorkspace(context.Context, *connect.Request[v1.DeleteWorkspaceRequest]) (*connect.Response[v1.DeleteWorkspaceResponse], error)
 	// GetWorkspaceCommand reads an admitted command and its progress.
 	GetWorkspaceCommand(context.Context, *connect.Request[v1.GetWorkspaceCommandRequest]) (*connect.Response[v1.GetWorkspaceCommandResponse], error)
@@ -422,10 +426,14 @@ type WorkspaceServiceHandler interface {
 	// FORCE stop's, and the node kills the VM at once, without waiting for
 	// the NORMAL stop to give up on the guest. Any other stop while one is
 	// under way is unavailable naming it: a NORMAL stop the guest does not
-	// finish is forced by its node after the node's stop timeout (60 s).
+	// finish is forced by its node after the node's stop timeout (60 s). A
+	// stop its node fails leaves the Workspace AVAILABLE (its execution runs
+	// on, as far as ctrl knows) without last_stop; the command says why.
 	StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error)
 	// DeleteWorkspace deletes the Workspace, its writable layer and, when its
-	// binding says so, its Volume: DELETING, then DELETED.
+	// binding says so, its Volume: DELETING, then DELETED. (designed here) A
+	// delete whose stop or removal its node fails leaves the Workspace FAILED
+	// with why; a delete sent again goes on from there.
 	DeleteWorkspace(context.Context, *connect.Request[v1.DeleteWorkspaceRequest]) (*connect.Response[v1.DeleteWorkspaceResponse], error)
 	// GetWorkspaceCommand reads an admitted command and its progress.
 	GetWorkspaceCommand(context.Context, *connect.Request[v1.GetWorkspaceCommandRequest]) (*connect.Response[v1.GetWorkspaceCommandResponse], error)

@@ -164,7 +164,9 @@ class WorkspaceServiceServicer(object):
         FORCE stop's, and the node kills the VM at once, without waiting for
         the NORMAL stop to give up on the guest. Any other stop while one is
         under way is unavailable naming it: a NORMAL stop the guest does not
-        finish is forced by its node after the node's stop timeout (60 s).
+        finish is forced by its node after the node's stop timeout (60 s). A
+        stop its node fails leaves the Workspace AVAILABLE (its execution runs
+        on, as far as ctrl knows) without last_stop; the command says why.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -172,7 +174,9 @@ class WorkspaceServiceServicer(object):
 
     def DeleteWorkspace(self, request, context):
         """DeleteWorkspace deletes the Workspace, its writable layer and, when its
-        binding says so, its Volume: DELETING, then DELETED.
+        binding says so, its Volume: DELETING, then DELETED. (designed here) A
+        delete whose stop or removal its node fails leaves the Workspace FAILED
+        with why; a delete sent again goes on from there.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
