@@ -125,8 +125,12 @@ func (f *Fleet) AwaitUnrecorded(ctx context.Context, w *command.Work, name, node
 	return f.await(ctx, w, name, nodeID, body, stage, true)
 }
 
+// OperationID is the node operation a step of command commandID sends
+// under name (Await).
+func OperationID(commandID, name string) string { return commandID + "/" + name }
+
 func (f *Fleet) await(ctx context.Context, w *command.Work, name, nodeID string, body proto.Message, stage ctrlv1.FailureStage, raw bool) (*Answer, error) {
-	opID := w.Command().GetCommandId() + "/" + name
+	opID := OperationID(w.Command().GetCommandId(), name)
 	anyBody, err := anypb.New(body)
 	if err != nil {
 		return nil, err

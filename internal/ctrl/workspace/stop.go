@@ -16,6 +16,7 @@ import (
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/egress"
+	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -126,12 +127,15 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 	return tx.PutWorkspace(w)
 }
 
-// runPolicy applies the Workspace's network policy, as it stands now (its
-// Egresses at their current revisions), to its running execution: for an
-// UpdateWorkspaceNetworkPolicy, and for an UpdateEgress's follow-up
-// (egress.KindApplyEgressUpdate), which sends the same policy revision with
-// the Egress's new one, and likewise for an UpdateResolver's
-// (egress.KindApplyResolverUpdate). network_policy_status says what the node confirmed.
+// runPolicy applies a network policy to the Workspace's running
+// execution, with its Egresses and Resolvers at their current revisions:
+// for an UpdateWorkspaceNetworkPolicy, the revision that update made, with
+// its own drain_seconds (a later update admitted meanwhile follows with
+// its own); for an UpdateEgress's follow-up (egress.KindApplyEgressUpdate),
+// the policy revision in force with the Egress's new one, and likewise
+// for an UpdateResolver's (egress.KindApplyResolverUpdate).
+// network_policy_status says what the node confirmed, its Resolvers as
+// they were sent.
 // A failed policy application leaves none (the command says why, at
 // FAILURE_STAGE_APPLYING_NETWORK); a failed Egress update leaves the status
 // as it was, as the node leaves the policy in force. A Workspace still
@@ -141,7 +145,11 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 // start carries the policy.
 func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	id := wk.Command().GetTargetId()
-	ps, err := s.policyState(ctx, id, wk.Command().GetCommandId())
+	own, err := madePolicy(wk)
+	if err != nil {
+		return err
+	}
+	ps, err := s.policyState(ctx, id, wk.Command().GetCommandId(), own)
 	if err != nil {
 		return err
 	}
@@ -150,7 +158,7 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 	switch st := w.GetState(); {
 	case st == ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || st == ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING:
 		return wk.Wait(ctx, "the Workspace to finish starting", policyRetry)
-	case !sent && (st != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "" || inForce(w, egresses, ps.resolvers)):
+	case !sent && (st != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetInstanceId() == "" || inForce(w, ps.policy, egresses, ps.resolvers)):
 		return wk.Succeed(ctx, func(*store.Tx) error { return nil }) // nothing runs, or it is in force already
 	case !sent && earlier != nil:
 		return wk.Wait(ctx, fmt.Sprintf("the earlier network policy application %s", earlier.GetCommandId()), policyRetry)
@@ -160,8 +168,8 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	instance := rt.GetInstanceId()
-	answer, err := s.fleet.Await(ctx, wk, "network", rt.GetNodeId(),
-		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: w.GetSpec().GetNetworkPolicy(), Egresses: egresses, Resolvers: ps.resolvers,
+	answer, err := s.fleet.Await(ctx, wk, policyOperation, rt.GetNodeId(),
+		&nodev1.ApplyNetworkPolicy{InstanceId: instance, NetworkPolicy: ps.policy, Egresses: egresses, Resolvers: ps.resolvers,
 			DrainSeconds: drain},
 		ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK)
 	if answer == nil || err != nil {
@@ -180,33 +188,74 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 		return err
 	}
 	return wk.Succeed(ctx, func(tx *store.Tx) error {
+		// The Resolvers the node confirmed are those sent, which an
+		// UpdateResolver may have moved on from since (a step after a
+		// restart reads them again): its follow-up sends the new one.
+		sent, err := sentApplication(tx, wk.Command().GetCommandId())
+		if err != nil {
+			return err
+		}
 		return s.setPolicyStatus(tx, id, instance, &ctrlv1.NetworkPolicyStatus{
 			AppliedRevision: result.GetAppliedRevision(), AppliedAt: timestamppb.New(s.now()), DrainingRevision: result.GetDrainingRevision(),
-			Egresses: confirmedEgresses(result.GetEgresses()), Resolvers: resolverStatuses(ps.resolvers),
+			Egresses: confirmedEgresses(result.GetEgresses()), Resolvers: resolverStatuses(sent.GetResolvers()),
 		})
 	})
+}
+
+// policyOperation is the name of a policy application's node operation.
+const policyOperation = "network"
+
+// sentApplication is the ApplyNetworkPolicy command commandID sent.
+func sentApplication(tx *store.Tx, commandID string) (*nodev1.ApplyNetworkPolicy, error) {
+	op, err := tx.GetNodeOperation(fleet.OperationID(commandID, policyOperation), false)
+	if err != nil {
+		return nil, err
+	}
+	sent := &nodev1.ApplyNetworkPolicy{}
+	return sent, op.GetBody().UnmarshalTo(sent)
+}
+
+// madePolicy is the network policy revision the UpdateWorkspaceNetworkPolicy
+// wk runs made (its admission's answer), or nil for an Egress's or a
+// Resolver's follow-up, which applies the revision in force.
+func madePolicy(wk *command.Work) (*ctrlv1.NetworkPolicy, error) {
+	if wk.Command().GetKind() != kindPolicy {
+		return nil, nil
+	}
+	res := &ctrlv1.UpdateWorkspaceNetworkPolicyResponse{}
+	if err := wk.Command().GetResult().UnmarshalTo(res); err != nil {
+		return nil, err
+	}
+	return res.GetWorkspace().GetSpec().GetNetworkPolicy(), nil
 }
 
 // policyState is what a policy application reads at the start of a step.
 type policyState struct {
 	w         *ctrlv1.Workspace
+	policy    *ctrlv1.NetworkPolicy // the revision to apply
 	rt        *storev1.WorkspaceRuntime
 	egresses  []*nodev1.ResolvedEgress   // the policy's, at their current revisions
 	resolvers []*nodev1.ResolvedResolver // likewise
 	earlier   *store.CommandRow          // an application admitted before, unfinished
 }
 
-func (s *Service) policyState(ctx context.Context, id, commandID string) (policyState, error) {
+// policyState reads it for command commandID, which applies policy own
+// (nil: the Workspace's, as it stands).
+func (s *Service) policyState(ctx context.Context, id, commandID string, own *ctrlv1.NetworkPolicy) (policyState, error) {
 	var ps policyState
 	err := s.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
 		if ps.w, err = get(tx, id, false); err != nil {
 			return err
 		}
-		if ps.egresses, err = resolvedEgresses(tx, ps.w.GetSpec().GetNetworkPolicy()); err != nil {
+		ps.policy = own
+		if own == nil {
+			ps.policy = ps.w.GetSpec().GetNetworkPolicy()
+		}
+		if ps.egresses, err = resolvedEgresses(tx, ps.policy); err != nil {
 			return err
 		}
-		if ps.resolvers, err = resolvedResolvers(tx, ps.w.GetSpec().GetNetworkPolicy()); err != nil {
+		if ps.resolvers, err = resolvedResolvers(tx, ps.policy); err != nil {
 			return err
 		}
 		if ps.earlier, err = earlierApplication(tx, id, commandID); err != nil {
@@ -234,12 +283,16 @@ func policyDrain(wk *command.Work) (uint32, error) {
 	return 0, nil
 }
 
-// inForce: the node confirmed w's policy revision and every Egress's and
-// Resolver's current revision already.
-func inForce(w *ctrlv1.Workspace, egresses []*nodev1.ResolvedEgress, resolvers []*nodev1.ResolvedResolver) bool {
+// inForce: the node confirmed policy's revision of w and every Egress's and
+// Resolver's current revision already, or a later policy revision (a later
+// update's, or a start's): that is not undone.
+func inForce(w *ctrlv1.Workspace, policy *ctrlv1.NetworkPolicy, egresses []*nodev1.ResolvedEgress, resolvers []*nodev1.ResolvedResolver) bool {
 	st := w.GetNetworkPolicyStatus()
-	if st.GetAppliedRevision() < w.GetSpec().GetNetworkPolicy().GetRevision() {
+	switch {
+	case st.GetAppliedRevision() < policy.GetRevision():
 		return false
+	case st.GetAppliedRevision() > policy.GetRevision():
+		return true
 	}
 	applied := map[string]uint64{}
 	for _, e := range st.GetEgresses() {
