@@ -46,3 +46,29 @@ func TestADestinationTheEgressRefusesIsNoEgressFault(t *testing.T) {
 		t.Errorf("egress faults after the Egress refused a destination: %+v, want none (a destination result)", f)
 	}
 }
+
+// egress_observations has "one entry for each Egress the current execution
+// forwards through that is failing": a policy revision that names the
+// failing Egress no more drops its fault, though no connection through it
+// ever succeeded (none can any more).
+func TestAnEgressThePolicyDropsKeepsNoFault(t *testing.T) {
+	proxy := egresstest.SOCKS5(t, nil, proxyWorld(nil))
+	up := &fakeUplink{tcp: map[netip.AddrPort]string{endpointAddr: proxy.String()}}
+	spec := &ctrlv1.EgressSpec{Protocol: ctrlv1.EgressProtocol_EGRESS_PROTOCOL_SOCKS5, Endpoint: endpointAddr.String(),
+		Username: egresstest.User, Password: "wrong"}
+	np := &ctrlv1.NetworkPolicy{Mode: forwarding.Mode, Revision: 1, Egresses: forwarding.Egresses}
+	a, g := attached(t, up, netslot.Policy{Network: np, Egresses: []*nodev1.ResolvedEgress{{EgressId: egressID, Revision: 1, Spec: spec}}})
+	if c, err := dial(withTimeout(t), g, privateDst); err == nil {
+		_ = c.Close()
+		t.Fatal("the guest's connection through an Egress that refuses the password was accepted")
+	}
+	if f := a.EgressFaults(); len(f) != 1 {
+		t.Fatalf("egress faults after a wrong password: %+v, want one", f)
+	}
+	if err := a.Apply(context.Background(), netslot.Policy{Network: &ctrlv1.NetworkPolicy{Mode: forwarding.Mode, Revision: 2}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if f := a.EgressFaults(); len(f) != 0 {
+		t.Errorf("egress faults once the policy names the Egress no more: %+v, want none", f)
+	}
+}

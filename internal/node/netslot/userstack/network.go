@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/node/netslot"
 	"github.com/kibotos/kibotos/internal/node/netslot/egress"
 	"github.com/kibotos/kibotos/internal/node/netslot/policy"
@@ -87,12 +88,14 @@ func (n *Network) Attach(_ context.Context, instanceID string, pol netslot.Polic
 	if a := n.slots[instanceID]; a != nil {
 		a.slot.SetEgresses(dialers)
 		a.slot.SetPolicyWith(p, rev, r, 0)
+		a.keepEgressFaults(pol.Egresses)
 		a.keepResolverFaults(r)
 		return a, nil
 	}
 	log := n.cfg.Log.With("instance_id", instanceID)
 	a := &attachment{net: n, id: instanceID, log: log, done: make(chan struct{}), faults: map[string]*netslot.EgressFault{},
 		resolverFaults: map[string]*netslot.ResolverFault{}}
+	a.keepEgressFaults(pol.Egresses)
 	s, err := New(Config{Policy: p, Revision: rev, Uplink: n.cfg.Uplink, Resolvers: n.cfg.Resolvers, Egresses: dialers,
 		EgressResult: a.egressResult, Resolver: r, ResolverResult: a.resolverResult, Log: log})
 	if err != nil {
@@ -155,6 +158,7 @@ type attachment struct {
 
 	mu             sync.Mutex
 	faults         map[string]*netslot.EgressFault   // egress_id → its current run of failures
+	named          map[string]bool                   // the egress_ids the policy in force names
 	resolverFaults map[string]*netslot.ResolverFault // resolver_id → its entry's current run
 }
 
@@ -165,6 +169,9 @@ type attachment struct {
 func (a *attachment) egressResult(egressID string, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !a.named[egressID] {
+		return // a dial of an Egress a later policy dropped (keepEgressFaults)
+	}
 	var fault *egress.Error
 	if !errors.As(err, &fault) {
 		if err == nil || errors.Is(err, egress.ErrDestination) {
@@ -178,6 +185,26 @@ func (a *attachment) egressResult(egressID string, err error) {
 		return
 	}
 	a.faults[egressID] = &netslot.EgressFault{EgressID: egressID, Kind: kind, Since: time.Now(), Message: err.Error()}
+}
+
+// keepEgressFaults notes the Egresses the policy in force names, and drops
+// the faults of those it no longer names: the execution forwards through
+// them no more, so no connection would ever clear them, and a dial of one
+// that ends after the change adds none (egressResult). The reference
+// reports "one entry for each Egress the current execution forwards
+// through that is failing".
+func (a *attachment) keepEgressFaults(egresses []*nodev1.ResolvedEgress) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.named = make(map[string]bool, len(egresses))
+	for _, e := range egresses {
+		a.named[e.GetEgressId()] = true
+	}
+	for id := range a.faults {
+		if !a.named[id] {
+			delete(a.faults, id)
+		}
+	}
 }
 
 // EgressFaults implements netslot.Attachment, ordered by egress_id.
@@ -213,6 +240,7 @@ func (a *attachment) Apply(_ context.Context, pol netslot.Policy, drain time.Dur
 	}
 	a.slot.SetEgresses(dialers)
 	a.slot.SetPolicyWith(p, pol.Network.GetRevision(), r, drain)
+	a.keepEgressFaults(pol.Egresses)
 	a.keepResolverFaults(r)
 	return nil
 }
