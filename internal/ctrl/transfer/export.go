@@ -188,12 +188,15 @@ func (s *Service) ExportWorkspace(ctx context.Context, req *ctrlv1.ExportWorkspa
 	}
 	res, fresh, err := admit(ctx, s, "command.command_id", req.GetCommand(), KindExportWorkspace, req,
 		func(tx *store.Tx, now time.Time) (string, *ctrlv1.ExportWorkspaceResponse, error) {
-			src, err := workspaceSource(tx, req.GetWorkspaceId(), req.GetIncludeWritableLayer())
-			if err != nil {
+			if err := notDeleted(tx, req.GetWorkspaceId()); err != nil {
 				return "", nil, err
 			}
+			src, err := workspaceSource(tx, req.GetWorkspaceId(), req.GetIncludeWritableLayer())
+			if err != nil {
+				return "", nil, apierr.AtStage(err, exportStage)
+			}
 			if err := exportable(tx, src); err != nil {
-				return "", nil, err
+				return "", nil, apierr.AtStage(err, exportStage)
 			}
 			if req.GetIncludeTemplateImage() {
 				if _, err := s.templateImage(src); err != nil {
@@ -226,10 +229,10 @@ func (s *Service) ExportVolume(ctx context.Context, req *ctrlv1.ExportVolumeRequ
 		func(tx *store.Tx, now time.Time) (string, *ctrlv1.ExportVolumeResponse, error) {
 			src, err := volumeSource(tx, req.GetVolumeId())
 			if err != nil {
-				return "", nil, err
+				return "", nil, apierr.AtStage(err, exportStage)
 			}
 			if err := exportable(tx, src); err != nil {
-				return "", nil, err
+				return "", nil, apierr.AtStage(err, exportStage)
 			}
 			tr, err := s.newExport(tx, src, now)
 			return src.id, &ctrlv1.ExportVolumeResponse{Transfer: tr}, err
@@ -260,12 +263,34 @@ func (s *Service) newExport(tx *store.Tx, src *source, now time.Time) (*ctrlv1.T
 	return tr, tx.PutTransfer(&store.TransferRecord{Transfer: tr})
 }
 
-// exportable refuses an export, in this order: a Volume that is not
-// AVAILABLE or a Workspace with an execution (failed_precondition), a
-// command in progress on the Workspace or the Volume, or a move of either
-// (unavailable).
+// notDeleted refuses the export of a Workspace that is deleted or being
+// deleted: it exists (GetWorkspace reads it) and has nothing to export
+// (failed_precondition, as a start of it answers).
+func notDeleted(tx *store.Tx, id string) error {
+	w, err := tx.GetWorkspace(id, false)
+	if err != nil {
+		return nil // workspaceSource answers
+	}
+	if st := w.GetState(); st == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED || st == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING {
+		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: exportStage, ObservedWorkspace: w}, "workspace %s is %s: nothing to export", id, st)
+	}
+	return nil
+}
+
+// exportable refuses an export, in this order: a command in progress on
+// the Volume (unavailable: a Volume RESIZING or CREATING is AVAILABLE once
+// it ends), a Volume that is not AVAILABLE or a Workspace with an
+// execution (failed_precondition), a command in progress on the Workspace,
+// or a move of either (unavailable).
 func exportable(tx *store.Tx, src *source) error {
 	v := src.volume
+	if v != nil {
+		if c, err := tx.ActiveCommandOn(v.GetVolumeId()); err == nil {
+			return busyWith(v.GetVolumeId(), c)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
 	if src.kind == archive.SourceVolume && v.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
 		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: exportStage, ObservedVolume: v},
 			"volume %s is %s; only an AVAILABLE Volume exports", v.GetVolumeId(), v.GetState())
@@ -281,12 +306,9 @@ func exportable(tx *store.Tx, src *source) error {
 	if err := pool.NoExecution(tx, workspaceID); err != nil {
 		return err
 	}
-	for _, id := range []string{workspaceID, v.GetVolumeId()} {
-		if id == "" {
-			continue
-		}
-		if c, err := tx.ActiveCommandOn(id); err == nil {
-			return busyWith(id, c)
+	if workspaceID != "" {
+		if c, err := tx.ActiveCommandOn(workspaceID); err == nil {
+			return busyWith(workspaceID, c)
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}

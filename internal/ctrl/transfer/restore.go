@@ -40,14 +40,14 @@ func BeginRestore(tx *store.Tx, field, id string, now time.Time) (*archive.Manif
 	}
 	r, err := tx.GetTransfer(id, true)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field}, "%s: transfer %q not found", field, id)
+		return nil, apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field}, "%s: transfer %q not found", field, id)
 	} else if err != nil {
 		return nil, err
 	}
 	st := r.Transfer.GetState()
 	switch {
 	case busy(st):
-		return nil, apierr.New(connect.CodeUnavailable, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, Field: field},
+		return nil, apierr.New(connect.CodeUnavailable, &ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, Field: field},
 			"transfer %s is %s; restore it once that ends", id, stateName(st))
 	case !downloadable(st):
 		return nil, apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Field: field},
@@ -67,7 +67,7 @@ func BeginRestore(tx *store.Tx, field, id string, now time.Time) (*archive.Manif
 func StoredManifest(tx *store.Tx, field, id string) (*archive.Manifest, error) {
 	r, err := tx.GetTransfer(id, false)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field}, "%s: transfer %q not found", field, id)
+		return nil, apierr.New(connect.CodeNotFound, &ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Reason: ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, Field: field}, "%s: transfer %q not found", field, id)
 	} else if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
+	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/ctrl/record"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -78,6 +79,11 @@ func (s *Service) ResizeWritableLayer(ctx context.Context, req *ctrlv1.ResizeWor
 			if err := notDeleted(w); err != nil {
 				return false, apierr.AtStage(err, ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER)
 			}
+			// An export holds the Workspace as it captures it ("a start,
+			// delete, move or resize answers unavailable until it ends").
+			if active, err := tx.ActiveCommandOn(w.GetWorkspaceId()); err == nil && active.GetKind() == transfer.KindExportWorkspace {
+				return false, apierr.AtStage(inProgress(w, active), ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER)
+			}
 			spec := w.GetSpec()
 			if req.GetExpectedResourcesRevision() != spec.GetResourcesRevision() {
 				return false, apierr.AtStage(stale(w, "expected_resources_revision", req.GetExpectedResourcesRevision(), spec.GetResourcesRevision()),
@@ -118,7 +124,9 @@ func (s *Service) UpdateVolumeBinding(ctx context.Context, req *ctrlv1.UpdateWor
 			default:
 				return false, precondition(w, "workspace %s is %s; the binding changes only while it holds no execution", w.GetWorkspaceId(), w.GetState())
 			}
-			if active, err := tx.ActiveCommandOn(w.GetWorkspaceId()); err == nil && active.GetNodeId() != "" {
+			// A create or start not sent to a node yet takes the new
+			// binding; an export holds the one it captures.
+			if active, err := tx.ActiveCommandOn(w.GetWorkspaceId()); err == nil && (active.GetNodeId() != "" || active.GetKind() == transfer.KindExportWorkspace) {
 				return false, inProgress(w, active)
 			}
 			spec := w.GetSpec()
