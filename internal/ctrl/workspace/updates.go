@@ -12,8 +12,8 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/egress"
 	"github.com/kibotos/kibotos/internal/ctrl/netpolicy"
 	"github.com/kibotos/kibotos/internal/ctrl/pool"
-	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/ctrl/record"
+	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
