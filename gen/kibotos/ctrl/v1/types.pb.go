@@ -2186,7 +2186,10 @@ type NetworkPolicy struct {
 	// so entries in those ranges are valid and act only on traffic forwarded
 	// through an Egress. DNS queries to the link DNS address are never narrowed.
 	// DENY_ALL accepts no entries. The server keeps both lists in the order
-	// given, and a change to either one is a content change.
+	// given, and a change to either one is a content change. (designed here) An
+	// IPv4-mapped IPv6 entry (::ffff:1.2.3.4) is invalid_argument naming the
+	// IPv4 form to write: a guest's IPv4 traffic is IPv4, so such an entry
+	// would act on no destination.
 	Allow []string `protobuf:"bytes,3,rep,name=allow,proto3" json:"allow,omitempty"`
 	// deny: see allow.
 	Deny []string `protobuf:"bytes,4,rep,name=deny,proto3" json:"deny,omitempty"`
@@ -3479,7 +3482,10 @@ type EgressObservation struct {
 	FailingSince *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
 	// observed_at is when ctrl recorded this report, on ctrl's own clock.
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
-	// message is the latest failure in words. (designed here)
+	// message is the failure that began the run, in words: the observation
+	// stays the same while the failures continue. (designed here) A failure of
+	// another kind begins a new run (a new failing_since), so that kind says
+	// why the connections fail now.
 	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3562,8 +3568,10 @@ type ResolverObservation struct {
 	// of the host that observed it.
 	FailingSince *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
 	// observed_at is when ctrl recorded this report, on ctrl's own clock.
-	ObservedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
-	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	// message is the failure that began the run, in words. A failure of
+	// another kind begins a new run, as for EgressObservation.
+	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -414,7 +414,10 @@ export type NetworkPolicy = Message<"kibotos.ctrl.v1.NetworkPolicy"> & {
    * so entries in those ranges are valid and act only on traffic forwarded
    * through an Egress. DNS queries to the link DNS address are never narrowed.
    * DENY_ALL accepts no entries. The server keeps both lists in the order
-   * given, and a change to either one is a content change.
+   * given, and a change to either one is a content change. (designed here) An
+   * IPv4-mapped IPv6 entry (::ffff:1.2.3.4) is invalid_argument naming the
+   * IPv4 form to write: a guest's IPv4 traffic is IPv4, so such an entry
+   * would act on no destination.
    *
    * @generated from field: repeated string allow = 3;
    */
@@ -1231,7 +1234,10 @@ export type EgressObservation = Message<"kibotos.ctrl.v1.EgressObservation"> & {
   observedAt?: Timestamp;
 
   /**
-   * message is the latest failure in words. (designed here)
+   * message is the failure that began the run, in words: the observation
+   * stays the same while the failures continue. (designed here) A failure of
+   * another kind begins a new run (a new failing_since), so that kind says
+   * why the connections fail now.
    *
    * @generated from field: string message = 5;
    */
@@ -1284,6 +1290,9 @@ export type ResolverObservation = Message<"kibotos.ctrl.v1.ResolverObservation">
   observedAt?: Timestamp;
 
   /**
+   * message is the failure that began the run, in words. A failure of
+   * another kind begins a new run, as for EgressObservation.
+   *
    * @generated from field: string message = 6;
    */
   message: string;
