@@ -86,3 +86,38 @@ func (e *env) command(t *testing.T, id string) *store.CommandRow {
 	}
 	return c
 }
+
+// A start of a CREATING Workspace is refused (failed_precondition with
+// the Workspace); a binding change of one whose create reached a node
+// answers unavailable naming the create, and one whose create did not
+// takes the new binding.
+func TestACreatingWorkspaceRefusesAStartAndHoldsItsBindingOnceAtItsNode(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		id := e.createWithoutVolume(t, "c1")
+		_, err := e.ws.Start(ctx, &ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: id})
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || apierr.DetailOf(err).GetObservedWorkspace().GetWorkspaceId() != id {
+			t.Errorf("a start of a CREATING Workspace: %v, want failed_precondition with the Workspace", err)
+		}
+		bind := func(command string, revision uint64) error {
+			_, err := e.ws.UpdateVolumeBinding(ctx, &ctrlv1.UpdateWorkspaceVolumeBindingRequest{Command: cmd(command), WorkspaceId: id, ExpectedBindingRevision: revision,
+				Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: e.availableVolume(t, "v-"+command)}})
+			return err
+		}
+		if err := bind("bind-1", 1); err != nil {
+			t.Errorf("a binding while the create waits for placement: %v, want it taken", err)
+		}
+		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
+			c, err := tx.GetCommand("c1", true)
+			if err != nil {
+				return err
+			}
+			c.NodeId = "node-a" // its start sent to node-a
+			return tx.UpdateCommand(c)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := bind("bind-2", 2); connect.CodeOf(err) != connect.CodeUnavailable || apierr.DetailOf(err).GetCommandId() != "c1" {
+			t.Errorf("a binding while the create is at its node: %v, want unavailable naming c1", err)
+		}
+	})
+}
