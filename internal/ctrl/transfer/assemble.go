@@ -147,8 +147,10 @@ func pendingOperation(tx *store.Tx, nodeID, opID string, body transferPart, stat
 // takePart copies the body's chunks to w, exactly h.size_bytes of them,
 // with the Transfer's progress moving.
 func (s *Service) takePart(ctx context.Context, h *nodev1.UploadTransferPartHeader, recv PartRecv, w io.Writer) (uint64, error) {
+	// An export's progress counts its parts twice, as they arrive and as
+	// the archive is written (assemble): the bytes known so far, twice.
 	base := s.stagedBytes(h.GetTransferId())
-	m := s.newMeter(h.GetTransferId(), ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, base+h.GetSizeBytes())
+	m := s.newMeter(h.GetTransferId(), ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, 2*(base+h.GetSizeBytes()))
 	var n uint64
 	for {
 		msg, err := recv()
@@ -215,7 +217,9 @@ func (m *meter) at(ctx context.Context, done uint64) error {
 		if tr.GetState() != m.state {
 			return apierr.Precondition(nil, "transfer %s is %s, not %s", m.id, stateName(tr.GetState()), stateName(m.state))
 		}
-		tr.DoneBytes, tr.TotalBytes, tr.UpdatedAt = done, max(m.total, tr.GetTotalBytes()), timestamppb.New(now)
+		// Neither goes back: a step after a restart meters again from
+		// where the files stand.
+		tr.DoneBytes, tr.TotalBytes, tr.UpdatedAt = max(done, tr.GetDoneBytes()), max(m.total, tr.GetTotalBytes()), timestamppb.New(now)
 		return nil
 	})
 	return err
@@ -331,7 +335,8 @@ func (s *Service) assemble(ctx context.Context, id string, m archive.Manifest, s
 		return nil, err
 	}
 	defer out.Close()
-	cw := &countingWriter{w: out, m: s.newMeter(id, ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, total), ctx: ctx}
+	// The parts arrived (takePart): the writing is the second half.
+	cw := &countingWriter{w: out, m: s.newMeter(id, ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, 2*total), ctx: ctx, base: total}
 	written, err := archive.Assemble(ctx, cw, m, staged)
 	if err == nil {
 		err = out.Sync()
@@ -351,17 +356,18 @@ func (s *Service) assemble(ctx context.Context, id string, m archive.Manifest, s
 
 // countingWriter moves a Transfer's progress as its archive is written.
 type countingWriter struct {
-	w   io.Writer
-	m   *meter
-	ctx context.Context
-	n   uint64
+	w    io.Writer
+	m    *meter
+	ctx  context.Context
+	base uint64 // the progress before the first byte
+	n    uint64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += uint64(n)
 	if err == nil {
-		err = c.m.at(c.ctx, min(c.n, c.m.total))
+		err = c.m.at(c.ctx, min(c.base+c.n, c.m.total))
 	}
 	return n, err
 }

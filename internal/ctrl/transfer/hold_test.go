@@ -167,3 +167,53 @@ func TestAnExportWhoseBlockFileIsGoneFails(t *testing.T) {
 		}
 	}
 }
+
+// "done_bytes and total_bytes are the progress of the current export":
+// while an export runs neither goes back (designed here: its parts count
+// twice, as they arrive and as the archive is written), and done_bytes
+// never passes total_bytes.
+func TestExportProgressNeverGoesBack(t *testing.T) {
+	f := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	id := f.volume("vol-1", 512<<20)
+	file, err := os.OpenFile(f.node.PoolFile(id), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("kibotos progress "), 1<<16) // about 1 MiB
+	for off := int64(16 << 20); off < 400<<20; off += 8 << 20 {
+		if _, err := file.WriteAt(chunk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := file.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := f.export("export-1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []*ctrlv1.Transfer
+	for {
+		res, err := f.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: tr.GetTransferId()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := res.Msg.GetTransfer()
+		if got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING {
+			if got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE || got.GetDoneBytes() != got.GetTotalBytes() {
+				t.Fatalf("the export ended %v at %d of %d bytes", got.GetState(), got.GetDoneBytes(), got.GetTotalBytes())
+			}
+			break
+		}
+		seen = append(seen, got)
+	}
+	for i, s := range seen {
+		if s.GetDoneBytes() > s.GetTotalBytes() {
+			t.Errorf("reading %d: done %d past total %d", i, s.GetDoneBytes(), s.GetTotalBytes())
+		}
+		if i > 0 && (s.GetDoneBytes() < seen[i-1].GetDoneBytes() || s.GetTotalBytes() < seen[i-1].GetTotalBytes()) {
+			t.Errorf("reading %d went back: %d of %d after %d of %d", i, s.GetDoneBytes(), s.GetTotalBytes(), seen[i-1].GetDoneBytes(), seen[i-1].GetTotalBytes())
+		}
+	}
+	t.Logf("%d readings while EXPORTING", len(seen))
+}

@@ -4502,7 +4502,10 @@ type Transfer struct {
 	// expires_at is when the Transfer is deleted on its own (EXPIRED).
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// done_bytes and total_bytes are the progress of the current export,
-	// import or restore.
+	// import or restore. (designed here) Neither goes back while it lasts. An
+	// export counts its parts' bytes twice, as they arrive from the nodes and
+	// as the archive is written: a part's size is known once it starts to
+	// arrive (its used blocks only), so total_bytes grows part by part.
 	DoneBytes     uint64            `protobuf:"varint,8,opt,name=done_bytes,json=doneBytes,proto3" json:"done_bytes,omitempty"`
 	TotalBytes    uint64            `protobuf:"varint,9,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`

@@ -1873,7 +1873,10 @@ export type Transfer = Message<"kibotos.ctrl.v1.Transfer"> & {
 
   /**
    * done_bytes and total_bytes are the progress of the current export,
-   * import or restore.
+   * import or restore. (designed here) Neither goes back while it lasts. An
+   * export counts its parts' bytes twice, as they arrive from the nodes and
+   * as the archive is written: a part's size is known once it starts to
+   * arrive (its used blocks only), so total_bytes grows part by part.
    *
    * @generated from field: uint64 done_bytes = 8;
    */
