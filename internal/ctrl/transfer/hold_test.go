@@ -43,8 +43,9 @@ func (f *fleet) failedBound(volID string) *ctrlv1.Workspace {
 // "while the export runs, it holds the Workspace and its Volume the same
 // way (a start, delete, move or resize answers unavailable until it
 // ends)", and "the Volume is always captured when there is one": while an
-// ExportWorkspace waits for a node, neither its binding nor its writable
-// layer's capacity changes (unavailable naming the export), nor does it
+// ExportWorkspace waits for a node, neither its binding nor its memory nor
+// its writable layer's capacity changes (unavailable naming the export,
+// designed here: the archive carries what its manifest says), nor does it
 // start, nor is it deleted, nor is its Volume resized; the Volume stays
 // bound, so it is not deleted either. The archive then carries the Volume.
 func TestAnExportHoldsTheWorkspaceAndItsVolume(t *testing.T) {
@@ -73,6 +74,10 @@ func TestAnExportHoldsTheWorkspaceAndItsVolume(t *testing.T) {
 		Command: cmd("layer-1"), WorkspaceId: id, ExpectedResourcesRevision: w.GetSpec().GetResourcesRevision(), CapacityBytes: 4 << 30,
 	}))
 	held("a writable layer resize", err)
+	_, err = f.c.Workspaces.UpdateWorkspaceMemory(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceMemoryRequest{
+		Command: cmd("memory-1"), WorkspaceId: id, ExpectedResourcesRevision: w.GetSpec().GetResourcesRevision(), MemoryBytes: 512 << 20,
+	}))
+	held("a memory update", err)
 	_, err = f.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-1"), WorkspaceId: id}))
 	held("a start", err)
 	_, err = f.c.Workspaces.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd("delete-1"), WorkspaceId: id}))

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -26,6 +27,22 @@ func notDeleted(w *ctrlv1.Workspace) error {
 	return nil
 }
 
+// notExporting refuses a change of w's spec while an ExportWorkspace of it
+// runs (unavailable naming the export): the archive carries the spec the
+// Transfer's manifest was made from, at its admission.
+func notExporting(tx *store.Tx, w *ctrlv1.Workspace) error {
+	active, err := tx.ActiveCommandOn(w.GetWorkspaceId())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case active.GetKind() == transfer.KindExportWorkspace:
+		return inProgress(w, active)
+	}
+	return nil
+}
+
 // stale is the failed_precondition of a CAS token the caller read before a
 // change: nothing is written.
 func stale(w *ctrlv1.Workspace, field string, expected, current uint64) error {
@@ -39,8 +56,11 @@ func (s *Service) UpdateMemory(ctx context.Context, req *ctrlv1.UpdateWorkspaceM
 		return nil, err
 	}
 	out, err := s.lifecycle(ctx, req.GetCommand(), kindMemory, req.GetWorkspaceId(), req,
-		func(_ *store.Tx, w *ctrlv1.Workspace, _ time.Time) (bool, error) {
+		func(tx *store.Tx, w *ctrlv1.Workspace, _ time.Time) (bool, error) {
 			if err := notDeleted(w); err != nil {
+				return false, err
+			}
+			if err := notExporting(tx, w); err != nil {
 				return false, err
 			}
 			spec := w.GetSpec()
@@ -79,10 +99,8 @@ func (s *Service) ResizeWritableLayer(ctx context.Context, req *ctrlv1.ResizeWor
 			if err := notDeleted(w); err != nil {
 				return false, apierr.AtStage(err, ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER)
 			}
-			// An export holds the Workspace as it captures it ("a start,
-			// delete, move or resize answers unavailable until it ends").
-			if active, err := tx.ActiveCommandOn(w.GetWorkspaceId()); err == nil && active.GetKind() == transfer.KindExportWorkspace {
-				return false, apierr.AtStage(inProgress(w, active), ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER)
+			if err := notExporting(tx, w); err != nil {
+				return false, apierr.AtStage(err, ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER)
 			}
 			spec := w.GetSpec()
 			if req.GetExpectedResourcesRevision() != spec.GetResourcesRevision() {

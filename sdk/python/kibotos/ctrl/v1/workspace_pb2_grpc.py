@@ -275,7 +275,9 @@ class WorkspaceServiceServicer(object):
         Workspace or its Volume has a command in progress or moves between
         pools the call answers unavailable; while the export runs, it holds
         the Workspace and its Volume the same way (a start, delete, move or
-        resize answers unavailable until it ends). The archive holds the
+        resize answers unavailable until it ends; so do a binding change and a
+        memory update, which would change what the archive carries from what
+        its manifest says). The archive holds the
         WorkspaceSpec, the template and platform revisions by digest, the
         Volume and (include_writable_layer) the layer an earlier start
         placed, sparse (docs/TRANSFER-FORMAT.md).
