@@ -430,6 +430,16 @@ func (w *fileWrite) open() error {
 			return fsError("header.path", err)
 		}
 	}
+	if !w.h.GetExclusive() {
+		// "Symbolic links are followed": the bytes replace the link's
+		// target, and the link stays (renaming over it would replace it).
+		// An exclusive write fails on a link, as open(2) with O_EXCL does.
+		target, err := linkTarget(w.host)
+		if err != nil {
+			return fsError("header.path", err)
+		}
+		w.host, dir = target, filepath.Dir(target)
+	}
 	fi, err := os.Stat(w.host)
 	switch {
 	case err == nil && fi.IsDir():
@@ -456,6 +466,30 @@ func (w *fileWrite) open() error {
 		mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 	}
 	return fsError("header.path", w.f.Chmod(mode))
+}
+
+// linkTarget is where host leads once its last component's symbolic
+// links are followed (staysInside checked it is inside the root); host
+// itself when it is not a link. A link whose target does not exist leads
+// to that target: a write creates it.
+func linkTarget(host string) (string, error) {
+	for hops := 0; ; hops++ {
+		fi, err := os.Lstat(host)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return host, nil
+		}
+		if hops == 40 {
+			return "", &fs.PathError{Op: "write", Path: host, Err: unix.ELOOP}
+		}
+		target, err := os.Readlink(host)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(host), target)
+		}
+		host = target
+	}
 }
 
 func statErr(fi os.FileInfo) error {
@@ -702,7 +736,7 @@ func (a *Agent) MakeDirectory(_ context.Context, req *connect.Request[guestv1.Ma
 				info, err = a.stat(r.GetPath(), host)
 				return err
 			}
-			if err := os.MkdirAll(filepath.Dir(host), mode); err != nil {
+			if err := mkdirParents(filepath.Dir(host), mode); err != nil {
 				return err
 			}
 		}
@@ -720,6 +754,27 @@ func (a *Agent) MakeDirectory(_ context.Context, req *connect.Request[guestv1.Ma
 		return nil, fsError("path", err)
 	}
 	return connect.NewResponse(&guestv1.MakeDirectoryResponse{Response: &ctrlv1.MakeDirectoryResponse{Info: info}}), nil
+}
+
+// mkdirParents makes dir and its missing parents, each with mode exactly
+// ("the permission bits of each directory created": os.MkdirAll leaves
+// them narrowed by the umask). Existing ones are left as they are.
+func mkdirParents(dir string, mode os.FileMode) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return &fs.PathError{Op: "mkdir", Path: dir, Err: unix.ENOTDIR}
+		}
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := mkdirParents(parent, mode); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return os.Chmod(dir, mode)
 }
 
 // MoveFile renames a path: one rename(2) within a filesystem, a copy and a
@@ -773,7 +828,12 @@ func (a *Agent) MoveFile(_ context.Context, req *connect.Request[guestv1.MoveFil
 func move(src, dst string, overwrite bool) error {
 	var err error
 	if overwrite {
-		err = os.Rename(src, dst)
+		// rename(2) itself: Go's os.Rename refuses a directory
+		// destination, which rename(2) replaces when it is empty.
+		err = unix.Rename(src, dst)
+		if err != nil {
+			err = &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
+		}
 	} else {
 		err = unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if errors.Is(err, unix.EINVAL) {

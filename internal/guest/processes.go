@@ -48,6 +48,10 @@ const (
 
 // processTable holds the processes of this boot. Its zero value is ready.
 type processTable struct {
+	// starting is held from a start's replay lookup until its process is
+	// in the table, so that concurrent replays of one command start one
+	// process ("A replay of the command ... starts nothing").
+	starting  sync.Mutex
 	mu        sync.Mutex
 	byID      map[string]*apiProcess
 	byCommand map[string]*apiProcess
@@ -131,22 +135,29 @@ func (t *processTable) add(p *apiProcess) {
 	t.order = append(t.order, p)
 }
 
-// prune forgets the oldest ended processes beyond keptEnded.
+// prune forgets the ended processes beyond the keptEnded that ended last
+// ("at least the 256 most recently ended"): by when they ended, not when
+// they started, so that a long process is not forgotten as it ends.
 func (t *processTable) prune() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ended := 0
-	for i := len(t.order) - 1; i >= 0; i-- {
-		p := t.order[i]
-		if !p.ended() {
-			continue
-		}
-		if ended++; ended > keptEnded {
-			delete(t.byID, p.info.GetProcessId())
-			delete(t.byCommand, p.info.GetCommandId())
-			t.order = slices.Delete(t.order, i, i+1)
+	var ended []*apiProcess
+	for _, p := range t.order {
+		if p.ended() {
+			ended = append(ended, p)
 		}
 	}
+	if len(ended) <= keptEnded {
+		return
+	}
+	slices.SortStableFunc(ended, func(x, y *apiProcess) int { return y.endedAt().Compare(x.endedAt()) })
+	forget := map[*apiProcess]bool{}
+	for _, p := range ended[keptEnded:] {
+		forget[p] = true
+		delete(t.byID, p.info.GetProcessId())
+		delete(t.byCommand, p.info.GetCommandId())
+	}
+	t.order = slices.DeleteFunc(t.order, func(p *apiProcess) bool { return forget[p] })
 }
 
 func (p *apiProcess) ended() bool {
@@ -155,12 +166,24 @@ func (p *apiProcess) ended() bool {
 	return p.exit != nil
 }
 
+// endedAt is when p ended (zero while it runs).
+func (p *apiProcess) endedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exit == nil {
+		return time.Time{}
+	}
+	return p.exit.GetEndedAt().AsTime()
+}
+
 // StartProcess starts a process the agent keeps.
 func (a *Agent) StartProcess(_ context.Context, req *connect.Request[guestv1.StartProcessRequest]) (*connect.Response[guestv1.StartProcessResponse], error) {
 	if a.Reaper == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this agent runs no processes"))
 	}
 	r := req.Msg
+	a.procs.starting.Lock()
+	defer a.procs.starting.Unlock()
 	if c := r.GetCommandId(); c != "" {
 		a.procs.mu.Lock()
 		p := a.procs.byCommand[c]
@@ -264,7 +287,9 @@ func (a *Agent) spawn(r *guestv1.StartProcessRequest, u *User) (*apiProcess, err
 			err = &fs.PathError{Op: "chdir", Path: dir, Err: fs.ErrNotExist}
 		}
 		if err == nil {
-			err = unix.Access(dir, unix.X_OK)
+			// As the user's filesystem ids (asUser): access(2) would ask
+			// as the agent's real id, root, and always pass.
+			err = unix.Faccessat(unix.AT_FDCWD, dir, unix.X_OK, unix.AT_EACCESS)
 		}
 		return err
 	}); err != nil {

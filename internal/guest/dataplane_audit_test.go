@@ -1,0 +1,171 @@
+package guest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
+	"github.com/kibotos/kibotos/internal/guest"
+)
+
+// MoveFileRequest.overwrite: "overwrite replaces an existing file or empty
+// directory at destination_path."
+func TestMoveOverwritesAnEmptyDirectory(t *testing.T) {
+	c, root := fileAgent(t)
+	for _, d := range []string{"src", "dst"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "src/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.MoveFile(context.Background(), connect.NewRequest(&guestv1.MoveFileRequest{Request: &ctrlv1.MoveFileRequest{
+		SourcePath: "/src", DestinationPath: "/dst", Overwrite: true}}))
+	if err != nil {
+		t.Fatalf("a directory moved over an empty directory with overwrite: %v, want success", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "dst/f")); err != nil {
+		t.Errorf("the moved directory's file: %v", err)
+	}
+}
+
+// FileService: "Symbolic links are followed inside the guest." A WriteFile
+// to a link writes its target and keeps the link; one to a link whose
+// target does not exist creates the target.
+func TestWriteFileFollowsASymlink(t *testing.T) {
+	c, root := fileAgent(t)
+	if err := os.WriteFile(filepath.Join(root, "target"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("target", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("made", filepath.Join(root, "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/link"}, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/dangling"}, []byte("made through a link")); err != nil {
+		t.Fatal(err)
+	}
+	for link, want := range map[string]string{"link": "target", "dangling": "made"} {
+		if fi, err := os.Lstat(filepath.Join(root, link)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("/%s after the write: %v %v, want it still a symbolic link", link, fi.Mode(), err)
+		}
+		if _, err := os.Stat(filepath.Join(root, want)); err != nil {
+			t.Errorf("/%s after a write through /%s: %v", want, link, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "target")); string(b) != "new" {
+		t.Errorf("/target holds %q, want the bytes written through the link", b)
+	}
+}
+
+// MakeDirectoryRequest.mode: "the permission bits of each directory
+// created": the guest's umask (0022 for PID 1) narrows none of them.
+func TestMakeDirectoryParentsGetTheMode(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	c, root := fileAgent(t)
+	_, err := c.MakeDirectory(context.Background(), connect.NewRequest(&guestv1.MakeDirectoryRequest{Request: &ctrlv1.MakeDirectoryRequest{
+		Path: "/p/q/r", Mode: 0o777, CreateParents: true}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"p", "p/q", "p/q/r"} {
+		if fi, err := os.Stat(filepath.Join(root, d)); err != nil || fi.Mode().Perm() != 0o777 {
+			t.Errorf("/%s: mode %v %v, want 0777", d, fi.Mode().Perm(), err)
+		}
+	}
+}
+
+// ListProcessesRequest.include_exited: "The guest keeps at least the 256
+// most recently ended ones of the current execution": a process that
+// started first and ended last is kept.
+func TestTheMostRecentlyEndedProcessIsKept(t *testing.T) {
+	c := serve(t, &guest.Agent{Reaper: reaper})
+	long := startProcess(t, c, "", &ctrlv1.ProcessSpec{Argv: []string{"cat"}, Stdin: true})
+	for i := 0; i < 256; i++ {
+		p := startProcess(t, c, "", &ctrlv1.ProcessSpec{Argv: []string{"true"}})
+		if _, err := c.WaitProcess(context.Background(), connect.NewRequest(&guestv1.WaitProcessRequest{Request: &ctrlv1.WaitProcessRequest{ProcessId: p.GetProcessId()}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := input(c, long.GetProcessId(), "", nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitProcess(context.Background(), connect.NewRequest(&guestv1.WaitProcessRequest{Request: &ctrlv1.WaitProcessRequest{ProcessId: long.GetProcessId()}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetProcess(context.Background(), connect.NewRequest(&guestv1.GetProcessRequest{Request: &ctrlv1.GetProcessRequest{ProcessId: long.GetProcessId()}})); err != nil {
+		t.Errorf("GetProcess of the process that ended last of 257: %v, want it kept", err)
+	}
+}
+
+// StartProcess: "A replay of the command returns the same process_id and
+// starts nothing": replays sent at once (a client retrying a start whose
+// answer it did not get) start one process.
+func TestConcurrentReplaysStartOneProcess(t *testing.T) {
+	c := serve(t, &guest.Agent{Reaper: reaper})
+	marks := filepath.Join(t.TempDir(), "starts")
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Go(func() {
+			_, _ = c.StartProcess(context.Background(), connect.NewRequest(&guestv1.StartProcessRequest{
+				ProcessId: "proc-replayed", CommandId: "cmd-replayed", Generation: 1,
+				Spec: &ctrlv1.ProcessSpec{Argv: []string{"sh", "-c", fmt.Sprintf("echo x >> %s", marks)}, Cwd: "/"},
+			}))
+		})
+	}
+	wg.Wait()
+	if _, err := c.WaitProcess(context.Background(), connect.NewRequest(&guestv1.WaitProcessRequest{Request: &ctrlv1.WaitProcessRequest{ProcessId: "proc-replayed"}})); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(marks)
+	if n := strings.Count(string(b), "x"); n != 1 {
+		t.Errorf("8 concurrent starts under one command_id ran the process %d times, want 1", n)
+	}
+}
+
+// StartProcess: a cwd the user may not enter is failed_precondition naming
+// spec.cwd ("with reason FAILURE_REASON_PERMISSION_DENIED"), judged as
+// the user, not as the agent's root.
+func TestACwdTheUserMayNotEnter(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the guest's tests run as root, as the guest agent does")
+	}
+	c := serve(t, &guest.Agent{Reaper: reaper})
+	// Under /tmp itself: t.TempDir's own parent is not searchable by
+	// others.
+	parent, err := os.MkdirTemp("", "kibotos-cwd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(parent) })
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "private")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(parent); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			t.Fatalf("%s is not searchable by others (%v): the test needs a path nobody may walk", d, err)
+		}
+	}
+	_, err = c.StartProcess(context.Background(), connect.NewRequest(&guestv1.StartProcessRequest{ProcessId: "p-cwd",
+		Spec: &ctrlv1.ProcessSpec{Argv: []string{"/bin/true"}, User: "nobody", Cwd: dir}}))
+	wantErr(t, "a cwd nobody may not enter", err, connect.CodeFailedPrecondition, "spec.cwd")
+}
