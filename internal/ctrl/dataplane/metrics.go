@@ -36,16 +36,6 @@ func (m *Metrics) GetWorkspaceMetrics(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, stageOf(err, stageMetrics)
 	}
-	// A node whose session lapsed may still answer on its data endpoint,
-	// but ctrl no longer knows that it runs the execution.
-	live, err := m.fleet.NodeLive(ctx, t.nodeID)
-	if err != nil {
-		return nil, stageOf(err, stageMetrics)
-	}
-	if !live {
-		return nil, failed(stageMetrics, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
-			"node %s, which runs workspace %s, has no live control session", t.nodeID, req.Msg.GetWorkspaceId())
-	}
 	res, err := t.node.SampleExecution(ctx, connect.NewRequest(&nodev1.SampleExecutionRequest{InstanceId: t.instance}))
 	if err != nil {
 		return nil, m.ended(stageOf(nodeMiss(err), stageMetrics), t, stageMetrics)

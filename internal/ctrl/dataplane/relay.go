@@ -49,16 +49,26 @@ type target struct {
 }
 
 // guest reaches the guest agent of the Workspace's current execution. A
-// Workspace that is not AVAILABLE is failed_precondition with stage and
-// the Workspace as observed; a node without a data endpoint is
-// unavailable.
+// Workspace that does not exist is not_found, one that is not AVAILABLE
+// failed_precondition with the Workspace as observed, and a node without
+// a live control session or a data endpoint unavailable: all at stage.
 func (r *relay) guest(ctx context.Context, workspaceID string, stage ctrlv1.FailureStage) (*target, error) {
 	w, nodeID, instance, err := r.workspaces.Execution(ctx, workspaceID)
 	if err != nil {
-		return nil, err
+		return nil, stageOf(err, stage)
 	}
 	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || instance == "" {
 		return nil, notAvailable(w, stage)
+	}
+	// A node whose session lapsed may still answer on its data endpoint,
+	// but ctrl no longer knows that it runs the execution.
+	live, err := r.fleet.NodeLive(ctx, nodeID)
+	if err != nil {
+		return nil, stageOf(err, stage)
+	}
+	if !live {
+		return nil, failed(stage, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
+			"node %s, which runs workspace %s, has no live control session", nodeID, workspaceID)
 	}
 	endpoint, token, err := r.fleet.NodeData(ctx, nodeID)
 	if err != nil || endpoint == "" {

@@ -46,11 +46,30 @@ func scopeOf(procedure string) (scope ctrlv1.DataPlaneScope, ok bool) {
 
 type callerKey struct{}
 
+// caller is the session a call was authorised with, and whether with its
+// current token (not one rotated out, in its grace).
+type caller struct {
+	session string
+	current bool
+}
+
+// withCaller is ctx of a call authorised with sess's token hash.
+func withCaller(ctx context.Context, sess *store.DataPlaneSession, hash string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller{session: sess.Session.GetSessionId(), current: hash == sess.TokenHash})
+}
+
 // CallerSession is the session id a call was authorised with, or false
 // for a call made with an API key.
 func CallerSession(ctx context.Context) (string, bool) {
-	id, ok := ctx.Value(callerKey{}).(string)
-	return id, ok
+	c, ok := ctx.Value(callerKey{}).(caller)
+	return c.session, ok
+}
+
+// callerCurrent says whether a call authorised with a session's token
+// used its current one (true too for an API key).
+func callerCurrent(ctx context.Context) bool {
+	c, ok := ctx.Value(callerKey{}).(caller)
+	return !ok || c.current
 }
 
 // Interceptor guards the Native Workspace endpoint: every call needs an
@@ -74,7 +93,13 @@ func (s *Service) Gate(keys *auth.Keyring) auth.Check {
 	return func(ctx context.Context, procedure string, header http.Header) error {
 		token := bearer(header)
 		if _, ok := g.sessionCall(procedure, token); !ok {
-			return apiKey(ctx, procedure, header)
+			err := apiKey(ctx, procedure, header)
+			if _, dataPlane := scopeOf(procedure); dataPlane {
+				// "A failed check carries FAILURE_STAGE_AUTHORIZING_DATA_PLANE",
+				// with no credential or an API key as with a token.
+				err = apierr.AtStage(err, ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE)
+			}
+			return err
 		}
 		err := s.store.Tx(ctx, func(tx *store.Tx) error {
 			_, err := tx.DataPlaneSessionByToken(auth.HashToken(token))
@@ -119,11 +144,15 @@ func (g *guard) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return withKey(ctx, req)
 		}
 		msg, _ := req.Any().(proto.Message)
-		sess, err := g.s.authorize(ctx, token, msg, scope)
+		authorize := g.s.authorize
+		if req.Spec().Procedure == ctrlv1connect.SessionServiceRevokeDataPlaneSessionProcedure {
+			authorize = g.s.authorizeRevoke
+		}
+		sess, err := authorize(ctx, token, msg, scope)
 		if err != nil {
 			return nil, err
 		}
-		return next(context.WithValue(ctx, callerKey{}, sess.Session.GetSessionId()), req)
+		return next(withCaller(ctx, sess, auth.HashToken(token)), req)
 	}
 }
 
@@ -145,7 +174,7 @@ func (g *guard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(context.WithValue(ctx, callerKey{}, sess.Session.GetSessionId()))
+		ctx, cancel := context.WithCancel(withCaller(ctx, sess, auth.HashToken(token)))
 		defer cancel()
 		defer g.s.track(sess.Session.GetSessionId(), cancel)()
 		return next(ctx, &firstChecked{StreamingHandlerConn: conn, check: func(msg any) error {
@@ -208,6 +237,24 @@ func (s *Service) authorize(ctx context.Context, token string, msg proto.Message
 		return nil, err
 	}
 	return sess, failure
+}
+
+// authorizeRevoke is authorize for RevokeDataPlaneSession: "Revoking an
+// ended session succeeds. It is accepted with an API key or the session's
+// own token", so a token of the session (its current one, or one rotated
+// out) is accepted whether the session still works or not; the handler
+// checks it names its own session.
+func (s *Service) authorizeRevoke(ctx context.Context, token string, _ proto.Message, _ ctrlv1.DataPlaneScope) (*store.DataPlaneSession, error) {
+	var sess *store.DataPlaneSession
+	err := s.store.Tx(ctx, func(tx *store.Tx) error {
+		var err error
+		sess, err = tx.DataPlaneSessionByToken(auth.HashToken(token))
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, denied(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
+	}
+	return sess, err
 }
 
 // permitted checks the Workspace and scope of a call against a working

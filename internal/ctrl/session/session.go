@@ -191,6 +191,13 @@ func (s *Service) Rotate(ctx context.Context, req *ctrlv1.RotateDataPlaneSession
 		if err != nil {
 			return err
 		}
+		if !callerCurrent(ctx) {
+			// "accepted with an API key or with the session's own current
+			// token": one rotated out, in its grace, would otherwise get a
+			// fresh token and cut the current one to a grace.
+			return rotating(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
+				"this token of session %s was rotated out: only its current token rotates it", sess.Session.GetSessionId())
+		}
 		if reason, msg := s.ended(tx, sess, now); reason != ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
 			return rotating(connect.CodeFailedPrecondition, reason, "session %s cannot be rotated: %s", sess.Session.GetSessionId(), msg)
 		}
