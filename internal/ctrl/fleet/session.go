@@ -258,7 +258,7 @@ func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHell
 		n.Session = &operatorv1.NodeSessionSummary{
 			Live: true, ConnectedAt: timestamppb.New(s.connectedAt), LastSeenAt: timestamppb.New(now), AgentVersion: hello.GetAgentVersion(),
 		}
-		version := n.GetObservation().GetObservationVersion() + 1
+		version := f.firstVersion(n.GetObservation().GetObservationVersion(), s.nodeID)
 		n.Observation = &operatorv1.NodeObservationSummary{
 			ObservationVersion: version, ObservedAt: timestamppb.New(now), Capabilities: hello.GetCapabilities(),
 			Resources: &operatorv1.NodeResources{
@@ -349,6 +349,26 @@ func (f *Fleet) detach(ctx context.Context, s *session) {
 		f.log.WarnContext(ctx, "record lost node session", "node_id", s.nodeID, "err", err)
 	}
 	f.log.InfoContext(ctx, "node session closed", "node_id", s.nodeID)
+}
+
+// firstVersion is the observation_version of a new session of node
+// whose registration stores version stored. A session hands out versions
+// in memory between its writes (an observation that changes nothing
+// placement reads is written only at the refresh); they are lost with it
+// when ctrl stops, or when the node opens a new session before the old
+// one's end is written. The new session goes on past every version the
+// old one could have handed out unwritten, and past one this replica
+// still holds, so that a version never goes back. Versions have gaps.
+func (f *Fleet) firstVersion(stored uint64, node string) uint64 {
+	unwritten := uint64(f.refresh()/max(f.cfg.ObservationInterval, time.Second)) + 2
+	v := stored + unwritten
+	f.mu.Lock()
+	old := f.sessions[node]
+	f.mu.Unlock()
+	if old != nil {
+		v = max(v, old.summaryShown().GetObservationVersion()+1)
+	}
+	return v
 }
 
 // sessionLost records in n that its session ended at now.

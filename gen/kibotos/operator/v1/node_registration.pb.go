@@ -2871,7 +2871,11 @@ type NodeObservationSummary struct {
 	// observation_version is the version of this observation snapshot. It is
 	// not the registration record version; NodeRegistration carries that
 	// separately under its own name so the two cannot be confused at a call
-	// site.
+	// site. (designed here) It never goes back, across sessions and ctrl
+	// restarts, and it has gaps: a new session's first version passes every
+	// one the session before could have served. With several ctrl replicas,
+	// the replica holding the node's session serves the newest snapshot; the
+	// others serve the one last written, at most a refresh (a minute) older.
 	ObservationVersion uint64 `protobuf:"varint,1,opt,name=observation_version,json=observationVersion,proto3" json:"observation_version,omitempty"`
 	// observed_at is when ctrl received the snapshot, on ctrl's clock.
 	// (Design.)
