@@ -184,3 +184,16 @@ func TestANewExecutionEndsTheSession(t *testing.T) {
 	wantDetail(t, "a session of generation 1 at generation 2", e.stat(s.GetToken(), "ws-1"), connect.CodeUnauthenticated,
 		ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED, ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE)
 }
+
+// "Stage FAILURE_STAGE_ISSUING_SESSION" (IssueDataPlaneSession) and
+// "FAILURE_STAGE_ROTATING_DATA_PLANE" (Rotate and Revoke): a missing
+// Workspace or session is not_found at that stage.
+func TestAMissingWorkspaceOrSessionIsNotFoundAtTheSessionCallsStage(t *testing.T) {
+	e := newDPEnv(t)
+	_, err := e.sessions(e.key).IssueDataPlaneSession(context.Background(), connect.NewRequest(&ctrlv1.IssueDataPlaneSessionRequest{WorkspaceId: "ws-none"}))
+	wantDetail(t, "Issue for a missing Workspace", err, connect.CodeNotFound, ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION)
+	_, err = e.sessions(e.key).RotateDataPlaneSession(context.Background(), connect.NewRequest(&ctrlv1.RotateDataPlaneSessionRequest{WorkspaceId: "ws-1", SessionId: "dps-none"}))
+	wantDetail(t, "Rotate of a missing session", err, connect.CodeNotFound, ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE)
+	_, err = e.sessions(e.key).RevokeDataPlaneSession(context.Background(), connect.NewRequest(&ctrlv1.RevokeDataPlaneSessionRequest{WorkspaceId: "ws-1", SessionId: "dps-none"}))
+	wantDetail(t, "Revoke of a missing session", err, connect.CodeNotFound, ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND, ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE)
+}

@@ -151,7 +151,7 @@ func (s *Service) Issue(ctx context.Context, req *ctrlv1.IssueDataPlaneSessionRe
 	err = s.store.Tx(ctx, func(tx *store.Tx) error {
 		w, err := tx.GetWorkspace(req.GetWorkspaceId(), false)
 		if errors.Is(err, store.ErrNotFound) || w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
-			return apierr.NotFound("workspace", req.GetWorkspaceId())
+			return apierr.AtStage(apierr.NotFound("workspace", req.GetWorkspaceId()), ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION)
 		}
 		if err != nil {
 			return err
@@ -246,7 +246,7 @@ func (s *Service) ownSession(ctx context.Context, tx *store.Tx, workspaceID, ses
 	}
 	sess, err := tx.GetDataPlaneSession(sessionID, true)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sess.Session.GetWorkspaceId() != workspaceID) {
-		return nil, apierr.NotFound("data-plane session", sessionID)
+		return nil, apierr.AtStage(apierr.NotFound("data-plane session", sessionID), ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE)
 	}
 	if err != nil {
 		return nil, err
