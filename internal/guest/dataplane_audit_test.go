@@ -169,3 +169,21 @@ func TestACwdTheUserMayNotEnter(t *testing.T) {
 		Spec: &ctrlv1.ProcessSpec{Argv: []string{"/bin/true"}, User: "nobody", Cwd: dir}}))
 	wantErr(t, "a cwd nobody may not enter", err, connect.CodeFailedPrecondition, "spec.cwd")
 }
+
+// WriteFileRequest.data "is at most 1 MiB per message": a larger message
+// is invalid_argument naming data, and the file is left as it was; 1 MiB
+// is taken.
+func TestWriteFileDataIsAtMostOneMiBAMessage(t *testing.T) {
+	c, root := fileAgent(t)
+	if err := os.WriteFile(filepath.Join(root, "f"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/f"}, make([]byte, 1<<20+1))
+	wantErr(t, "a data message of 1 MiB and a byte", err, connect.CodeInvalidArgument, "data")
+	if b, _ := os.ReadFile(filepath.Join(root, "f")); string(b) != "old" {
+		t.Errorf("/f after the refused write: %q, want it as it was", b)
+	}
+	if _, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/f"}, make([]byte, 1<<20)); err != nil {
+		t.Errorf("a data message of 1 MiB: %v", err)
+	}
+}

@@ -499,7 +499,14 @@ func statErr(fi os.FileInfo) error {
 	return nil
 }
 
+// maxWriteChunk is the most a WriteFile data message carries ("data is at
+// most 1 MiB per message").
+const maxWriteChunk = 1 << 20
+
 func (w *fileWrite) write(b []byte) error {
+	if len(b) > maxWriteChunk {
+		return invalid("data", "is at most %d bytes per message, not %d", maxWriteChunk, len(b))
+	}
 	if n := w.h.SizeBytes; n != nil && w.written+uint64(len(b)) > *n {
 		return invalid("header.size_bytes", "the stream carries more than %d bytes", *n)
 	}

@@ -94,7 +94,7 @@ func TestWriteReadStatLargeFile(t *testing.T) {
 	_, _ = rand.Read(big)
 	size := uint64(len(big))
 	res, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/home/u/big.bin", CreateParents: true, Mode: 0o600, SizeBytes: &size},
-		big[:1<<20], big[1<<20:2<<20], big[2<<20:])
+		big[:1<<20], big[1<<20:2<<20], big[2<<20:3<<20], big[3<<20:])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,9 @@ func TestAFullWritableLayerLosesNothing(t *testing.T) {
 	}
 	stream := d.files().WriteFile(context.Background())
 	_ = stream.Send(&ctrlv1.WriteFileRequest{WorkspaceId: id, Frame: &ctrlv1.WriteFileRequest_Header{Header: &ctrlv1.WriteFileHeader{Path: "/root/more"}}})
-	_ = stream.Send(&ctrlv1.WriteFileRequest{WorkspaceId: id, Frame: &ctrlv1.WriteFileRequest_Data{Data: make([]byte, 4<<20)}})
+	for range 4 { // 4 MiB, in the largest messages WriteFile takes
+		_ = stream.Send(&ctrlv1.WriteFileRequest{WorkspaceId: id, Frame: &ctrlv1.WriteFileRequest_Data{Data: make([]byte, 1<<20)}})
+	}
 	_, err = stream.CloseAndReceive()
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_WRITING_FILE {
 		t.Errorf("WriteFile into a full layer: %v (stage %v), want resource_exhausted at WRITING_FILE", err, stageOf(err))
