@@ -810,9 +810,14 @@ func (f *Fleet) FetchArtifact(ctx context.Context, header http.Header, req *node
 	}
 }
 
-// NodeLive reports whether node's control session is live now (Live).
+// NodeLive reports whether node's control session is live now (Live). A
+// session this replica holds is live without a read: the data plane asks
+// on every call.
 func (f *Fleet) NodeLive(ctx context.Context, nodeID string) (live bool, err error) {
-	err = f.store.Tx(ctx, func(tx *store.Tx) error {
+	if f.holds(nodeID) {
+		return true, nil
+	}
+	err = f.store.Snapshot(ctx, func(tx *store.Tx) error {
 		n, err := tx.GetNode(nodeID, false)
 		live = err == nil && f.Live(n, f.now())
 		if errors.Is(err, store.ErrNotFound) {
@@ -826,7 +831,7 @@ func (f *Fleet) NodeLive(ctx context.Context, nodeID string) (live bool, err err
 // NodeData is how ctrl reaches node's data endpoint: its URL and the token
 // of its current session.
 func (f *Fleet) NodeData(ctx context.Context, nodeID string) (endpoint, token string, err error) {
-	err = f.store.Tx(ctx, func(tx *store.Tx) error {
+	err = f.store.Snapshot(ctx, func(tx *store.Tx) error {
 		endpoint, token, err = tx.NodeData(nodeID)
 		return err
 	})

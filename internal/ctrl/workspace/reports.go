@@ -223,7 +223,7 @@ func (s *Service) ExecutionProgress(ctx context.Context, nodeID string, p *nodev
 // Execution is where a Workspace's current execution runs, for the data
 // plane: its node and instance. ok is false when none runs.
 func (s *Service) Execution(ctx context.Context, workspaceID string) (w *ctrlv1.Workspace, nodeID, instance string, err error) {
-	err = s.store.Tx(ctx, func(tx *store.Tx) error {
+	err = s.store.Snapshot(ctx, func(tx *store.Tx) error {
 		if w, err = get(tx, workspaceID, false); err != nil {
 			return err
 		}
