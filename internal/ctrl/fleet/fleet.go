@@ -63,7 +63,7 @@ type Config struct {
 	PlacementTimeout time.Duration
 	// UnobservedAfter is how long a node may be without a live control
 	// session before the Workspaces running on it read UNKNOWN
-	// (SessionLost); zero is DefaultUnobservedAfter.
+	// (unobserved); zero is DefaultUnobservedAfter.
 	UnobservedAfter time.Duration
 }
 
@@ -338,12 +338,12 @@ func (f *Fleet) Live(n *operatorv1.NodeRegistration, now time.Time) bool {
 	return s.GetLive() && !s.GetLastSeenAt().AsTime().Before(f.LiveSince(now))
 }
 
-// SessionLost reports whether node id has been without a live control
+// unobserved reports whether node id has been without a live control
 // session for its UnobservedAfter, and when not, since when it has been
 // without one (zero while its session is live): from then on it is lost.
 // A session this replica holds is live, without a read; another's is as
 // read reads the registration (Live). A node never registered has none.
-func (f *Fleet) SessionLost(id string, read func() (*operatorv1.NodeRegistration, error)) (lost bool, lostFrom time.Time, err error) {
+func (f *Fleet) unobserved(id string, read func() (*operatorv1.NodeRegistration, error)) (lost bool, lostFrom time.Time, err error) {
 	if f.holds(id) {
 		return false, time.Time{}, nil
 	}
@@ -368,6 +368,33 @@ func (f *Fleet) SessionLost(id string, read func() (*operatorv1.NodeRegistration
 		return true, time.Time{}, nil
 	}
 	return false, from, nil
+}
+
+// ObservedState is the state the Workspace API reports for a Workspace
+// recorded in state whose execution runs on nodeID: an AVAILABLE one whose
+// node has been without a live control session for UnobservedAfter
+// (unobserved) reads UNKNOWN. ctrl cannot observe that execution, which
+// may have ended with its host or run on unseen. A shorter loss (ctrl
+// restarting, a connection cut and made again) leaves it as it is. The
+// record is left as it is too: it reads AVAILABLE again once the node's
+// session is back, or FAILED once an operator isolates the node. The
+// states of a command under way (CREATING, STARTING, STOPPING, DELETING)
+// are left as they are: the command says what it waits for. unknownAt is
+// when an AVAILABLE one turns UNKNOWN with no write unless the session
+// comes back (zero for none). A registration read cannot read leaves the
+// recorded state.
+func (f *Fleet) ObservedState(state ctrlv1.WorkspaceState, nodeID string, read func() (*operatorv1.NodeRegistration, error)) (observed ctrlv1.WorkspaceState, unknownAt time.Time) {
+	if state != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || nodeID == "" {
+		return state, time.Time{}
+	}
+	lost, from, err := f.unobserved(nodeID, read)
+	switch {
+	case err != nil:
+		return state, time.Time{}
+	case lost:
+		return ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN, time.Time{}
+	}
+	return state, from
 }
 
 // lifecycle is what a registration's view is derived from beside the

@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/page"
@@ -54,8 +53,9 @@ func (f *Fleet) ListWorkspacePlacements(ctx context.Context, req *operatorv1.Lis
 			if err != nil {
 				return err
 			}
+			state, _ := f.ObservedState(w.GetState(), a.NodeID, func() (*operatorv1.NodeRegistration, error) { return tx.GetNode(a.NodeID, false) })
 			res.WorkspacePlacements = append(res.WorkspacePlacements, &operatorv1.WorkspacePlacement{
-				WorkspaceId: a.WorkspaceID, WorkspaceState: f.observedState(tx, w.GetState(), a.NodeID), InstanceId: a.InstanceID, NodeId: a.NodeID,
+				WorkspaceId: a.WorkspaceID, WorkspaceState: state, InstanceId: a.InstanceID, NodeId: a.NodeID,
 				Allocation:  &operatorv1.NodeResources{CpuMillis: uint32(a.CPUMillis), MemoryBytes: a.MemoryBytes, DiskBytes: a.DiskBytes},
 				AllocatedAt: timestamppb.New(a.AllocatedAt),
 			})
@@ -84,21 +84,4 @@ func exists(tx *store.Tx, f store.AllocationFilter) error {
 		}
 	}
 	return nil
-}
-
-// observedState is "the state the Workspace API reports" for a Workspace
-// recorded in state whose execution is charged to nodeID: an AVAILABLE one
-// whose node has been without a live control session for UnobservedAfter
-// reads UNKNOWN, as the Workspace API's view makes it
-// (workspace.observeSession). A registration that cannot be read leaves
-// the recorded state.
-func (f *Fleet) observedState(tx *store.Tx, state ctrlv1.WorkspaceState, nodeID string) ctrlv1.WorkspaceState {
-	if state != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
-		return state
-	}
-	lost, _, err := f.SessionLost(nodeID, func() (*operatorv1.NodeRegistration, error) { return tx.GetNode(nodeID, false) })
-	if err == nil && lost {
-		return ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN
-	}
-	return state
 }

@@ -354,30 +354,16 @@ type judged struct {
 	unknownAt time.Time
 }
 
-// observeSession makes out UNKNOWN when it is AVAILABLE and the node of
-// its execution (rt's) has been without a live control session for the
-// fleet's UnobservedAfter: ctrl cannot observe that execution, which may
-// have ended with its host or run on unseen. A shorter loss (ctrl
-// restarting, a connection cut and made again) leaves out as it is. The
-// record is left as it is too: out reads AVAILABLE again once the node's
-// session is back, or FAILED once an operator isolates the node. The
-// states of a command under way (CREATING, STARTING, STOPPING, DELETING)
-// are left as they are: the command says what it waits for. read reads
-// the node's registration where this replica does not hold its session.
+// observeSession makes out UNKNOWN when the fleet says its execution
+// (rt's) cannot be observed (fleet.ObservedState), and says which node's
+// session it judged. read reads the node's registration where this
+// replica does not hold its session.
 func (s *Service) observeSession(out *ctrlv1.Workspace, rt *storev1.WorkspaceRuntime, read func() (*operatorv1.NodeRegistration, error)) judged {
 	if out.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || rt.GetNodeId() == "" {
 		return judged{}
 	}
 	j := judged{node: rt.GetNodeId()}
-	// A registration that cannot be read says nothing: the view keeps
-	// the record's state.
-	lost, from, err := s.fleet.SessionLost(j.node, read)
-	if err == nil && lost {
-		out.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN
-	}
-	if err == nil {
-		j.unknownAt = from
-	}
+	out.State, j.unknownAt = s.fleet.ObservedState(out.GetState(), j.node, read)
 	return j
 }
 
