@@ -271,6 +271,20 @@ func TestAFailedEgressApplicationKeepsTheStatus(t *testing.T) {
 	}
 }
 
+// runningWithResolver is Resolver "rs" (TCP, 9.9.9.9:53) and Workspace
+// "ws-run" whose policy names it, running on node-a (running) as the
+// instance it returns.
+func (e *env) runningWithResolver(t *testing.T) (r *ctrlv1.Resolver, w *ctrlv1.Workspace, instance string) {
+	t.Helper()
+	spec := &ctrlv1.ResolverSpec{Protocol: ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP, Address: "9.9.9.9:53"}
+	r = e.createResolver(t, "rs", spec, nil)
+	w, err := e.createWorkspace("ws-run", policy("", r.GetResolverId(), true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, w, e.running(t, w.GetWorkspaceId(), "ws-run")
+}
+
 // An UpdateResolver that changes the Resolver reaches the running
 // executions whose policy names it as an UpdateEgress does: a follow-up
 // for the running Workspace only, which a ctrl started after the admission
@@ -279,13 +293,7 @@ func TestAFailedEgressApplicationKeepsTheStatus(t *testing.T) {
 // moves on the node's confirmation.
 func TestAResolverUpdateReachesRunningExecutions(t *testing.T) {
 	e := sqlite(t)
-	spec := &ctrlv1.ResolverSpec{Protocol: ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP, Address: "9.9.9.9:53"}
-	r := e.createResolver(t, "rs", spec, nil)
-	run, err := e.createWorkspace("ws-run", policy("", r.GetResolverId(), true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	instance := e.running(t, run.GetWorkspaceId(), "ws-run")
+	r, run, instance := e.runningWithResolver(t)
 	stopped, err := e.createWorkspace("ws-stopped", policy("", r.GetResolverId(), true))
 	if err != nil {
 		t.Fatal(err)

@@ -58,14 +58,8 @@ func TestQueuedPolicyUpdatesEachKeepTheirDrain(t *testing.T) {
 // still takes the new revision to the node.
 func TestAResolverUpdatedWhileAnApplicationIsAtTheNodeStillReachesIt(t *testing.T) {
 	e := sqlite(t)
-	spec := &ctrlv1.ResolverSpec{Protocol: ctrlv1.ResolverProtocol_RESOLVER_PROTOCOL_TCP, Address: "9.9.9.9:53"}
-	r := e.createResolver(t, "rs", spec, nil)
-	run, err := e.createWorkspace("ws-run", policy("", r.GetResolverId(), true))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, run, _ := e.runningWithResolver(t)
 	id := run.GetWorkspaceId()
-	e.running(t, id, "ws-run")
 	runner := restartedCtrl(t, e.store)
 	p := policy("", r.GetResolverId(), true)
 	p.Deny = []string{"192.0.2.1"}

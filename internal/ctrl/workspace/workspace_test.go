@@ -27,6 +27,7 @@ var ctx = context.Background()
 
 type env struct {
 	store *store.Store
+	fleet *fleet.Fleet
 	ws    *workspace.Service
 	vols  *volume.Service
 }
@@ -49,7 +50,7 @@ func newBareEnv(t *testing.T, b storetest.Backend) *env {
 	f := fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
 	storetest.PutNodeWithPool(t, st, "node-a", "pool-a")
 	vols := volume.New(st, f, runner, volume.DefaultProfile)
-	return &env{store: st, ws: workspace.New(st, f, vols, runner), vols: vols}
+	return &env{store: st, fleet: f, ws: workspace.New(st, f, vols, runner), vols: vols}
 }
 
 func sqlite(t *testing.T) *env {
