@@ -289,7 +289,7 @@ func TestAFailedRestoreReleasesTheImportedVolume(t *testing.T) {
 			if w.GetFailure().GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE || w.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE {
 				t.Errorf("failed restore: failure %v, binding %v", w.GetFailure(), w.GetSpec().GetVolume())
 			}
-			if got := f.settled(tr.GetTransferId()); got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE ||
+			if got := f.settled(tr.GetTransferId()); got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE || got.GetRestoredAt() != nil ||
 				got.GetDoneBytes() != got.GetManifest().GetSizeBytes() || got.GetTotalBytes() != got.GetManifest().GetSizeBytes() {
 				t.Errorf("the Transfer after a failed restore: %v", got)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/platform"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
 	"github.com/kibotos/kibotos/internal/transfer/archive"
@@ -255,8 +257,43 @@ func restoreElsewhere(t *testing.T, b storetest.Backend, bare, data []byte, sour
 		}
 	}
 	got, err := g.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: trID}))
-	if tr := got.Msg.GetTransfer(); err != nil || tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORED ||
-		tr.GetTotalBytes() == 0 || tr.GetDoneBytes() != tr.GetTotalBytes() {
-		t.Errorf("the Transfer after the restore: %v %v", got, err)
+	tr := got.Msg.GetTransfer()
+	if err != nil || tr.GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORED ||
+		tr.GetTotalBytes() == 0 || tr.GetDoneBytes() != tr.GetTotalBytes() || tr.GetRestoredAt() == nil {
+		t.Fatalf("the Transfer after the restore: %v %v", got, err)
+	}
+	restoreFailsAfterARestore(t, g, tr)
+}
+
+// restoreFailsAfterARestore restores RESTORED Transfer tr again on a
+// platform no VM boots: the restore fails, and the Transfer is RESTORED
+// again with the restored_at of the restore that succeeded, not COMPLETE
+// or IMPORTED as if it had never restored.
+func restoreFailsAfterARestore(t *testing.T, g *fleet, tr *ctrlv1.Transfer) {
+	dir := t.TempDir()
+	for _, f := range []string{"vmlinux", "initramfs"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("not a "+f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.c.Ctrl.Catalog().RegisterPlatform(ctx, "default", &platform.Manifest{Vmlinux: "vmlinux", Initramfs: "initramfs", Digest: "sha256:unbootable"}, dir, true); err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-2"), TransferId: tr.GetTransferId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Msg.GetWorkspace().GetWorkspaceId()
+	g.waitWorkspace(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
+	if w := g.workspace(id); w.GetFailure().GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE {
+		t.Errorf("the second restore failed at %v", w.GetFailure())
+	}
+	got, err := g.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: tr.GetTransferId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := got.Msg.GetTransfer(); after.GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORED ||
+		!after.GetRestoredAt().AsTime().Equal(tr.GetRestoredAt().AsTime()) {
+		t.Errorf("the Transfer after a failed restore that followed one that succeeded: %v", after)
 	}
 }

@@ -97,10 +97,11 @@ func restoredBytes(m *archive.Manifest) uint64 {
 	return n
 }
 
-// EndRestore ends a restore of Transfer id: RESTORED when it succeeded,
-// else the state it had before (COMPLETE for an export of this
-// deployment, which names its source; IMPORTED for an upload, which never
-// does). A Transfer no longer RESTORING is left alone.
+// EndRestore ends a restore of Transfer id: RESTORED when it succeeded
+// (restored_at now), else the state it had before: RESTORED when an
+// earlier restore succeeded, COMPLETE for an export of this deployment,
+// which names its source, IMPORTED for an upload, which never does. A
+// Transfer no longer RESTORING is left alone.
 func EndRestore(tx *store.Tx, id string, ok bool, now time.Time) error {
 	r, err := tx.GetTransfer(id, true)
 	if err != nil || r.Transfer.GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORING {
@@ -109,8 +110,10 @@ func EndRestore(tx *store.Tx, id string, ok bool, now time.Time) error {
 	tr := r.Transfer
 	switch {
 	case ok:
-		tr.State = ctrlv1.TransferState_TRANSFER_STATE_RESTORED
+		tr.State, tr.RestoredAt = ctrlv1.TransferState_TRANSFER_STATE_RESTORED, timestamppb.New(now)
 		tr.DoneBytes = tr.GetTotalBytes()
+	case tr.GetRestoredAt() != nil:
+		tr.State = ctrlv1.TransferState_TRANSFER_STATE_RESTORED
 	case tr.GetManifest().GetSourceWorkspaceId() != "" || tr.GetManifest().GetSourceVolumeId() != "":
 		tr.State = ctrlv1.TransferState_TRANSFER_STATE_COMPLETE
 	default:

@@ -4506,9 +4506,14 @@ type Transfer struct {
 	// export counts its parts' bytes twice, as they arrive from the nodes and
 	// as the archive is written: a part's size is known once it starts to
 	// arrive (its used blocks only), so total_bytes grows part by part.
-	DoneBytes     uint64            `protobuf:"varint,8,opt,name=done_bytes,json=doneBytes,proto3" json:"done_bytes,omitempty"`
-	TotalBytes    uint64            `protobuf:"varint,9,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
-	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	DoneBytes  uint64            `protobuf:"varint,8,opt,name=done_bytes,json=doneBytes,proto3" json:"done_bytes,omitempty"`
+	TotalBytes uint64            `protobuf:"varint,9,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Labels     map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// restored_at is when the last restore of this Transfer that succeeded
+	// ended; absent while none has. A restore that fails gives the Transfer
+	// back the state it had: RESTORED when restored_at is present, else
+	// COMPLETE (an export) or IMPORTED (an upload). (designed here)
+	RestoredAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=restored_at,json=restoredAt,proto3" json:"restored_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4609,6 +4614,13 @@ func (x *Transfer) GetTotalBytes() uint64 {
 func (x *Transfer) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *Transfer) GetRestoredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RestoredAt
 	}
 	return nil
 }
@@ -5189,7 +5201,7 @@ const file_kibotos_ctrl_v1_types_proto_rawDesc = "" +
 	"\fcompleteness\x18\a \x01(\x0e2\x1d.kibotos.ctrl.v1.CompletenessR\fcompleteness\x12\x16\n" +
 	"\x06digest\x18\b \x01(\tR\x06digest\x129\n" +
 	"\n" +
-	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xc7\x04\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x84\x05\n" +
 	"\bTransfer\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x124\n" +
@@ -5207,7 +5219,9 @@ const file_kibotos_ctrl_v1_types_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\t \x01(\x04R\n" +
 	"totalBytes\x12=\n" +
 	"\x06labels\x18\n" +
-	" \x03(\v2%.kibotos.ctrl.v1.Transfer.LabelsEntryR\x06labels\x1a9\n" +
+	" \x03(\v2%.kibotos.ctrl.v1.Transfer.LabelsEntryR\x06labels\x12;\n" +
+	"\vrestored_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"restoredAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x02\n" +
@@ -5603,19 +5617,20 @@ var file_kibotos_ctrl_v1_types_proto_depIdxs = []int32{
 	66,  // 96: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
 	66,  // 97: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
 	65,  // 98: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
-	17,  // 99: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	16,  // 100: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	43,  // 101: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
-	50,  // 102: kibotos.ctrl.v1.ErrorDetail.observed_volume:type_name -> kibotos.ctrl.v1.Volume
-	22,  // 103: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
-	66,  // 104: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
-	56,  // 105: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	56,  // 106: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	107, // [107:107] is the sub-list for method output_type
-	107, // [107:107] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	66,  // 99: kibotos.ctrl.v1.Transfer.restored_at:type_name -> google.protobuf.Timestamp
+	17,  // 100: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	16,  // 101: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	43,  // 102: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
+	50,  // 103: kibotos.ctrl.v1.ErrorDetail.observed_volume:type_name -> kibotos.ctrl.v1.Volume
+	22,  // 104: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
+	66,  // 105: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
+	56,  // 106: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	56,  // 107: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	108, // [108:108] is the sub-list for method output_type
+	108, // [108:108] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_ctrl_v1_types_proto_init() }

@@ -413,7 +413,7 @@ class TemplateSelector(_message.Message):
     def __init__(self, template: _Optional[str] = ..., revision: _Optional[str] = ...) -> None: ...
 
 class Transfer(_message.Message):
-    __slots__ = ["created_at", "done_bytes", "expires_at", "failure", "labels", "manifest", "state", "total_bytes", "transfer_id", "updated_at"]
+    __slots__ = ["created_at", "done_bytes", "expires_at", "failure", "labels", "manifest", "restored_at", "state", "total_bytes", "transfer_id", "updated_at"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -427,6 +427,7 @@ class Transfer(_message.Message):
     FAILURE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_AT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     TRANSFER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -437,11 +438,12 @@ class Transfer(_message.Message):
     failure: TransferFailure
     labels: _containers.ScalarMap[str, str]
     manifest: TransferManifest
+    restored_at: _timestamp_pb2.Timestamp
     state: TransferState
     total_bytes: int
     transfer_id: str
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, transfer_id: _Optional[str] = ..., state: _Optional[_Union[TransferState, str]] = ..., manifest: _Optional[_Union[TransferManifest, _Mapping]] = ..., failure: _Optional[_Union[TransferFailure, _Mapping]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., done_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, transfer_id: _Optional[str] = ..., state: _Optional[_Union[TransferState, str]] = ..., manifest: _Optional[_Union[TransferManifest, _Mapping]] = ..., failure: _Optional[_Union[TransferFailure, _Mapping]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., done_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., restored_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class TransferFailure(_message.Message):
     __slots__ = ["failed_at", "message", "reason", "retryable", "stage"]
