@@ -16,6 +16,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
@@ -174,6 +175,30 @@ func TestExportVolumeCarriesItsBlocks(t *testing.T) {
 	}
 }
 
+// restoreRefused asserts that RestoreWorkspace of Transfer id is refused
+// with code at FAILURE_STAGE_RESTORING_WORKSPACE and changes nothing: the
+// Transfer keeps its state and no Workspace is admitted.
+func (f *fleet) restoreRefused(commandID, id string, code connect.Code) {
+	f.t.Helper()
+	before, err := f.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: id}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	_, err = f.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd(commandID), TransferId: id}))
+	state := before.Msg.GetTransfer().GetState()
+	if d := apierr.DetailOf(err); connect.CodeOf(err) != code || d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE || d.GetField() != "transfer_id" {
+		f.t.Errorf("restoring a %v Transfer: %v (%v), want %v naming transfer_id at RESTORING_WORKSPACE", state, err, d, code)
+	}
+	after, err := f.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: id}))
+	if err != nil || after.Msg.GetTransfer().GetState() != state {
+		f.t.Errorf("a %v Transfer after a refused restore: %v %v", state, after, err)
+	}
+	list, err := f.c.Workspaces.ListWorkspaces(ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{}))
+	if err != nil || len(list.Msg.GetWorkspaces()) != 0 {
+		f.t.Errorf("Workspaces after a refused restore: %v %v", list, err)
+	}
+}
+
 // Refusals change nothing: a missing Volume is not_found, a missing id
 // invalid_argument; an export holds the Volume (a resize or another export
 // answers unavailable until it ended).
@@ -218,6 +243,7 @@ func TestExportVolumeRefusals(t *testing.T) {
 	if _, err := f.c.Transfers.DeleteTransfer(ctx, connect.NewRequest(&ctrlv1.DeleteTransferRequest{Command: cmd("del-1"), TransferId: tr.GetTransferId()})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("deleting an EXPORTING transfer: %v", err)
 	}
+	f.restoreRefused("restore-exporting", tr.GetTransferId(), connect.CodeUnavailable)
 }
 
 // While a Volume moves between pools it is not exported: the export answers

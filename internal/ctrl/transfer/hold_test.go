@@ -171,6 +171,17 @@ func TestAnExportWhoseBlockFileIsGoneFails(t *testing.T) {
 			t.Errorf("a download of a FAILED Transfer: %v, want failed_precondition", stream.Err())
 		}
 	}
+	// Only a COMPLETE, IMPORTED or RESTORED Transfer restores: a FAILED
+	// one, or one deleted, is failed_precondition.
+	f.restoreRefused("restore-failed", tr.GetTransferId(), connect.CodeFailedPrecondition)
+	if _, err := f.c.Transfers.DeleteTransfer(ctx, connect.NewRequest(&ctrlv1.DeleteTransferRequest{Command: cmd("delete-1"), TransferId: tr.GetTransferId()})); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the Transfer DELETED", func() bool {
+		res, err := f.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: tr.GetTransferId()}))
+		return err == nil && res.Msg.GetTransfer().GetState() == ctrlv1.TransferState_TRANSFER_STATE_DELETED
+	})
+	f.restoreRefused("restore-deleted", tr.GetTransferId(), connect.CodeFailedPrecondition)
 }
 
 // "done_bytes and total_bytes are the progress of the current export":

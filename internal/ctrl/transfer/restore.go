@@ -44,14 +44,8 @@ func BeginRestore(tx *store.Tx, field, id string, now time.Time) (*archive.Manif
 	} else if err != nil {
 		return nil, err
 	}
-	st := r.Transfer.GetState()
-	switch {
-	case busy(st):
-		return nil, apierr.New(connect.CodeUnavailable, &ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, Field: field},
-			"transfer %s is %s; restore it once that ends", id, stateName(st))
-	case !downloadable(st):
-		return nil, apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Field: field},
-			"transfer %s is %s: only a COMPLETE, IMPORTED or RESTORED Transfer restores", id, stateName(st))
+	if err := restorable(field, id, r.Transfer.GetState()); err != nil {
+		return nil, err
 	}
 	m, err := decodeStored(r)
 	if err != nil {
@@ -62,8 +56,25 @@ func BeginRestore(tx *store.Tx, field, id string, now time.Time) (*archive.Manif
 	return m, tx.PutTransfer(r)
 }
 
+// restorable refuses a restore of Transfer id in state st unless st
+// restores: unavailable while it is exported, imported or restored,
+// failed_precondition when it has no archive to restore from.
+func restorable(field, id string, st ctrlv1.TransferState) error {
+	switch {
+	case busy(st):
+		return apierr.New(connect.CodeUnavailable, &ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Retryable: true, Field: field},
+			"transfer %s is %s; restore it once that ends", id, stateName(st))
+	case !downloadable(st):
+		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Field: field},
+			"transfer %s is %s: only a COMPLETE, IMPORTED or RESTORED Transfer restores", id, stateName(st))
+	}
+	return nil
+}
+
 // StoredManifest is the manifest of Transfer id's archive, as the store
-// keeps it; field names the request's field in errors.
+// keeps it; field names the request's field in errors. One without an
+// archive yet (being exported or imported) is refused as BeginRestore
+// refuses it.
 func StoredManifest(tx *store.Tx, field, id string) (*archive.Manifest, error) {
 	r, err := tx.GetTransfer(id, false)
 	if errors.Is(err, store.ErrNotFound) {
@@ -72,6 +83,9 @@ func StoredManifest(tx *store.Tx, field, id string) (*archive.Manifest, error) {
 		return nil, err
 	}
 	if len(r.ArchiveManifest) == 0 {
+		if err := restorable(field, id, r.Transfer.GetState()); err != nil {
+			return nil, err
+		}
 		return nil, apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Field: field},
 			"transfer %s is %s: it has no archive to restore from", id, stateName(r.Transfer.GetState()))
 	}

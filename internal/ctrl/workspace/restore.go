@@ -19,12 +19,11 @@ package workspace
 
 import (
 	"context"
-
-	"connectrpc.com/connect"
 	"errors"
 	"fmt"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"

@@ -6,8 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kibotos/kibotos/internal/node/netslot/policy"
 	"gvisor.dev/gvisor/pkg/tcpip"
+
+	"github.com/kibotos/kibotos/internal/node/netslot/policy"
 )
 
 // tcpFlow is one guest TCP connection the slot carries to the world.
