@@ -279,8 +279,9 @@ func notDeleted(tx *store.Tx, id string) error {
 
 // exportable refuses an export, in this order: a command in progress on
 // the Volume (unavailable: a Volume RESIZING or CREATING is AVAILABLE once
-// it ends), a Volume that is not AVAILABLE or a Workspace with an
-// execution (failed_precondition), a command in progress on the Workspace,
+// it ends), a LOST Volume (failed_precondition, VOLUME_LOST), a Volume
+// that is not AVAILABLE or a Workspace with an execution
+// (failed_precondition), a command in progress on the Workspace,
 // or a move of either (unavailable).
 func exportable(tx *store.Tx, src *source) error {
 	v := src.volume
@@ -291,13 +292,13 @@ func exportable(tx *store.Tx, src *source) error {
 			return err
 		}
 	}
-	if src.kind == archive.SourceVolume && v.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
-		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: exportStage, ObservedVolume: v},
-			"volume %s is %s; only an AVAILABLE Volume exports", v.GetVolumeId(), v.GetState())
-	}
 	if v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_LOST {
 		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: exportStage, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST, ObservedVolume: v},
 			"the Volume %s is LOST: its storage is gone", v.GetVolumeId())
+	}
+	if src.kind == archive.SourceVolume && v.GetState() != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: exportStage, ObservedVolume: v},
+			"volume %s is %s; only an AVAILABLE Volume exports", v.GetVolumeId(), v.GetState())
 	}
 	workspaceID := src.workspace.GetWorkspaceId()
 	if workspaceID == "" {

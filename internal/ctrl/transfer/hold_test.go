@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
@@ -232,4 +233,43 @@ func TestExportProgressNeverGoesBack(t *testing.T) {
 		}
 	}
 	t.Logf("%d readings while EXPORTING", len(seen))
+}
+
+// ExportVolume "captures a Volume no execution holds": a DELETED Volume is
+// failed_precondition with the Volume as observed, and a LOST one (its
+// pool declared lost) failed_precondition with FAILURE_REASON_VOLUME_LOST,
+// both at EXPORTING_WORKSPACE; neither admits a Transfer.
+func TestExportVolumeRefusesDeletedAndLostVolumes(t *testing.T) {
+	f := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	deleted, lost := f.volume("vol-1", 64<<20), f.volume("vol-2", 64<<20)
+	if _, err := f.c.Volumes.DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd("delete-1"), VolumeId: deleted})); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the Volume DELETED", func() bool {
+		v, err := f.c.Volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: deleted}))
+		return err == nil && v.Msg.GetVolume().GetState() == ctrlv1.VolumeState_VOLUME_STATE_DELETED
+	})
+	_, err := f.export("export-deleted", deleted)
+	if d := apierr.DetailOf(err); connect.CodeOf(err) != connect.CodeFailedPrecondition || d.GetStage() != exportStage ||
+		d.GetObservedVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+		t.Errorf("ExportVolume of a DELETED Volume: %v (%v), want failed_precondition at EXPORTING_WORKSPACE observing it", err, d)
+	}
+
+	f.node.Stop(t)
+	reg := f.c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+	if _, err := f.c.Nodes.IsolateNode(ctx, connect.NewRequest(&operatorv1.IsolateNodeRequest{Command: cmd("isolate-1"), NodeId: "node-a", Incarnation: reg.GetIncarnation()})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Nodes.DeclareStoragePoolLost(ctx, connect.NewRequest(&operatorv1.DeclareStoragePoolLostRequest{Command: cmd("lost-1"), StoragePool: "default"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.export("export-lost", lost)
+	if d := apierr.DetailOf(err); connect.CodeOf(err) != connect.CodeFailedPrecondition || d.GetStage() != exportStage ||
+		d.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+		t.Errorf("ExportVolume of a LOST Volume: %v (%v), want failed_precondition, VOLUME_LOST, at EXPORTING_WORKSPACE", err, d)
+	}
+	list, err := f.c.Transfers.ListTransfers(ctx, connect.NewRequest(&ctrlv1.ListTransfersRequest{}))
+	if err != nil || len(list.Msg.GetTransfers()) != 0 {
+		t.Errorf("Transfers after refused exports: %v %v", list, err)
+	}
 }
