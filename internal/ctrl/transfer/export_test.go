@@ -16,6 +16,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl"
+	ctrlfleet "github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/store/storetest"
@@ -327,5 +328,51 @@ func TestAFailedRestoreReleasesTheImportedVolume(t *testing.T) {
 				t.Errorf("the imported Volume's block file differs from the exported one (%v)", err)
 			}
 		})
+	}
+}
+
+// A restore that fails before its Volume arrived on a node (no node to
+// place it on within the placement timeout) fails at FAILURE_STAGE_PLACING,
+// as a create does, gives the Transfer back its state, and deletes the
+// imported Volume, which never held anything: "A failed RestoreWorkspace
+// that holds no execution releases the imported Volume".
+func TestAFailedRestoreDeletesAVolumeThatNeverArrived(t *testing.T) {
+	fc := ctrlfleet.Config{ObservationInterval: 500 * time.Millisecond, ClockProbeInterval: 250 * time.Millisecond,
+		ClockTolerance: 10 * time.Second, PlacementTimeout: 2 * time.Second}
+	c := testenv.New(t, testenv.WithFleet(fc))
+	n := c.StartNode(t, "node-a", "", t.TempDir())
+	c.EnsureCapacity(t, "default", 1<<30)
+	f := &fleet{t: t, c: c, node: n}
+	c.UnbootableCatalog(t)
+	tr, err := f.export("export-1", f.volume("vol-1", 64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.settled(tr.GetTransferId()); got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE {
+		t.Fatalf("the export: %v", got)
+	}
+	n.Stop(t)
+	c.WaitStatus(t, "node-a", operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE)
+	res, err := c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-1"), TransferId: tr.GetTransferId(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := res.Msg.GetWorkspace()
+	imported := ws.GetSpec().GetVolume().GetVolumeId()
+	var w *ctrlv1.Workspace
+	testenv.WaitFor(t, "the restore failed", func() bool {
+		w = f.workspace(ws.GetWorkspaceId())
+		return w.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+	})
+	if w.GetFailure().GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_PLACING || w.GetSpec().GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE {
+		t.Errorf("the failed restore: failure %v, binding %v; want stage PLACING, no binding", w.GetFailure(), w.GetSpec().GetVolume())
+	}
+	if got := f.settled(tr.GetTransferId()); got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE {
+		t.Errorf("the Transfer after the failed restore: %v, want COMPLETE", got)
+	}
+	v, err := c.Volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: imported}))
+	if err != nil || v.Msg.GetVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+		t.Errorf("the imported Volume that never arrived, after the failed restore: %v %v, want DELETED", v, err)
 	}
 }

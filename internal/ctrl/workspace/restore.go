@@ -12,10 +12,11 @@ package workspace
 // parts (ImportBlockFile) instead of empty ones, so the first start
 // continues from the archived layer (retention CONTINUED). A restore that
 // succeeds leaves the Transfer RESTORED; one that fails (at
-// FAILURE_STAGE_RESTORING_WORKSPACE) gives it back its state and releases
-// the imported Volume whatever delete_with_workspace says: the Volume stays,
-// unbound and AVAILABLE, if its data arrived, and is deleted if it never
-// did.
+// FAILURE_STAGE_PLACING when no node takes it, as a create does; at
+// FAILURE_STAGE_RESTORING_WORKSPACE once placed) gives it back its state
+// and releases the imported Volume whatever delete_with_workspace says:
+// the Volume stays, unbound and AVAILABLE, if its data arrived, and is
+// deleted if it never did.
 
 import (
 	"context"
