@@ -187,3 +187,56 @@ func TestWriteFileDataIsAtMostOneMiBAMessage(t *testing.T) {
 		t.Errorf("a data message of 1 MiB: %v", err)
 	}
 }
+
+// WriteFileHeader.mode: "An existing file keeps its mode", and (designed
+// here) its owner and group where the writer may give them: a root write
+// over nobody's file leaves it nobody's, as writing in place would. A
+// user who may not give a file away (nobody over root's, in a directory
+// it may write) leaves it its own.
+func TestWriteFileKeepsTheOwnerOfAFileItReplaces(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("files of other owners need root")
+	}
+	c, root := fileAgent(t)
+	theirs := filepath.Join(root, "theirs")
+	if err := os.WriteFile(theirs, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(theirs, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(theirs, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	res, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/theirs"}, []byte("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := res.GetInfo(); i.GetUid() != 65534 || i.GetGid() != 65534 || i.GetMode() != 0o640 {
+		t.Errorf("nobody's file after root wrote over it: uid %d gid %d mode %#o, want 65534, 65534, 0640", i.GetUid(), i.GetGid(), i.GetMode())
+	}
+	if b, _ := os.ReadFile(theirs); string(b) != "new" {
+		t.Errorf("the file holds %q", b)
+	}
+
+	pub := filepath.Join(root, "pub")
+	if err := os.Mkdir(pub, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(pub, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pub, "roots"), []byte("old"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(pub, "roots"), 0o666); err != nil { // not the umask's
+		t.Fatal(err)
+	}
+	res, err = writeFile(c, &ctrlv1.WriteFileHeader{Path: "/pub/roots", User: "nobody"}, []byte("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := res.GetInfo(); i.GetUid() != 65534 || i.GetMode() != 0o666 {
+		t.Errorf("root's file after nobody wrote over it: uid %d mode %#o, want nobody's (65534), 0666", i.GetUid(), i.GetMode())
+	}
+}

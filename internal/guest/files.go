@@ -464,8 +464,32 @@ func (w *fileWrite) open() error {
 	mode := w.mode()
 	if fi != nil {
 		mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		if err := keepOwner(w.f, fi); err != nil {
+			return fsError("header.path", err)
+		}
 	}
+	// After the owner: a chown clears the set-id bits.
 	return fsError("header.path", w.f.Chmod(mode))
+}
+
+// keepOwner gives f, which replaces the existing file fi, fi's owner and
+// group where the writing user may (root always; another user keeps a
+// group it belongs to), as writing over the file in place would have left
+// them. (designed here) Otherwise f keeps the writer's: only root gives a
+// file away.
+func keepOwner(f *os.File, fi fs.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	err := f.Chown(int(st.Uid), int(st.Gid))
+	if errors.Is(err, fs.ErrPermission) {
+		err = f.Chown(-1, int(st.Gid)) // the writer's file with the file's group
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil
+	}
+	return err
 }
 
 // linkTarget is where host leads once its last component's symbolic

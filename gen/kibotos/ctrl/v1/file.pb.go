@@ -438,7 +438,10 @@ type WriteFileHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// mode is the permission bits of a file this call creates; zero selects
-	// 0o644. An existing file keeps its mode.
+	// 0o644. An existing file keeps its mode. It keeps its owner and group
+	// too where the writing user may give them (root always; another user
+	// keeps a group it belongs to); otherwise it becomes the writer's, since
+	// the bytes land in a new file renamed over it. (designed here)
 	Mode uint32 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
 	// create_parents creates missing parent directories (mode 0o755) first.
 	CreateParents bool `protobuf:"varint,3,opt,name=create_parents,json=createParents,proto3" json:"create_parents,omitempty"`

@@ -184,7 +184,10 @@ export type WriteFileHeader = Message<"kibotos.ctrl.v1.WriteFileHeader"> & {
 
   /**
    * mode is the permission bits of a file this call creates; zero selects
-   * 0o644. An existing file keeps its mode.
+   * 0o644. An existing file keeps its mode. It keeps its owner and group
+   * too where the writing user may give them (root always; another user
+   * keeps a group it belongs to); otherwise it becomes the writer's, since
+   * the bytes land in a new file renamed over it. (designed here)
    *
    * @generated from field: uint32 mode = 2;
    */
