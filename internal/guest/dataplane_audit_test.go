@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
@@ -238,5 +239,50 @@ func TestWriteFileKeepsTheOwnerOfAFileItReplaces(t *testing.T) {
 	}
 	if i := res.GetInfo(); i.GetUid() != 65534 || i.GetMode() != 0o666 {
 		t.Errorf("root's file after nobody wrote over it: uid %d mode %#o, want nobody's (65534), 0666", i.GetUid(), i.GetMode())
+	}
+}
+
+// A recursive DeleteFile of a directory with a file system mounted below
+// it (designed here: the Volume at /home/u/data, a delete of /home/u)
+// deletes nothing and is failed_precondition naming the mount: the delete
+// would otherwise empty the mount and then fail on its mount point. A
+// delete of the mount point itself empties it and keeps it.
+func TestARecursiveDeleteDoesNotEmptyAMountBelow(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a file system needs root")
+	}
+	c, root := fileAgent(t)
+	data := filepath.Join(root, "home/u/data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(data, unix.MNT_DETACH) })
+	for _, f := range []string{"home/u/notes", "home/u/data/kept"} {
+		if err := os.WriteFile(filepath.Join(root, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(p string) error {
+		_, err := c.DeleteFile(context.Background(), connect.NewRequest(&guestv1.DeleteFileRequest{Request: &ctrlv1.DeleteFileRequest{Path: p, Recursive: true}}))
+		return err
+	}
+	err := del("/home")
+	wantErr(t, "a recursive delete over a mount", err, connect.CodeFailedPrecondition, "path")
+	if err == nil || !strings.Contains(err.Error(), "/home/u/data") {
+		t.Errorf("the refusal names no mount: %v", err)
+	}
+	for _, f := range []string{"home/u/notes", "home/u/data/kept"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Errorf("/%s after a refused delete: %v", f, err)
+		}
+	}
+	if err := del("/home/u/data"); err != nil {
+		t.Fatal(err)
+	}
+	if des, err := os.ReadDir(data); err != nil || len(des) != 0 {
+		t.Errorf("the mount point after a delete of it: %v %v, want it kept and empty", des, err)
 	}
 }

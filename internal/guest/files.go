@@ -966,6 +966,9 @@ func (a *Agent) DeleteFile(_ context.Context, req *connect.Request[guestv1.Delet
 		if !fi.IsDir() || !r.GetRecursive() {
 			return os.Remove(host)
 		}
+		if err := a.noMountBelow(host, r.GetPath()); err != nil {
+			return err
+		}
 		if mountPoint(host, fi) {
 			// A mount point (the Volume, /tmp, /run) is emptied and kept.
 			return emptyDir(host)
@@ -976,6 +979,35 @@ func (a *Agent) DeleteFile(_ context.Context, req *connect.Request[guestv1.Delet
 		return nil, fsError("path", err)
 	}
 	return connect.NewResponse(&guestv1.DeleteFileResponse{Response: &ctrlv1.DeleteFileResponse{Deleted: deleted}}), nil
+}
+
+// noMountBelow refuses a recursive delete of directory host (guest path
+// p) when a file system is mounted below it (the Volume, a tmpfs): the
+// delete would empty that mount and then fail on its mount point, halfway
+// (as rm -rf does). (designed here) A delete of the mount point itself
+// empties it and keeps it.
+func (a *Agent) noMountBelow(host, p string) error {
+	mounts, err := mountPoints("/proc")
+	if err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(host)
+	if err != nil {
+		return err
+	}
+	var below []string
+	for m := range mounts {
+		if strings.HasPrefix(m, strings.TrimSuffix(real, "/")+"/") {
+			below = append(below, m)
+		}
+	}
+	if len(below) == 0 {
+		return nil
+	}
+	slices.Sort(below)
+	mount := path.Clean("/" + strings.TrimPrefix(below[0], strings.TrimSuffix(a.root(), "/")))
+	return codeErr(connect.CodeFailedPrecondition, ctrlv1.FailureReason_FAILURE_REASON_CONFLICT, "path",
+		"%s holds the mounted file system %s, which cannot be removed: a recursive delete of %s would empty it and then fail, so it deletes nothing (delete %s to empty it, and %s's other entries each)", p, mount, p, mount, p)
 }
 
 // mountPoint reports whether dir is on another device than its parent.

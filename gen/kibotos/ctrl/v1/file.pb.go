@@ -1351,7 +1351,11 @@ type DeleteFileRequest struct {
 	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
 	Path        string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// recursive deletes a directory with its contents. Without it a non-empty
-	// directory is failed_precondition.
+	// directory is failed_precondition. A mount point named itself (the
+	// Volume's mount_path, /tmp) is emptied and kept. A directory with a file
+	// system mounted below it is failed_precondition naming the mount, and
+	// nothing is deleted: the delete would empty the mount and then fail on
+	// its mount point. (designed here)
 	Recursive bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
 	// allow_missing makes a missing path a success with deleted false instead
 	// of not_found.

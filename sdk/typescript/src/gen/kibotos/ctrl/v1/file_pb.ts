@@ -652,7 +652,11 @@ export type DeleteFileRequest = Message<"kibotos.ctrl.v1.DeleteFileRequest"> & {
 
   /**
    * recursive deletes a directory with its contents. Without it a non-empty
-   * directory is failed_precondition.
+   * directory is failed_precondition. A mount point named itself (the
+   * Volume's mount_path, /tmp) is emptied and kept. A directory with a file
+   * system mounted below it is failed_precondition naming the mount, and
+   * nothing is deleted: the delete would empty the mount and then fail on
+   * its mount point. (designed here)
    *
    * @generated from field: bool recursive = 3;
    */
