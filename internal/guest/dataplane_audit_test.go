@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
@@ -253,13 +254,7 @@ func TestARecursiveDeleteDoesNotEmptyAMountBelow(t *testing.T) {
 	}
 	c, root := fileAgent(t)
 	data := filepath.Join(root, "home/u/data")
-	if err := os.MkdirAll(data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size=1m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(data, unix.MNT_DETACH) })
+	mountTmpfs(t, data, "1m")
 	for _, f := range []string{"home/u/notes", "home/u/data/kept"} {
 		if err := os.WriteFile(filepath.Join(root, f), []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
@@ -284,5 +279,102 @@ func TestARecursiveDeleteDoesNotEmptyAMountBelow(t *testing.T) {
 	}
 	if des, err := os.ReadDir(data); err != nil || len(des) != 0 {
 		t.Errorf("the mount point after a delete of it: %v %v, want it kept and empty", des, err)
+	}
+}
+
+// mountTmpfs mounts a tmpfs of size at dir (made first) until the test ends.
+func mountTmpfs(t *testing.T, dir, size string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+}
+
+// A MoveFile across file systems (designed here, as mv(1) does) moves a
+// tree with its FIFO, its modes, modification times and owners; one whose
+// copy fails halfway (the destination fills up) leaves the source whole
+// and no half copy, and says resource_exhausted.
+func TestAMoveAcrossFileSystemsKeepsWhatItMoves(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a file system needs root")
+	}
+	c, root := fileAgent(t)
+	mountTmpfs(t, filepath.Join(root, "scratch"), "4m")
+	mountTmpfs(t, filepath.Join(root, "small"), "64k")
+	tree := filepath.Join(root, "scratch/tree")
+	if err := os.MkdirAll(filepath.Join(tree, "sub"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "sub/theirs"), []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(tree, "sub/theirs"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(tree, "pipe"), 0o620); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(tree, "pipe"), 0o620); err != nil { // not the umask's
+		t.Fatal(err)
+	}
+	if err := os.Symlink("sub/theirs", filepath.Join(tree, "link")); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, p := range []string{"sub/theirs", "sub", "pipe"} {
+		if err := os.Chtimes(filepath.Join(tree, p), past, past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move := func(src, dst string) error {
+		_, err := c.MoveFile(context.Background(), connect.NewRequest(&guestv1.MoveFileRequest{Request: &ctrlv1.MoveFileRequest{SourcePath: src, DestinationPath: dst}}))
+		return err
+	}
+	if err := move("/scratch/tree", "/moved"); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(root, "moved")
+	for _, want := range []struct {
+		path string
+		mode os.FileMode
+		uid  uint32
+	}{{"sub/theirs", 0o600, 65534}, {"sub", os.ModeDir | 0o750, 0}, {"pipe", os.ModeNamedPipe | 0o620, 0}} {
+		fi, err := os.Lstat(filepath.Join(moved, want.path))
+		if err != nil {
+			t.Errorf("/moved/%s: %v", want.path, err)
+			continue
+		}
+		if fi.Mode() != want.mode || fi.Sys().(*syscall.Stat_t).Uid != want.uid || !fi.ModTime().Equal(past) {
+			t.Errorf("/moved/%s: mode %v uid %d mtime %v, want %v, %d, %v", want.path, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, fi.ModTime(), want.mode, want.uid, past)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(moved, "link")); err != nil || target != "sub/theirs" {
+		t.Errorf("/moved/link: %q %v", target, err)
+	}
+	if _, err := os.Lstat(tree); !os.IsNotExist(err) {
+		t.Errorf("the source after the move: %v, want it gone", err)
+	}
+
+	big := filepath.Join(root, "scratch/big")
+	if err := os.MkdirAll(big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(big, f), make([]byte, 48<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantErr(t, "a move that fills its destination", move("/scratch/big", "/small/big"), connect.CodeResourceExhausted, "destination_path")
+	if _, err := os.Lstat(filepath.Join(root, "small/big")); !os.IsNotExist(err) {
+		t.Errorf("the half copy after a failed move: %v, want none", err)
+	}
+	for _, f := range []string{"a", "b"} {
+		if fi, err := os.Stat(filepath.Join(big, f)); err != nil || fi.Size() != 48<<10 {
+			t.Errorf("the source's %s after a failed move: %v", f, err)
+		}
 	}
 }

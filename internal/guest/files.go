@@ -464,7 +464,7 @@ func (w *fileWrite) open() error {
 	mode := w.mode()
 	if fi != nil {
 		mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-		if err := keepOwner(w.f, fi); err != nil {
+		if err := giveOwner(w.f.Chown, fi); err != nil {
 			return fsError("header.path", err)
 		}
 	}
@@ -472,19 +472,18 @@ func (w *fileWrite) open() error {
 	return fsError("header.path", w.f.Chmod(mode))
 }
 
-// keepOwner gives f, which replaces the existing file fi, fi's owner and
-// group where the writing user may (root always; another user keeps a
-// group it belongs to), as writing over the file in place would have left
-// them. (designed here) Otherwise f keeps the writer's: only root gives a
-// file away.
-func keepOwner(f *os.File, fi fs.FileInfo) error {
+// giveOwner gives a file, through chown, fi's owner and group where the
+// writer may (root always; another user keeps a group it belongs to), as
+// writing over fi in place, or mv(1), would have left them. (designed
+// here) Otherwise it stays the writer's: only root gives a file away.
+func giveOwner(chown func(uid, gid int) error, fi fs.FileInfo) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil
 	}
-	err := f.Chown(int(st.Uid), int(st.Gid))
+	err := chown(int(st.Uid), int(st.Gid))
 	if errors.Is(err, fs.ErrPermission) {
-		err = f.Chown(-1, int(st.Gid)) // the writer's file with the file's group
+		err = chown(-1, int(st.Gid))
 	}
 	if errors.Is(err, fs.ErrPermission) {
 		return nil
@@ -887,12 +886,17 @@ func move(src, dst string, overwrite bool) error {
 		}
 	}
 	if err := copyTree(src, dst); err != nil {
+		// Half a copy is no move: the source is still whole.
+		_ = os.RemoveAll(dst)
 		return err
 	}
 	return os.RemoveAll(src)
 }
 
-// copyTree copies a file, link or directory tree, keeping modes.
+// copyTree copies a file, link, directory tree or special file (a FIFO,
+// a socket, a device: made again with mknod), keeping each one's mode,
+// modification time, and owner and group where the mover may give them
+// (giveOwner), as mv(1) does across file systems.
 func copyTree(src, dst string) error {
 	fi, err := os.Lstat(src)
 	if err != nil {
@@ -904,7 +908,9 @@ func copyTree(src, dst string) error {
 		if err != nil {
 			return err
 		}
-		return os.Symlink(target, dst)
+		if err := os.Symlink(target, dst); err != nil {
+			return err
+		}
 	case fi.IsDir():
 		if err := os.Mkdir(dst, fi.Mode().Perm()); err != nil {
 			return err
@@ -918,25 +924,53 @@ func copyTree(src, dst string) error {
 				return err
 			}
 		}
-		return os.Chmod(dst, fi.Mode().Perm())
 	case fi.Mode().IsRegular():
-		in, err := os.Open(src)
-		if err != nil {
+		if err := copyFile(src, dst, fi); err != nil {
 			return err
 		}
-		defer in.Close()
-		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
 	default:
-		return &fs.PathError{Op: "move", Path: src, Err: unix.EXDEV}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return &fs.PathError{Op: "move", Path: src, Err: unix.EXDEV}
+		}
+		if err := unix.Mknod(dst, st.Mode, int(st.Rdev)); err != nil {
+			return &fs.PathError{Op: "mknod", Path: dst, Err: err}
+		}
 	}
+	return keepMetadata(dst, fi)
+}
+
+func copyFile(src, dst string, fi fs.FileInfo) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// keepMetadata gives dst, a copy of fi, its owner and group where the
+// mover may (giveOwner; first, since a chown clears the set-id bits), its mode and its
+// modification time. A link has no mode of its own.
+func keepMetadata(dst string, fi fs.FileInfo) error {
+	if err := giveOwner(func(uid, gid int) error { return os.Lchown(dst, uid, gid) }, fi); err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeSymlink == 0 {
+		if err := os.Chmod(dst, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+			return err
+		}
+	}
+	mtime := unix.NsecToTimespec(fi.ModTime().UnixNano())
+	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, []unix.Timespec{{Nsec: unix.UTIME_OMIT}, mtime}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // DeleteFile removes a file, a link or a directory.

@@ -1223,6 +1223,11 @@ type MoveFileRequest struct {
 	// destination_path. Without it an existing destination is already_exists.
 	Overwrite bool `protobuf:"varint,4,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
 	// create_parents creates missing parents of destination_path first.
+	// A move across file systems (the Volume, /tmp) copies and then deletes
+	// the source, as mv(1) does: each file, link, directory and special file
+	// keeps its mode, modification time, and owner and group where the user
+	// may give them (root always). One whose copy fails leaves the source
+	// whole and no part of the copy. (designed here)
 	CreateParents bool   `protobuf:"varint,5,opt,name=create_parents,json=createParents,proto3" json:"create_parents,omitempty"`
 	User          string `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -599,6 +599,11 @@ export type MoveFileRequest = Message<"kibotos.ctrl.v1.MoveFileRequest"> & {
 
   /**
    * create_parents creates missing parents of destination_path first.
+   * A move across file systems (the Volume, /tmp) copies and then deletes
+   * the source, as mv(1) does: each file, link, directory and special file
+   * keeps its mode, modification time, and owner and group where the user
+   * may give them (root always). One whose copy fails leaves the source
+   * whole and no part of the copy. (designed here)
    *
    * @generated from field: bool create_parents = 5;
    */
