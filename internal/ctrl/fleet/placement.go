@@ -95,10 +95,14 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 	}
 	defaults := ratiosOf(d)
 	now := f.now()
+	q := store.CandidateQuery{
+		Limit: firstCandidates, LiveSince: f.LiveSince(now), Fit: true, Defaults: defaults,
+		Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Pools: nonEmpty(p.Pools),
+	}
 	if p.Node != "" {
 		row, err := tx.GetNodePlacement(p.Node)
 		if err == nil {
-			placed, err := f.charge(tx, row, &held, p, defaults, now)
+			placed, err := f.charge(tx, row, &held, p, q, now)
 			if placed != nil || err != nil {
 				return placed, nil, err
 			}
@@ -106,10 +110,6 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 			return nil, nil, err
 		}
 	} else {
-		q := store.CandidateQuery{
-			Limit: firstCandidates, LiveSince: f.LiveSince(now), Fit: true, Defaults: defaults,
-			Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Pools: nonEmpty(p.Pools),
-		}
 		if placed, err := f.placeIndexed(tx, &held, p, q, now); placed != nil || err != nil {
 			return placed, nil, err
 		}
@@ -121,7 +121,7 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 				return nil, nil, err
 			}
 			for _, row := range batch {
-				placed, err := f.charge(tx, row, &held, p, defaults, now)
+				placed, err := f.charge(tx, row, &held, p, q, now)
 				if placed != nil || err != nil {
 					return placed, nil, err
 				}
@@ -153,15 +153,11 @@ func (f *Fleet) placeIndexed(tx *store.Tx, held **store.Allocation, p Placement,
 	}
 	for _, row := range rows {
 		if class, _ := unfit(row, p, q.Defaults, q.LiveSince); class != store.UnfitNone {
-			continue // a capability the query does not check
+			continue // a capability the query does not check: the row is not behind
 		}
-		pool, ok, err := tx.AllocateCandidate(*held, p.on(row.NodeID, now), q, append([]string{capability.BlockFile}, p.Capabilities...), capability.Providers)
-		if err != nil {
-			return nil, err
-		}
-		*held = nil
-		if ok {
-			return &Placed{NodeID: row.NodeID, DefaultPool: pool}, nil
+		placed, err := f.charge(tx, row, held, p, q, now)
+		if placed != nil || err != nil {
+			return placed, err
 		}
 		tx.Stale(row.NodeID)
 	}
@@ -169,14 +165,18 @@ func (f *Fleet) placeIndexed(tx *store.Tx, held **store.Allocation, p Placement,
 }
 
 // charge charges p's Allocation to row's node when the node takes it:
-// every constraint checked, and the room charged in one conditional update.
-// *held is the Workspace's earlier Allocation (nil for none): released
-// by the first try to charge, whether or not it takes, and then nil.
-func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, held **store.Allocation, p Placement, defaults store.Ratios, now time.Time) (*Placed, error) {
-	if class, _ := unfit(row, p, defaults, f.LiveSince(now)); class != store.UnfitNone {
+// every constraint checked on row (a capability the query does not check
+// among them), and checked again with the room in the one conditional
+// update that charges it (AllocateCandidate), since on PostgreSQL row may
+// have been read before another transaction drained, isolated or filled
+// the node. *held is the Workspace's earlier Allocation (nil for none):
+// released by the first try to charge, whether or not it takes, and then
+// nil.
+func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, held **store.Allocation, p Placement, q store.CandidateQuery, now time.Time) (*Placed, error) {
+	if class, _ := unfit(row, p, q.Defaults, q.LiveSince); class != store.UnfitNone {
 		return nil, nil
 	}
-	ok, err := tx.AllocateAfter(*held, p.on(row.NodeID, now), defaults)
+	pool, ok, err := tx.AllocateCandidate(*held, p.on(row.NodeID, now), q, append([]string{capability.BlockFile}, p.Capabilities...), capability.Providers)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, held **store.Allo
 	if !ok {
 		return nil, nil
 	}
-	return &Placed{NodeID: row.NodeID, DefaultPool: row.DefaultPool}, nil
+	return &Placed{NodeID: row.NodeID, DefaultPool: pool}, nil
 }
 
 // on is p's Allocation on node nodeID, made at now.
