@@ -342,12 +342,36 @@ func TestALostVolumeCanOnlyBeReadAndDeleted(t *testing.T) {
 }
 
 // V18: "failure is present while state is FAILED." (proto) Here a
-// creation the node fails: the Volume is FAILED with the failure of its
-// creation.
-func TestAFailedCreationLeavesTheVolumeFailedWithItsFailure(t *testing.T) {
+// removal and a creation the node fails: each leaves its Volume FAILED
+// with the failure of its command.
+func TestAFailedCommandLeavesTheVolumeFailedWithItsFailure(t *testing.T) {
 	forEachCluster(t, func(t *testing.T, k *cluster) {
-		// A file where the pool's volumes directory goes: the node cannot
-		// create any Volume's block file (for root too).
+		wantFailure := func(v *ctrlv1.Volume, stage ctrlv1.FailureStage, commandID string) {
+			t.Helper()
+			if f := v.GetFailure(); f == nil || f.GetStage() != stage || f.GetCommandId() != commandID || f.GetFailedAt() == nil || f.GetMessage() == "" {
+				t.Errorf("failure of the FAILED Volume: %v, want one at %v of command %s, with failed_at and a message", f, stage, commandID)
+			}
+		}
+
+		// A removal: a non-empty directory where the block file was.
+		removed := k.availableVolume("c1", 64*mib).GetVolume().GetVolumeId()
+		if f := k.volume(removed).GetFailure(); f != nil {
+			t.Errorf("an AVAILABLE Volume carries a failure: %v", f)
+		}
+		file := k.node.PoolFile(removed)
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(file, "busy"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.c.Volumes.DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmdID("d1"), VolumeId: removed})); err != nil {
+			t.Fatal(err)
+		}
+		wantFailure(k.waitVolume(removed, ctrlv1.VolumeState_VOLUME_STATE_FAILED), ctrlv1.FailureStage_FAILURE_STAGE_OBSERVING_CLEANUP, "d1")
+
+		// A creation: a file where the pool's volumes directory goes, so
+		// that the node cannot create any block file (for root too).
 		dir := filepath.Join(k.poolDir, "volumes")
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
@@ -355,19 +379,14 @@ func TestAFailedCreationLeavesTheVolumeFailedWithItsFailure(t *testing.T) {
 		if err := os.WriteFile(dir, []byte("not a directory"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		res, err := k.c.Volumes.CreateVolume(ctx, connect.NewRequest(create("c1", 64*mib)))
+		res, err := k.c.Volumes.CreateVolume(ctx, connect.NewRequest(create("c2", 64*mib)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if f := res.Msg.GetVolume().GetFailure(); f != nil {
 			t.Errorf("a CREATING Volume carries a failure: %v", f)
 		}
-		v := k.waitVolume(res.Msg.GetVolume().GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_FAILED)
-		f := v.GetFailure()
-		if f == nil || f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME || f.GetCommandId() != "c1" ||
-			f.GetFailedAt() == nil || f.GetMessage() == "" {
-			t.Errorf("failure of the FAILED Volume: %v, want one at CREATING_VOLUME of command c1, with failed_at and a message", f)
-		}
+		wantFailure(k.waitVolume(res.Msg.GetVolume().GetVolumeId(), ctrlv1.VolumeState_VOLUME_STATE_FAILED), ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, "c2")
 	})
 }
 
