@@ -5,10 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
-	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 )
@@ -24,17 +21,8 @@ func TestAChargeChecksTheNodeInItsUpdate(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			st := storetest.Open(t, b.DSN(t))
 			f := New(st, nil, slog.New(slog.DiscardHandler), Config{}, Deps{})
-			now := timestamppb.Now()
 			for _, id := range []string{"node-kept", "node-drained", "node-revoked"} {
-				mustTx(t, st, func(tx *store.Tx) error {
-					return tx.PutNode(&operatorv1.NodeRegistration{
-						NodeId: id, Incarnation: 1, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
-						Status:       operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
-						Session:      &operatorv1.NodeSessionSummary{Live: true, ConnectedAt: now, LastSeenAt: now},
-						Observation:  &operatorv1.NodeObservationSummary{Capabilities: []string{capability.QEMU, capability.BlockFile}},
-						StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: id, StoragePool: "pool-a", DefaultPool: true, Available: true}},
-					})
-				})
+				storetest.PutLiveNode(t, st, id, "pool-a")
 			}
 			for id, change := range map[string]func(tx *store.Tx) error{
 				"node-kept":    func(*store.Tx) error { return nil },

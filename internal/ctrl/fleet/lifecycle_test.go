@@ -8,12 +8,10 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
-	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
@@ -28,24 +26,6 @@ func storeFleet(t *testing.T, b storetest.Backend) (*fleet.Fleet, *store.Store) 
 	st := storetest.Open(t, b.DSN(t))
 	runner := command.NewRunner(st, "test", slog.Default())
 	return fleet.New(st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{}), st
-}
-
-// putLiveNode records a node that holds a live session, runs VMs and
-// reaches pool-a.
-func putLiveNode(t *testing.T, st *store.Store, id string) {
-	t.Helper()
-	now := timestamppb.Now()
-	mustTx(t, st, func(tx *store.Tx) error {
-		return tx.PutNode(&operatorv1.NodeRegistration{
-			NodeId: id, Incarnation: 1, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
-			Status:      operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
-			Session:     &operatorv1.NodeSessionSummary{Live: true, ConnectedAt: now, LastSeenAt: now},
-			Observation: &operatorv1.NodeObservationSummary{Capabilities: []string{capability.QEMU, capability.BlockFile}},
-			StoragePools: []*operatorv1.StoragePoolAttachment{
-				{NodeId: id, StoragePool: "pool-a", DefaultPool: true, Available: true},
-			},
-		})
-	})
 }
 
 // probePlacement is the node a placement of nothing in pool would take now
@@ -89,7 +69,7 @@ func TestDrainedAndDrainingNodesReceiveNoPlacement(t *testing.T) {
 	for _, b := range storetest.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			f, st := storeFleet(t, b)
-			putLiveNode(t, st, "node-a")
+			storetest.PutLiveNode(t, st, "node-a", "pool-a")
 			placed := func() string { return probePlacement(t, f, st, "pool-a") }
 			if got := placed(); got != "node-a" {
 				t.Fatalf("placement before the drain: %q", got)
@@ -119,7 +99,7 @@ func TestDrainedAndDrainingNodesReceiveNoPlacement(t *testing.T) {
 			if pool != "node-a" {
 				t.Errorf("pool work with only a draining node reaching the pool went to %q, want node-a", pool)
 			}
-			putLiveNode(t, st, "node-b")
+			storetest.PutLiveNode(t, st, "node-b", "pool-a")
 			mustTx(t, st, func(tx *store.Tx) (err error) { pool, err = f.NodeForPool(tx, "pool-a"); return })
 			if pool != "node-b" {
 				t.Errorf("pool work went to %q, want node-b, which is not draining", pool)
@@ -155,7 +135,7 @@ func TestDrainedAndDrainingNodesReceiveNoPlacement(t *testing.T) {
 // stale version changes nothing.
 func TestDrainCommandsReplayAndRefuse(t *testing.T) {
 	f, st := storeFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
-	putLiveNode(t, st, "node-a")
+	storetest.PutLiveNode(t, st, "node-a", "pool-a")
 	first, err := f.DrainNode(ctx, &operatorv1.DrainNodeRequest{Command: cmd("drain-1"), NodeId: "node-a"})
 	if err != nil {
 		t.Fatal(err)

@@ -13,8 +13,10 @@ import (
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -108,6 +110,26 @@ func PutNodeWithPool(t testing.TB, s *store.Store, nodeID, pool string) {
 			return err
 		}
 		return tx.SetStoragePoolCapacity(pool, 1<<40)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PutLiveNode records node nodeID admitted and READY, its session live and
+// seen now, running VMs (QEMU) and block files, declaring pool as its
+// default: a node a placement takes, room aside (it reports no host
+// resources, so only a request of nothing fits).
+func PutLiveNode(t testing.TB, s *store.Store, nodeID, pool string) {
+	t.Helper()
+	now := timestamppb.Now()
+	if err := s.Tx(context.Background(), func(tx *store.Tx) error {
+		return tx.PutNode(&operatorv1.NodeRegistration{
+			NodeId: nodeID, Incarnation: 1, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
+			Status:       operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
+			Session:      &operatorv1.NodeSessionSummary{Live: true, ConnectedAt: now, LastSeenAt: now},
+			Observation:  &operatorv1.NodeObservationSummary{Capabilities: []string{capability.QEMU, capability.BlockFile}},
+			StoragePools: []*operatorv1.StoragePoolAttachment{{NodeId: nodeID, StoragePool: pool, DefaultPool: true, Available: true}},
+		})
 	}); err != nil {
 		t.Fatal(err)
 	}
