@@ -17,7 +17,9 @@ func (v *Service) metadataUpdate(u record.MetadataUpdate[*ctrlv1.Volume]) record
 	u.Load = func(tx *store.Tx, id string) (*ctrlv1.Volume, error) { return get(tx, id, true) }
 	u.Check = func(vol *ctrlv1.Volume) error {
 		switch vol.GetState() {
-		case ctrlv1.VolumeState_VOLUME_STATE_DELETED, ctrlv1.VolumeState_VOLUME_STATE_LOST:
+		case ctrlv1.VolumeState_VOLUME_STATE_LOST:
+			return lostVolume(vol)
+		case ctrlv1.VolumeState_VOLUME_STATE_DELETED:
 			return precondition(vol, "volume %s is %s: its metadata can only be read", vol.GetVolumeId(), vol.GetState())
 		}
 		return nil

@@ -300,7 +300,9 @@ func TestALostVolumeCanOnlyBeReadAndDeleted(t *testing.T) {
 			t.Errorf("ListVolumes: %v %v, want the LOST Volume", list, err)
 		}
 
-		// T8: every other operation is failed_precondition.
+		// T8: every other operation is failed_precondition, with
+		// FAILURE_REASON_VOLUME_LOST (designed here: the one reason each
+		// refusal of a LOST Volume gives).
 		for name, call := range map[string]func() error{
 			"ResizeVolume": func() error { _, err := k.resize("resize", id, 128*mib); return err },
 			"UpdateVolumeLabels": func() error {
@@ -321,8 +323,8 @@ func TestALostVolumeCanOnlyBeReadAndDeleted(t *testing.T) {
 			},
 			"CreateWorkspace binding it": func() error { _, err := k.bind("bind", id); return err },
 		} {
-			if err := call(); connect.CodeOf(err) != connect.CodeFailedPrecondition {
-				t.Errorf("%s of a LOST Volume: %v, want failed_precondition", name, err)
+			if err := call(); connect.CodeOf(err) != connect.CodeFailedPrecondition || apierr.DetailOf(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+				t.Errorf("%s of a LOST Volume: %v (%v), want failed_precondition, VOLUME_LOST", name, err, apierr.DetailOf(err))
 			}
 		}
 		if after := k.volume(id); !proto.Equal(after, lost) {

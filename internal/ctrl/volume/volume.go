@@ -288,6 +288,13 @@ func precondition(vol *ctrlv1.Volume, format string, args ...any) error {
 	return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedVolume: vol}, format, args...)
 }
 
+// lostVolume refuses a change to LOST Volume vol: failed_precondition with
+// FAILURE_REASON_VOLUME_LOST, as a binding to it and its export say.
+func lostVolume(vol *ctrlv1.Volume) error {
+	return apierr.Precondition(&ctrlv1.ErrorDetail{ObservedVolume: vol, Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST},
+		"volume %s is LOST: its storage is gone; it can only be read and deleted", vol.GetVolumeId())
+}
+
 // Resize admits growing a Volume; it is RESIZING until the node grew its
 // block file and filesystem.
 func (v *Service) Resize(ctx context.Context, req *ctrlv1.ResizeVolumeRequest) (*ctrlv1.ResizeVolumeResponse, error) {
@@ -372,7 +379,7 @@ func growable(tx *store.Tx, vol *ctrlv1.Volume) error {
 func (v *Service) mutable(tx *store.Tx, vol *ctrlv1.Volume) error {
 	switch vol.GetState() {
 	case ctrlv1.VolumeState_VOLUME_STATE_LOST:
-		return precondition(vol, "volume %s is LOST: it can only be read and deleted", vol.GetVolumeId())
+		return lostVolume(vol)
 	case ctrlv1.VolumeState_VOLUME_STATE_DELETED, ctrlv1.VolumeState_VOLUME_STATE_DELETING:
 		return precondition(vol, "volume %s is %s", vol.GetVolumeId(), vol.GetState())
 	case ctrlv1.VolumeState_VOLUME_STATE_FAILED:
