@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kibotos/kibotos/internal/node/netslot/egress"
 	"github.com/kibotos/kibotos/internal/node/netslot/egress/egresstest"
 	"github.com/kibotos/kibotos/internal/node/netslot/policy"
@@ -123,5 +125,26 @@ func TestTheSameEgressRevisionKeepsItsConnections(t *testing.T) {
 	s.SetPolicy(compileAtEgressRevision(t, 1), 2, 0)
 	if err := echoes(c, "same egress revision"); err != nil || len(s.EgressDraining()) != 0 || s.Draining() != 0 {
 		t.Errorf("after a policy revision with the same Egress revision: %v, egress draining %v, policy draining %d", err, s.EgressDraining(), s.Draining())
+	}
+}
+
+// NetworkPolicyEgress.destinations are "matched as a set": a policy
+// revision that only reorders them moves no connection, which keeps
+// echoing with nothing draining.
+func TestReorderedDestinationsMoveNoConnection(t *testing.T) {
+	srv := echoServer(t)
+	ca := egresstest.NewCA(t)
+	proxy, spec := startEgress(t, egressKinds[0], ca, map[netip.AddrPort]string{publicV4: srv})
+	up := &fakeUplink{tcp: map[netip.AddrPort]string{}}
+	s, conn, _ := forwardingSlot(t, spec, ca, up, proxy)
+	c, err := dial(withTimeout(t), guestStack(t, conn), publicV4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reordered := proto.CloneOf(forwarding)
+	slices.Reverse(reordered.Egresses[0].Destinations)
+	s.SetPolicy(compileForwarding(t, reordered), 2, 0)
+	if err := echoes(c, "reordered"); err != nil || len(s.EgressDraining()) != 0 || s.Draining() != 0 {
+		t.Errorf("after a policy revision that reorders the destinations: %v, egress draining %v, policy draining %d", err, s.EgressDraining(), s.Draining())
 	}
 }
