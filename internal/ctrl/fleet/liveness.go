@@ -48,6 +48,9 @@ type observed struct {
 	// write and is shown after it unless a newer one was by then.
 	summary *operatorv1.NodeObservationSummary
 	version uint64
+	// helloVersion is the version the hello wrote: a registration whose
+	// observation is newer was observed in this session.
+	helloVersion uint64
 
 	wroteAt    time.Time // zero: no observation written in this session
 	pools      []*nodev1.StoragePoolDeclaration
@@ -264,6 +267,7 @@ func (s *session) summarized(written *operatorv1.NodeObservationSummary) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.obs.summary, s.obs.version = written, written.GetObservationVersion()
+	s.obs.helloVersion = s.obs.version
 }
 
 // nextSummary hands out the next observation_version, for o received at

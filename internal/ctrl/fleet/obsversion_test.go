@@ -10,7 +10,10 @@ import (
 	"github.com/kibotos/kibotos/internal/testenv"
 )
 
-func openRawSession(t *testing.T, c *testenv.Cluster, id state.Identity) func(*nodev1.SessionRequest) error {
+// openRawSession opens a control session as node id, with a hello and
+// nothing more: the test sends what it means to (send), and answers the
+// clock probes ctrl sends (probes) only if it means to.
+func openRawSession(t *testing.T, c *testenv.Cluster, id state.Identity) (send func(*nodev1.SessionRequest) error, probes <-chan uint64) {
 	t.Helper()
 	client := nodev1connect.NewNodeSessionServiceClient(httpClient(), c.Ctrl.NodeEndpoint)
 	stream := client.Session(ctx)
@@ -25,16 +28,25 @@ func openRawSession(t *testing.T, c *testenv.Cluster, id state.Identity) func(*n
 	if _, err := stream.Receive(); err != nil {
 		t.Fatal(err)
 	}
-	// Drain what ctrl sends (probes) so the stream never blocks.
+	// Drain what ctrl sends so the stream never blocks, keeping the
+	// latest probes.
+	ids := make(chan uint64, 16)
 	go func() {
 		for {
-			if _, err := stream.Receive(); err != nil {
+			msg, err := stream.Receive()
+			if err != nil {
 				return
+			}
+			if p := msg.GetClockProbe(); p != nil {
+				select {
+				case ids <- p.GetProbeId():
+				default:
+				}
 			}
 		}
 	}()
 	t.Cleanup(func() { _ = stream.CloseRequest(); _ = stream.CloseResponse() })
-	return stream.Send
+	return stream.Send, ids
 }
 
 // observation_version never goes back, though observations that change
@@ -47,7 +59,7 @@ func TestObservationVersionNeverGoesBack(t *testing.T) {
 	n.Stop(t)
 	id := identity(t, n)
 
-	sendA := openRawSession(t, c, id)
+	sendA, _ := openRawSession(t, c, id)
 	first := c.Registration(t, "node-a").GetObservation().GetObservationVersion()
 	mem := uint64(1 << 30)
 	obs := &nodev1.SessionRequest{Message: &nodev1.SessionRequest_Observation{Observation: &nodev1.NodeObservation{MemoryAvailableBytes: &mem}}}
@@ -61,7 +73,7 @@ func TestObservationVersionNeverGoesBack(t *testing.T) {
 	})
 
 	// The node comes back over a new connection before ctrl saw the old one go.
-	_ = openRawSession(t, c, id)
+	_, _ = openRawSession(t, c, id)
 	got := c.Registration(t, "node-a").GetObservation().GetObservationVersion()
 	if got <= high {
 		t.Errorf("observation_version went back from %d to %d when the session was replaced", high, got)

@@ -505,16 +505,16 @@ func (f *Fleet) writeObservation(ctx context.Context, s *session, o *nodev1.Node
 	var applied []*nodev1.ExecutionReport
 	sum := s.nextSummary(o, now)
 	err := touch(ctx, s, func(tx *store.Tx, n *operatorv1.NodeRegistration, now time.Time) error {
-		// The first observation after the hello ends SYNCING: there is no
-		// execution to reconcile yet (the VM provider comes later).
-		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY
+		// The first observation after the hello ends SYNCING once the
+		// node's clock is measured (readyWith): there is no execution to
+		// reconcile yet (the VM provider comes later).
+		s.readyWith(n, true)
 		n.HostUsage = hostUsage(o, now)
 		n.MemoryTight = memoryTight(o)
 		if len(o.GetStoragePools()) > 0 {
 			n.StoragePools = attachments(s.nodeID, o.GetStoragePools(), now)
 		}
 		n.Observation = sum
-		s.writeClock(n)
 		var err error
 		if applied, notify, err = f.observeExecutions(tx, s.nodeID, reports); err != nil || !changed {
 			return err
@@ -607,24 +607,46 @@ func (f *Fleet) clockReply(ctx context.Context, s *session, r *nodev1.ClockReply
 		return nil // written with the next observation
 	}
 	return f.touch(ctx, s, func(_ *store.Tx, n *operatorv1.NodeRegistration, _ time.Time) error {
-		s.writeClock(n)
+		s.readyWith(n, s.observedIn(n))
 		return nil
 	})
+}
+
+// readyWith writes the session's latest clock measurement into n
+// (writeClock) and, once the node has been observed in this session
+// (observed), makes it READY: a node is placed on only once its clock is
+// measured in this session, so a node whose clock drifted while it was
+// away takes nothing before ctrl knows. (designed here)
+func (s *session) readyWith(n *operatorv1.NodeRegistration, observed bool) {
+	if s.writeClock(n) && observed {
+		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY
+	}
+}
+
+// observedIn says whether registration n, as its write read it, holds an
+// observation of this session: the writes are serialized, so a clock
+// write after an observation write sees it.
+func (s *session) observedIn(n *operatorv1.NodeRegistration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return n.GetObservation().GetObservationVersion() > s.obs.helloVersion
 }
 
 // writeClock puts the session's latest clock measurement into n. A
 // measurement is written at once only when it is the session's first or
 // changes whether the node's clock is within tolerance (which placement
 // reads); otherwise it waits for the next observation, so that clock probes
-// cost no writes of their own.
-func (s *session) writeClock(n *operatorv1.NodeRegistration) {
+// cost no writes of their own. It reports whether the session has a
+// measurement.
+func (s *session) writeClock(n *operatorv1.NodeRegistration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.clock == nil {
-		return
+		return false
 	}
 	n.Session.Clock = s.clock
 	s.clockWritten, s.writtenExceeds = true, s.clock.GetExceedsTolerance()
+	return true
 }
 
 // MeasureClock computes a clock observation from one probe sent at sent and

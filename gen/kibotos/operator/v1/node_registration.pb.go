@@ -94,7 +94,9 @@ type NodeRegistrationStatus int32
 const (
 	NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNSPECIFIED NodeRegistrationStatus = 0
 	// SYNCING: the node has a live session and ctrl is reconciling what it
-	// reports running with ctrl's records. It takes no new placement yet.
+	// reports running with ctrl's records, or has not yet measured its clock
+	// in this session (a clock that drifted while the node was away). It
+	// takes no new placement yet.
 	NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING NodeRegistrationStatus = 1
 	// READY: live session, reconciled, not draining. A candidate for placement
 	// when every other placement constraint holds.
