@@ -213,16 +213,32 @@ func parseEvents(b []byte) []rawEvent {
 	return evs
 }
 
+// moveWait is how long a read that ended with an IN_MOVED_FROM waits for
+// its IN_MOVED_TO: the kernel queues the two one after the other, and a
+// read may fall between them.
+const moveWait = 20 * time.Millisecond
+
 // read turns inotify's records into events until the watched directory
 // goes (errWatchEnded) or the watcher is closed.
 func (w *watcher) read(events chan<- []*ctrlv1.FileEvent) error {
 	buf := make([]byte, 64<<10)
+	var moves movePairs
 	for {
-		n, err := w.f.Read(buf)
-		if err != nil {
-			return err
+		if moves.waiting() {
+			_ = w.f.SetReadDeadline(time.Now().Add(moveWait))
 		}
-		batch, ended := w.translate(parseEvents(buf[:n]))
+		n, err := w.f.Read(buf)
+		var raw []rawEvent
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			raw = moves.flush() // its IN_MOVED_TO never came: a move out
+		case err != nil:
+			return err
+		default:
+			raw = moves.next(parseEvents(buf[:n]))
+		}
+		_ = w.f.SetReadDeadline(time.Time{})
+		batch, ended := w.translate(raw)
 		if len(batch) > 0 {
 			events <- batch
 		}
@@ -230,6 +246,37 @@ func (w *watcher) read(events chan<- []*ctrlv1.FileEvent) error {
 			return errWatchEnded
 		}
 	}
+}
+
+// movePairs keeps a read's last record back when it is an IN_MOVED_FROM
+// whose IN_MOVED_TO the read did not hold, so that the next read pairs
+// them (translate) instead of reporting a move within the watch as
+// DELETED and CREATED.
+type movePairs struct{ held []rawEvent }
+
+func (m *movePairs) waiting() bool { return len(m.held) > 0 }
+
+// next is what to translate of raw, the records of one read, after the
+// record held back: all of it but a last unpaired IN_MOVED_FROM, which it
+// holds back in turn.
+func (m *movePairs) next(raw []rawEvent) []rawEvent {
+	raw = append(m.held, raw...)
+	m.held = nil
+	if len(raw) == 0 {
+		return raw
+	}
+	if last := raw[len(raw)-1]; last.mask&unix.IN_MOVED_FROM != 0 {
+		m.held = []rawEvent{last}
+		return raw[:len(raw)-1]
+	}
+	return raw
+}
+
+// flush is the record held back, to translate alone.
+func (m *movePairs) flush() []rawEvent {
+	raw := m.held
+	m.held = nil
+	return raw
 }
 
 // translate makes one read's records into events: a move within the watch
