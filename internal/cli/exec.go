@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -104,7 +105,10 @@ type execution struct {
 
 // run streams the process to its end. The stream does not end with
 // interrupted (the command's context, cancelled by Ctrl-C): it carries the
-// process's exit after the signal.
+// process's exit after the signal. A stream cut as unavailable after the
+// process started (ctrl restarting, the node's session replaced) is
+// resumed with StreamProcessOutput from the offsets already shown, as the
+// API asks of its callers.
 func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequest) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(interrupted))
 	defer cancel()
@@ -112,33 +116,45 @@ func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequ
 	if err != nil {
 		return err
 	}
-	defer stream.Close()
-	events := make(chan *ctrlv1.ExecProcessResponse)
-	go func() {
-		defer close(events)
-		for stream.Receive() {
-			select {
-			case events <- stream.Msg():
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	var cur io.Closer = stream
+	defer func() { _ = cur.Close() }()
+	events, ended := forward(ctx, stream, func(m *ctrlv1.ExecProcessResponse) *ctrlv1.ExecProcessResponse { return m }), stream.Err
 	processID, code := "", -1
+	var shown [3]uint64 // by ProcessOutputStream: the offset after the last byte shown
+	var cuts resumption
 	interrupts := 0
 	var again chan os.Signal // the interrupts after the first
 	for {
 		select {
 		case msg, ok := <-events:
 			if !ok {
-				return e.end(stream.Err(), code)
+				err := ended()
+				if connect.CodeOf(err) != connect.CodeUnavailable || processID == "" || code >= 0 {
+					return e.end(err, code)
+				}
+				if werr := cuts.wait(ctx, e.cmd.ErrOrStderr(), err); werr != nil {
+					return werr
+				}
+				_ = cur.Close()
+				resumed, err := e.client.StreamProcessOutput(ctx, connect.NewRequest(&ctrlv1.StreamProcessOutputRequest{WorkspaceId: e.workspaceID, ProcessId: processID,
+					StdoutOffset: shown[ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT], StderrOffset: shown[ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDERR]}))
+				if err != nil {
+					return err
+				}
+				cur, ended = resumed, resumed.Err
+				events = forward(ctx, resumed, resumedEvent)
+				continue
 			}
+			cuts.progressed()
 			if started := msg.GetStarted(); started != nil {
 				processID = started.GetProcessId()
 				e.started(ctx, processID)
 				if interrupts > 0 && e.interrupt(processID, interrupts) {
 					return nil
 				}
+			}
+			if o := msg.GetOutput(); o != nil && int(o.GetStream()) < len(shown) {
+				shown[o.GetStream()] = o.GetOffset() + uint64(len(o.GetData()))
 			}
 			code = e.show(msg, code)
 		case <-interrupted.Done():
@@ -157,6 +173,67 @@ func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequ
 			}
 		}
 	}
+}
+
+// forward hands a stream's messages, as conv makes them, to the channel it
+// returns, closed when the stream ends (its Err says how).
+func forward[T any](ctx context.Context, s *connect.ServerStreamForClient[T], conv func(*T) *ctrlv1.ExecProcessResponse) <-chan *ctrlv1.ExecProcessResponse {
+	events := make(chan *ctrlv1.ExecProcessResponse)
+	go func() {
+		defer close(events)
+		for s.Receive() {
+			select {
+			case events <- conv(s.Msg()):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return events
+}
+
+// resumedEvent is a StreamProcessOutput event as ExecProcess carries it.
+func resumedEvent(m *ctrlv1.StreamProcessOutputResponse) *ctrlv1.ExecProcessResponse {
+	switch ev := m.GetEvent().(type) {
+	case *ctrlv1.StreamProcessOutputResponse_Output:
+		return &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Output{Output: ev.Output}}
+	case *ctrlv1.StreamProcessOutputResponse_Exit:
+		return &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Exit{Exit: ev.Exit}}
+	}
+	return &ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Keepalive{Keepalive: m.GetKeepalive()}}
+}
+
+// resumeFor bounds how long exec goes on resuming a stream that delivers
+// nothing before it gives up with the stream's error.
+const resumeFor = 2 * time.Minute
+
+// resumption paces the resumes of a cut stream: at once after a stream
+// that delivered something, then waiting longer each time (up to 5 s)
+// while none does, for at most resumeFor.
+type resumption struct {
+	since time.Time // the first cut since the last event; zero when none
+	next  time.Duration
+}
+
+func (r *resumption) progressed() { r.since, r.next = time.Time{}, 0 }
+
+// wait says the stream was cut and waits before the next resume, or
+// answers cut once resumeFor passed without an event.
+func (r *resumption) wait(ctx context.Context, stderr io.Writer, cut error) error {
+	if r.since.IsZero() {
+		r.since = time.Now()
+		fmt.Fprintf(stderr, "kibotos: the stream was cut (%s); resuming\n", describe(cut))
+	}
+	if time.Since(r.since) > resumeFor {
+		return cut
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(r.next):
+	}
+	r.next = min(max(2*r.next, 250*time.Millisecond), 5*time.Second)
+	return nil
 }
 
 // interrupt does what the n-th Ctrl-C asks: detach (true: exec returns),

@@ -1,0 +1,112 @@
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/cli"
+	"github.com/kibotos/kibotos/internal/clientconfig"
+)
+
+// cuttingProcesses is a ProcessService whose ExecProcess stream is cut as
+// unavailable after the process started and printed, before started when
+// cutEarly; its first StreamProcessOutput is cut too, with nothing sent,
+// and the next sends the rest from the offsets asked for.
+type cuttingProcesses struct {
+	ctrlv1connect.UnimplementedProcessServiceHandler
+	cutEarly bool
+	mu       sync.Mutex
+	resumes  []*ctrlv1.StreamProcessOutputRequest
+}
+
+func output(stream ctrlv1.ProcessOutputStream, offset uint64, data string) *ctrlv1.ProcessOutputChunk {
+	return &ctrlv1.ProcessOutputChunk{Stream: stream, Offset: offset, Data: []byte(data)}
+}
+
+func (p *cuttingProcesses) ExecProcess(_ context.Context, _ *connect.Request[ctrlv1.ExecProcessRequest], s *connect.ServerStream[ctrlv1.ExecProcessResponse]) error {
+	cut := connect.NewError(connect.CodeUnavailable, errors.New("the node's session was replaced"))
+	if p.cutEarly {
+		return cut
+	}
+	for _, m := range []*ctrlv1.ExecProcessResponse{
+		{Event: &ctrlv1.ExecProcessResponse_Started{Started: &ctrlv1.ProcessStarted{ProcessId: "proc-1"}}},
+		{Event: &ctrlv1.ExecProcessResponse_Output{Output: output(ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT, 0, "hello ")}},
+		{Event: &ctrlv1.ExecProcessResponse_Output{Output: output(ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDERR, 0, "warn\n")}},
+	} {
+		if err := s.Send(m); err != nil {
+			return err
+		}
+	}
+	return cut
+}
+
+func (p *cuttingProcesses) StreamProcessOutput(_ context.Context, req *connect.Request[ctrlv1.StreamProcessOutputRequest], s *connect.ServerStream[ctrlv1.StreamProcessOutputResponse]) error {
+	p.mu.Lock()
+	p.resumes = append(p.resumes, req.Msg)
+	first := len(p.resumes) == 1
+	p.mu.Unlock()
+	if first {
+		return connect.NewError(connect.CodeUnavailable, errors.New("ctrl is restarting"))
+	}
+	if err := s.Send(&ctrlv1.StreamProcessOutputResponse{Event: &ctrlv1.StreamProcessOutputResponse_Output{
+		Output: output(ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT, req.Msg.GetStdoutOffset(), "world\n")}}); err != nil {
+		return err
+	}
+	return s.Send(&ctrlv1.StreamProcessOutputResponse{Event: &ctrlv1.StreamProcessOutputResponse_Exit{Exit: &ctrlv1.ProcessExitStatus{ExitCode: 3}}})
+}
+
+// execAgainst runs `kibotos workspace exec` against a Workspace endpoint
+// serving p alone.
+func execAgainst(t *testing.T, p *cuttingProcesses) (int, string, string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(ctrlv1connect.NewProcessServiceHandler(p))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
+	t.Setenv(clientconfig.EnvWorkspaceEndpoint, srv.URL)
+	t.Setenv(clientconfig.EnvToken, "token")
+	var stdout, stderr strings.Builder
+	code := cli.Main(context.Background(), []string{"workspace", "exec", "ws-1", "--", "sh", "-c", "work"}, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// ProcessOutputChunk: "a stream cut by a transient fault fails as
+// unavailable and is resumed with StreamProcessOutput from the offsets
+// already received." exec does so, again after a resume that is cut
+// itself, and the output and exit status come out whole, once. A stream
+// cut before the process started has no process to resume: exec fails.
+func TestExecResumesACutStream(t *testing.T) {
+	p := &cuttingProcesses{}
+	code, out, errOut := execAgainst(t, p)
+	if code != 3 || out != "hello world\n" || !strings.Contains(errOut, "warn\n") || !strings.Contains(errOut, "resuming") {
+		t.Errorf("exec across two cuts: exit %d, stdout %q, stderr %q; want 3, the output once, and a word that it resumed", code, out, errOut)
+	}
+	if len(p.resumes) != 2 {
+		t.Fatalf("%d resumes, want 2", len(p.resumes))
+	}
+	for _, r := range p.resumes {
+		if r.GetProcessId() != "proc-1" || r.GetWorkspaceId() != "ws-1" || r.GetStdoutOffset() != 6 || r.GetStderrOffset() != 5 || r.GetSnapshot() {
+			t.Errorf("a resume asked %v, want proc-1 of ws-1 from stdout 6, stderr 5, following", r)
+		}
+	}
+
+	early := &cuttingProcesses{cutEarly: true}
+	if code, _, errOut := execAgainst(t, early); code == 0 || !strings.Contains(errOut, "unavailable") || len(early.resumes) != 0 {
+		t.Errorf("a stream cut before the process started: exit %d, %q, %d resumes; want an unavailable failure, none", code, errOut, len(early.resumes))
+	}
+}
