@@ -72,6 +72,19 @@ func (n *simNode) execute(cmd *nodev1.NodeCommand) *nodev1.CommandResult {
 	return res
 }
 
+// reportDelivery sends, for a StartExecution, the artifact progress
+// Config.Delivery gives it, if any.
+func (n *simNode) reportDelivery(s *stream, cmd *nodev1.NodeCommand) {
+	start := &nodev1.StartExecution{}
+	if n.f.cfg.Delivery == nil || cmd.GetBody().UnmarshalTo(start) != nil {
+		return
+	}
+	if delivered, total := n.f.cfg.Delivery(n.id, start); total > 0 {
+		_ = s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_ExecutionProgress{ExecutionProgress: &nodev1.ExecutionProgress{
+			InstanceId: start.GetInstanceId(), DeliveredBytes: delivered, TotalBytes: total}}})
+	}
+}
+
 func (n *simNode) apply(body *anypb.Any) *nodev1.CommandResult {
 	msg, err := body.UnmarshalNew()
 	if err != nil {

@@ -211,6 +211,7 @@ func (n *simNode) session(ctx context.Context) (welcomed bool, err error) {
 				schedule <- d // this goroutine alone sends
 			}
 		case *nodev1.SessionResponse_Command:
+			n.reportDelivery(s, m.Command)
 			// Simulated operations take no time: answer in order, at once.
 			res := n.execute(m.Command)
 			_ = s.send(&nodev1.SessionRequest{Message: &nodev1.SessionRequest_CommandResult{CommandResult: res}})

@@ -117,6 +117,12 @@ type Config struct {
 	// code unavailable and the error's text, instead of applying it.
 	// Tests make a node's answer fail by it.
 	Refuse func(nodeID string, op proto.Message) error
+	// Delivery, when set, is asked about each StartExecution a node
+	// receives, before OnCommand: a total above zero makes the node report
+	// that artifact progress for the execution (ExecutionProgress) before
+	// it answers, as a node fetching the start's artifacts does. Tests
+	// observe a start's delivery by it.
+	Delivery func(nodeID string, start *nodev1.StartExecution) (delivered, total uint64)
 	Logger *slog.Logger
 }
 
