@@ -123,7 +123,7 @@ type Config struct {
 	// it answers, as a node fetching the start's artifacts does. Tests
 	// observe a start's delivery by it.
 	Delivery func(nodeID string, start *nodev1.StartExecution) (delivered, total uint64)
-	Logger *slog.Logger
+	Logger   *slog.Logger
 }
 
 var fragment = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
