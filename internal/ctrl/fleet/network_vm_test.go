@@ -51,6 +51,26 @@ func TestAUserModeNetworkNodeRefusesPublicInternetAndFailsDNSAtOnce(t *testing.T
 	if code == 0 || strings.Contains(out, "timed out") || !strings.Contains(out, "No route to host") {
 		t.Errorf("nslookup at the link address under DENY_ALL: exit %d, %q; want it refused at once (no route to host), not timed out", code, out)
 	}
+
+	// A StartWorkspace fails the same way: stopped, given PUBLIC_INTERNET
+	// (nothing runs to apply it to), it fails to start at
+	// FAILURE_STAGE_APPLYING_NETWORK rather than run unenforced.
+	if _, err := e.c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd("stop-deny"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	stopped := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	public := &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+	if _, err := e.c.Workspaces.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{Command: cmd("policy-public"),
+		WorkspaceId: id, ExpectedRevision: stopped.GetSpec().GetNetworkPolicy().GetRevision(), NetworkPolicy: public})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-public"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	w = e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
+	if f := w.GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED || f.GetCommandId() != "start-public" {
+		t.Errorf("a start under PUBLIC_INTERNET on this node: failure %v, want APPLYING_NETWORK, UNSUPPORTED, of start-public", f)
+	}
 }
 
 // Under DENY_ALL on a network slot (the default) the link DNS address is
@@ -116,5 +136,25 @@ func TestGuestResetIsObservedAndTheWorkspaceRuns(t *testing.T) {
 	}
 	if out, code := e.c.Exec(t, id, "true"); code != 0 {
 		t.Errorf("exec after the reset: exit %d %q", code, out)
+	}
+
+	// "A later execution starts from zero", and last_reset_at is absent
+	// while restart_count is zero.
+	if _, err := e.c.Workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd("stop-reset"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if _, err := e.c.Workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd("start-reset"), WorkspaceId: id})); err != nil {
+		t.Fatal(err)
+	}
+	later := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	waitLong(t, "the later execution observed", func() bool {
+		w = e.workspace(id)
+		return w.GetGuestObservation().GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING
+	})
+	if obs := w.GetGuestObservation(); w.GetGeneration() != later.GetGeneration() || later.GetGeneration() <= before.GetGeneration() ||
+		obs.GetRestartCount() != 0 || obs.GetLastResetAt() != nil {
+		t.Errorf("the later execution (generation %d, was %d): guest_observation %v, want restart_count 0 and no last_reset_at",
+			w.GetGeneration(), before.GetGeneration(), obs)
 	}
 }
