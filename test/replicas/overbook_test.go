@@ -1,7 +1,8 @@
 // Package replicas_test runs two ctrl replicas on one PostgreSQL database
 // against a simulated fleet, and checks that concurrent placements through
 // both never overbook a node or a storage pool (issue 15: "correctness
-// stays in the database, the index only chooses").
+// stays in the database, the index only chooses"), and that a replica
+// judges the sessions another holds by their records.
 package replicas_test
 
 import (
@@ -64,6 +65,14 @@ func startReplica(t *testing.T, dsn string) replica {
 // the nodes have room for, from their schedulable resources.
 func cluster(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.Fleet, room int) {
 	t.Helper()
+	a, b, fleet, _, room = clusterWithStop(t, poolBytes)
+	return a, b, fleet, room
+}
+
+// clusterWithStop is cluster, with stop, which stops the simulated fleet
+// (every node's session ends) and waits for it.
+func clusterWithStop(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.Fleet, stop func(), room int) {
+	t.Helper()
 	ctx := context.Background()
 	dsn := storetest.PostgresDSN(t)
 	a, b = startReplica(t, dsn), startReplica(t, dsn)
@@ -75,17 +84,18 @@ func cluster(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.Fleet, ro
 	if err != nil {
 		t.Fatal(err)
 	}
-	simCtx, stop := context.WithCancel(ctx)
+	simCtx, cancel := context.WithCancel(ctx)
 	fleet, err = sim.Start(simCtx, sim.Config{
 		Endpoint: a.srv.NodeEndpoint, Grant: grant, Nodes: nodes, SharedPool: sharedPool, SharedPoolDefault: true,
 		Resources: &nodev1.HostResources{CpuMillis: 4000, MemoryBytes: 8 << 30, DiskBytes: 1 << 40},
 		Logger:    slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		stop()
+		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { stop(); fleet.Wait() })
+	stop = func() { cancel(); fleet.Wait() }
+	t.Cleanup(stop)
 	regs := waitFor(t, "every node READY", func() ([]*operatorv1.NodeRegistration, bool) {
 		res, err := a.operator.ListNodeRegistrations(ctx, connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{
 			Statuses: []operatorv1.NodeRegistrationStatus{operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY},
@@ -99,7 +109,7 @@ func cluster(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.Fleet, ro
 	if err := sim.EnsurePoolCapacity(ctx, a.operator, sharedPool, poolBytes); err != nil {
 		t.Fatal(err)
 	}
-	return a, b, fleet, room
+	return a, b, fleet, stop, room
 }
 
 // createThroughBoth admits n creates, alternately through a and b, 16 at a
