@@ -297,7 +297,8 @@ func mountTmpfs(t *testing.T, dir, size string) {
 // A MoveFile across file systems (designed here, as mv(1) does) moves a
 // tree with its FIFO, its modes, modification times and owners; one whose
 // copy fails halfway (the destination fills up) leaves the source whole
-// and no half copy, and says resource_exhausted.
+// and no half copy (it is made beside the destination and renamed into
+// place), and says resource_exhausted.
 func TestAMoveAcrossFileSystemsKeepsWhatItMoves(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a file system needs root")
@@ -359,6 +360,23 @@ func TestAMoveAcrossFileSystemsKeepsWhatItMoves(t *testing.T) {
 		t.Errorf("the source after the move: %v, want it gone", err)
 	}
 
+	// With overwrite, the copy replaces an existing file; without, an
+	// existing destination is already_exists and nothing moves.
+	if err := os.WriteFile(filepath.Join(root, "scratch/new"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "old"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "a move onto an existing file without overwrite", move("/scratch/new", "/old"), connect.CodeAlreadyExists, "destination_path")
+	if _, err := c.MoveFile(context.Background(), connect.NewRequest(&guestv1.MoveFileRequest{Request: &ctrlv1.MoveFileRequest{
+		SourcePath: "/scratch/new", DestinationPath: "/old", Overwrite: true}})); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "old")); err != nil || string(b) != "new" {
+		t.Errorf("the destination after a move with overwrite: %q %v, want the moved file", b, err)
+	}
+
 	big := filepath.Join(root, "scratch/big")
 	if err := os.MkdirAll(big, 0o755); err != nil {
 		t.Fatal(err)
@@ -371,6 +389,9 @@ func TestAMoveAcrossFileSystemsKeepsWhatItMoves(t *testing.T) {
 	wantErr(t, "a move that fills its destination", move("/scratch/big", "/small/big"), connect.CodeResourceExhausted, "destination_path")
 	if _, err := os.Lstat(filepath.Join(root, "small/big")); !os.IsNotExist(err) {
 		t.Errorf("the half copy after a failed move: %v, want none", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(root, "small", ".kibotos-move-*")); len(left) != 0 {
+		t.Errorf("a failed move left %v", left)
 	}
 	for _, f := range []string{"a", "b"} {
 		if fi, err := os.Stat(filepath.Join(big, f)); err != nil || fi.Size() != 48<<10 {

@@ -876,18 +876,23 @@ func move(src, dst string, overwrite bool) error {
 	if !errors.Is(err, unix.EXDEV) {
 		return err
 	}
-	// Across filesystems: copy, then delete the source.
-	if _, err := os.Lstat(dst); err == nil {
-		if !overwrite {
-			return &fs.PathError{Op: "move", Path: dst, Err: unix.EEXIST}
-		}
-		if err := os.Remove(dst); err != nil {
-			return err
-		}
+	// Across filesystems: copy beside the destination, put the copy in
+	// place with a rename (which replaces or refuses as above), then
+	// delete the source. A copy that fails is removed whole, and nothing
+	// at the destination is touched: the source is still whole.
+	if _, err := os.Lstat(dst); err == nil && !overwrite {
+		return &fs.PathError{Op: "move", Path: dst, Err: unix.EEXIST}
 	}
-	if err := copyTree(src, dst); err != nil {
-		// Half a copy is no move: the source is still whole.
-		_ = os.RemoveAll(dst)
+	staging, err := os.MkdirTemp(filepath.Dir(dst), ".kibotos-move-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(staging)
+	copied := filepath.Join(staging, "copy")
+	if err := copyTree(src, copied); err != nil {
+		return err
+	}
+	if err := move(copied, dst, overwrite); err != nil {
 		return err
 	}
 	return os.RemoveAll(src)
