@@ -2,11 +2,16 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,7 +65,11 @@ var (
 
 // BuildVMArtifacts builds, once per test binary, a platform from Debian's
 // kernel package and this tree's kibotos-guest, and a busybox template.
-// Nothing is faked: the kernel is Debian's, the agent the real one.
+// Nothing is faked: the kernel is Debian's, the agent the real one. The
+// result is kept in the cache directory under a key of what it is built
+// from (the guest binary, the kernel package, busybox), so the test
+// binaries of one tree share one copy and leave nothing behind them; the
+// kept copies of older trees are pruned (keptArtifacts).
 func BuildVMArtifacts(t testing.TB) *VMArtifacts {
 	t.Helper()
 	cache := CacheDir(t)
@@ -71,12 +80,30 @@ func BuildVMArtifacts(t testing.TB) *VMArtifacts {
 	return vmArt
 }
 
+// artifactsFile, in a kept copy, describes it; it is written last, so a
+// copy without it is incomplete.
+const artifactsFile = "artifacts.json"
+
+// keptArtifacts is how many kept copies the cache holds at most; older
+// ones, unused for an hour, are removed when a new one is kept.
+const keptArtifacts = 3
+
+type keptFile struct {
+	Platform *platform.Manifest `json:"platform"`
+	Template *template.Image    `json:"template"` // its path relative to the copy
+}
+
 func buildVMArtifacts(cache string) (*VMArtifacts, error) {
 	ctx := context.Background()
-	work, err := os.MkdirTemp("", "kibotos-vm-artifacts")
+	base := filepath.Join(cache, "vm-artifacts")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp(base, ".build-")
 	if err != nil {
 		return nil, err
 	}
+	defer os.RemoveAll(work) // gone already once kept
 	guest := filepath.Join(work, "kibotos-guest")
 	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", guest, "github.com/kibotos/kibotos/cmd/kibotos-guest")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -86,6 +113,16 @@ func buildVMArtifacts(cache string) (*VMArtifacts, error) {
 	deb, err := platform.DownloadDebianKernel(ctx, cache, nil)
 	if err != nil {
 		return nil, err
+	}
+	key, err := artifactsKey(guest, deb, Busybox())
+	if err != nil {
+		return nil, err
+	}
+	kept := filepath.Join(base, key)
+	if art, err := loadArtifacts(kept); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(kept, now, now) // in use: not pruned
+		return art, nil
 	}
 	dir := filepath.Join(work, "platform")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -103,7 +140,100 @@ func buildVMArtifacts(cache string) (*VMArtifacts, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &VMArtifacts{Platform: m, Dir: dir, Template: img}, nil
+	if err := keepArtifacts(work, kept, m, img); err != nil {
+		return nil, err
+	}
+	pruneArtifacts(base, kept)
+	return loadArtifacts(kept)
+}
+
+// artifactsKey names what the artifacts are built from: the contents of
+// the guest binary and of busybox, and the kernel package's name.
+func artifactsKey(guest, deb, busybox string) (string, error) {
+	h := sha256.New()
+	for _, p := range []string{guest, busybox} {
+		f, err := os.Open(p)
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	h.Write([]byte(filepath.Base(deb)))
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// keepArtifacts makes work the kept copy at kept: its description written
+// last, then one rename. Another test binary that kept the same copy
+// first wins; this one's is removed with work.
+func keepArtifacts(work, kept string, m *platform.Manifest, img *template.Image) error {
+	rel, err := filepath.Rel(work, img.Path)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(keptFile{Platform: m, Template: &template.Image{Path: rel, Digest: img.Digest, Size: img.Size}})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(work, artifactsFile), b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(work, kept); err != nil {
+		if _, lerr := loadArtifacts(kept); lerr == nil {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// loadArtifacts reads the kept copy at dir.
+func loadArtifacts(dir string) (*VMArtifacts, error) {
+	b, err := os.ReadFile(filepath.Join(dir, artifactsFile))
+	if err != nil {
+		return nil, err
+	}
+	var k keptFile
+	if err := json.Unmarshal(b, &k); err != nil {
+		return nil, err
+	}
+	if k.Platform == nil || k.Template == nil {
+		return nil, fmt.Errorf("%s: incomplete", filepath.Join(dir, artifactsFile))
+	}
+	img := *k.Template
+	img.Path = filepath.Join(dir, img.Path)
+	return &VMArtifacts{Platform: k.Platform, Dir: filepath.Join(dir, "platform"), Template: &img}, nil
+}
+
+// pruneArtifacts removes the kept copies in base beyond the newest
+// keptArtifacts, and builds left unfinished, that were not used for an
+// hour; kept, just made, stays.
+func pruneArtifacts(base, kept string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	type copyAt struct {
+		path string
+		at   time.Time
+	}
+	var copies []copyAt
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		copies = append(copies, copyAt{filepath.Join(base, e.Name()), fi.ModTime()})
+	}
+	slices.SortFunc(copies, func(a, b copyAt) int { return b.at.Compare(a.at) })
+	for i, c := range copies {
+		if c.path != kept && (i >= keptArtifacts || strings.HasPrefix(filepath.Base(c.path), ".")) && time.Since(c.at) > time.Hour {
+			_ = os.RemoveAll(c.path)
+		}
+	}
 }
 
 // Busybox is Debian's static busybox (package busybox-static): the test
