@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // cuttingProcesses is a ProcessService whose ExecProcess stream is cut as
@@ -71,12 +71,7 @@ func execAgainst(t *testing.T, p *cuttingProcesses) (int, string, string) {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewProcessServiceHandler(p))
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := testenv.H2CServer(t, mux)
 	t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
 	t.Setenv(clientconfig.EnvWorkspaceEndpoint, srv.URL)
 	t.Setenv(clientconfig.EnvToken, "token")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +26,7 @@ import (
 	"github.com/kibotos/kibotos/internal/node/hostinfo"
 	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 const (
@@ -262,13 +262,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(nodev1connect.NewNodeSessionServiceHandler(ctrl))
-	srv := httptest.NewUnstartedServer(mux)
-	// ctrl's node endpoint serves h2c; so does the fake.
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := testenv.H2CServer(t, mux) // ctrl's node endpoint serves h2c; so does the fake
 	return &harness{t: t, ctrl: ctrl, url: srv.URL, stateDir: t.TempDir(), poolDir: t.TempDir()}
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -266,3 +267,16 @@ var errNoUplink = errors.New("testenv: this node's uplink leads nowhere")
 func (NoUplink) DialTCP(context.Context, netip.AddrPort) (net.Conn, error) { return nil, errNoUplink }
 func (NoUplink) DialUDP(context.Context, netip.AddrPort) (net.Conn, error) { return nil, errNoUplink }
 func (NoUplink) Echo(context.Context, netip.Addr, []byte) error            { return errNoUplink }
+
+// H2CServer serves h on a loopback server speaking HTTP/1.1 and cleartext
+// HTTP/2, as ctrl's endpoints do; it closes when the test ends.
+func H2CServer(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}

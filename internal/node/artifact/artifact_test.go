@@ -8,7 +8,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	"github.com/kibotos/kibotos/internal/node/artifact"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 const chunk = 64 << 10
@@ -107,12 +107,7 @@ func setup(t *testing.T) (*fakeCtrl, *artifact.Cache, string) {
 	f := &fakeCtrl{content: map[string][]byte{}}
 	mux := http.NewServeMux()
 	mux.Handle(nodev1connect.NewNodeSessionServiceHandler(f))
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := testenv.H2CServer(t, mux)
 
 	tr := &http.Transport{}
 	tr.Protocols = new(http.Protocols)

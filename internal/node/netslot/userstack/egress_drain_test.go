@@ -110,18 +110,25 @@ func TestAnEgressRevisionChangeDrainsItsConnections(t *testing.T) {
 	}
 }
 
-// A policy revision that leaves the Egress's revision as it was does not
-// move its connections: they stay open with nothing draining.
-func TestTheSameEgressRevisionKeepsItsConnections(t *testing.T) {
+// forwardedConnection is a slot forwarding through one Egress (SOCKS5)
+// and a guest connection open through it to an echo server.
+func forwardedConnection(t *testing.T) (*userstack.Slot, net.Conn) {
+	t.Helper()
 	srv := echoServer(t)
 	ca := egresstest.NewCA(t)
 	proxy, spec := startEgress(t, egressKinds[0], ca, map[netip.AddrPort]string{publicV4: srv})
-	up := &fakeUplink{tcp: map[netip.AddrPort]string{}}
-	s, conn, _ := forwardingSlot(t, spec, ca, up, proxy)
+	s, conn, _ := forwardingSlot(t, spec, ca, &fakeUplink{tcp: map[netip.AddrPort]string{}}, proxy)
 	c, err := dial(withTimeout(t), guestStack(t, conn), publicV4)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, c
+}
+
+// A policy revision that leaves the Egress's revision as it was does not
+// move its connections: they stay open with nothing draining.
+func TestTheSameEgressRevisionKeepsItsConnections(t *testing.T) {
+	s, c := forwardedConnection(t)
 	s.SetPolicy(compileAtEgressRevision(t, 1), 2, 0)
 	if err := echoes(c, "same egress revision"); err != nil || len(s.EgressDraining()) != 0 || s.Draining() != 0 {
 		t.Errorf("after a policy revision with the same Egress revision: %v, egress draining %v, policy draining %d", err, s.EgressDraining(), s.Draining())
@@ -132,15 +139,7 @@ func TestTheSameEgressRevisionKeepsItsConnections(t *testing.T) {
 // revision that only reorders them moves no connection, which keeps
 // echoing with nothing draining.
 func TestReorderedDestinationsMoveNoConnection(t *testing.T) {
-	srv := echoServer(t)
-	ca := egresstest.NewCA(t)
-	proxy, spec := startEgress(t, egressKinds[0], ca, map[netip.AddrPort]string{publicV4: srv})
-	up := &fakeUplink{tcp: map[netip.AddrPort]string{}}
-	s, conn, _ := forwardingSlot(t, spec, ca, up, proxy)
-	c, err := dial(withTimeout(t), guestStack(t, conn), publicV4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := forwardedConnection(t)
 	reordered := proto.CloneOf(forwarding)
 	slices.Reverse(reordered.Egresses[0].Destinations)
 	s.SetPolicy(compileForwarding(t, reordered), 2, 0)
