@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/operator/v1/operatorv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	ctrlfleet "github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/ctrl/workspace"
 	"github.com/kibotos/kibotos/internal/sim"
 	"github.com/kibotos/kibotos/internal/store/storetest"
@@ -42,11 +43,13 @@ type replica struct {
 	operator   operatorv1connect.NodeRegistrationServiceClient
 }
 
-func startReplica(t *testing.T, dsn string) replica {
+// startReplica starts one ctrl on dsn with the fleet's timings fc (zero:
+// the defaults).
+func startReplica(t *testing.T, dsn string, fc ctrlfleet.Config) replica {
 	t.Helper()
 	srv, err := ctrl.Start(context.Background(), ctrl.Config{
 		WorkspaceListen: "127.0.0.1:0", OperatorListen: "127.0.0.1:0", NodeListen: "127.0.0.1:0",
-		StateDir: t.TempDir(), Database: dsn, Logger: slog.New(slog.DiscardHandler),
+		StateDir: t.TempDir(), Database: dsn, Logger: slog.New(slog.DiscardHandler), Fleet: fc,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -65,17 +68,17 @@ func startReplica(t *testing.T, dsn string) replica {
 // the nodes have room for, from their schedulable resources.
 func cluster(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.Fleet, room int) {
 	t.Helper()
-	a, b, fleet, _, room = clusterWithStop(t, poolBytes)
-	return a, b, fleet, room
+	a, b, simulated, _, room := clusterWithStop(t, poolBytes, ctrlfleet.Config{})
+	return a, b, simulated, room
 }
 
-// clusterWithStop is cluster, with stop, which stops the simulated fleet
-// (every node's session ends) and waits for it.
-func clusterWithStop(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.Fleet, stop func(), room int) {
+// clusterWithStop is cluster with the fleet's timings fc, and stop, which
+// stops the simulated fleet (every node's session ends) and waits for it.
+func clusterWithStop(t *testing.T, poolBytes uint64, fc ctrlfleet.Config) (a, b replica, simulated *sim.Fleet, stop func(), room int) {
 	t.Helper()
 	ctx := context.Background()
 	dsn := storetest.PostgresDSN(t)
-	a, b = startReplica(t, dsn), startReplica(t, dsn)
+	a, b = startReplica(t, dsn, fc), startReplica(t, dsn, fc)
 	if err := sim.RegisterCatalog(ctx, a.srv.Catalog(), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +88,7 @@ func clusterWithStop(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.F
 		t.Fatal(err)
 	}
 	simCtx, cancel := context.WithCancel(ctx)
-	fleet, err = sim.Start(simCtx, sim.Config{
+	simulated, err = sim.Start(simCtx, sim.Config{
 		Endpoint: a.srv.NodeEndpoint, Grant: grant, Nodes: nodes, SharedPool: sharedPool, SharedPoolDefault: true,
 		Resources: &nodev1.HostResources{CpuMillis: 4000, MemoryBytes: 8 << 30, DiskBytes: 1 << 40},
 		Logger:    slog.New(slog.DiscardHandler),
@@ -94,7 +97,7 @@ func clusterWithStop(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.F
 		cancel()
 		t.Fatal(err)
 	}
-	stop = func() { cancel(); fleet.Wait() }
+	stop = func() { cancel(); simulated.Wait() }
 	t.Cleanup(stop)
 	regs := waitFor(t, "every node READY", func() ([]*operatorv1.NodeRegistration, bool) {
 		res, err := a.operator.ListNodeRegistrations(ctx, connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{
@@ -109,7 +112,7 @@ func clusterWithStop(t *testing.T, poolBytes uint64) (a, b replica, fleet *sim.F
 	if err := sim.EnsurePoolCapacity(ctx, a.operator, sharedPool, poolBytes); err != nil {
 		t.Fatal(err)
 	}
-	return a, b, fleet, stop, room
+	return a, b, simulated, stop, room
 }
 
 // createThroughBoth admits n creates, alternately through a and b, 16 at a

@@ -10,6 +10,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	ctrlfleet "github.com/kibotos/kibotos/internal/ctrl/fleet"
 )
 
 // A replica that does not hold a node's session judges it by the record
@@ -23,7 +24,7 @@ import (
 // the isolation is accepted.
 func TestAnotherReplicaJudgesASessionByItsRecord(t *testing.T) {
 	ctx := context.Background()
-	a, b, fleet, stop, _ := clusterWithStop(t, 1<<40)
+	a, b, fleet, stop, _ := clusterWithStop(t, 1<<40, ctrlfleet.Config{})
 	id := fleet.NodeIDs()[0]
 	get := func(r replica) *operatorv1.NodeRegistration {
 		res, err := r.operator.GetNodeRegistration(ctx, connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: id}))
@@ -66,5 +67,33 @@ func TestAnotherReplicaJudgesASessionByItsRecord(t *testing.T) {
 	}
 	if n := get(a); !n.GetIsolated() {
 		t.Errorf("replica a's view after the isolation through b: isolated %v", n.GetIsolated())
+	}
+}
+
+// RetireNode through a replica that does not hold the node's session ends
+// that session all the same: the holding replica ends it at its next
+// registration write, which reads the node RETIRED (within
+// RegistrationRefresh). The tombstone keeps its storage_pools as history.
+func TestARetireThroughAnotherReplicaEndsTheSession(t *testing.T) {
+	ctx := context.Background()
+	fc := ctrlfleet.Config{ObservationInterval: 200 * time.Millisecond, RegistrationRefresh: 2 * time.Second}
+	_, b, fleet, _, _ := clusterWithStop(t, 1<<40, fc)
+	id := fleet.NodeIDs()[0]
+	if _, err := b.operator.DrainNode(ctx, connect.NewRequest(&operatorv1.DrainNodeRequest{Command: &ctrlv1.CommandMetadata{CommandId: "drain"}, NodeId: id})); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.operator.RetireNode(ctx, connect.NewRequest(&operatorv1.RetireNodeRequest{Command: &ctrlv1.CommandMetadata{CommandId: "retire"}, NodeId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reg := res.Msg.GetRegistration(); reg.GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_RETIRED || len(reg.GetStoragePools()) == 0 {
+		t.Errorf("the tombstone: %v, storage_pools %v; want RETIRED, keeping them", reg.GetStatus(), reg.GetStoragePools())
+	}
+	waitFor(t, "the retired node's session to end on replica a", func() (struct{}, bool) {
+		return struct{}{}, fleet.Established() == nodes-1
+	})
+	got, err := b.operator.GetNodeRegistration(ctx, connect.NewRequest(&operatorv1.GetNodeRegistrationRequest{NodeId: id}))
+	if err != nil || got.Msg.GetRegistration().GetSession().GetLive() {
+		t.Errorf("the retired node's registration once its session ended: %v %v, want no live session", got, err)
 	}
 }
