@@ -26,6 +26,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/session"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/storetest"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 type dpEnv struct {
@@ -62,8 +63,7 @@ func newDPEnv(t *testing.T) *dpEnv {
 	e.key, _ = auth.NewToken()
 	keys.Add(auth.ScopeWorkspace, e.key)
 	h := auth.Gate(api.NewWorkspaceHandler(b, b.Sessions.Interceptor(keys)), b.Sessions.Gate(keys))
-	e.srv = httptest.NewServer(h)
-	t.Cleanup(e.srv.Close)
+	e.srv = testenv.H2CServer(t, h) // HTTP/1.1 and h2c: bidi streams need HTTP/2
 	e.client = func(token string) *http.Client { return &http.Client{Transport: bearerRT{token}} }
 	if err := st.Tx(context.Background(), func(tx *store.Tx) error {
 		return tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-1", State: ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, Generation: 1})
