@@ -494,15 +494,20 @@ func (p *apiProcess) run(exited <-chan Exit, io *processIO, table *processTable,
 	} else {
 		status.Cause, status.ExitCode = ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_EXITED, int32(e.Code())
 	}
+	p.recordExit(status)
+	table.prune()
+}
+
+// recordExit records how the process ended and closes its input.
+func (p *apiProcess) recordExit(status *ctrlv1.ProcessExitStatus) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.exit = status
 	if p.input != nil {
 		p.input.Close()
 		p.input = nil
 	}
 	p.notify()
-	p.mu.Unlock()
-	table.prune()
 }
 
 // memoryKilled reports whether the memory watch's latest kill was pid.
@@ -651,18 +656,25 @@ func (a *Agent) SendProcessInput(ctx context.Context, req *connect.Request[guest
 }
 
 // closeInput ends the process's input: EOF on a pipe; on a pty, the
-// terminal's EOF character (the terminal stays open for output).
+// terminal's EOF character (the terminal stays open for output). The
+// process may have ended since its input was written, its exit closing
+// in (recordExit): its input is then closed, as asked.
 func (p *apiProcess) closeInput(in *os.File) error {
 	if p.pty != nil {
+		// Not under mu: the write may wait for the process to read.
 		_, err := in.Write([]byte{ptyEOF})
+		if errors.Is(err, os.ErrClosed) {
+			return nil
+		}
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.input == in {
-		p.input = nil
-		p.notify()
+	if p.input != in {
+		return nil
 	}
+	p.input = nil
+	p.notify()
 	return in.Close()
 }
 
