@@ -44,6 +44,20 @@ func scopeOf(procedure string) (scope ctrlv1.DataPlaneScope, ok bool) {
 	return 0, false
 }
 
+// stageOf is the stage a refused credential carries on procedure: a
+// SessionService call's own (the FailureStage table gives it
+// ISSUING_SESSION and ROTATING_DATA_PLANE, and AUTHORIZING_DATA_PLANE to
+// the data-plane services only), AUTHORIZING_DATA_PLANE on the data plane.
+func stageOf(procedure string) ctrlv1.FailureStage {
+	switch procedure {
+	case ctrlv1connect.SessionServiceIssueDataPlaneSessionProcedure:
+		return ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION
+	case ctrlv1connect.SessionServiceRotateDataPlaneSessionProcedure, ctrlv1connect.SessionServiceRevokeDataPlaneSessionProcedure:
+		return ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE
+	}
+	return ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE
+}
+
 type callerKey struct{}
 
 // caller is the session a call was authorised with, and whether with its
@@ -95,9 +109,10 @@ func (s *Service) Gate(keys *auth.Keyring) auth.Check {
 		if _, ok := g.sessionCall(procedure, token); !ok {
 			err := apiKey(ctx, procedure, header)
 			if _, dataPlane := scopeOf(procedure); dataPlane {
-				// "A failed check carries FAILURE_STAGE_AUTHORIZING_DATA_PLANE",
-				// with no credential or an API key as with a token.
-				err = apierr.AtStage(err, ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE)
+				// "A failed check carries FAILURE_STAGE_AUTHORIZING_DATA_PLANE"
+				// (a session call its own stage), with no credential or an
+				// API key as with a token.
+				err = apierr.AtStage(err, stageOf(procedure))
 			}
 			return err
 		}
@@ -106,7 +121,7 @@ func (s *Service) Gate(keys *auth.Keyring) auth.Check {
 			return err
 		})
 		if errors.Is(err, store.ErrNotFound) {
-			return denied(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
+			return denied(stageOf(procedure), connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
 		} else if err != nil {
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("checking the session token: %w", err))
 		}
@@ -148,7 +163,7 @@ func (g *guard) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().Procedure == ctrlv1connect.SessionServiceRevokeDataPlaneSessionProcedure {
 			authorize = g.s.authorizeRevoke
 		}
-		sess, err := authorize(ctx, token, msg, scope)
+		sess, err := authorize(ctx, token, msg, scope, stageOf(req.Spec().Procedure))
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +185,8 @@ func (g *guard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 		}
 		// Which session, and whether it works at all, is known now; which
 		// Workspace the call is for only from its first message.
-		sess, err := g.s.authorize(ctx, token, nil, scope)
+		stage := stageOf(conn.Spec().Procedure)
+		sess, err := g.s.authorize(ctx, token, nil, scope, stage)
 		if err != nil {
 			return err
 		}
@@ -179,7 +195,7 @@ func (g *guard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 		defer g.s.track(sess.Session.GetSessionId(), cancel)()
 		return next(ctx, &firstChecked{StreamingHandlerConn: conn, check: func(msg any) error {
 			m, _ := msg.(proto.Message)
-			_, err := g.s.authorize(ctx, token, m, scope)
+			_, err := g.s.authorize(ctx, token, m, scope, stage)
 			return err
 		}})
 	}
@@ -201,13 +217,13 @@ func (c *firstChecked) Receive(msg any) error {
 	return c.check(msg)
 }
 
-func denied(code connect.Code, reason ctrlv1.FailureReason, format string, args ...any) error {
-	return apierr.New(code, &ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE, Reason: reason}, format, args...)
+func denied(stage ctrlv1.FailureStage, code connect.Code, reason ctrlv1.FailureReason, format string, args ...any) error {
+	return apierr.New(code, &ctrlv1.ErrorDetail{Stage: stage, Reason: reason}, format, args...)
 }
 
 // authorize checks a session token for a call needing scope on the
-// Workspace msg names (nil: not known yet).
-func (s *Service) authorize(ctx context.Context, token string, msg proto.Message, scope ctrlv1.DataPlaneScope) (*store.DataPlaneSession, error) {
+// Workspace msg names (nil: not known yet); a refusal is at stage.
+func (s *Service) authorize(ctx context.Context, token string, msg proto.Message, scope ctrlv1.DataPlaneScope, stage ctrlv1.FailureStage) (*store.DataPlaneSession, error) {
 	var sess *store.DataPlaneSession
 	var failure error
 	err := s.store.Tx(ctx, func(tx *store.Tx) error {
@@ -215,7 +231,7 @@ func (s *Service) authorize(ctx context.Context, token string, msg proto.Message
 		var err error
 		sess, err = tx.DataPlaneSessionByToken(hash)
 		if errors.Is(err, store.ErrNotFound) {
-			failure = denied(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
+			failure = denied(stage, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
 			return nil
 		}
 		if err != nil {
@@ -223,14 +239,14 @@ func (s *Service) authorize(ctx context.Context, token string, msg proto.Message
 		}
 		now := s.now()
 		if hash == sess.PreviousTokenHash && !now.Before(sess.PreviousExpiresAt) {
-			failure = denied(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED, "this token of session %s was rotated out and its grace has ended", sess.Session.GetSessionId())
+			failure = denied(stage, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED, "this token of session %s was rotated out and its grace has ended", sess.Session.GetSessionId())
 			return nil
 		}
 		if reason, why := s.ended(tx, sess, now); reason != ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
-			failure = denied(connect.CodeUnauthenticated, reason, "data-plane session %s no longer works: %s", sess.Session.GetSessionId(), why)
+			failure = denied(stage, connect.CodeUnauthenticated, reason, "data-plane session %s no longer works: %s", sess.Session.GetSessionId(), why)
 			return nil
 		}
-		failure = permitted(sess, msg, scope)
+		failure = permitted(sess, msg, scope, stage)
 		return nil
 	})
 	if err != nil {
@@ -244,7 +260,7 @@ func (s *Service) authorize(ctx context.Context, token string, msg proto.Message
 // own token", so a token of the session (its current one, or one rotated
 // out) is accepted whether the session still works or not; the handler
 // checks it names its own session.
-func (s *Service) authorizeRevoke(ctx context.Context, token string, _ proto.Message, _ ctrlv1.DataPlaneScope) (*store.DataPlaneSession, error) {
+func (s *Service) authorizeRevoke(ctx context.Context, token string, _ proto.Message, _ ctrlv1.DataPlaneScope, stage ctrlv1.FailureStage) (*store.DataPlaneSession, error) {
 	var sess *store.DataPlaneSession
 	err := s.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
@@ -252,22 +268,22 @@ func (s *Service) authorizeRevoke(ctx context.Context, token string, _ proto.Mes
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, denied(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
+		return nil, denied(stage, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "unknown API key or data-plane session token")
 	}
 	return sess, err
 }
 
 // permitted checks the Workspace and scope of a call against a working
 // session.
-func permitted(sess *store.DataPlaneSession, msg proto.Message, scope ctrlv1.DataPlaneScope) error {
+func permitted(sess *store.DataPlaneSession, msg proto.Message, scope ctrlv1.DataPlaneScope, stage ctrlv1.FailureStage) error {
 	if msg != nil {
 		if ws := workspaceIDOf(msg); ws != sess.Session.GetWorkspaceId() {
-			return denied(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
+			return denied(stage, connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
 				"data-plane session %s is for Workspace %s, not %q", sess.Session.GetSessionId(), sess.Session.GetWorkspaceId(), ws)
 		}
 	}
 	if scope != ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_UNSPECIFIED && !slices.Contains(sess.Session.GetScopes(), scope) {
-		return denied(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
+		return denied(stage, connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED,
 			"data-plane session %s does not have scope %v", sess.Session.GetSessionId(), scope)
 	}
 	return nil
