@@ -157,8 +157,11 @@ func (s *Service) Issue(ctx context.Context, req *ctrlv1.IssueDataPlaneSessionRe
 			return err
 		}
 		if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
-			return issuing(connect.CodeFailedPrecondition, ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED,
-				"Workspace %s is %v: sessions are issued for a running Workspace", w.GetWorkspaceId(), w.GetState())
+			// As a data-plane call answers for the same Workspace: the
+			// reason, and the Workspace as stored.
+			return apierr.New(connect.CodeFailedPrecondition, &ctrlv1.ErrorDetail{
+				Stage: ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION, Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, ObservedWorkspace: w,
+			}, "Workspace %s is %v: sessions are issued for a running Workspace (start it first)", w.GetWorkspaceId(), w.GetState())
 		}
 		out = &ctrlv1.DataPlaneSession{
 			SessionId: newID(), WorkspaceId: w.GetWorkspaceId(), Generation: w.GetGeneration(), Scopes: scopes,
