@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -191,34 +192,28 @@ func (f *networkSetFlags) expected(cmd *cobra.Command, client ctrlv1connect.Work
 	return got.Msg.GetWorkspace().GetSpec().GetNetworkPolicy().GetRevision(), nil
 }
 
-// awaitApplied follows the update command to its end and then the
-// Workspace until its applied_revision reaches revision (or it stops
-// running: the next start carries the policy). A failed command is an
-// error: the node did not apply the policy.
+// awaitApplied follows the update command to its end with WaitWorkspace
+// (no polling: each wait answers as soon as the command ends, or after
+// followStep with its progress) and then the Workspace until its
+// applied_revision reaches revision (or it stops running: the next start
+// carries the policy). A failed command is an error: the node did not
+// apply the policy.
 func awaitApplied(ctx context.Context, client ctrlv1connect.WorkspaceServiceClient, p *progress, id, commandID string, revision uint64) (*ctrlv1.GetWorkspaceResponse, error) {
 	defer p.end()
 	for {
-		c, err := client.GetWorkspaceCommand(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: id, CommandId: commandID}))
+		waited, err := client.WaitWorkspace(ctx, connect.NewRequest(&ctrlv1.WaitWorkspaceRequest{
+			WorkspaceId: id, CommandId: commandID, Timeout: durationpb.New(followStep),
+		}))
 		if err != nil {
 			return nil, err
 		}
-		wc := c.Msg.GetCommand()
-		if wc.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED {
+		wc, w := waited.Msg.GetCommand(), waited.Msg.GetWorkspace()
+		switch wc.GetState() {
+		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_FAILED:
 			return nil, notApplied(id, revision, wc.GetFailure())
-		}
-		got, err := client.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
-		if err != nil {
-			return nil, err
-		}
-		w := got.Msg.GetWorkspace()
-		if wc.GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED {
-			switch {
-			case w.GetNetworkPolicyStatus().GetAppliedRevision() >= revision:
-				p.line("network policy revision %d of %s: applied in %s", revision, id, p.elapsed())
-				return got.Msg, nil
-			case w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
-				p.line("network policy revision %d of %s: not applied, the Workspace is %s (its next start applies it)", revision, id, trimEnum(w.GetState().String(), "WORKSPACE_STATE_"))
-				return got.Msg, nil
+		case ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_SUCCEEDED:
+			if done, err := appliedOrStopped(ctx, client, p, id, revision, w); done || err != nil {
+				return &ctrlv1.GetWorkspaceResponse{Workspace: w}, err
 			}
 		}
 		what := fmt.Sprintf("applying network policy revision %d", revision)
@@ -226,11 +221,27 @@ func awaitApplied(ctx context.Context, client ctrlv1connect.WorkspaceServiceClie
 			what += " (" + wc.GetProgress() + ")"
 		}
 		p.stage(what)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	}
+}
+
+// appliedOrStopped tells, once the update command has succeeded, whether
+// w shows the revision in force or no longer runs. Neither is a confirmed
+// application still to be recorded: the command has ended, so a wait on
+// it would answer at once; it waits followStep before the next look.
+func appliedOrStopped(ctx context.Context, client ctrlv1connect.WorkspaceServiceClient, p *progress, id string, revision uint64, w *ctrlv1.Workspace) (bool, error) {
+	switch {
+	case w.GetNetworkPolicyStatus().GetAppliedRevision() >= revision:
+		p.line("network policy revision %d of %s: applied in %s", revision, id, p.elapsed())
+		return true, nil
+	case w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
+		p.line("network policy revision %d of %s: not applied, the Workspace is %s (its next start applies it)", revision, id, trimEnum(w.GetState().String(), "WORKSPACE_STATE_"))
+		return true, nil
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-time.After(followStep):
+		return false, nil
 	}
 }
 
