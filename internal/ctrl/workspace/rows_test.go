@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -344,5 +345,39 @@ func TestEveryStaleTokenCarriesTheStoredWorkspace(t *testing.T) {
 	}
 	if after := get(t, e, id); !after.GetUpdatedAt().AsTime().Equal(stored.GetUpdatedAt().AsTime()) {
 		t.Errorf("stale updates wrote the Workspace: updated_at %v, was %v", after.GetUpdatedAt(), stored.GetUpdatedAt())
+	}
+}
+
+// E13: the PROMISED tier of a Workspace with a Volume reads RESET /
+// FIRST_START while its first execution runs, CONTINUED from the second,
+// and neither before any start.
+func TestThePromisedTierResetsOnlyAtTheFirstStart(t *testing.T) {
+	e := sqlite(t)
+	s := spec(256 * mib)
+	s.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: e.availableVolume(t, "v1")}
+	res, err := e.ws.Create(ctx, &ctrlv1.CreateWorkspaceRequest{Command: cmd("c1"), Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.GetWorkspace().GetWorkspaceId()
+	promised := func(when string, continuity ctrlv1.RetentionContinuity, reason ctrlv1.RetentionResetReason) {
+		t.Helper()
+		tier := get(t, e, id).GetRetentionTiers()[0]
+		if tier.GetKind() != ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED || tier.GetContinuity() != continuity || tier.GetResetReason() != reason {
+			t.Errorf("%s: %v %v %v, want PROMISED %v %v", when, tier.GetKind(), tier.GetContinuity(), tier.GetResetReason(), continuity, reason)
+		}
+	}
+	promised("before any start", ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_UNSPECIFIED, ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_UNSPECIFIED)
+	for starts, want := range map[uint64]ctrlv1.RetentionContinuity{1: ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, 2: ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED} {
+		if err := e.store.Tx(ctx, func(tx *store.Tx) error {
+			return tx.PutRuntime(&storev1.WorkspaceRuntime{WorkspaceId: id, InstanceId: fmt.Sprintf("%s.%d", id, starts), NodeId: "node-a", Starts: starts})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		reason := ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_UNSPECIFIED
+		if starts == 1 {
+			reason = ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START
+		}
+		promised(fmt.Sprintf("execution %d", starts), want, reason)
 	}
 }
