@@ -190,14 +190,21 @@ func (g *guard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(withCaller(ctx, sess, auth.HashToken(token)))
-		defer cancel()
+		ctx, cancel := context.WithCancelCause(withCaller(ctx, sess, auth.HashToken(token)))
+		defer cancel(nil)
 		defer g.s.track(sess.Session.GetSessionId(), cancel)()
-		return next(ctx, &firstChecked{StreamingHandlerConn: conn, check: func(msg any) error {
+		err = next(ctx, &firstChecked{StreamingHandlerConn: conn, check: func(msg any) error {
 			m, _ := msg.(proto.Message)
 			_, err := g.s.authorize(ctx, token, m, scope, stage)
 			return err
 		}})
+		if err != nil && errors.Is(context.Cause(ctx), errRevoked) {
+			// The handler saw only a cancelled call: say why, as a new call
+			// with the token is refused.
+			return denied(stage, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED,
+				"data-plane session %s was revoked while this call ran", sess.Session.GetSessionId())
+		}
+		return err
 	}
 }
 

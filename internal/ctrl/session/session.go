@@ -53,7 +53,10 @@ type Service struct {
 	open map[string]map[*openCall]struct{} // session id → streams in progress
 }
 
-type openCall struct{ cancel context.CancelFunc }
+type openCall struct{ cancel context.CancelCauseFunc }
+
+// errRevoked is the cause a revocation cancels its session's streams with.
+var errRevoked = errors.New("the data-plane session was revoked")
 
 // New makes the service; endpoint is the Native Workspace endpoint's URL,
 // where its sessions are used.
@@ -277,7 +280,7 @@ func (s *Service) ended(tx *store.Tx, sess *store.DataPlaneSession, now time.Tim
 
 // track registers an open stream of a session; the returned func forgets
 // it.
-func (s *Service) track(sessionID string, cancel context.CancelFunc) func() {
+func (s *Service) track(sessionID string, cancel context.CancelCauseFunc) func() {
 	c := &openCall{cancel: cancel}
 	s.mu.Lock()
 	if s.open[sessionID] == nil {
@@ -301,6 +304,6 @@ func (s *Service) endStreams(sessionID string) {
 	delete(s.open, sessionID)
 	s.mu.Unlock()
 	for c := range calls {
-		c.cancel()
+		c.cancel(errRevoked)
 	}
 }
