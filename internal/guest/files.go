@@ -426,7 +426,8 @@ func unixMode(m uint32) os.FileMode {
 func (w *fileWrite) open() error {
 	dir := filepath.Dir(w.host)
 	if w.h.GetCreateParents() {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		// "(mode 0o755)": exactly, whatever the umask (mkdirParents).
+		if err := mkdirParents(dir, 0o755); err != nil {
 			return fsError("header.path", err)
 		}
 	}
