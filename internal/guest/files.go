@@ -358,7 +358,7 @@ func (a *Agent) WriteFile(ctx context.Context, in *connect.ClientStream[guestv1.
 			return err
 		}
 		var err error
-		res, err = w.commit()
+		res, err = w.commit(ctx)
 		return err
 	})
 	if err != nil {
@@ -457,7 +457,17 @@ func (w *fileWrite) open() error {
 		}
 		return fsError("header.path", err)
 	}
+	if fi != nil {
+		if err := w.mayReplace(dir, fi); err != nil {
+			return err
+		}
+	}
 	w.f, err = os.CreateTemp(dir, ".kibotos-write-*")
+	if errors.Is(err, fs.ErrPermission) {
+		return codeErr(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED, "header.path",
+			"user %s may not create files in directory %s, where a write without append makes the temporary file it renames over %s (so that no reader sees a partial file)",
+			w.user.Name, w.a.guestName(dir), w.h.GetPath())
+	}
 	if err != nil {
 		return fsError("header.path", err)
 	}
@@ -471,6 +481,38 @@ func (w *fileWrite) open() error {
 	}
 	// After the owner: a chown clears the set-id bits.
 	return fsError("header.path", w.f.Chmod(mode))
+}
+
+// mayReplace checks, as the writing user, what replacing the existing
+// file fi at w.host needs besides creating the temporary file in dir
+// (designed here, file.proto's WriteFile): write permission on the file,
+// which writing it in place would need too, and in a sticky directory
+// owning the file or the directory, as rename(2) does there. Checked
+// before any byte arrives, so a refusal writes nothing.
+func (w *fileWrite) mayReplace(dir string, fi fs.FileInfo) error {
+	// faccessat2 with AT_EACCESS judges as the file-system identity
+	// asUser took; a kernel without it (before 5.8) leaves the check to
+	// the rename.
+	err := unix.Faccessat2(unix.AT_FDCWD, w.host, unix.W_OK, unix.AT_EACCESS)
+	switch {
+	case errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM):
+		return codeErr(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED, "header.path",
+			"user %s may not write %s", w.user.Name, w.h.GetPath())
+	case err != nil && !errors.Is(err, unix.ENOSYS):
+		return fsError("header.path", &fs.PathError{Op: "write", Path: w.h.GetPath(), Err: err})
+	}
+	dirInfo, err := os.Stat(dir)
+	if err != nil {
+		return fsError("header.path", err)
+	}
+	file, ok1 := fi.Sys().(*syscall.Stat_t)
+	parent, ok2 := dirInfo.Sys().(*syscall.Stat_t)
+	if uid := w.user.UID; ok1 && ok2 && dirInfo.Mode()&fs.ModeSticky != 0 && uid != 0 && file.Uid != uid && parent.Uid != uid {
+		return codeErr(connect.CodePermissionDenied, ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED, "header.path",
+			"user %s may not replace %s: its directory %s is sticky and the user owns neither, and a write without append renames a new file over it",
+			w.user.Name, w.h.GetPath(), w.a.guestName(dir))
+	}
+	return nil
 }
 
 // giveOwner gives a file, through chown, fi's owner and group where the
@@ -541,8 +583,12 @@ func (w *fileWrite) write(b []byte) error {
 	return nil
 }
 
-// commit puts the written file in place.
-func (w *fileWrite) commit() (*ctrlv1.WriteFileResponse, error) {
+// commit puts the written file in place, unless the call was cancelled
+// meanwhile: a client that cancels and then closes its stream may send
+// its end before the cancellation, and the last look at ctx, just before
+// the rename, keeps the old file for a cancellation that has arrived by
+// then.
+func (w *fileWrite) commit(ctx context.Context) (*ctrlv1.WriteFileResponse, error) {
 	if n := w.h.SizeBytes; n != nil && w.written != *n {
 		return nil, invalid("header.size_bytes", "the stream carried %d bytes, not %d", w.written, *n)
 	}
@@ -554,6 +600,9 @@ func (w *fileWrite) commit() (*ctrlv1.WriteFileResponse, error) {
 	}
 	w.f = nil
 	if w.tmp != "" {
+		if err := ctx.Err(); err != nil {
+			return nil, connect.NewError(connect.CodeCanceled, err)
+		}
 		var err error
 		if w.h.GetExclusive() {
 			// link(2) fails if the path appeared meanwhile; rename would

@@ -400,3 +400,47 @@ func TestReadFileChunksAreAtMostOneMiB(t *testing.T) {
 		t.Errorf("read %d bytes, %v", total, err)
 	}
 }
+
+// WriteFile (designed here): replacing a file needs the user's write
+// permission on the file, as writing it in place would, and on its
+// directory, where the temporary file that keeps readers from a partial
+// file is made (and, in a sticky directory, owning the file or the
+// directory). Without either it is permission_denied naming the path and,
+// for the directory, saying so; nothing is written. Appending writes in
+// place and needs only the file.
+func TestReplacingAFileNeedsItAndItsDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the guest's tests run as root, as the guest agent does")
+	}
+	c, root := fileAgent(t)
+	for dir, mode := range map[string]os.FileMode{"locked": 0o755, "pub": 0o777, "sticky": 0o777 | os.ModeSticky} {
+		if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(root, dir), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeMode(t, filepath.Join(root, "locked/open"), "old", 0o666)
+	writeMode(t, filepath.Join(root, "pub/readonly"), "old", 0o644)
+	writeMode(t, filepath.Join(root, "sticky/roots"), "old", 0o666)
+	for _, tc := range []struct{ path, says string }{
+		{"/locked/open", "directory /locked"},
+		{"/pub/readonly", "/pub/readonly"},
+		{"/sticky/roots", "directory /sticky"},
+	} {
+		_, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: tc.path, User: "nobody"}, []byte("new"))
+		wantErr(t, "nobody replacing "+tc.path, err, connect.CodePermissionDenied, "header.path")
+		if err != nil && (!strings.Contains(err.Error(), tc.says) || strings.Contains(err.Error(), ".kibotos-write")) {
+			t.Errorf("nobody replacing %s: %q does not say why (%q)", tc.path, err.Error(), tc.says)
+		}
+		wantContent(t, root, tc.path, "old")
+	}
+	if _, err := writeFile(c, &ctrlv1.WriteFileHeader{Path: "/locked/open", User: "nobody", Append: true}, []byte("+more")); err != nil {
+		t.Errorf("nobody appending to a file it may write: %v", err)
+	}
+	wantContent(t, root, "locked/open", "old+more")
+	for _, dir := range []string{"locked", "pub", "sticky"} {
+		noTemporaryFiles(t, filepath.Join(root, dir))
+	}
+}

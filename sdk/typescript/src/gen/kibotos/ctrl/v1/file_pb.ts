@@ -931,7 +931,14 @@ export const FileService: GenService<{
    * later one `data`. Without append the bytes go to a temporary file in the
    * same directory that replaces the path when the stream closes, so readers
    * never see a partial file and a failed or cancelled write leaves the old
-   * file as it was. With append the bytes are appended as they arrive. A
+   * file as it was (a cancellation must reach the guest before the stream's
+   * end does: a client that closes its stream after cancelling may have
+   * sent a complete stream). Replacing a file therefore needs the user's
+   * write permission on the file, as writing it in place would, and on its
+   * directory (in a sticky directory, owning the file or the directory
+   * too): without either it is permission_denied, saying which, before
+   * anything is written; append writes in place and needs only the file.
+   * (designed here) With append the bytes are appended as they arrive. A
    * first message without a header, or a header after the first, is
    * invalid_argument. Client streaming works over HTTP/1.1 but not from
    * browsers. Stage FAILURE_STAGE_WRITING_FILE.
