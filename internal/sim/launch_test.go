@@ -7,10 +7,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/catalog"
 	"github.com/kibotos/kibotos/internal/platform"
 	"github.com/kibotos/kibotos/internal/sim"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // launch_ref: a create binds the PlatformKey's current default Launch
@@ -51,5 +55,39 @@ func newDefaultPlatform(t *testing.T, cat *catalog.Catalog) {
 	m.Digest = platform.Digest(m.VmlinuxSHA256, m.InitramfsSHA256)
 	if _, err := cat.RegisterPlatform(ctx, sim.PlatformKey, m, dir, true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A create keeps the launch_ref it was admitted with when the default
+// changes before it is placed (workspaces.md S2: "every other path into a
+// running state keeps the stored value"): it waits while the only node is
+// drained, a new default is registered, and once the drain is cancelled the
+// Workspace runs on the Launch it was admitted with.
+func TestACreatePlacedAfterANewDefaultKeepsItsLaunch(t *testing.T) {
+	c, _ := oneNode(t, nil)
+	ready, err := readyNodes(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeID := ready[0].GetNodeId()
+	if _, err := c.Nodes.DrainNode(ctx, connect.NewRequest(&operatorv1.DrainNodeRequest{Command: &ctrlv1.CommandMetadata{CommandId: "drain"}, NodeId: nodeID})); err != nil {
+		t.Fatal(err)
+	}
+	id := createWithoutVolume(t, c, "create")
+	testenv.WaitFor(t, "the create waiting for a node", func() bool {
+		res, err := c.Workspaces.GetWorkspaceCommand(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: id, CommandId: "create"}))
+		return err == nil && res.Msg.GetCommand().GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING
+	})
+	admitted := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING).GetSpec()
+	if admitted.GetLaunchRef() == "" {
+		t.Fatal("the create was admitted without a launch_ref")
+	}
+	newDefaultPlatform(t, c.Ctrl.Catalog())
+	if _, err := c.Nodes.CancelNodeDrain(ctx, connect.NewRequest(&operatorv1.CancelNodeDrainRequest{Command: &ctrlv1.CommandMetadata{CommandId: "undrain"}, NodeId: nodeID})); err != nil {
+		t.Fatal(err)
+	}
+	placed := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetSpec()
+	if placed.GetLaunchRef() != admitted.GetLaunchRef() || placed.GetLaunchBindingVersion() != 1 {
+		t.Errorf("the create placed after a new default: launch_ref %q, version %d; want %q, 1", placed.GetLaunchRef(), placed.GetLaunchBindingVersion(), admitted.GetLaunchRef())
 	}
 }
