@@ -189,7 +189,7 @@ func relayStream[G, M any](in *connect.ServerStreamForClient[G], unwrap func(*G)
 		}
 	}
 	if err := in.Err(); err != nil {
-		return stageOf(err, stage)
+		return relayErr(err, stage)
 	}
 	return nil
 }

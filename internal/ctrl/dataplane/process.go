@@ -68,7 +68,8 @@ const (
 // retry starts another process.
 func (p *Processes) start(ctx context.Context, kind string, req proto.Message, command *ctrlv1.CommandMetadata, workspaceID string, spec *ctrlv1.ProcessSpec) (*target, *ctrlv1.StartProcessResponse, error) {
 	if len(spec.GetArgv()) == 0 || spec.GetArgv()[0] == "" {
-		return nil, nil, apierr.Invalid("spec.argv", "must name a program")
+		return nil, nil, apierr.New(connect.CodeInvalidArgument, &ctrlv1.ErrorDetail{Stage: stageStart,
+			Reason: ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST, Field: "spec.argv"}, "spec.argv: must name a program")
 	}
 	recorded := &ctrlv1.StartProcessResponse{ProcessId: newProcessID()}
 	if command.GetCommandId() != "" {
@@ -94,7 +95,7 @@ func (p *Processes) start(ctx context.Context, kind string, req proto.Message, c
 	}))
 	if err != nil {
 		p.forgetStart(ctx, command)
-		return nil, nil, stageOf(err, stageStart)
+		return nil, nil, relayErr(err, stageStart)
 	}
 	started := res.Msg.GetResponse()
 	if err := p.completeStart(ctx, command, started); err != nil {
@@ -198,7 +199,7 @@ func (p *Processes) ExecProcess(ctx context.Context, req *connect.Request[ctrlv1
 		ProcessId: started.GetProcessId(),
 	}}))
 	if err != nil {
-		return p.ended(stageOf(err, stageStream), g, stageStream)
+		return p.ended(relayErr(err, stageStream), g, stageStream)
 	}
 	defer in.Close()
 	return p.ended(relayStream(in, execEvent, stream.Send, stageStream), g, stageStream)
@@ -223,7 +224,7 @@ func (p *Processes) StreamProcessOutput(ctx context.Context, req *connect.Reques
 	}
 	in, err := g.StreamProcessOutput(ctx, connect.NewRequest(&guestv1.StreamProcessOutputRequest{Request: req.Msg}))
 	if err != nil {
-		return p.ended(stageOf(err, stageStream), g, stageStream)
+		return p.ended(relayErr(err, stageStream), g, stageStream)
 	}
 	defer in.Close()
 	return p.ended(relayStream(in, (*guestv1.StreamProcessOutputResponse).GetResponse, stream.Send, stageStream), g, stageStream)

@@ -142,9 +142,6 @@ func stageOf(err error, stage ctrlv1.FailureStage) error {
 	if !errors.As(err, &cerr) {
 		return failed(stage, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable, "%s", err.Error())
 	}
-	if cerr.Code() == connect.CodeCanceled || cerr.Code() == connect.CodeDeadlineExceeded {
-		return cerr
-	}
 	code := cerr.Code()
 	if code == connect.CodeUnknown || code == connect.CodeUnauthenticated {
 		code = connect.CodeUnavailable
@@ -163,6 +160,25 @@ func stageOf(err error, stage ctrlv1.FailureStage) error {
 	}
 	detail.Retryable = code == connect.CodeUnavailable
 	return apierr.New(code, detail, "%s", cerr.Message())
+}
+
+// relayErr is the failure of a call relayed to a guest. What the guest or
+// the node answered is theirs (stageOf); an error the client made of a
+// broken channel (a connection cut mid-stream reads as a protocol error)
+// is a transient fault: unavailable, so that the caller resumes. The
+// caller's own deadline and cancellation, and a message over the read
+// limit, stay what they are.
+func relayErr(err error, stage ctrlv1.FailureStage) error {
+	var cerr *connect.Error
+	if errors.As(err, &cerr) && !connect.IsWireError(cerr) {
+		switch cerr.Code() {
+		case connect.CodeCanceled, connect.CodeDeadlineExceeded, connect.CodeResourceExhausted:
+		default:
+			return failed(stage, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
+				"the relay to the guest broke: %s", cerr.Message())
+		}
+	}
+	return stageOf(err, stage)
 }
 
 // header sets one request header on every call, unary and streaming.
@@ -193,7 +209,7 @@ func (h header) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 func unary[GReq, GRes, Res any](ctx context.Context, stage ctrlv1.FailureStage, call func(context.Context, *connect.Request[GReq]) (*connect.Response[GRes], error), req *GReq, unwrap func(*GRes) *Res) (*connect.Response[Res], error) {
 	res, err := call(ctx, connect.NewRequest(req))
 	if err != nil {
-		return nil, stageOf(err, stage)
+		return nil, relayErr(err, stage)
 	}
 	return connect.NewResponse(unwrap(res.Msg)), nil
 }
