@@ -7,7 +7,8 @@
 // AVAILABLE at that generation) and never again after a stop, a delete or
 // a new start. ctrl keeps only SHA-256 hashes of tokens.
 //
-// Open streams end when their session is revoked through this ctrl. With
+// Open streams end when their session is revoked through this ctrl,
+// failing unauthenticated with SESSION_REVOKED as a new call would. With
 // several ctrl replicas on one database, a revocation made on another
 // replica stops new calls at once but leaves streams already open on this
 // one running until they end (noted in docs/).
