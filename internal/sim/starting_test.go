@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"slices"
 	"sync"
 	"testing"
 
@@ -52,5 +53,41 @@ func TestUpdatesAdmittedWhileStartingOutliveTheStart(t *testing.T) {
 	}
 	if res.GetLaunchRef() == "" || res.GetTemplate() == nil {
 		t.Errorf("once AVAILABLE the start's bindings are gone: %v", res)
+	}
+}
+
+// A memory update takes effect at the next start (workspaces.md U3,
+// R3 at ctrl): the execution running when it is admitted keeps the memory
+// it started with, and the next StartExecution the node receives carries
+// the new value, exactly as requested.
+func TestAMemoryUpdateReachesTheNextStart(t *testing.T) {
+	var mu sync.Mutex
+	var memories []uint64 // of each StartExecution, in order
+	c, _ := oneNode(t, func(cfg *sim.Config) {
+		cfg.OnCommand = func(_ string, op proto.Message) {
+			if start, ok := op.(*nodev1.StartExecution); ok {
+				mu.Lock()
+				memories = append(memories, start.GetMemoryBytes())
+				mu.Unlock()
+			}
+		}
+	})
+	id := createWithoutVolume(t, c, "create")
+	waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if _, err := c.Workspaces.UpdateWorkspaceMemory(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceMemoryRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "memory"}, WorkspaceId: id, ExpectedResourcesRevision: 1, MemoryBytes: 768 * mib})); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	running := slices.Clone(memories)
+	mu.Unlock()
+	if !slices.Equal(running, []uint64{256 * mib}) {
+		t.Errorf("starts before the next one: memory %v, want one of 256 MiB (the update sends nothing to the running execution)", running)
+	}
+	restart(t, c, id, "1")
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(memories, []uint64{256 * mib, 768 * mib}) {
+		t.Errorf("StartExecution memories: %v, want 256 MiB then 768 MiB", memories)
 	}
 }

@@ -60,3 +60,18 @@ func TestTheGuestsMemoryReportAsCtrlKeepsIt(t *testing.T) {
 		t.Errorf("a guest or host without the report: %v, want UNSPECIFIED and no kills", old)
 	}
 }
+
+// unresponsive_since is present only for UNRESPONSIVE (workspaces.md O8):
+// a responding guest's observation has none, even when the node's report
+// still carries one, and a guest that answers again loses it.
+func TestARespondingGuestHasNoUnresponsiveSince(t *testing.T) {
+	now := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)
+	silent := withGuestObservation(&ctrlv1.Workspace{}, &nodev1.ExecutionReport{Running: true, ProbeError: "deadline"}, now)
+	if silent.GetGuestObservation().GetUnresponsiveSince() == nil {
+		t.Fatal("an unresponsive guest without unresponsive_since")
+	}
+	back := withGuestObservation(silent, &nodev1.ExecutionReport{Running: true, Responding: true, UnresponsiveSince: timestamppb.New(now)}, now.Add(time.Second))
+	if obs := back.GetGuestObservation(); obs.GetCondition() != ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING || obs.GetUnresponsiveSince() != nil || obs.GetError() != "" {
+		t.Errorf("a guest answering again: %v, want RESPONDING with no unresponsive_since and no error", obs)
+	}
+}
