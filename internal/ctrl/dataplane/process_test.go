@@ -121,13 +121,22 @@ func (e *env) tx(t *testing.T, fn func(*store.Tx) error) {
 // another call is another ctrl (or the same restarted) on that database.
 func (e *env) ctrl(t *testing.T) ctrlv1connect.ProcessServiceClient {
 	t.Helper()
+	srv := e.serve(t)
+	return ctrlv1connect.NewProcessServiceClient(srv.Client(), srv.URL)
+}
+
+// serve serves ProcessService and FileService on one relay, as ctrl's
+// server does.
+func (e *env) serve(t *testing.T) *httptest.Server {
+	t.Helper()
 	runner := command.NewRunner(e.st, "test", slog.Default())
 	f := fleet.New(e.st, runner, slog.Default(), fleet.DefaultConfig, fleet.Deps{})
 	ws := workspace.New(e.st, f, volume.New(e.st, f, runner, volume.DefaultProfile), runner)
+	procs := dataplane.NewProcesses(e.st, ws, f, nil)
 	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewProcessServiceHandler(dataplane.NewProcesses(e.st, ws, f, nil)))
-	srv := testenv.H2CServer(t, mux)
-	return ctrlv1connect.NewProcessServiceClient(srv.Client(), srv.URL)
+	mux.Handle(ctrlv1connect.NewProcessServiceHandler(procs))
+	mux.Handle(ctrlv1connect.NewFileServiceHandler(procs.Files()))
+	return testenv.H2CServer(t, mux)
 }
 
 // execution makes instance (workspace.instance-number) the current
