@@ -6,7 +6,10 @@ package guest_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,4 +169,49 @@ func TestAnIdleWatchSendsKeepalives(t *testing.T) {
 	if idle := time.Since(started); s.Msg().GetResponse().GetKeepalive() == nil || idle < 15*time.Second {
 		t.Errorf("the first message after %v idle: %v, want a keepalive after 15 s", idle, s.Msg())
 	}
+}
+
+// watchLimitChild marks the run of TestRunningOutOfWatchesIsResourceExhausted
+// inside a user namespace of its own.
+const watchLimitChild = "KIBOTOS_TEST_WATCH_LIMIT_CHILD"
+
+// WatchDirectory: "running out of guest watches is resource_exhausted": a
+// recursive watch of five directories where the user may hold three. The
+// limit is lowered in a user namespace of the test's own (inotify counts
+// watches per user namespace since Linux 5.11), so that nothing else on
+// the machine runs out.
+func TestRunningOutOfWatchesIsResourceExhausted(t *testing.T) {
+	if os.Getenv(watchLimitChild) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRunningOutOfWatchesIsResourceExhausted$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), watchLimitChild+"=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestRunningOutOfWatchesIsResourceExhausted") {
+			t.Fatalf("the test in its own user namespace: %v\n%s", err, out)
+		}
+		return
+	}
+	if err := os.WriteFile("/proc/sys/user/max_inotify_watches", []byte("3"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c, root := fileAgent(t)
+	for _, d := range []string{"w/a", "w/b", "w/c", "w/d"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := c.WatchDirectory(context.Background(), connect.NewRequest(&guestv1.WatchDirectoryRequest{Request: &ctrlv1.WatchDirectoryRequest{Path: "/w", Recursive: true}}))
+	if err == nil {
+		for s.Receive() {
+			if s.Msg().GetResponse().GetStarted() != nil {
+				t.Error("the watch started")
+			}
+		}
+		err = s.Err()
+	}
+	wantErr(t, "a recursive watch of five directories with three watches", err, connect.CodeResourceExhausted, "path")
+	// The refused watch gave its watches back.
+	rawWatch(t, c, context.Background(), &ctrlv1.WatchDirectoryRequest{Path: "/w/a"})
 }
