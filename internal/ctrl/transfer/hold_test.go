@@ -10,6 +10,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
 	"github.com/kibotos/kibotos/internal/transfer/archive"
@@ -235,8 +236,9 @@ func TestExportProgressNeverGoesBack(t *testing.T) {
 	t.Logf("%d readings while EXPORTING", len(seen))
 }
 
-// ExportVolume "captures a Volume no execution holds": a DELETED Volume is
-// failed_precondition with the Volume as observed, and a LOST one (its
+// ExportVolume "captures a Volume no execution holds": a DELETED or an
+// ATTACHED Volume is failed_precondition with the Volume as observed, and
+// a LOST one (its
 // pool declared lost) failed_precondition with FAILURE_REASON_VOLUME_LOST,
 // both at EXPORTING_WORKSPACE; neither admits a Transfer.
 func TestExportVolumeRefusesDeletedAndLostVolumes(t *testing.T) {
@@ -253,6 +255,25 @@ func TestExportVolumeRefusesDeletedAndLostVolumes(t *testing.T) {
 	if d := apierr.DetailOf(err); connect.CodeOf(err) != connect.CodeFailedPrecondition || d.GetStage() != exportStage ||
 		d.GetObservedVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
 		t.Errorf("ExportVolume of a DELETED Volume: %v (%v), want failed_precondition at EXPORTING_WORKSPACE observing it", err, d)
+	}
+
+	// An ATTACHED Volume is held by an execution: as a start leaves it,
+	// written here without one.
+	attached := f.volume("vol-3", 64<<20)
+	if err := f.c.Ctrl.Store().Tx(ctx, func(tx *store.Tx) error {
+		v, err := tx.GetVolume(attached, true)
+		if err != nil {
+			return err
+		}
+		v.State = ctrlv1.VolumeState_VOLUME_STATE_ATTACHED
+		return tx.PutVolume(v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.export("export-attached", attached)
+	if d := apierr.DetailOf(err); connect.CodeOf(err) != connect.CodeFailedPrecondition || d.GetStage() != exportStage ||
+		d.GetObservedVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_ATTACHED {
+		t.Errorf("ExportVolume of an ATTACHED Volume: %v (%v), want failed_precondition at EXPORTING_WORKSPACE observing it", err, d)
 	}
 
 	f.node.Stop(t)
