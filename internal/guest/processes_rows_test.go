@@ -570,3 +570,29 @@ func TestAKeepaliveAfterFifteenIdleSeconds(t *testing.T) {
 		t.Errorf("first event of an idle stream after %v: %v, want a keepalive after 15 s", time.Since(begun), s.Msg().GetResponse())
 	}
 }
+
+// ListProcessesRequest: "include_exited also lists ended processes."
+func TestIncludeExitedListsEndedProcesses(t *testing.T) {
+	c := serve(t, &guest.Agent{Reaper: reaper})
+	ended := startProcess(t, c, "", &ctrlv1.ProcessSpec{Argv: []string{"true"}})
+	waitProcess(t, c, ended.GetProcessId())
+	running := startProcess(t, c, "", &ctrlv1.ProcessSpec{Argv: []string{"sleep", "60"}})
+	killAtEnd(t, c, running.GetProcessId())
+	list := func(includeExited bool) map[string]ctrlv1.ProcessState {
+		res, err := c.ListProcesses(context.Background(), connect.NewRequest(&guestv1.ListProcessesRequest{Request: &ctrlv1.ListProcessesRequest{IncludeExited: includeExited}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		states := map[string]ctrlv1.ProcessState{}
+		for _, p := range res.Msg.GetResponse().GetProcesses() {
+			states[p.GetProcessId()] = p.GetState()
+		}
+		return states
+	}
+	if got := list(true); len(got) != 2 || got[ended.GetProcessId()] != ctrlv1.ProcessState_PROCESS_STATE_EXITED || got[running.GetProcessId()] != ctrlv1.ProcessState_PROCESS_STATE_RUNNING {
+		t.Errorf("include_exited: %v, want the ended process EXITED and the running one", got)
+	}
+	if got := list(false); len(got) != 1 || got[running.GetProcessId()] != ctrlv1.ProcessState_PROCESS_STATE_RUNNING {
+		t.Errorf("without include_exited: %v, want only the running process", got)
+	}
+}
