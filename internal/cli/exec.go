@@ -106,9 +106,10 @@ type execution struct {
 // run streams the process to its end. The stream does not end with
 // interrupted (the command's context, cancelled by Ctrl-C): it carries the
 // process's exit after the signal. A stream cut as unavailable after the
-// process started (ctrl restarting, the node's session replaced) is
-// resumed with StreamProcessOutput from the offsets already shown, as the
-// API asks of its callers.
+// process started (ctrl restarting, the node's session replaced), or
+// broken off with its connection (isCut), is resumed with
+// StreamProcessOutput from the offsets already shown, as the API asks of
+// its callers.
 func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequest) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(interrupted))
 	defer cancel()
@@ -129,7 +130,7 @@ func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequ
 		case msg, ok := <-events:
 			if !ok {
 				err := ended()
-				if connect.CodeOf(err) != connect.CodeUnavailable || processID == "" || code >= 0 {
+				if !isCut(err) || processID == "" || code >= 0 {
 					return e.end(err, code)
 				}
 				if werr := cuts.wait(ctx, e.cmd.ErrOrStderr(), err); werr != nil {
@@ -173,6 +174,20 @@ func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequ
 			}
 		}
 	}
+}
+
+// isCut reports whether a stream ended by a transient fault: unavailable,
+// or its connection broken, which ends it with an error the client library
+// makes up (connect-go: invalid_argument for a message cut short, internal
+// for a reset stream) and ctrl never sent.
+func isCut(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable:
+		return true
+	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
+		return false
+	}
+	return err != nil && !connect.IsWireError(err)
 }
 
 // forward hands a stream's messages, as conv makes them, to the channel it

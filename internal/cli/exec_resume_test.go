@@ -67,7 +67,7 @@ func (p *cuttingProcesses) StreamProcessOutput(_ context.Context, req *connect.R
 
 // execAgainst runs `kibotos workspace exec` against a Workspace endpoint
 // serving p alone.
-func execAgainst(t *testing.T, p *cuttingProcesses) (int, string, string) {
+func execAgainst(t *testing.T, p ctrlv1connect.ProcessServiceHandler) (int, string, string) {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewProcessServiceHandler(p))
