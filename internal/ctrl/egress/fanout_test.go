@@ -22,7 +22,8 @@ import (
 )
 
 // running makes the Workspace id AVAILABLE with an execution on node-a, its
-// policy confirmed with each Egress and Resolver at revision 1, as a finished create
+// policy confirmed with each Egress and Resolver at revision 1 (and the
+// Egresses as the runtime keeps them in force), as a finished create
 // leaves it (the create command is ended: no runner of this test places).
 func (e *env) running(t *testing.T, id, createCommand string) string {
 	t.Helper()
@@ -57,6 +58,13 @@ func (e *env) running(t *testing.T, id, createCommand string) string {
 			return err
 		}
 		rt.InstanceId, rt.NodeId = instance, "node-a"
+		for _, eg := range w.GetSpec().GetNetworkPolicy().GetEgresses() {
+			r, err := tx.GetEgress(eg.GetEgressId(), false)
+			if err != nil {
+				return err
+			}
+			rt.AppliedEgresses = append(rt.AppliedEgresses, &nodev1.ResolvedEgress{EgressId: eg.GetEgressId(), Revision: 1, Spec: r.Egress.GetSpec()})
+		}
 		return tx.PutRuntime(rt)
 	})
 	return instance
@@ -218,6 +226,53 @@ func TestAnEgressUpdateReachesRunningExecutions(t *testing.T) {
 	st := e.workspace(t, run.GetWorkspaceId()).GetNetworkPolicyStatus()
 	if st.GetAppliedRevision() != 1 || len(st.GetEgresses()) != 1 || st.GetEgresses()[0].GetAppliedRevision() != 2 || st.GetEgresses()[0].GetDrainingRevision() != 1 {
 		t.Errorf("network_policy_status %v, want revision 1 with the Egress applied at 2, draining 1", st)
+	}
+}
+
+// An UpdateEgress admitted while a policy update of the same Workspace is
+// queued drains for its own drain_seconds (egress.md U1: "connections on
+// the old revision drain for the update's drain_seconds"): the policy
+// update goes first with the Egress as the node has it, draining for its
+// own 5 s, and the Egress's follow-up then applies the new revision with
+// its 30 s. Before, the policy update carried the new revision with its 5 s
+// and the follow-up, finding it in force, sent nothing.
+func TestAnEgressUpdateQueuedBehindAPolicyUpdateDrainsForItsOwn(t *testing.T) {
+	e := sqlite(t)
+	eg := e.createEgress(t, "eg", socks(false), nil)
+	w, err := e.createWorkspace("ws-run", policy(eg.GetEgressId(), "", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.running(t, w.GetWorkspaceId(), "ws-run")
+	changed := policy(eg.GetEgressId(), "", false)
+	changed.Deny = []string{"203.0.113.0/24"}
+	if _, err := e.ws.UpdateNetworkPolicy(ctx, &ctrlv1.UpdateWorkspaceNetworkPolicyRequest{Command: cmd("policy"), WorkspaceId: w.GetWorkspaceId(),
+		ExpectedRevision: 1, NetworkPolicy: changed, DrainSeconds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	moved := socks(false)
+	moved.Endpoint = "moved.example:1080"
+	if _, err := e.eg.UpdateEgress(ctx, &ctrlv1.UpdateEgressRequest{Command: cmd("move"), EgressId: eg.GetEgressId(), ExpectedRevision: 1, Spec: moved, DrainSeconds: 30}); err != nil {
+		t.Fatal(err)
+	}
+
+	runner := restartedCtrl(t, e.store)
+	first := answerNode(t, e.store, runner)
+	if first.GetNetworkPolicy().GetRevision() != 2 || first.GetDrainSeconds() != 5 || len(first.GetEgresses()) != 1 ||
+		first.GetEgresses()[0].GetRevision() != 1 || first.GetEgresses()[0].GetSpec().GetEndpoint() != eg.GetSpec().GetEndpoint() {
+		t.Errorf("the policy update sent %v; want policy revision 2, the Egress at revision 1 (as in force), drain_seconds 5", first)
+	}
+	second := answerNode(t, e.store, runner)
+	if second.GetNetworkPolicy().GetRevision() != 2 || second.GetDrainSeconds() != 30 || len(second.GetEgresses()) != 1 ||
+		second.GetEgresses()[0].GetRevision() != 2 || second.GetEgresses()[0].GetSpec().GetEndpoint() != moved.GetEndpoint() {
+		t.Errorf("the Egress's follow-up sent %v; want policy revision 2, the Egress at revision 2 (its new endpoint), drain_seconds 30", second)
+	}
+	followUp := egress.FollowUpID(eg.GetEgressId(), 2, w.GetWorkspaceId())
+	waitFor(t, "the follow-up to succeed", func() bool {
+		return e.command(t, followUp).GetState() == storev1.CommandState_COMMAND_STATE_SUCCEEDED
+	})
+	if st := e.workspace(t, w.GetWorkspaceId()).GetNetworkPolicyStatus(); st.GetAppliedRevision() != 2 || st.GetEgresses()[0].GetAppliedRevision() != 2 {
+		t.Errorf("network_policy_status %v, want revision 2 with the Egress applied at 2", st)
 	}
 }
 

@@ -24,7 +24,7 @@ func (s *Service) ReleaseNode(tx *store.Tx, nodeID string, interrupted []*store.
 		return out, err
 	}
 	for _, rt := range runtimes {
-		rt.InstanceId, rt.NodeId, rt.BootId = "", "", ""
+		rt.InstanceId, rt.NodeId, rt.BootId, rt.AppliedEgresses = "", "", "", nil
 		if err := tx.PutRuntime(rt); err != nil {
 			return out, err
 		}

@@ -753,6 +753,10 @@ func (s *Service) started(tx *store.Tx, plan *launchPlan, nodeID string, start *
 	rt.LayerTemplate = plan.template.GetRoot().GetDigest()
 	rt.LayerUnconfirmed = false
 	rt.LayerContinuity, rt.LayerResetReason = continuity, reason
+	rt.AppliedEgresses = nil
+	if status.GetAppliedNetworkPolicyRevision() != 0 {
+		rt.AppliedEgresses = start.GetEgresses()
+	}
 	if err := tx.PutRuntime(rt); err != nil {
 		return err
 	}

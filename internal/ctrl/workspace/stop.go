@@ -103,7 +103,7 @@ func (s *Service) stopped(tx *store.Tx, workspaceID, instance string, stop *ctrl
 	if err := tx.ReleaseAllocation(workspaceID, instance); err != nil {
 		return err
 	}
-	rt.InstanceId, rt.NodeId, rt.BootId = "", "", ""
+	rt.InstanceId, rt.NodeId, rt.BootId, rt.AppliedEgresses = "", "", "", nil
 	if err := tx.PutRuntime(rt); err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 			if k := wk.Command().GetKind(); k == egress.KindApplyEgressUpdate || k == egress.KindApplyResolverUpdate {
 				return nil // the node keeps the policy in force, and so does the status
 			}
-			return s.setPolicyStatus(tx, id, instance, nil)
+			return s.setPolicyStatus(tx, id, instance, nil, nil)
 		})
 	}
 	result := &nodev1.ApplyNetworkPolicyResult{}
@@ -195,7 +195,7 @@ func (s *Service) runPolicy(ctx context.Context, wk *command.Work) error {
 		if err != nil {
 			return err
 		}
-		return s.setPolicyStatus(tx, id, instance, &ctrlv1.NetworkPolicyStatus{
+		return s.setPolicyStatus(tx, id, instance, sent.GetEgresses(), &ctrlv1.NetworkPolicyStatus{
 			AppliedRevision: result.GetAppliedRevision(), AppliedAt: timestamppb.New(s.now()), DrainingRevision: result.GetDrainingRevision(),
 			Egresses: confirmedEgresses(result.GetEgresses()), Resolvers: resolverStatuses(sent.GetResolvers()),
 		})
@@ -261,10 +261,40 @@ func (s *Service) policyState(ctx context.Context, id, commandID string, own *ct
 		if ps.earlier, err = earlierApplication(tx, id, commandID); err != nil {
 			return err
 		}
-		ps.rt, err = tx.GetRuntime(id, false)
+		if ps.rt, err = tx.GetRuntime(id, false); err != nil || own == nil {
+			return err
+		}
+		ps.egresses, err = leaveToFollowUps(tx, id, ps.egresses, ps.rt.GetAppliedEgresses())
 		return err
 	})
 	return ps, err
+}
+
+// leaveToFollowUps is what a policy update sends of egresses, its Egresses
+// at their current revisions: an Egress whose UpdateEgress follow-up for
+// Workspace id still waits (behind this update) goes as the node has it in
+// force (applied), so that the follow-up moves its connections with the
+// Egress update's own drain_seconds, not this update's. An Egress the node
+// does not have yet goes as it is now.
+func leaveToFollowUps(tx *store.Tx, id string, egresses, applied []*nodev1.ResolvedEgress) ([]*nodev1.ResolvedEgress, error) {
+	out := slices.Clone(egresses)
+	for i, e := range out {
+		j := slices.IndexFunc(applied, func(a *nodev1.ResolvedEgress) bool { return a.GetEgressId() == e.GetEgressId() })
+		if j < 0 || applied[j].GetRevision() >= e.GetRevision() {
+			continue
+		}
+		c, err := tx.GetCommand(egress.FollowUpID(e.GetEgressId(), e.GetRevision(), id), false)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if st := c.GetState(); st != storev1.CommandState_COMMAND_STATE_SUCCEEDED && st != storev1.CommandState_COMMAND_STATE_FAILED {
+			out[i] = applied[j]
+		}
+	}
+	return out, nil
 }
 
 // policyDrain is the drain_seconds of the command wk runs: of the policy
@@ -347,10 +377,18 @@ const policyRetry = time.Second
 
 // setPolicyStatus records status for the Workspace's execution instance;
 // a later execution's status is left alone.
-func (s *Service) setPolicyStatus(tx *store.Tx, id, instance string, status *ctrlv1.NetworkPolicyStatus) error {
+func (s *Service) setPolicyStatus(tx *store.Tx, id, instance string, egresses []*nodev1.ResolvedEgress, status *ctrlv1.NetworkPolicyStatus) error {
 	rt, err := tx.GetRuntime(id, true)
 	if err != nil || rt.GetInstanceId() != instance {
 		return err
+	}
+	if status != nil {
+		// What the node confirmed is in force (a failed application
+		// leaves what was, or nothing known).
+		rt.AppliedEgresses = egresses
+		if err := tx.PutRuntime(rt); err != nil {
+			return err
+		}
 	}
 	return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) { w.NetworkPolicyStatus = status })
 }

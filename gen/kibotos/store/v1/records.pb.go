@@ -643,8 +643,16 @@ type WorkspaceRuntime struct {
 	// layer (StartFailure.layer_untouched) while it is unconfirmed leaves no
 	// layer behind, so ctrl no longer counts one.
 	LayerUnconfirmed bool `protobuf:"varint,11,opt,name=layer_unconfirmed,json=layerUnconfirmed,proto3" json:"layer_unconfirmed,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// applied_egresses are the Egresses, each at its revision and spec, the
+	// node last confirmed for the current execution: sent with its start or
+	// with the latest policy application it confirmed. A policy update that
+	// runs while an UpdateEgress's follow-up for this Workspace still waits
+	// behind it sends that Egress as it is here, not at its new revision, so
+	// that the connections each change moves drain for that change's own
+	// drain_seconds: the follow-up then applies the new revision.
+	AppliedEgresses []*v11.ResolvedEgress `protobuf:"bytes,12,rep,name=applied_egresses,json=appliedEgresses,proto3" json:"applied_egresses,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WorkspaceRuntime) Reset() {
@@ -754,6 +762,13 @@ func (x *WorkspaceRuntime) GetLayerUnconfirmed() bool {
 	return false
 }
 
+func (x *WorkspaceRuntime) GetAppliedEgresses() []*v11.ResolvedEgress {
+	if x != nil {
+		return x.AppliedEgresses
+	}
+	return nil
+}
+
 var File_kibotos_store_v1_records_proto protoreflect.FileDescriptor
 
 const file_kibotos_store_v1_records_proto_rawDesc = "" +
@@ -814,7 +829,7 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\tR\brevision\x12-\n" +
 	"\x04root\x18\x03 \x01(\v2\x19.kibotos.node.v1.ArtifactR\x04root\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xeb\x03\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xb7\x04\n" +
 	"\x10WorkspaceRuntime\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x1d\n" +
 	"\n" +
@@ -829,7 +844,8 @@ const file_kibotos_store_v1_records_proto_rawDesc = "" +
 	"\x10layer_continuity\x18\t \x01(\x0e2$.kibotos.ctrl.v1.RetentionContinuityR\x0flayerContinuity\x12S\n" +
 	"\x12layer_reset_reason\x18\n" +
 	" \x01(\x0e2%.kibotos.ctrl.v1.RetentionResetReasonR\x10layerResetReason\x12+\n" +
-	"\x11layer_unconfirmed\x18\v \x01(\bR\x10layerUnconfirmed*\xb6\x01\n" +
+	"\x11layer_unconfirmed\x18\v \x01(\bR\x10layerUnconfirmed\x12J\n" +
+	"\x10applied_egresses\x18\f \x03(\v2\x1f.kibotos.node.v1.ResolvedEgressR\x0fappliedEgresses*\xb6\x01\n" +
 	"\fCommandState\x12\x1d\n" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16COMMAND_STATE_ADMITTED\x10\x01\x12\x19\n" +
@@ -871,6 +887,7 @@ var file_kibotos_store_v1_records_proto_goTypes = []any{
 	(*v11.Artifact)(nil),          // 10: kibotos.node.v1.Artifact
 	(v1.RetentionContinuity)(0),   // 11: kibotos.ctrl.v1.RetentionContinuity
 	(v1.RetentionResetReason)(0),  // 12: kibotos.ctrl.v1.RetentionResetReason
+	(*v11.ResolvedEgress)(nil),    // 13: kibotos.node.v1.ResolvedEgress
 }
 var file_kibotos_store_v1_records_proto_depIdxs = []int32{
 	0,  // 0: kibotos.store.v1.Command.state:type_name -> kibotos.store.v1.CommandState
@@ -892,11 +909,12 @@ var file_kibotos_store_v1_records_proto_depIdxs = []int32{
 	9,  // 16: kibotos.store.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
 	11, // 17: kibotos.store.v1.WorkspaceRuntime.layer_continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
 	12, // 18: kibotos.store.v1.WorkspaceRuntime.layer_reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	13, // 19: kibotos.store.v1.WorkspaceRuntime.applied_egresses:type_name -> kibotos.node.v1.ResolvedEgress
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_store_v1_records_proto_init() }

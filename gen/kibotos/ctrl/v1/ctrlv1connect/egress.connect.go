@@ -66,7 +66,9 @@ type EgressServiceClient interface {
 	// loses it. NetworkPolicyEgressStatus.applied_revision moves on each
 	// node's confirmation; until then new connections there keep the
 	// revision before. A Workspace started later gets the current revision.
-	// (designed here)
+	// A policy update of the Workspace queued before it still goes first,
+	// with the Egress as the node has it, so that each change's connections
+	// drain for that change's own drain_seconds. (designed here)
 	UpdateEgress(context.Context, *connect.Request[v1.UpdateEgressRequest]) (*connect.Response[v1.UpdateEgressResponse], error)
 	DeleteEgress(context.Context, *connect.Request[v1.DeleteEgressRequest]) (*connect.Response[v1.DeleteEgressResponse], error)
 }
@@ -163,7 +165,9 @@ type EgressServiceHandler interface {
 	// loses it. NetworkPolicyEgressStatus.applied_revision moves on each
 	// node's confirmation; until then new connections there keep the
 	// revision before. A Workspace started later gets the current revision.
-	// (designed here)
+	// A policy update of the Workspace queued before it still goes first,
+	// with the Egress as the node has it, so that each change's connections
+	// drain for that change's own drain_seconds. (designed here)
 	UpdateEgress(context.Context, *connect.Request[v1.UpdateEgressRequest]) (*connect.Response[v1.UpdateEgressResponse], error)
 	DeleteEgress(context.Context, *connect.Request[v1.DeleteEgressRequest]) (*connect.Response[v1.DeleteEgressResponse], error)
 }

@@ -82,7 +82,9 @@ class EgressServiceServicer(object):
         loses it. NetworkPolicyEgressStatus.applied_revision moves on each
         node's confirmation; until then new connections there keep the
         revision before. A Workspace started later gets the current revision.
-        (designed here)
+        A policy update of the Workspace queued before it still goes first,
+        with the Egress as the node has it, so that each change's connections
+        drain for that change's own drain_seconds. (designed here)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
