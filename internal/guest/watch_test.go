@@ -122,14 +122,7 @@ func TestWatchDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(t, events, ctrlv1.FileEventKind_FILE_EVENT_KIND_DELETED, "/w")
-	select {
-	case err := <-end:
-		if err != nil {
-			t.Errorf("the watch ended with %v, want OK", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("the watch did not end with its directory")
-	}
+	endsOK(t, end, "with its directory")
 }
 
 func TestWatchRefusals(t *testing.T) {
@@ -145,5 +138,19 @@ func TestWatchRefusals(t *testing.T) {
 			err = s.Err()
 		}
 		wantErr(t, "watch "+tc.path, err, tc.code, "path")
+	}
+}
+
+// endsOK waits for a watch to end without an error, as it does when the
+// watched directory goes (when says how).
+func endsOK(t *testing.T, end <-chan error, when string) {
+	t.Helper()
+	select {
+	case err := <-end:
+		if err != nil {
+			t.Errorf("the watch ended with %v, want OK", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the watch did not end %s", when)
 	}
 }

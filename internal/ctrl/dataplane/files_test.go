@@ -6,7 +6,6 @@ package dataplane_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/guest"
-	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/storetest"
 	"github.com/kibotos/kibotos/internal/testenv"
 )
@@ -124,21 +122,7 @@ func TestRefusalsOfAGuestCarryTheFileCallsStage(t *testing.T) {
 // whose node's data endpoint does not answer stands for one that does not.
 func TestEveryFileCallNeedsAnAvailableWorkspaceAndALiveGuest(t *testing.T) {
 	e := newEnv(t, storetest.SQLiteDSN(t))
-	e.tx(t, func(tx *store.Tx) error {
-		return tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-stopped", State: ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, Generation: 1})
-	})
-	storetest.PutNodeWithPool(t, e.st, "node-b", "pool-a") // no live control session
-	e.tx(t, func(tx *store.Tx) error { return tx.SetNodeData("node-b", e.guest.URL, dataToken) })
-	e.execution(t, "ws-lapsed.1", "node-b", 1)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	silent := "http://" + ln.Addr().String()
-	ln.Close()
-	storetest.PutLiveNode(t, e.st, "node-c", "pool-a")
-	e.tx(t, func(tx *store.Tx) error { return tx.SetNodeData("node-c", silent, dataToken) })
-	e.execution(t, "ws-silent.1", "node-c", 1)
+	e.unreachable(t)
 	c := e.files(t)
 	for _, call := range everyFileCall {
 		wantDetail(t, call.name+" on a missing Workspace", call.do(c, "ws-none"), connect.CodeNotFound, call.stage, "")

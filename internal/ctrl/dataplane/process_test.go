@@ -264,14 +264,26 @@ var everyCall = []call{
 // STARTING_PROCESS, STREAMING_PROCESS, USING_PROCESS).
 func TestEveryCallNeedsAnAvailableWorkspaceAndALiveGuest(t *testing.T) {
 	e := newEnv(t, storetest.SQLiteDSN(t))
+	e.unreachable(t)
+	for _, c := range everyCall {
+		wantDetail(t, c.name+" on a STOPPED Workspace", c.do(e.procs, "ws-stopped", "proc-1"), connect.CodeFailedPrecondition, c.stage, "")
+		wantDetail(t, c.name+" on a node without a live session", c.do(e.procs, "ws-lapsed", "proc-1"), connect.CodeUnavailable, c.stage, "")
+		wantDetail(t, c.name+" to a guest that does not answer", c.do(e.procs, "ws-silent", "proc-1"), connect.CodeUnavailable, c.stage, "")
+	}
+}
+
+// unreachable adds the Workspaces no call reaches a guest of:
+// "ws-stopped", STOPPED; "ws-lapsed", running on node-b, registered
+// without a live control session; and "ws-silent", running on node-c,
+// live, at whose data endpoint nothing answers (a guest that does not).
+func (e *env) unreachable(t *testing.T) {
+	t.Helper()
 	e.tx(t, func(tx *store.Tx) error {
 		return tx.PutWorkspace(&ctrlv1.Workspace{WorkspaceId: "ws-stopped", State: ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, Generation: 1})
 	})
-	// node-b is registered but has no live control session.
 	storetest.PutNodeWithPool(t, e.st, "node-b", "pool-a")
 	e.tx(t, func(tx *store.Tx) error { return tx.SetNodeData("node-b", e.guest.URL, dataToken) })
 	e.execution(t, "ws-lapsed.1", "node-b", 1)
-	// Nothing answers at node-c's data endpoint: the guest does not answer.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -281,12 +293,6 @@ func TestEveryCallNeedsAnAvailableWorkspaceAndALiveGuest(t *testing.T) {
 	storetest.PutLiveNode(t, e.st, "node-c", "pool-a")
 	e.tx(t, func(tx *store.Tx) error { return tx.SetNodeData("node-c", silent, dataToken) })
 	e.execution(t, "ws-silent.1", "node-c", 1)
-
-	for _, c := range everyCall {
-		wantDetail(t, c.name+" on a STOPPED Workspace", c.do(e.procs, "ws-stopped", "proc-1"), connect.CodeFailedPrecondition, c.stage, "")
-		wantDetail(t, c.name+" on a node without a live session", c.do(e.procs, "ws-lapsed", "proc-1"), connect.CodeUnavailable, c.stage, "")
-		wantDetail(t, c.name+" to a guest that does not answer", c.do(e.procs, "ws-silent", "proc-1"), connect.CodeUnavailable, c.stage, "")
-	}
 }
 
 // Every failure past the Workspace's checks "carries the call's stage in
