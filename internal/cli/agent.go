@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ type agentFlags struct {
 	pools                             []string
 	memoryTight                       sizeFlag
 	guestNet                          guestNetworkFlags
+	accel                             accelFlag
 	obs                               obsFlags
 }
 
@@ -39,6 +41,7 @@ func (f *agentFlags) register(c *cobra.Command) {
 	c.Flags().Var(&f.memoryTight, "memory-tight-mib", "")
 	_ = c.Flags().MarkDeprecated("memory-tight-mib", "use --memory-tight (a bare number is still MiB)")
 	f.guestNet.register(c)
+	f.accel.register(c)
 	f.obs.register(c)
 }
 
@@ -51,7 +54,9 @@ func (f *agentFlags) config() (node.Config, error) {
 	if cfg.Logger, err = f.obs.logger(os.Stderr); err != nil {
 		return cfg, err
 	}
-	cfg.Provider = qemu.New(cfg.Logger)
+	if cfg.Provider, err = f.accel.provider(cfg.Logger); err != nil {
+		return cfg, err
+	}
 	network, err := f.guestNet.network(f.endpoint, cfg.Logger)
 	if err != nil {
 		return cfg, err
@@ -102,4 +107,25 @@ func (f *agentFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	return node.Run(cmd.Context(), cfg)
+}
+
+// accelFlag is --accel of `kibotos node` and `kibotos dev`.
+type accelFlag struct{ value string }
+
+func (f *accelFlag) register(c *cobra.Command) {
+	def := os.Getenv("KIBOTOS_ACCEL")
+	if def == "" {
+		def = "auto"
+	}
+	c.Flags().StringVar(&f.value, "accel", def, "how QEMU runs guests: kvm, tcg (software emulation), or auto: "+
+		"probe KVM by booting the platform at the first start, TCG if it does not answer within 20s; $KIBOTOS_ACCEL sets the default")
+}
+
+// provider is the QEMU provider with the accelerator the flag sets.
+func (f *accelFlag) provider(log *slog.Logger) (*qemu.Provider, error) {
+	accel, err := qemu.ParseAccel(f.value)
+	if err != nil {
+		return nil, fmt.Errorf("--accel: %w", err)
+	}
+	return qemu.New(log, qemu.WithAccel(accel)), nil
 }

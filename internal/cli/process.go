@@ -20,7 +20,6 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/fleet"
 	"github.com/kibotos/kibotos/internal/node"
-	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 	"github.com/kibotos/kibotos/internal/version"
 )
 
@@ -117,6 +116,7 @@ func newCtrlCommand() *cobra.Command {
 func newDevCommand() *cobra.Command {
 	var f ctrlFlags
 	var guestNet guestNetworkFlags
+	var accel accelFlag
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole system on this machine: ctrl and one node, no configuration",
@@ -143,21 +143,26 @@ registers them; later starts reuse them.`,
 			}
 			defer flushTracing(tr, cfg.Logger)
 			cfg.TracerProvider = tr.TracerProvider()
-			return runDev(cmd, cfg, guestNet)
+			return runDev(cmd, cfg, guestNet, accel)
 		},
 	}
 	f.register(c, "directory of the dev system's state (default $KIBOTOS_HOME/dev)")
 	guestNet.register(c)
+	accel.register(c)
 	return c
 }
 
 // devNodeID is the node dev runs in its own process.
 const devNodeID = "dev"
 
-func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags) error {
+func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags, accel accelFlag) error {
 	ctx := cmd.Context()
 	nodeLog := cfg.Logger.With("component", "node")
 	network, err := guestNet.network("", nodeLog)
+	if err != nil {
+		return err
+	}
+	provider, err := accel.provider(nodeLog)
 	if err != nil {
 		return err
 	}
@@ -192,7 +197,7 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags) err
 		nodeErr <- node.Run(ctx, node.Config{
 			Endpoint: srv.NodeEndpoint, NodeID: devNodeID, StateDir: filepath.Join(cfg.StateDir, "node"), EnrollmentGrant: secret,
 			Pools:    []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
-			Provider: qemu.New(nodeLog), Network: network,
+			Provider: provider, Network: network,
 			Logger: nodeLog, TracerProvider: cfg.TracerProvider,
 		})
 	}()

@@ -274,7 +274,7 @@ func (h *harness) config() node.Config {
 		StateDir:        h.stateDir,
 		EnrollmentGrant: grant,
 		Pools:           []node.Pool{{Name: "local", Dir: h.poolDir, Default: true}},
-		Provider:        qemu.New(log),
+		Provider:        qemu.New(log, qemu.WithAccel(testenv.Accel(h.t))),
 		Network:         usernet.New(),
 		Logger:          log,
 	}

@@ -174,7 +174,7 @@ func (c *Cluster) StartNodeWith(t testing.TB, id, stateDir string, configure fun
 	}
 	cfg := node.Config{
 		Endpoint: c.Ctrl.NodeEndpoint, NodeID: id, StateDir: stateDir, EnrollmentGrant: grant,
-		Pools: pools, Provider: qemu.New(log), Network: network, Logger: log,
+		Pools: pools, Provider: qemu.New(log, qemu.WithAccel(Accel(t))), Network: network, Logger: log,
 	}
 	if configure != nil {
 		configure(&cfg)

@@ -32,18 +32,23 @@ import (
 // the user's cache directory.
 func CacheDir(t testing.TB) string {
 	t.Helper()
+	dir, err := cacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func cacheDir() (string, error) {
 	dir := os.Getenv("KIBOTOS_CACHE")
 	if dir == "" {
 		base, err := os.UserCacheDir()
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		dir = filepath.Join(base, "kibotos")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return dir, os.MkdirAll(dir, 0o755)
 }
 
 // VMArtifacts are what a test VM boots.

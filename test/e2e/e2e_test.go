@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 var kibotosBin string
@@ -47,6 +48,14 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	// Every kibotos node and dev the tests start takes the host's
+	// accelerator from here instead of probing KVM again.
+	accel, err := testenv.HostAccel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "accelerator:", err)
+		os.Exit(1)
+	}
+	os.Setenv("KIBOTOS_ACCEL", string(accel))
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

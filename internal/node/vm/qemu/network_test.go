@@ -40,7 +40,7 @@ func TestGuestConfiguresIPv6(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	inst, err := qemu.New(nil).Start(ctx, vm.Spec{
+	inst, err := qemu.New(nil, qemu.WithAccel(testenv.Accel(t))).Start(ctx, vm.Spec{
 		RunDir: filepath.Join(dir, "run"), Kernel: art.Kernel(), Initrd: art.Initrd(), VCPUs: 1, MemoryMiB: 256,
 		Disks:   []vm.Disk{{Role: vm.TemplateRoot, Path: art.Template.Path}, {Role: vm.WritableLayer, Path: layer(t, dir)}},
 		Network: withV6{att}, BootID: "boot-v6",

@@ -36,12 +36,28 @@ type Provider struct {
 	probeMu   sync.Mutex // held while probing
 	accelMu   sync.Mutex
 	accel     Accel
-	accelDone bool // probed
+	accelDone bool // probed, or set (WithAccel)
+}
+
+// Option configures a Provider at New.
+type Option func(*Provider)
+
+// WithAccel sets the accelerator instead of probing for one: an operator
+// who knows the host (`kibotos node --accel`) saves the probe, which on a
+// host whose KVM crawls costs the first start ProbeTimeout and a core for
+// as long. An empty accel probes, as without the option.
+func WithAccel(accel Accel) Option {
+	return func(p *Provider) {
+		if accel != "" {
+			p.accel, p.accelDone = accel, true
+		}
+	}
 }
 
 // New is the QEMU provider, with qemu-system-x86_64 from PATH. A nil
-// logger is slog.Default().
-func New(log *slog.Logger) *Provider {
+// logger is slog.Default(). Without WithAccel it probes KVM at the first
+// start (Prepare).
+func New(log *slog.Logger, opts ...Option) *Provider {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -51,7 +67,27 @@ func New(log *slog.Logger) *Provider {
 	} else {
 		p.binErr = fmt.Errorf("QEMU (qemu-system-x86_64) is not installed: %w", err)
 	}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.accelDone && p.bin != "" {
+		p.log.Info("accelerator chosen", "accel", p.accel, "why", "set by the operator (--accel): no probe")
+	}
 	return p
+}
+
+// ParseAccel reads an accelerator as flags give it: "auto" (or empty) is
+// no choice, so the provider probes; "kvm" and "tcg" are those.
+func ParseAccel(s string) (Accel, error) {
+	switch Accel(strings.ToLower(s)) {
+	case "", "auto":
+		return "", nil
+	case KVM:
+		return KVM, nil
+	case TCG:
+		return TCG, nil
+	}
+	return "", fmt.Errorf("accelerator %q: want auto, kvm or tcg", s)
 }
 
 // Name implements vm.Provider.

@@ -1,0 +1,111 @@
+package testenv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kibotos/kibotos/internal/node/vm/qemu"
+)
+
+var (
+	accelOnce sync.Once
+	accel     qemu.Accel
+	accelErr  error
+)
+
+// Accel is the accelerator the node's KVM probe (qemu.ChooseAccel) picks on
+// this host (HostAccel); test nodes are given it (qemu.WithAccel).
+func Accel(t testing.TB) qemu.Accel {
+	t.Helper()
+	a, err := HostAccel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// HostAccel probes once and keeps the verdict in the cache directory for
+// as long as the host's boot and its QEMU binary stay the same, so that
+// test binaries and the nodes they start (KIBOTOS_ACCEL for `kibotos node`
+// and `kibotos dev`) do not each pay the probe: on a host whose KVM crawls
+// (notes/vm-on-ci.md) it costs every first start 20 s and a core. The
+// verdict is the probe's own, made with the test platform; the provider's
+// own tests probe as a node does.
+func HostAccel() (qemu.Accel, error) {
+	accelOnce.Do(func() {
+		cache, err := cacheDir()
+		if err != nil {
+			accelErr = err
+			return
+		}
+		accel, accelErr = cachedAccel(cache, func() (*VMArtifacts, error) {
+			vmOnce.Do(func() { vmArt, vmErr = buildVMArtifacts(cache) })
+			return vmArt, vmErr
+		})
+	})
+	return accel, accelErr
+}
+
+// cachedAccel reads the kept verdict for this boot and QEMU binary, or
+// probes with the test platform (built only then) and keeps it. Two
+// binaries probing at once both keep theirs; both are the host's answer.
+func cachedAccel(cache string, platform func() (*VMArtifacts, error)) (qemu.Accel, error) {
+	bin, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return "", fmt.Errorf("QEMU is not installed: %w", err)
+	}
+	key, err := accelKey(bin)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(cache, "accel", key)
+	if b, err := os.ReadFile(path); err == nil {
+		if a, err := qemu.ParseAccel(strings.TrimSpace(string(b))); err == nil && a != "" {
+			return a, nil
+		}
+	}
+	art, err := platform()
+	if err != nil {
+		return "", err
+	}
+	a, _ := qemu.ChooseAccel(context.Background(), qemu.Spec{Binary: bin, Kernel: art.Kernel(), Initrd: art.Initrd(), VCPUs: 1})
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".accel-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(string(a)); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return a, os.Rename(tmp.Name(), path)
+}
+
+// accelKey names a verdict by what decides it: the host's boot (KVM comes
+// and goes with the host's own hypervisor) and the QEMU binary.
+func accelKey(bin string) (string, error) {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\n%s\n%d\n%d", strings.TrimSpace(string(boot)), bin, fi.Size(), fi.ModTime().UnixNano()))
+	return hex.EncodeToString(h[:8]), nil
+}
