@@ -13,8 +13,8 @@
 // $KIBOTOS_CACHE or <user cache dir>/kibotos.
 //
 // One warm-up Workspace is created and deleted first, and reported on its
-// own line: it pays the node's one-off costs (the accelerator probe, the
-// artifacts' first download from ctrl). Then, n times and one at a time so
+// own line: it pays the node's one-off costs (the accelerator probe unless
+// -accel sets it, the artifacts' first download from ctrl). Then, n times and one at a time so
 // that boots do not compete for the CPUs:
 //
 //   - a bare boot of the Workspaces' VM: qemu.Start with the same kernel,
@@ -88,12 +88,14 @@ func main() {
 	memoryMiB := flag.Uint64("memory", 256, "guest memory in MiB, for both")
 	volume := flag.String("volume", "none", "the Workspaces' Volume: none (the same drives as the bare boot) or new (the API's default: a new 1 GiB Volume)")
 	keep := flag.Bool("keep", false, "keep the temporary directory (logs, state) at the end")
+	accelFlag := flag.String("accel", "auto", "the node's accelerator, as `kibotos node --accel`: auto (the warm-up pays the probe), kvm or tcg")
 	flag.Parse()
-	if *n < 1 || (*volume != "none" && *volume != "new") {
+	accel, err := qemu.ParseAccel(*accelFlag)
+	if *n < 1 || (*volume != "none" && *volume != "new") || err != nil {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*n, *memoryMiB, *volume, *keep); err != nil {
+	if err := run(*n, *memoryMiB, *volume, accel, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/workspaces:", err)
 		os.Exit(1)
 	}
@@ -116,7 +118,7 @@ type sample struct {
 	layer, serving, bare time.Duration
 }
 
-func run(n int, memoryMiB uint64, volume string, keep bool) (err error) {
+func run(n int, memoryMiB uint64, volume string, setAccel qemu.Accel, keep bool) (err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tmp, err := os.MkdirTemp("", "kibotos-bench-ws")
@@ -167,6 +169,7 @@ func run(n int, memoryMiB uint64, volume string, keep bool) (err error) {
 	nodeState := filepath.Join(tmp, "node")
 	nd, err := benchnode.Start(ctx, srv, benchnode.Config{
 		NodeID: nodeID, StateDir: nodeState, PoolDir: filepath.Join(tmp, "pools", "default"), Logger: log.With("component", "node"), HTTP: hc,
+		Accel: setAccel,
 	})
 	if err != nil {
 		return err
@@ -194,7 +197,7 @@ func run(n int, memoryMiB uint64, volume string, keep bool) (err error) {
 	rssBefore := selfRSS()
 
 	// Warm-up: the node's one-off costs, reported apart.
-	progress("warm-up Workspace (the node probes the accelerator and downloads the artifacts once)")
+	progress("warm-up Workspace (the node probes the accelerator unless -accel set it, and downloads the artifacts once)")
 	warmID, warm, err := b.workspace(ctx, 0)
 	if err != nil {
 		if warmID != "" {

@@ -37,6 +37,7 @@ type Config struct {
 	PoolDir  string // the default pool's directory, made if missing
 	Logger   *slog.Logger
 	HTTP     *http.Client // for the operator calls
+	Accel    qemu.Accel   // empty: the node probes, as `kibotos node` does by default
 }
 
 // Node is a running node agent.
@@ -67,7 +68,7 @@ func Start(ctx context.Context, srv *ctrl.Server, cfg Config) (*Node, error) {
 		n.errc <- node.Run(nodeCtx, node.Config{
 			Endpoint: srv.NodeEndpoint, NodeID: cfg.NodeID, StateDir: cfg.StateDir, EnrollmentGrant: grant.Msg.GetSecret(),
 			Pools:    []node.Pool{{Name: "default", Dir: cfg.PoolDir, Default: true}},
-			Provider: qemu.New(cfg.Logger), Network: usernet.New(),
+			Provider: qemu.New(cfg.Logger, qemu.WithAccel(cfg.Accel)), Network: usernet.New(),
 			Logger: cfg.Logger,
 		})
 	}()
