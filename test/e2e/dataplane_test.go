@@ -192,7 +192,8 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 	recorded := testStartsAreCommands(t, d, id)
 	checkMetrics(t, d, id)
 
-	// A stream open when the execution ends fails as failed_precondition.
+	// A stream open when the execution ends fails as failed_precondition,
+	// with an API key or with a session.
 	long, err := d.processes().ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"sleep", "600"}}}))
 	if err != nil || !long.Receive() || long.Msg().GetStarted() == nil {
 		t.Fatalf("exec sleep: %v", err)
@@ -203,8 +204,10 @@ func TestDataPlaneOnARealVM(t *testing.T) {
 		}
 		streamEnd <- long.Err()
 	}()
+	withSession := openSessionStream(t, d, id)
 	d.mustKibotos(t, "workspace", "stop", "--force", id)
 	d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	withSession.checkEndedWithItsExecution(t)
 	select {
 	case err := <-streamEnd:
 		if connect.CodeOf(err) != connect.CodeFailedPrecondition || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_STREAMING_PROCESS {

@@ -184,3 +184,84 @@ func checkRevocationEndsStreams(t *testing.T, d *dev, id string) {
 		t.Error("the stream of a revoked session ended without an error")
 	}
 }
+
+// sessionStream is an ExecProcess of `sleep 600` opened with a data-plane
+// session's token, read to its end in the background.
+type sessionStream struct {
+	exit chan *ctrlv1.ProcessExitStatus // the exit event, if one came
+	end  chan error                     // the stream's end
+}
+
+// openSessionStream issues a PROCESS session for the running Workspace id
+// and opens the stream with it.
+func openSessionStream(t *testing.T, d *dev, id string) *sessionStream {
+	t.Helper()
+	issued, err := d.sessions(d.env[clientconfig.EnvToken]).IssueDataPlaneSession(context.Background(), connect.NewRequest(&ctrlv1.IssueDataPlaneSessionRequest{
+		WorkspaceId: id, Scopes: []ctrlv1.DataPlaneScope{ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_PROCESS}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ctrlv1connect.NewProcessServiceClient(httpClientWithToken(issued.Msg.GetSession().GetToken()), d.env[clientconfig.EnvWorkspaceEndpoint])
+	stream, err := c.ExecProcess(context.Background(), connect.NewRequest(&ctrlv1.ExecProcessRequest{WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"sleep", "600"}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stream.Close() })
+	if !stream.Receive() || stream.Msg().GetStarted() == nil {
+		t.Fatalf("the session's stream did not start: %v", stream.Err())
+	}
+	s := &sessionStream{exit: make(chan *ctrlv1.ProcessExitStatus, 1), end: make(chan error, 1)}
+	go func() {
+		for stream.Receive() {
+			if e := stream.Msg().GetExit(); e != nil {
+				s.exit <- e
+			}
+		}
+		s.end <- stream.Err()
+	}()
+	return s
+}
+
+// checkEndedByAGracefulStop: the graceful stop's SIGTERM ends the process
+// as SIGNALED with signal 15 (PS67), which the stream reports before it
+// ends as any process's stream does.
+func (s *sessionStream) checkEndedByAGracefulStop(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-s.end:
+		if err != nil {
+			t.Errorf("the stream of a process the graceful stop ended: %v, want its exit and a clean end", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the stream of a process the graceful stop ended did not end")
+	}
+	select {
+	case e := <-s.exit:
+		if e.GetCause() != ctrlv1.ProcessEndCause_PROCESS_END_CAUSE_SIGNALED || e.GetSignal() != 15 {
+			t.Errorf("sleep ended by the graceful stop: %v, want SIGNALED by 15", e)
+		}
+	default:
+		t.Error("the stream ended without the process's exit")
+	}
+}
+
+// checkEndedWithItsExecution: a session's stream runs until its execution
+// ends (SS6); a forced stop gives the process no exit, and the stream
+// fails failed_precondition at STREAMING_PROCESS, as one opened with an
+// API key does.
+func (s *sessionStream) checkEndedWithItsExecution(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-s.end:
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_STREAMING_PROCESS {
+			t.Errorf("a session's stream open when its execution ended: %v (stage %v)", err, stageOf(err))
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a session's stream open when its execution ended did not end")
+	}
+	select {
+	case e := <-s.exit:
+		t.Errorf("a forced stop gave the session's process an exit: %v", e)
+	default:
+	}
+}

@@ -103,12 +103,14 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 	sessionToken := checkDataPlaneSessions(t, d, id)
 	d.mustKibotos(t, "workspace", "exec", id, "--", "sh", "-c", "echo root > /root/kept && echo vol > /data/kept && echo tmp > /tmp/gone && sync")
 
+	sessionStream := openSessionStream(t, d, id)
 	d.mustKibotos(t, "workspace", "stop", id)
 	stopped := d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
 	if s := stopped.GetLastStop(); s.GetCause() != ctrlv1.StopCause_STOP_CAUSE_REQUESTED || s.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED {
 		t.Errorf("normal stop: %v", s)
 	}
 	checkSessionEndedWithExecution(t, d, id, sessionToken)
+	sessionStream.checkEndedByAGracefulStop(t)
 	d.mustKibotos(t, "workspace", "start", id)
 	w = d.waitState(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	if w.GetGeneration() != 2 || w.GetLastStop() != nil {
