@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -90,6 +91,13 @@ func cmd(id string) *ctrlv1.CommandMetadata { return &ctrlv1.CommandMetadata{Com
 // of data in a 256 MiB sparse file.
 func makeArchive(t *testing.T, used int64) []byte {
 	t.Helper()
+	return makeArchiveOf(t, used, "complete")
+}
+
+// makeArchiveOf is makeArchive with the manifest's completeness as given
+// ("" leaves it out, as a writer that does not know it would).
+func makeArchiveOf(t *testing.T, used int64, completeness string) []byte {
+	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "layer"))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +122,7 @@ func makeArchive(t *testing.T, used int64) []byte {
 	_, err = archive.Write(ctx, &buf, archive.Manifest{
 		Source:       archive.Source{Kind: archive.SourceWorkspace, ID: "ws-elsewhere", Spec: spec},
 		Template:     &archive.Revision{Name: "busybox", Revision: "1", Digest: "sha256:" + strings.Repeat("ab", 32)},
-		Completeness: "complete",
+		Completeness: completeness,
 		CreatedAt:    time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
 	}, []archive.Input{{Name: "writable-layer", Kind: archive.KindBlock, File: f}})
 	if err != nil {
@@ -241,6 +249,21 @@ func TestImportVerifiesKeepsAndDownloadsTheArchive(t *testing.T) {
 			t.Fatalf("transfer directory holds %v", files)
 		}
 	})
+}
+
+// An imported Transfer's completeness is its archive's: "partial" is
+// PARTIAL, and an archive that does not say is UNKNOWN (transfers.md M5).
+func TestAnImportShowsItsArchivesCompleteness(t *testing.T) {
+	e := sqlite(t)
+	for i, c := range []struct {
+		archive string
+		want    ctrlv1.Completeness
+	}{{"complete", ctrlv1.Completeness_COMPLETENESS_COMPLETE}, {"partial", ctrlv1.Completeness_COMPLETENESS_PARTIAL}, {"", ctrlv1.Completeness_COMPLETENESS_UNKNOWN}} {
+		tr := e.importOK(t, fmt.Sprintf("imp-%d", i), makeArchiveOf(t, 1, c.archive), nil)
+		if got := tr.GetManifest().GetCompleteness(); got != c.want {
+			t.Errorf("an archive whose completeness is %q: %v, want %v", c.archive, got, c.want)
+		}
+	}
 }
 
 func TestImportReplayAnswersTheSameTransfer(t *testing.T) {
