@@ -71,6 +71,20 @@ func TestAUserModeNetworkNodeRefusesPublicInternetAndFailsDNSAtOnce(t *testing.T
 	if f := w.GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED || f.GetCommandId() != "start-public" {
 		t.Errorf("a start under PUBLIC_INTERNET on this node: failure %v, want APPLYING_NETWORK, UNSUPPORTED, of start-public", f)
 	}
+
+	// And so does a RestoreWorkspace's start: an imported Workspace given
+	// PUBLIC_INTERNET is restored (its layer imported on the node) and
+	// fails to start at FAILURE_STAGE_APPLYING_NETWORK.
+	tr := e.c.Import(t, "import-public", testenv.WorkspaceArchive(t, 1, "complete"))
+	restored, err := e.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-public"), TransferId: tr.GetTransferId(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{NetworkPolicy: public}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = e.waitState(restored.Msg.GetWorkspace().GetWorkspaceId(), ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
+	if f := w.GetFailure(); f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED || f.GetCommandId() != "restore-public" {
+		t.Errorf("a restore under PUBLIC_INTERNET on this node: failure %v, want APPLYING_NETWORK, UNSUPPORTED, of restore-public", f)
+	}
 }
 
 // Under DENY_ALL on a network slot (the default) the link DNS address is

@@ -3,7 +3,6 @@ package transfer_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -25,7 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/transfer"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/storetest"
-	"github.com/kibotos/kibotos/internal/transfer/archive"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 var ctx = context.Background()
@@ -91,44 +90,7 @@ func cmd(id string) *ctrlv1.CommandMetadata { return &ctrlv1.CommandMetadata{Com
 // of data in a 256 MiB sparse file.
 func makeArchive(t *testing.T, used int64) []byte {
 	t.Helper()
-	return makeArchiveOf(t, used, "complete")
-}
-
-// makeArchiveOf is makeArchive with the manifest's completeness as given
-// ("" leaves it out, as a writer that does not know it would).
-func makeArchiveOf(t *testing.T, used int64, completeness string) []byte {
-	t.Helper()
-	f, err := os.Create(filepath.Join(t.TempDir(), "layer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(256 << 20); err != nil {
-		t.Fatal(err)
-	}
-	data := make([]byte, used<<20)
-	_, _ = rand.Read(data)
-	if _, err := f.WriteAt(data, 64<<20); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := protojson.Marshal(&ctrlv1.WorkspaceSpec{
-		Template:  &ctrlv1.TemplateRef{Template: "busybox", Revision: "1"},
-		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 512 << 20},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	_, err = archive.Write(ctx, &buf, archive.Manifest{
-		Source:       archive.Source{Kind: archive.SourceWorkspace, ID: "ws-elsewhere", Spec: spec},
-		Template:     &archive.Revision{Name: "busybox", Revision: "1", Digest: "sha256:" + strings.Repeat("ab", 32)},
-		Completeness: completeness,
-		CreatedAt:    time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
-	}, []archive.Input{{Name: "writable-layer", Kind: archive.KindBlock, File: f}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return testenv.WorkspaceArchive(t, used, "complete")
 }
 
 func digestOf(b []byte) string {
@@ -259,7 +221,7 @@ func TestAnImportShowsItsArchivesCompleteness(t *testing.T) {
 		archive string
 		want    ctrlv1.Completeness
 	}{{"complete", ctrlv1.Completeness_COMPLETENESS_COMPLETE}, {"partial", ctrlv1.Completeness_COMPLETENESS_PARTIAL}, {"", ctrlv1.Completeness_COMPLETENESS_UNKNOWN}} {
-		tr := e.importOK(t, fmt.Sprintf("imp-%d", i), makeArchiveOf(t, 1, c.archive), nil)
+		tr := e.importOK(t, fmt.Sprintf("imp-%d", i), testenv.WorkspaceArchive(t, 1, c.archive), nil)
 		if got := tr.GetManifest().GetCompleteness(); got != c.want {
 			t.Errorf("an archive whose completeness is %q: %v, want %v", c.archive, got, c.want)
 		}

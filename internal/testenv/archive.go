@@ -1,0 +1,85 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/transfer/archive"
+)
+
+// WorkspaceArchive is a transfer archive of a Workspace from another
+// deployment ("ws-elsewhere"): the busybox template's revision 1, 512 MiB
+// of memory, and a 256 MiB writable layer holding usedMiB MiB of random
+// bytes. completeness is the manifest's ("" leaves it out).
+func WorkspaceArchive(t testing.TB, usedMiB int64, completeness string) []byte {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "layer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(256 << 20); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, usedMiB<<20)
+	_, _ = rand.Read(data)
+	if _, err := f.WriteAt(data, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := protojson.Marshal(&ctrlv1.WorkspaceSpec{
+		Template:  &ctrlv1.TemplateRef{Template: "busybox", Revision: "1"},
+		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 512 << 20},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	_, err = archive.Write(context.Background(), &buf, archive.Manifest{
+		Source:       archive.Source{Kind: archive.SourceWorkspace, ID: "ws-elsewhere", Spec: spec},
+		Template:     &archive.Revision{Name: "busybox", Revision: "1", Digest: "sha256:" + strings.Repeat("ab", 32)},
+		Completeness: completeness,
+		CreatedAt:    time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+	}, []archive.Input{{Name: "writable-layer", Kind: archive.KindBlock, File: f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// Import uploads archive a through the Transfer API as command commandID
+// and returns the IMPORTED Transfer.
+func (c *Cluster) Import(t testing.TB, commandID string, a []byte) *ctrlv1.Transfer {
+	t.Helper()
+	sum := sha256.Sum256(a)
+	up := c.Transfers.ImportTransfer(context.Background())
+	msgs := []*ctrlv1.ImportTransferRequest{{Part: &ctrlv1.ImportTransferRequest_Header{Header: &ctrlv1.ImportTransferHeader{
+		Command: &ctrlv1.CommandMetadata{CommandId: commandID}, SizeBytes: uint64(len(a)), Digest: "sha256:" + hex.EncodeToString(sum[:]),
+	}}}}
+	for off := 0; off < len(a); off += 1 << 20 {
+		msgs = append(msgs, &ctrlv1.ImportTransferRequest{Part: &ctrlv1.ImportTransferRequest_Data{Data: a[off:min(off+1<<20, len(a))]}})
+	}
+	for _, m := range msgs {
+		if err := up.Send(m); err != nil {
+			break // CloseAndReceive says why
+		}
+	}
+	res, err := up.CloseAndReceive()
+	if err != nil {
+		t.Fatalf("ImportTransfer %s: %v", commandID, err)
+	}
+	if got := res.Msg.GetTransfer().GetState(); got != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED {
+		t.Fatalf("ImportTransfer %s: %v, want IMPORTED", commandID, got)
+	}
+	return res.Msg.GetTransfer()
+}
