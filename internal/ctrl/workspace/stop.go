@@ -382,13 +382,18 @@ func (s *Service) setPolicyStatus(tx *store.Tx, id, instance string, egresses []
 	if err != nil || rt.GetInstanceId() != instance {
 		return err
 	}
-	if status != nil {
+	if status != nil && !egressesEqual(rt.GetAppliedEgresses(), egresses) {
 		// What the node confirmed is in force (a failed application
-		// leaves what was, or nothing known).
+		// leaves what was, or nothing known); the row is written only
+		// when that changed.
 		rt.AppliedEgresses = egresses
 		if err := tx.PutRuntime(rt); err != nil {
 			return err
 		}
 	}
 	return s.setWorkspace(tx, id, func(w *ctrlv1.Workspace) { w.NetworkPolicyStatus = status })
+}
+
+func egressesEqual(a, b []*nodev1.ResolvedEgress) bool {
+	return slices.EqualFunc(a, b, func(x, y *nodev1.ResolvedEgress) bool { return proto.Equal(x, y) })
 }
