@@ -124,10 +124,17 @@ func TestGuestResetIsObservedAndTheWorkspaceRuns(t *testing.T) {
 	}
 	id := created.Msg.GetWorkspace().GetWorkspaceId()
 	before := e.waitState(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	reset := time.Now()
-	// The exec's stream ends with the machine; its result does not matter.
 	processes := ctrlv1connect.NewProcessServiceClient(http.DefaultClient, e.c.Ctrl.Client.WorkspaceEndpoint,
 		connect.WithInterceptors(auth.Bearer(e.c.Ctrl.Client.Token)))
+	// A process running when the guest resets ends with it (PS6).
+	started, err := processes.StartProcess(ctx, connect.NewRequest(&ctrlv1.StartProcessRequest{
+		Command: cmd("sleep-before-reset"), WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"sleep", "600"}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := time.Now()
+	// The exec's stream ends with the machine; its result does not matter.
 	if stream, err := processes.ExecProcess(ctx, connect.NewRequest(&ctrlv1.ExecProcessRequest{
 		Command: cmd("reboot"), WorkspaceId: id, Spec: &ctrlv1.ProcessSpec{Argv: []string{"reboot", "-f"}},
 	})); err == nil {
@@ -150,6 +157,10 @@ func TestGuestResetIsObservedAndTheWorkspaceRuns(t *testing.T) {
 	}
 	if out, code := e.c.Exec(t, id, "true"); code != 0 {
 		t.Errorf("exec after the reset: exit %d %q", code, out)
+	}
+	_, err = processes.GetProcess(ctx, connect.NewRequest(&ctrlv1.GetProcessRequest{WorkspaceId: id, ProcessId: started.Msg.GetProcessId()}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a process of before the reset: %v, want not_found (the reset ended it)", err)
 	}
 
 	// "A later execution starts from zero", and last_reset_at is absent
