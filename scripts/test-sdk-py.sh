@@ -14,6 +14,10 @@ trap 'rm -rf "$bin"' EXIT
 # kibotos dev finds kibotos-guest next to itself.
 go build -o "$bin/kibotos" ./cmd/kibotos
 CGO_ENABLED=0 go build -o "$bin/kibotos-guest" ./cmd/kibotos-guest
+# dev's node takes the accelerator the Go tests probed once per host boot
+# (internal/testenv/hostaccel) instead of probing KVM again: 20 s and a
+# core where KVM is there but crawls.
+export KIBOTOS_ACCEL=${KIBOTOS_ACCEL:-$(go run ./internal/testenv/hostaccel)}
 # Debian's interpreter by path: a pyenv or virtualenv python3 earlier on
 # PATH has neither python3-grpcio nor python3-protobuf.
 KIBOTOS_BIN="$bin/kibotos" PYTHONDONTWRITEBYTECODE=1 \

@@ -33,6 +33,10 @@ trap stop_dev EXIT
 go build -o "$work/bin/kibotos" ./cmd/kibotos
 CGO_ENABLED=0 go build -o "$work/bin/kibotos-guest" ./cmd/kibotos-guest
 
+# dev's node takes the accelerator the Go tests probed once per host boot
+# (internal/testenv/hostaccel) instead of probing KVM again: 20 s and a
+# core where KVM is there but crawls.
+export KIBOTOS_ACCEL=${KIBOTOS_ACCEL:-$(go run ./internal/testenv/hostaccel)}
 # The kernel package download is shared with the Go tests' cache.
 KIBOTOS_HOME="$work/home" KIBOTOS_CACHE="${KIBOTOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kibotos}" \
 	"$work/bin/kibotos" dev --workspace-listen 127.0.0.1:0 --operator-listen 127.0.0.1:0 --node-listen 127.0.0.1:0 \
