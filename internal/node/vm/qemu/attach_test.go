@@ -5,8 +5,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
@@ -44,10 +46,44 @@ func TestAttachFindsAQEMUThatWroteNoPidFileYet(t *testing.T) {
 		t.Fatalf("the stand-in wrote a pid file (%v): the test tests nothing", err)
 	}
 
-	// A run directory no process names is a VM gone.
+	// A run directory no process names is a VM gone. The stand-in's
+	// group can outlive its leader for a moment (a child it was forking
+	// carries its arguments until it execs): once /proc shows no process
+	// naming the pid file, Attach must find none either.
+	pidFile := filepath.Join(runDir, "qemu.pid")
+	if !namesPidFile(t, pidFile) {
+		t.Fatal("the running stand-in's arguments do not name its pid file: the wait below would wait for nothing")
+	}
 	killAll()
 	<-launched.Exited()
+	deadline := time.Now().Add(10 * time.Second)
+	for namesPidFile(t, pidFile) {
+		if time.Now().After(deadline) {
+			t.Fatal("a process still names the stand-in's pid file 10 s after its group was killed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if _, err := qemu.Attach(runDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Attach after the stand-in was killed: %v, want no pid file", err)
 	}
+}
+
+// namesPidFile reports whether a running process has "-pidfile path"
+// among its arguments, read from /proc apart from Attach's own reading.
+func namesPidFile(t *testing.T, path string) bool {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(b), "-pidfile\x00"+path+"\x00") {
+			return true
+		}
+	}
+	return false
 }
