@@ -14,8 +14,8 @@
 //
 // One warm-up Workspace is created and deleted first, and reported on its
 // own line: it pays the node's one-off costs (the accelerator probe unless
-// -accel sets it, the artifacts' first download from ctrl). Then, n times and one at a time so
-// that boots do not compete for the CPUs:
+// -accel sets it, the artifacts' first download from ctrl). Then, n times
+// and one at a time so that boots do not compete for the CPUs:
 //
 //   - a bare boot of the Workspaces' VM: qemu.Start with the same kernel,
 //     initramfs, template root (read-only), a fresh writable layer made by

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kibotos/kibotos/internal/node/fsutil"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
@@ -46,10 +47,7 @@ func HostAccel() (qemu.Accel, error) {
 			accelErr = err
 			return
 		}
-		accel, accelErr = cachedAccel(cache, func() (*VMArtifacts, error) {
-			vmOnce.Do(func() { vmArt, vmErr = buildVMArtifacts(cache) })
-			return vmArt, vmErr
-		})
+		accel, accelErr = cachedAccel(cache)
 	})
 	return accel, accelErr
 }
@@ -57,7 +55,7 @@ func HostAccel() (qemu.Accel, error) {
 // cachedAccel reads the kept verdict for this boot and QEMU binary, or
 // probes with the test platform (built only then) and keeps it. Two
 // binaries probing at once both keep theirs; both are the host's answer.
-func cachedAccel(cache string, platform func() (*VMArtifacts, error)) (qemu.Accel, error) {
+func cachedAccel(cache string) (qemu.Accel, error) {
 	bin, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		return "", fmt.Errorf("QEMU is not installed: %w", err)
@@ -72,7 +70,7 @@ func cachedAccel(cache string, platform func() (*VMArtifacts, error)) (qemu.Acce
 			return a, nil
 		}
 	}
-	art, err := platform()
+	art, err := vmArtifacts(cache)
 	if err != nil {
 		return "", err
 	}
@@ -80,19 +78,7 @@ func cachedAccel(cache string, platform func() (*VMArtifacts, error)) (qemu.Acce
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".accel-")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(string(a)); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return a, os.Rename(tmp.Name(), path)
+	return a, fsutil.WriteFileAtomic(filepath.Dir(path), key, []byte(a), 0o644)
 }
 
 // accelKey names a verdict by what decides it: the host's boot (KVM comes

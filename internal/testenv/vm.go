@@ -77,12 +77,17 @@ var (
 // kept copies of older trees are pruned (keptArtifacts).
 func BuildVMArtifacts(t testing.TB) *VMArtifacts {
 	t.Helper()
-	cache := CacheDir(t)
-	vmOnce.Do(func() { vmArt, vmErr = buildVMArtifacts(cache) })
-	if vmErr != nil {
-		t.Fatal(vmErr)
+	art, err := vmArtifacts(CacheDir(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return vmArt
+	return art
+}
+
+// vmArtifacts builds the artifacts once per test binary.
+func vmArtifacts(cache string) (*VMArtifacts, error) {
+	vmOnce.Do(func() { vmArt, vmErr = buildVMArtifacts(cache) })
+	return vmArt, vmErr
 }
 
 // artifactsFile, in a kept copy, describes it; it is written last, so a
