@@ -102,6 +102,9 @@ func startDevAt(t *testing.T, home string, flags ...string) *dev {
 		_ = cmd.Wait()
 		// VMs outlive the agent by design: end the ones this test left.
 		_ = exec.Command("pkill", "-KILL", "-f", "qemu-system.*"+home).Run()
+		if t.Failed() {
+			t.Logf("kibotos dev stderr:\n%s", tail(stderr.String(), 40))
+		}
 	})
 	ready := make(chan error, 1)
 	go func() {

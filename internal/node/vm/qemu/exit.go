@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kibotos/kibotos/internal/node/vm"
 )
@@ -22,7 +23,8 @@ import (
 //     log that would say so is not readable portably, so this is a
 //     heuristic: QEMU died of SIGKILL that the node did not send, and the
 //     host's OOM kill counter (oom_kill in /proc/vmstat, counting memory
-//     cgroup kills too) rose in the seconds before it was noticed. Without
+//     cgroup kills too) rose in the seconds before it was noticed
+//     (oomWindow). Without
 //     the counter, SIGKILL alone decides. A re-attached QEMU is not this
 //     process's child, so its exit status is unknown: the counter alone
 //     decides.
@@ -95,6 +97,46 @@ func (c *consoleWatch) scan() {
 			c.panics++
 		}
 	}
+}
+
+// oomWindow is how long before a VM's end was noticed an OOM kill is still
+// attributed to it. It spans a few of watch's ticks: the kernel counts the
+// kill when it sends SIGKILL, and a QEMU holding hundreds of MiB takes a
+// while to die and be reaped, so a tick can sample the risen counter
+// before the end is noticed.
+const oomWindow = 6 * time.Second
+
+// oomHistory keeps the host's OOM kill counter as sampled over the last
+// oomWindow, and the newest sample older than that.
+type oomHistory struct {
+	samples []oomSample // oldest first
+}
+
+type oomSample struct {
+	at time.Time
+	n  int64
+}
+
+// add records a sample taken at at, and forgets those no longer needed.
+func (h *oomHistory) add(at time.Time, n int64) {
+	h.samples = append(h.samples, oomSample{at, n})
+	keep := 0
+	for i, s := range h.samples {
+		if !s.at.After(at.Add(-oomWindow)) {
+			keep = i
+		}
+	}
+	h.samples = h.samples[keep:]
+}
+
+// before is the counter as it was at least oomWindow ago (or at the first
+// sample, when the watch is younger): a rise since covers any kill in the
+// window. -1 when the counter was unreadable then, or never sampled.
+func (h *oomHistory) before() int64 {
+	if len(h.samples) == 0 {
+		return -1
+	}
+	return h.samples[0].n
 }
 
 // oomKills reads the host's OOM kill counter, or -1.

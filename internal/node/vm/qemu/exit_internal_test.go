@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kibotos/kibotos/internal/node/vm"
 )
@@ -54,6 +55,38 @@ func TestClassifyEnd(t *testing.T) {
 	}
 	if n := oomKills(); n < 0 {
 		t.Logf("no oom_kill counter in /proc/vmstat here")
+	}
+}
+
+// A kill the counter showed on a tick before the VM's end was noticed is
+// still attributed to it (the tick can land between the kernel's SIGKILL and
+// the reap); one older than oomWindow is not.
+func TestOOMHistoryLooksBackAWindow(t *testing.T) {
+	var h oomHistory
+	if got := h.before(); got != -1 {
+		t.Errorf("no sample: %d, want -1", got)
+	}
+	t0 := time.Unix(1000, 0)
+	h.add(t0, 3)
+	if got := h.before(); got != 3 {
+		t.Errorf("one sample: %d, want 3", got)
+	}
+	h.add(t0.Add(2*time.Second), 3)
+	h.add(t0.Add(4*time.Second), 4) // the kill, counted on this tick
+	if got := h.before(); got != 3 {
+		t.Errorf("a kill 4s after the first sample: before %d, want 3", got)
+	}
+	if got := classifyEnd("booted", exitOf(t, "kill -KILL $$"), h.before(), 4); got != vm.OOMKilled {
+		t.Errorf("SIGKILL after a tick saw the counter rise: %v, want OOMKilled", got)
+	}
+	for i := 3; i <= 6; i++ {
+		h.add(t0.Add(time.Duration(2*i)*time.Second), 4)
+	}
+	if got := h.before(); got != 4 {
+		t.Errorf("the kill 8s before the last sample: before %d, want 4 (out of the window)", got)
+	}
+	if n := len(h.samples); n > int(oomWindow/(2*time.Second))+1 {
+		t.Errorf("%d samples kept for a %v window at 2s ticks", n, oomWindow)
 	}
 }
 

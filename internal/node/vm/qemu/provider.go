@@ -267,7 +267,8 @@ func endedInstance(runDir string, why error) *instance {
 // (counted: QEMU restarts the guest) and panics (the guest is killed: its
 // kernel would restart it for ever, panic=-1).
 func (x *instance) watch() {
-	oom := oomKills()
+	var oom oomHistory
+	oom.add(time.Now(), oomKills())
 	console := &consoleWatch{path: filepath.Join(x.vm.RunDir, consoleLog)}
 	panicked := false
 	t := time.NewTicker(2 * time.Second)
@@ -275,7 +276,7 @@ func (x *instance) watch() {
 	for {
 		select {
 		case <-t.C:
-			oom = oomKills()
+			oom.add(time.Now(), oomKills())
 			console.scan()
 			x.countResets(console.resets)
 			if console.panics > 0 && !panicked {
@@ -288,7 +289,7 @@ func (x *instance) watch() {
 		break
 	}
 	tail := consoleTail(x.vm.RunDir)
-	x.exit = vm.Exit{Cause: classifyEnd(tail, x.vm.ExitState(), oom, oomKills()),
+	x.exit = vm.Exit{Cause: classifyEnd(tail, x.vm.ExitState(), oom.before(), oomKills()),
 		Detail: exitDescription(x.vm.ExitState()) + "; console: " + lastLines(tail, 5)}
 	switch {
 	case x.killed.Load():
