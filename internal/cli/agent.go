@@ -54,9 +54,6 @@ func (f *agentFlags) config() (node.Config, error) {
 	if cfg.Logger, err = f.obs.logger(os.Stderr); err != nil {
 		return cfg, err
 	}
-	if cfg.Provider, err = f.accel.provider(cfg.Logger); err != nil {
-		return cfg, err
-	}
 	network, err := f.guestNet.network(f.endpoint, cfg.Logger)
 	if err != nil {
 		return cfg, err
@@ -76,6 +73,9 @@ func (f *agentFlags) config() (node.Config, error) {
 			return cfg, err
 		}
 		cfg.StateDir = filepath.Join(home, "node")
+	}
+	if cfg.Provider, err = f.accel.provider(cfg.Logger, cfg.StateDir); err != nil {
+		return cfg, err
 	}
 	if cfg.EnrollmentGrant == "" {
 		cfg.EnrollmentGrant = os.Getenv("KIBOTOS_ENROLLMENT_GRANT")
@@ -121,11 +121,13 @@ func (f *accelFlag) register(c *cobra.Command) {
 		"probe KVM by booting the platform at the first start, TCG if it does not answer within 20s; $KIBOTOS_ACCEL sets the default")
 }
 
-// provider is the QEMU provider with the accelerator the flag sets.
-func (f *accelFlag) provider(log *slog.Logger) (*qemu.Provider, error) {
+// provider is the QEMU provider with the accelerator the flag sets. With
+// auto, the probe's verdict is kept in the node's state directory for the
+// rest of the host's boot, so a restarted agent does not probe again.
+func (f *accelFlag) provider(log *slog.Logger, stateDir string) (*qemu.Provider, error) {
 	accel, err := qemu.ParseAccel(f.value)
 	if err != nil {
 		return nil, fmt.Errorf("--accel: %w", err)
 	}
-	return qemu.New(log, qemu.WithAccel(accel)), nil
+	return qemu.New(log, qemu.WithAccel(accel), qemu.WithVerdictDir(filepath.Join(stateDir, "accel"))), nil
 }

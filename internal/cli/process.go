@@ -162,7 +162,8 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags, acc
 	if err != nil {
 		return err
 	}
-	provider, err := accel.provider(nodeLog)
+	nodeState := filepath.Join(cfg.StateDir, "node")
+	provider, err := accel.provider(nodeLog, nodeState)
 	if err != nil {
 		return err
 	}
@@ -195,7 +196,7 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags, acc
 	nodeStarted := time.Now()
 	go func() {
 		nodeErr <- node.Run(ctx, node.Config{
-			Endpoint: srv.NodeEndpoint, NodeID: devNodeID, StateDir: filepath.Join(cfg.StateDir, "node"), EnrollmentGrant: secret,
+			Endpoint: srv.NodeEndpoint, NodeID: devNodeID, StateDir: nodeState, EnrollmentGrant: secret,
 			Pools:    []node.Pool{{Name: "default", Dir: poolDir, Default: true}},
 			Provider: provider, Network: network,
 			Logger: nodeLog, TracerProvider: cfg.TracerProvider,

@@ -2,17 +2,12 @@ package testenv
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
-	"github.com/kibotos/kibotos/internal/node/fsutil"
 	"github.com/kibotos/kibotos/internal/node/vm/qemu"
 )
 
@@ -53,45 +48,21 @@ func HostAccel() (qemu.Accel, error) {
 }
 
 // cachedAccel reads the kept verdict for this boot and QEMU binary, or
-// probes with the test platform (built only then) and keeps it. Two
-// binaries probing at once both keep theirs; both are the host's answer.
+// probes with the test platform (built only then) and keeps it, as a node
+// with a verdict directory does (qemu.WithVerdictDir).
 func cachedAccel(cache string) (qemu.Accel, error) {
 	bin, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		return "", fmt.Errorf("QEMU is not installed: %w", err)
 	}
-	key, err := accelKey(bin)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(cache, "accel", key)
-	if b, err := os.ReadFile(path); err == nil {
-		if a, err := qemu.ParseAccel(strings.TrimSpace(string(b))); err == nil && a != "" {
-			return a, nil
-		}
+	dir := filepath.Join(cache, "accel")
+	if a := qemu.KeptAccel(dir, bin); a != "" {
+		return a, nil
 	}
 	art, err := vmArtifacts(cache)
 	if err != nil {
 		return "", err
 	}
 	a, _ := qemu.ChooseAccel(context.Background(), qemu.Spec{Binary: bin, Kernel: art.Kernel(), Initrd: art.Initrd(), VCPUs: 1})
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return "", err
-	}
-	return a, fsutil.WriteFileAtomic(filepath.Dir(path), key, []byte(a), 0o644)
-}
-
-// accelKey names a verdict by what decides it: the host's boot (KVM comes
-// and goes with the host's own hypervisor) and the QEMU binary.
-func accelKey(bin string) (string, error) {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return "", err
-	}
-	fi, err := os.Stat(bin)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.Sum256(fmt.Appendf(nil, "%s\n%s\n%d\n%d", strings.TrimSpace(string(boot)), bin, fi.Size(), fi.ModTime().UnixNano()))
-	return hex.EncodeToString(h[:8]), nil
+	return a, qemu.KeepAccel(dir, bin, a)
 }

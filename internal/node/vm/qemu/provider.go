@@ -33,10 +33,11 @@ type Provider struct {
 	binErr error
 	log    *slog.Logger
 
-	probeMu   sync.Mutex // held while probing
-	accelMu   sync.Mutex
-	accel     Accel
-	accelDone bool // probed, or set (WithAccel)
+	probeMu    sync.Mutex // held while probing
+	accelMu    sync.Mutex
+	accel      Accel
+	accelDone  bool   // probed, kept from a probe, or set (WithAccel)
+	verdictDir string // where the probe's verdict is kept; "" keeps none
 }
 
 // Option configures a Provider at New.
@@ -116,7 +117,8 @@ func (p *Provider) Capabilities() []string {
 }
 
 // Prepare probes KVM once per provider, with the first platform the node
-// boots (ChooseAccel). A probe that ctx cut short is no verdict: the next
+// boots (ChooseAccel), unless a verdict is kept for this boot
+// (WithVerdictDir). A probe that ctx cut short is no verdict: the next
 // Prepare probes again, and Prepare answers ctx's error.
 func (p *Provider) Prepare(ctx context.Context, kernel, initrd string) error {
 	p.probeMu.Lock()
@@ -127,15 +129,36 @@ func (p *Provider) Prepare(ctx context.Context, kernel, initrd string) error {
 	if done {
 		return nil
 	}
-	accel, why := ChooseAccel(ctx, Spec{Binary: p.bin, Kernel: kernel, Initrd: initrd, VCPUs: 1})
-	if err := ctx.Err(); err != nil {
-		return err
+	accel, why, settled := p.keptAccel()
+	if accel == "" {
+		accel, why, settled = chooseAccel(ctx, Spec{Binary: p.bin, Kernel: kernel, Initrd: initrd, VCPUs: 1})
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if settled && p.verdictDir != "" {
+			if err := KeepAccel(p.verdictDir, p.bin, accel); err != nil {
+				p.log.Warn("cannot keep the accelerator verdict: the next start probes again", "dir", p.verdictDir, "err", err)
+			}
+		}
 	}
 	p.accelMu.Lock()
 	p.accel, p.accelDone = accel, true
 	p.accelMu.Unlock()
-	p.log.Info("accelerator chosen", "accel", accel, "why", why)
+	p.log.Info("accelerator chosen", "accel", accel, "why", why, "settled", settled)
 	return nil
+}
+
+// keptAccel is the verdict an earlier probe kept for this boot and QEMU
+// binary (WithVerdictDir), or "".
+func (p *Provider) keptAccel() (Accel, string, bool) {
+	if p.verdictDir == "" {
+		return "", "", false
+	}
+	a := KeptAccel(p.verdictDir, p.bin)
+	if a == "" {
+		return "", "", false
+	}
+	return a, fmt.Sprintf("an earlier probe's verdict on this boot, kept in %s: no probe", p.verdictDir), true
 }
 
 func (p *Provider) chosenAccel() Accel {
