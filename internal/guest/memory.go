@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,7 +25,10 @@ import (
 // /proc/pressure/memory: the time every runnable process was stalled
 // waiting for memory) and judges:
 //   - SATURATED when the full stall share over the last Window reaches
-//     SaturatedPermille ("most of the time"), NORMAL below it;
+//     SaturatedPermille ("most of the time"), NORMAL below it. Until its own
+//     samples span half a Window (after boot, after a kill) the kernel's
+//     own ten-second average (avg10) is the share judged: every report is
+//     a measurement, none a guess;
 //   - once SATURATED has lasted KillAfter, it kills the process with the
 //     largest resident set (never PID 1, never a kernel thread), and
 //     reports it, so a runaway process does not hold the Workspace at a
@@ -53,6 +58,12 @@ type MemoryWatch struct {
 type psiSample struct {
 	at      time.Time
 	totalUS uint64 // the full line's total stall, in microseconds
+}
+
+// fullStall is what the "full" line of pressure/memory says.
+type fullStall struct {
+	totalUS       uint64 // total stall since boot, in microseconds
+	avg10Permille uint32 // the kernel's ten-second average, in thousandths
 }
 
 // ErrNoPSI means the guest kernel does not account memory pressure.
@@ -92,25 +103,26 @@ func (m *MemoryWatch) Report() *guestv1.MemoryReport {
 // Sample reads PSI once at now and updates the judgment, killing when
 // saturation has lasted KillAfter.
 func (m *MemoryWatch) Sample(now time.Time) {
-	total, err := readFullStall(m.ProcDir)
+	stall, err := readFullStall(m.ProcDir)
 	if err != nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.report == nil {
-		m.report = &guestv1.MemoryReport{Condition: guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL}
+		m.report = &guestv1.MemoryReport{}
 	}
-	m.samples = append(m.samples, psiSample{at: now, totalUS: total})
+	m.samples = append(m.samples, psiSample{at: now, totalUS: stall.totalUS})
 	for len(m.samples) > 1 && now.Sub(m.samples[1].at) >= Window {
 		m.samples = m.samples[1:]
 	}
 	first := m.samples[0]
 	span := now.Sub(first.at)
-	if span < Window/2 {
-		return // too short a window to judge
+	permille, over := stall.avg10Permille, "the kernel's ten-second average" // too short a window of its own
+	if span >= Window/2 {
+		permille = uint32(min(1000, (stall.totalUS-first.totalUS)*1000/uint64(span.Microseconds())))
+		over = "the last " + span.Round(time.Second).String()
 	}
-	permille := uint32(min(1000, (total-first.totalUS)*1000/uint64(span.Microseconds())))
 	m.report.FullAvg10Permille = permille
 	if permille < SaturatedPermille {
 		m.report.Condition, m.report.SaturatedSince = guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL, nil
@@ -119,7 +131,7 @@ func (m *MemoryWatch) Sample(now time.Time) {
 	if m.report.GetCondition() != guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED {
 		m.report.Condition = guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED
 		m.report.SaturatedSince = timestamppb.New(first.at)
-		m.logf("memory saturated: every process stalled %d‰ of the last %s", permille, span.Round(time.Second))
+		m.logf("memory saturated: every process stalled %d‰ of %s", permille, over)
 	}
 	saturatedFor := now.Sub(m.report.GetSaturatedSince().AsTime())
 	if saturatedFor < KillAfter {
@@ -129,7 +141,8 @@ func (m *MemoryWatch) Sample(now time.Time) {
 }
 
 // killLargest kills the process with the largest resident set and starts
-// the judgment anew: the next window shows whether that was enough.
+// the judgment anew: the report stays SATURATED, counted from the kill,
+// until a judgment shows the kill was enough.
 func (m *MemoryWatch) killLargest(now time.Time, permille uint32, window, saturatedFor time.Duration) {
 	p, err := largestProcess(m.ProcDir)
 	if err != nil {
@@ -150,7 +163,7 @@ func (m *MemoryWatch) killLargest(now time.Time, permille uint32, window, satura
 		KilledAt: timestamppb.New(now), Pid: int32(p.pid), Command: p.command, RssBytes: p.rssBytes,
 		FullStallPermille: permille, Window: durationpb.New(window), SaturatedFor: durationpb.New(saturatedFor),
 	}
-	m.report.Condition, m.report.SaturatedSince = guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL, nil
+	m.report.SaturatedSince = timestamppb.New(now)
 	m.samples = m.samples[len(m.samples)-1:]
 }
 
@@ -160,12 +173,11 @@ func (m *MemoryWatch) logf(format string, args ...any) {
 	}
 }
 
-// readFullStall reads the total of the "full" line of
-// <procDir>/pressure/memory, in microseconds.
-func readFullStall(procDir string) (uint64, error) {
+// readFullStall reads the "full" line of <procDir>/pressure/memory.
+func readFullStall(procDir string) (fullStall, error) {
 	f, err := os.Open(filepath.Join(procDir, "pressure/memory"))
 	if err != nil {
-		return 0, err
+		return fullStall{}, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -174,16 +186,38 @@ func readFullStall(procDir string) (uint64, error) {
 		if len(fields) == 0 || fields[0] != "full" {
 			continue
 		}
-		for _, kv := range fields[1:] {
-			if v, ok := strings.CutPrefix(kv, "total="); ok {
-				return strconv.ParseUint(v, 10, 64)
-			}
-		}
+		return parseFullStall(fields[1:])
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return fullStall{}, err
 	}
-	return 0, errors.New("no full total in pressure/memory")
+	return fullStall{}, errors.New("no full line in pressure/memory")
+}
+
+// parseFullStall reads a full line's fields: "avg10=1.23 ... total=456".
+func parseFullStall(fields []string) (fullStall, error) {
+	var st fullStall
+	var haveTotal, haveAvg bool
+	for _, kv := range fields {
+		if v, ok := strings.CutPrefix(kv, "total="); ok {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return fullStall{}, fmt.Errorf("pressure/memory full total: %w", err)
+			}
+			st.totalUS, haveTotal = n, true
+		}
+		if v, ok := strings.CutPrefix(kv, "avg10="); ok {
+			pct, err := strconv.ParseFloat(v, 64)
+			if err != nil || pct < 0 {
+				return fullStall{}, fmt.Errorf("pressure/memory full avg10 %q", v)
+			}
+			st.avg10Permille, haveAvg = uint32(min(1000, math.Round(pct*10))), true
+		}
+	}
+	if !haveTotal || !haveAvg {
+		return fullStall{}, errors.New("no full total and avg10 in pressure/memory")
+	}
+	return st, nil
 }
 
 type process struct {

@@ -25,8 +25,11 @@ func newFakeProc(t *testing.T) *fakeProc {
 	return p
 }
 
-func (p *fakeProc) pressure(fullTotalUS uint64) {
-	data := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=%d\n", fullTotalUS, fullTotalUS)
+func (p *fakeProc) pressure(fullTotalUS uint64) { p.pressureAvg(fullTotalUS, 0) }
+
+// pressureAvg also sets the kernel's ten-second average, in percent.
+func (p *fakeProc) pressureAvg(fullTotalUS uint64, avg10 float64) {
+	data := fmt.Sprintf("some avg10=%.2f avg60=0.00 avg300=0.00 total=%d\nfull avg10=%.2f avg60=0.00 avg300=0.00 total=%d\n", avg10, fullTotalUS, avg10, fullTotalUS)
 	if err := os.WriteFile(filepath.Join(p.dir, "pressure/memory"), []byte(data), 0o644); err != nil {
 		p.t.Fatal(err)
 	}
@@ -74,9 +77,10 @@ func TestMemoryWatchJudgesAndKillsTheLargest(t *testing.T) {
 		m.Sample(t0.Add(at))
 		return m.Report()
 	}
-	// Calm: 1% stalled.
+	// Calm: 1% stalled. The first seconds are judged by the kernel's
+	// average (0.00 here), the rest by the watch's own window.
 	for s := range 10 {
-		if r := step(time.Duration(s)*time.Second, 10_000); s >= 5 && r.GetCondition() != guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL {
+		if r := step(time.Duration(s)*time.Second, 10_000); r.GetCondition() != guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL {
 			t.Fatalf("second %d: %v, want NORMAL", s, r.GetCondition())
 		}
 	}
@@ -105,7 +109,54 @@ func TestMemoryWatchJudgesAndKillsTheLargest(t *testing.T) {
 	if k.GetFullStallPermille() < guest.SaturatedPermille || k.GetSaturatedFor().AsDuration() < guest.KillAfter || k.GetWindow().AsDuration() == 0 {
 		t.Fatalf("kill %v", k)
 	}
-	if r.GetCondition() != guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL {
-		t.Fatalf("after the kill the judgment starts anew; got %v", r.GetCondition())
+	// Until a judgment shows the kill was enough, the report stays
+	// SATURATED, counted from the kill.
+	killedAt := k.GetKilledAt().AsTime()
+	if r.GetCondition() != guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED || !r.GetSaturatedSince().AsTime().Equal(killedAt) {
+		t.Fatalf("right after the kill: %v since %v, want SATURATED since the kill (%v)", r.GetCondition(), r.GetSaturatedSince().AsTime(), killedAt)
+	}
+	// The kernel's average still says 90% a second later: still SATURATED,
+	// and no second kill.
+	at := killedAt.Sub(t0) + time.Second
+	total += 100_000
+	p.pressureAvg(total, 90)
+	m.Sample(t0.Add(at))
+	if r := m.Report(); r.GetCondition() != guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED || len(killed) != 1 {
+		t.Fatalf("a second after the kill, the kernel's average at 90%%: %v, kills %v", r.GetCondition(), killed)
+	}
+	// Once it falls below half, NORMAL again.
+	total += 10_000
+	p.pressureAvg(total, 40)
+	m.Sample(t0.Add(at + time.Second))
+	if r := m.Report(); r.GetCondition() != guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL || r.GetSaturatedSince() != nil || r.GetFullAvg10Permille() != 400 {
+		t.Fatalf("the kernel's average at 40%%: %v", r)
+	}
+}
+
+// A watch that has just started has no window of its own: the kernel's
+// ten-second average judges its first report, which is never a NORMAL it
+// did not measure (O28).
+func TestMemoryWatchJudgesItsFirstSampleByTheKernelsAverage(t *testing.T) {
+	for _, tc := range []struct {
+		avg10 float64
+		want  guestv1.MemoryCondition
+	}{
+		{0, guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL},
+		{49.94, guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL},
+		{50.00, guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED},
+		{97.5, guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED},
+	} {
+		p := newFakeProc(t)
+		p.pressureAvg(123_456, tc.avg10)
+		m := &guest.MemoryWatch{ProcDir: p.dir, Kill: func(int) error { t.Fatal("killed at the first sample"); return nil }}
+		now := time.Unix(1_700_000_000, 0)
+		m.Sample(now)
+		r := m.Report()
+		if r.GetCondition() != tc.want || r.GetFullAvg10Permille() != uint32(tc.avg10*10+0.5) {
+			t.Errorf("avg10=%.2f: %v at %d‰, want %v", tc.avg10, r.GetCondition(), r.GetFullAvg10Permille(), tc.want)
+		}
+		if tc.want == guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED && !r.GetSaturatedSince().AsTime().Equal(now) {
+			t.Errorf("avg10=%.2f: saturated since %v, want %v", tc.avg10, r.GetSaturatedSince().AsTime(), now)
+		}
 	}
 }
