@@ -96,6 +96,11 @@ func TestWorkspaceLifecycleOnARealVM(t *testing.T) {
 			t.Errorf("guest machine lacks %q:\n%s", want, machine)
 		}
 	}
+	// The memory requested is exactly the guest's RAM: its physical memory
+	// map ends at 256 MiB (microvm maps RAM from 0, below the 32-bit hole).
+	if iomem := d.mustKibotos(t, "workspace", "exec", id, "--", "grep", "System RAM", "/proc/iomem"); !strings.Contains(iomem, "-0fffffff : System RAM") {
+		t.Errorf("the guest's RAM for 256 MiB requested:\n%s", iomem)
+	}
 	// The guest judges its memory from PSI, and the probe reports it.
 	waitUntil(t, "memory condition NORMAL", 2*time.Minute, func() bool {
 		return d.workspace(t, id).GetGuestObservation().GetMemoryCondition() == ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_NORMAL
