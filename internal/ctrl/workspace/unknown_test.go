@@ -10,6 +10,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/session"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -71,6 +72,12 @@ func TestAWorkspaceWhoseNodeHasNoSessionReadsUnknown(t *testing.T) {
 				return err
 			}); err != nil || stored.GetState() != available {
 				t.Errorf("the record of %s: %v, %v; want it left AVAILABLE", id, stored.GetState(), err)
+			}
+			// Nothing is admitted differently: a session is issued for
+			// the execution, which may still run (session.proto).
+			issued, err := session.New(e.store, "http://endpoint").Issue(ctx, &ctrlv1.IssueDataPlaneSessionRequest{WorkspaceId: id})
+			if err != nil || issued.GetSession().GetGeneration() != stored.GetGeneration() {
+				t.Errorf("IssueDataPlaneSession for %s reading UNKNOWN: %v, %v; want a session for its execution", id, issued.GetSession(), err)
 			}
 		}
 

@@ -51,6 +51,12 @@ type SessionServiceClient interface {
 	// Workspace that is not AVAILABLE is failed_precondition; a missing one
 	// not_found; a ttl out of range invalid_argument. Stage
 	// FAILURE_STAGE_ISSUING_SESSION.
+	//
+	// (designed here) A Workspace that reads UNKNOWN is AVAILABLE in ctrl's
+	// record and gets a session, as nothing else is admitted differently
+	// then: its execution may still run, and the session serves it once the
+	// node's control session is back; calls through it meanwhile fail as
+	// unavailable, as they would with an API key.
 	IssueDataPlaneSession(context.Context, *connect.Request[v1.IssueDataPlaneSessionRequest]) (*connect.Response[v1.IssueDataPlaneSessionResponse], error)
 	// RotateDataPlaneSession gives the session a new token valid for ttl. The
 	// previous token keeps working for a grace of at most one minute (never
@@ -130,6 +136,12 @@ type SessionServiceHandler interface {
 	// Workspace that is not AVAILABLE is failed_precondition; a missing one
 	// not_found; a ttl out of range invalid_argument. Stage
 	// FAILURE_STAGE_ISSUING_SESSION.
+	//
+	// (designed here) A Workspace that reads UNKNOWN is AVAILABLE in ctrl's
+	// record and gets a session, as nothing else is admitted differently
+	// then: its execution may still run, and the session serves it once the
+	// node's control session is back; calls through it meanwhile fail as
+	// unavailable, as they would with an API key.
 	IssueDataPlaneSession(context.Context, *connect.Request[v1.IssueDataPlaneSessionRequest]) (*connect.Response[v1.IssueDataPlaneSessionResponse], error)
 	// RotateDataPlaneSession gives the session a new token valid for ttl. The
 	// previous token keeps working for a grace of at most one minute (never

@@ -96,6 +96,12 @@ class SessionServiceServicer(object):
         Workspace that is not AVAILABLE is failed_precondition; a missing one
         not_found; a ttl out of range invalid_argument. Stage
         FAILURE_STAGE_ISSUING_SESSION.
+
+        (designed here) A Workspace that reads UNKNOWN is AVAILABLE in ctrl's
+        record and gets a session, as nothing else is admitted differently
+        then: its execution may still run, and the session serves it once the
+        node's control session is back; calls through it meanwhile fail as
+        unavailable, as they would with an API key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -315,6 +315,12 @@ export const SessionService: GenService<{
    * not_found; a ttl out of range invalid_argument. Stage
    * FAILURE_STAGE_ISSUING_SESSION.
    *
+   * (designed here) A Workspace that reads UNKNOWN is AVAILABLE in ctrl's
+   * record and gets a session, as nothing else is admitted differently
+   * then: its execution may still run, and the session serves it once the
+   * node's control session is back; calls through it meanwhile fail as
+   * unavailable, as they would with an API key.
+   *
    * @generated from rpc kibotos.ctrl.v1.SessionService.IssueDataPlaneSession
    */
   issueDataPlaneSession: {
