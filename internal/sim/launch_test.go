@@ -61,8 +61,9 @@ func newDefaultPlatform(t *testing.T, cat *catalog.Catalog) {
 // A create keeps the launch_ref it was admitted with when the default
 // changes before it is placed (workspaces.md S2: "every other path into a
 // running state keeps the stored value"): it waits while the only node is
-// drained, a new default is registered, and once the drain is cancelled the
-// Workspace runs on the Launch it was admitted with.
+// drained, a new default is registered, a retry of the create answers the
+// Workspace as admitted, and once the drain is cancelled the Workspace runs
+// on the Launch it was admitted with.
 func TestACreatePlacedAfterANewDefaultKeepsItsLaunch(t *testing.T) {
 	c, _ := oneNode(t, nil)
 	ready, err := readyNodes(c)
@@ -83,6 +84,24 @@ func TestACreatePlacedAfterANewDefaultKeepsItsLaunch(t *testing.T) {
 		t.Fatal("the create was admitted without a launch_ref")
 	}
 	newDefaultPlatform(t, c.Ctrl.Catalog())
+	// A retry of the create after the new default is its replay: the
+	// same Workspace, with the launch_ref it was admitted with.
+	retry, err := c.Workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "create"}, Spec: &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{MemoryBytes: 256 * mib},
+			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := retry.Msg.GetWorkspace(); got.GetWorkspaceId() != id || got.GetSpec().GetLaunchRef() != admitted.GetLaunchRef() {
+		t.Errorf("the create's retry after the new default: Workspace %s with launch_ref %q, want %s with %q",
+			got.GetWorkspaceId(), got.GetSpec().GetLaunchRef(), id, admitted.GetLaunchRef())
+	}
+	if got := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING).GetSpec(); got.GetLaunchRef() != admitted.GetLaunchRef() {
+		t.Errorf("after the create's retry: launch_ref %q, want %q", got.GetLaunchRef(), admitted.GetLaunchRef())
+	}
 	if _, err := c.Nodes.CancelNodeDrain(ctx, connect.NewRequest(&operatorv1.CancelNodeDrainRequest{Command: &ctrlv1.CommandMetadata{CommandId: "undrain"}, NodeId: nodeID})); err != nil {
 		t.Fatal(err)
 	}
