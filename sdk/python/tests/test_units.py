@@ -7,7 +7,7 @@ import pytest
 
 from kibotos import _config, _rpc, errors, process
 from kibotos.ctrl.v1 import process_pb2, types_pb2, workspace_pb2
-from kibotos.workspace import parse_size
+from kibotos.workspace import Workspaces, parse_size
 
 
 def test_parse_size():
@@ -181,3 +181,43 @@ def test_exec_retries_with_its_command_id_and_resumes_from_offsets(monkeypatch):
     assert len(fake.exec_ids) == 2 and len(set(fake.exec_ids)) == 1
     assert fake.resumed_from == [("p-1", 2, 1)]
     assert (result.stdout, result.stderr, result.exit_code, result.process_id) == ("abcd", "e", 4, "p-1")
+
+
+class _FakeWorkspaces:
+    """A WorkspaceService that answers a create, then WaitWorkspace with
+    progress and then the end, and refuses GetWorkspace."""
+
+    def __init__(self):
+        self.waits, self.gets = [], 0
+
+    def CreateWorkspace(self, request, metadata, timeout):
+        return workspace_pb2.CreateWorkspaceResponse(
+            workspace=types_pb2.Workspace(workspace_id="ws-1", state=types_pb2.WORKSPACE_STATE_CREATING),
+            command=workspace_pb2.WorkspaceCommand(command_id=request.command.command_id),
+        )
+
+    def WaitWorkspace(self, request, metadata, timeout):
+        self.waits.append((request.workspace_id, request.command_id))
+        done = len(self.waits) > 1  # the first answer is progress: the wait's time ran out
+        return workspace_pb2.WaitWorkspaceResponse(
+            workspace=types_pb2.Workspace(
+                workspace_id="ws-1", state=types_pb2.WORKSPACE_STATE_AVAILABLE if done else types_pb2.WORKSPACE_STATE_CREATING
+            ),
+            command=workspace_pb2.WorkspaceCommand(
+                command_id=request.command_id,
+                state=workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED if done else workspace_pb2.WORKSPACE_COMMAND_STATE_RUNNING,
+            ),
+        )
+
+    def GetWorkspace(self, request, metadata, timeout):
+        self.gets += 1
+        raise _RpcError(grpc.StatusCode.INTERNAL)
+
+
+def test_create_follows_with_wait_workspace_and_never_polls():
+    conn = _rpc.Connection("http://127.0.0.1:1", "", timeout=1, retries=0)
+    conn.workspaces = fake = _FakeWorkspaces()
+    ws = Workspaces(conn).create()
+    assert ws.info.state == types_pb2.WORKSPACE_STATE_AVAILABLE
+    assert fake.gets == 0, "a follower polled GetWorkspace"
+    assert len(fake.waits) == 2 and fake.waits[0][0] == "ws-1" and fake.waits[0][1].startswith("py-")

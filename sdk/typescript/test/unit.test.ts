@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
-import { WorkspaceService } from "@kibotos/sdk/gen/workspace_pb";
+import { WorkspaceCommandSchema, WorkspaceCommandState, WorkspaceService } from "@kibotos/sdk/gen/workspace_pb";
 import { WorkspaceSchema, WorkspaceState } from "@kibotos/sdk/gen/types_pb";
 import { ApiError, Kibotos, loadConfig, parseEnvFile, parseSize } from "@kibotos/sdk";
 
@@ -84,4 +84,33 @@ test("retries end: the last `unavailable` is thrown", async () => {
   const err = await new Kibotos({ transport, retry: { attempts: 3, initialDelayMs: 1 } }).workspaces.get("ws-x").catch((e: unknown) => e);
   assert.ok(err instanceof ApiError && err.code === Code.Unavailable && err.retryable, String(err));
   assert.equal(counter.calls, 3);
+});
+
+test("create follows its command with WaitWorkspace and never polls GetWorkspace", async () => {
+  const calls = { wait: 0, get: 0 };
+  const transport = createRouterTransport(({ service }) => {
+    service(WorkspaceService, {
+      createWorkspace(req) {
+        return { workspace: create(WorkspaceSchema, { workspaceId: "ws-1", state: WorkspaceState.CREATING }), command: { commandId: req.command?.commandId } };
+      },
+      waitWorkspace(req) {
+        calls.wait++;
+        assert.equal(req.workspaceId, "ws-1");
+        assert.ok(req.commandId, "WaitWorkspace names the create's command");
+        // The first answer is progress (the wait's time ran out); the second, the end.
+        const done = calls.wait > 1;
+        return {
+          workspace: create(WorkspaceSchema, { workspaceId: "ws-1", state: done ? WorkspaceState.AVAILABLE : WorkspaceState.CREATING }),
+          command: create(WorkspaceCommandSchema, { commandId: req.commandId, state: done ? WorkspaceCommandState.SUCCEEDED : WorkspaceCommandState.RUNNING }),
+        };
+      },
+      getWorkspace() {
+        calls.get++;
+        throw new ConnectError("a follower polled GetWorkspace", Code.Internal);
+      },
+    });
+  });
+  const ws = await new Kibotos({ transport }).workspaces.create();
+  assert.equal(ws.state, WorkspaceState.AVAILABLE);
+  assert.deepEqual(calls, { wait: 2, get: 0 });
 });
