@@ -222,6 +222,13 @@ func (p *Processes) StreamProcessOutput(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return err
 	}
+	// The headers now, not with the first event, which may be a process's
+	// first output minutes away or the 15-s keepalive: a client waiting
+	// for the response knows the stream is open. What the guest refuses
+	// still ends the stream with its error.
+	if err := stream.Send(nil); err != nil {
+		return err
+	}
 	in, err := g.StreamProcessOutput(ctx, connect.NewRequest(&guestv1.StreamProcessOutputRequest{Request: req.Msg}))
 	if err != nil {
 		return p.ended(relayErr(err, stageStream), g, stageStream)

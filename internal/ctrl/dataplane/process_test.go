@@ -562,3 +562,34 @@ func TestACutStreamIsUnavailableAndResumes(t *testing.T) {
 		t.Errorf("resumed from offset 3: %v %v, want def at 3, then the exit", events, err)
 	}
 }
+
+// A StreamProcessOutput whose process has nothing to send yet answers its
+// headers at once, not with its first event: a client that waits for the
+// response (its headers) knows the stream is open before the process
+// writes anything or the first keepalive (15 s) comes. Here the process
+// writes only what the test sends it once the headers have come, so its
+// first event is that output, not the keepalive that carried the headers
+// before.
+func TestAnIdleStreamAnswersItsHeadersBeforeAnyEvent(t *testing.T) {
+	e := newEnv(t, storetest.SQLiteDSN(t))
+	ws := e.execution(t, "ws-1.1", "node-a", 1)
+	p := start(t, e.procs, ws, "", &ctrlv1.ProcessSpec{Argv: []string{"cat"}, Stdin: true})
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	s, err := e.procs.StreamProcessOutput(ctx, connect.NewRequest(&ctrlv1.StreamProcessOutputRequest{WorkspaceId: ws, ProcessId: p.GetProcessId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := s.Conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.ResponseHeader() // blocks until the response has begun
+	if _, err := e.procs.SendProcessInput(bg, connect.NewRequest(&ctrlv1.SendProcessInputRequest{WorkspaceId: ws, ProcessId: p.GetProcessId(), Data: []byte("x"), Close: true})); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Receive() || string(s.Msg().GetOutput().GetData()) != "x" {
+		t.Errorf("first event after the headers and then the input: %v %v, want the output x", s.Msg(), s.Err())
+	}
+}
