@@ -81,11 +81,11 @@ func (t *Tx) ArtifactOnNodes(digest, first, last string) (map[string]NodeArtifac
 }
 
 // ArtifactReadiness counts the admitted nodes, and among them those ready
-// to use digest: holding it complete, with a live session seen since
-// liveSince, advertising one of capabilities. One aggregate, not a read of
+// to use digest: holding it complete, with a session live at liveAt
+// (CandidateQuery.LiveAt), advertising one of capabilities. One aggregate, not a read of
 // every node.
-func (t *Tx) ArtifactReadiness(digest string, liveSince time.Time, capabilities []string) (ready, admitted int, err error) {
-	args := []any{nanos(liveSince)}
+func (t *Tx) ArtifactReadiness(digest string, liveAt time.Time, capabilities []string) (ready, admitted int, err error) {
+	args := []any{nanos(liveAt)}
 	caps := []string{"1 = 0"}
 	for _, c := range capabilities {
 		caps = append(caps, t.d.listHas("p.capabilities"))
@@ -93,7 +93,7 @@ func (t *Tx) ArtifactReadiness(digest string, liveSince time.Time, capabilities 
 	}
 	args = append(args, digest)
 	var r, n int64
-	err = t.queryRow(`SELECT CAST(COALESCE(SUM(CASE WHEN a.complete = 1 AND p.live = 1 AND p.last_seen_at >= ? AND (`+
+	err = t.queryRow(`SELECT CAST(COALESCE(SUM(CASE WHEN a.complete = 1 AND p.live = 1 AND p.live_until >= ? AND (`+
 		strings.Join(caps, " OR ")+`) THEN 1 ELSE 0 END), 0) AS BIGINT), COUNT(*)
 		FROM node_placement p LEFT JOIN node_artifacts a ON a.node_id = p.node_id AND a.digest = ?
 		WHERE p.admitted = 1`, args...).Scan(&r, &n)

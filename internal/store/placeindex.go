@@ -362,7 +362,7 @@ func anys(ss []string) []any {
 // admits is q's condition (PlacementCandidates' WHERE clause) on p, in
 // memory, with the same integer arithmetic.
 func (q CandidateQuery) admits(p *NodePlacement) bool {
-	if !p.Admitted || p.Isolated || !p.Live || p.LastSeenAt.Before(q.LiveSince) || p.Draining != q.Draining {
+	if !p.Admitted || p.Isolated || !p.Live || p.LiveUntil.Before(q.LiveAt) || p.Draining != q.Draining {
 		return false
 	}
 	if q.Fit {
@@ -403,9 +403,9 @@ func (t *Tx) AllocateCandidate(held *Allocation, a Allocation, q CandidateQuery,
 			return "", false, err
 		}
 	}
-	cond := ` AND admitted = 1 AND isolated = 0 AND live = 1 AND last_seen_at >= ? AND draining = 0
+	cond := ` AND admitted = 1 AND isolated = 0 AND live = 1 AND live_until >= ? AND draining = 0
 		AND ready = 1 AND clock_skewed = 0 AND memory_tight = 0 AND ` + fits
-	args := []any{nanos(q.LiveSince), int64(a.CPUMillis), int64(q.Defaults.CPU), int64(a.MemoryBytes), int64(q.Defaults.Memory)}
+	args := []any{nanos(q.LiveAt), int64(a.CPUMillis), int64(q.Defaults.CPU), int64(a.MemoryBytes), int64(q.Defaults.Memory)}
 	has := func(column, item string) string {
 		args = append(args, listItem(item))
 		return t.d.listHas(column)

@@ -22,15 +22,18 @@ import (
 type NodePlacement struct {
 	NodeID string
 	// Admitted: admission ADMITTED. Isolated: the current incarnation is
-	// isolated. Live: the stored session says live (LastSeenAt says how
-	// recently). Ready: reconciled (status READY as stored).
+	// isolated. Live: the stored session says live (LiveUntil says until
+	// when). Ready: reconciled (status READY as stored).
 	Admitted, Isolated, Live, Ready bool
 	// ClockSkewed: the latest clock measurement exceeds the tolerance.
 	ClockSkewed bool
 	// MemoryTight: the node judges its host's memory tight.
 	MemoryTight bool
 	Draining    bool
-	LastSeenAt  time.Time
+	// LastSeenAt is when ctrl last wrote a message of the session heard;
+	// LiveUntil the holder's lease on it (LiveUntil).
+	LastSeenAt time.Time
+	LiveUntil  time.Time
 	// CPUMillis and MemoryBytes are the host resources the node reports.
 	CPUMillis   uint64
 	MemoryBytes uint64
@@ -94,6 +97,7 @@ func placementOf(n *operatorv1.NodeRegistration) *NodePlacement {
 	if s := n.GetSession().GetLastSeenAt(); s != nil {
 		p.LastSeenAt = s.AsTime()
 	}
+	p.LiveUntil = LiveUntil(n.GetSession())
 	p.Capabilities = n.GetObservation().GetCapabilities()
 	for _, a := range n.GetStoragePools() {
 		if a.GetAvailable() {
@@ -108,6 +112,27 @@ func placementOf(n *operatorv1.NodeRegistration) *NodePlacement {
 
 // overrideOf is a node's own ratio as its stored record keeps it: present
 // only for an override.
+// legacyLiveWindow is how long after its last_seen_at a session recorded
+// live without live_until (written before leases were) is live: the window
+// every replica allowed then, with the default timings.
+const legacyLiveWindow = 75 * time.Second
+
+// LiveUntil is until when a session recorded live is live to a replica
+// that does not hold it: its holder's lease (live_until), or for a record
+// written before leases, legacyLiveWindow after it was last seen. Zero for
+// a session not recorded live.
+func LiveUntil(s *operatorv1.NodeSessionSummary) time.Time {
+	switch {
+	case !s.GetLive():
+		return time.Time{}
+	case s.GetLiveUntil() != nil:
+		return s.GetLiveUntil().AsTime()
+	case s.GetLastSeenAt() != nil:
+		return s.GetLastSeenAt().AsTime().Add(legacyLiveWindow)
+	}
+	return time.Time{}
+}
+
 func overrideOf(r *operatorv1.OvercommitRatio) uint32 {
 	if r.GetSource() == operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_NODE {
 		return r.GetThousandths()
@@ -126,43 +151,49 @@ func (t *Tx) putPlacement(n *operatorv1.NodeRegistration) error {
 	return nil
 }
 
+// placementFields are the columns of node_placement a registration fills,
+// in placementArgs' order; node_id first.
+var placementFields = []string{"node_id", "admitted", "isolated", "live", "ready", "clock_skewed", "memory_tight",
+	"last_seen_at", "live_until", "cpu_millis", "memory_bytes", "cpu_ratio", "memory_ratio", "capabilities", "pools", "default_pool"}
+
 // placementUpsert is the statement writing rows placement rows, keeping
 // their drains and their Allocations' sums.
-func placementUpsert(rows int) string {
-	values := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", rows), ", ")
-	return `INSERT INTO node_placement (node_id, admitted, isolated, live, ready, clock_skewed, memory_tight,
-		last_seen_at, cpu_millis, memory_bytes, cpu_ratio, memory_ratio, capabilities, pools, default_pool)
-		VALUES ` + values + `
-		ON CONFLICT (node_id) DO UPDATE SET admitted = excluded.admitted, isolated = excluded.isolated, live = excluded.live,
-		ready = excluded.ready, clock_skewed = excluded.clock_skewed, memory_tight = excluded.memory_tight,
-		last_seen_at = excluded.last_seen_at, cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes,
-		cpu_ratio = excluded.cpu_ratio, memory_ratio = excluded.memory_ratio, capabilities = excluded.capabilities,
-		pools = excluded.pools, default_pool = excluded.default_pool`
+func placementUpsert(rows int) string { return placementUpsertOf(placementFields, rows) }
+
+// placementUpsertOf is placementUpsert of the columns fields.
+func placementUpsertOf(fields []string, rows int) string {
+	values := strings.TrimSuffix(strings.Repeat("("+marks(len(fields))+"), ", rows), ", ")
+	set := make([]string, 0, len(fields)-1)
+	for _, f := range fields[1:] {
+		set = append(set, f+" = excluded."+f)
+	}
+	return "INSERT INTO node_placement (" + strings.Join(fields, ", ") + ") VALUES " + values +
+		" ON CONFLICT (node_id) DO UPDATE SET " + strings.Join(set, ", ")
 }
 
 // placementArgs are the values of placement row p, as placementUpsert
 // takes them.
 func placementArgs(p *NodePlacement) []any {
 	return []any{p.NodeID, boolInt(p.Admitted), boolInt(p.Isolated), boolInt(p.Live), boolInt(p.Ready), boolInt(p.ClockSkewed),
-		boolInt(p.MemoryTight), nanos(p.LastSeenAt), int64(p.CPUMillis), int64(p.MemoryBytes), int64(p.CPURatio),
+		boolInt(p.MemoryTight), nanos(p.LastSeenAt), nanos(p.LiveUntil), int64(p.CPUMillis), int64(p.MemoryBytes), int64(p.CPURatio),
 		int64(p.MemoryRatio), strings.Join(p.Capabilities, ","), strings.Join(p.Pools, ","), p.DefaultPool}
 }
 
 const placementColumns = `SELECT node_id, admitted, isolated, live, ready, clock_skewed, memory_tight, draining, last_seen_at,
-	cpu_millis, memory_bytes, cpu_ratio, memory_ratio, capabilities, pools, default_pool,
+	live_until, cpu_millis, memory_bytes, cpu_ratio, memory_ratio, capabilities, pools, default_pool,
 	allocated_cpu_millis, allocated_memory_bytes, allocations FROM node_placement`
 
 func scanPlacement(row interface{ Scan(...any) error }) (*NodePlacement, error) {
 	p := &NodePlacement{}
-	var admitted, isolated, live, ready, skewed, tight, draining, seen, cpu, mem, cpuRatio, memRatio, allocCPU, allocMem, count int64
+	var admitted, isolated, live, ready, skewed, tight, draining, seen, until, cpu, mem, cpuRatio, memRatio, allocCPU, allocMem, count int64
 	var caps, pools string
 	if err := row.Scan(&p.NodeID, &admitted, &isolated, &live, &ready, &skewed, &tight, &draining, &seen,
-		&cpu, &mem, &cpuRatio, &memRatio, &caps, &pools, &p.DefaultPool, &allocCPU, &allocMem, &count); err != nil {
+		&until, &cpu, &mem, &cpuRatio, &memRatio, &caps, &pools, &p.DefaultPool, &allocCPU, &allocMem, &count); err != nil {
 		return nil, err
 	}
 	p.Admitted, p.Isolated, p.Live, p.Ready = admitted == 1, isolated == 1, live == 1, ready == 1
 	p.ClockSkewed, p.MemoryTight, p.Draining = skewed == 1, tight == 1, draining == 1
-	p.LastSeenAt = fromNanos(seen)
+	p.LastSeenAt, p.LiveUntil = fromNanos(seen), fromNanos(until)
 	p.CPUMillis, p.MemoryBytes = uint64(cpu), uint64(mem)
 	p.CPURatio, p.MemoryRatio = uint32(cpuRatio), uint32(memRatio)
 	p.Capabilities, p.Pools = splitList(caps), splitList(pools)
@@ -226,8 +257,9 @@ type CandidateQuery struct {
 	Limit int
 	// Draining selects draining nodes instead of the others.
 	Draining bool
-	// LiveSince is the oldest last_seen_at of a live session.
-	LiveSince time.Time
+	// LiveAt is when a session must be live (LiveUntil not before it);
+	// zero: every session recorded live is.
+	LiveAt time.Time
 	// Fit, when set, keeps only the nodes where Request fits under
 	// Defaults; nodes that are syncing, clock-skewed or memory tight are
 	// then left out too: they take no new execution.
@@ -244,8 +276,8 @@ type CandidateQuery struct {
 // with a live session that q selects, reaching every pool of q.
 // Capabilities are the caller's to check.
 func (t *Tx) PlacementCandidates(q CandidateQuery) ([]*NodePlacement, error) {
-	where := " WHERE node_id > ? AND admitted = 1 AND isolated = 0 AND live = 1 AND last_seen_at >= ? AND draining = ?"
-	args := []any{q.After, nanos(q.LiveSince), boolInt(q.Draining)}
+	where := " WHERE node_id > ? AND admitted = 1 AND isolated = 0 AND live = 1 AND live_until >= ? AND draining = ?"
+	args := []any{q.After, nanos(q.LiveAt), boolInt(q.Draining)}
 	if q.Fit {
 		where += " AND ready = 1 AND clock_skewed = 0 AND memory_tight = 0 AND " + fits
 		args = append(args, int64(q.Request.CPUMillis), int64(q.Defaults.CPU), int64(q.Request.MemoryBytes), int64(q.Defaults.Memory))
@@ -469,6 +501,31 @@ func (t *Tx) PutSetting(name string, old, value []byte) (bool, error) {
 	return n == 1, nil
 }
 
+// putPlacementBeforeLeases is putPlacement in migration 8, before
+// node_placement had live_until (migration 17 adds and fills it).
+func (t *Tx) putPlacementBeforeLeases(n *operatorv1.NodeRegistration) error {
+	i := slices.Index(placementFields, "live_until")
+	fields := slices.Delete(slices.Clone(placementFields), i, i+1)
+	_, err := t.exec(placementUpsertOf(fields, 1), slices.Delete(placementArgs(placementOf(n)), i, i+1)...)
+	return err
+}
+
+// backfillLeases (migration 17) fills each placement row's live_until from
+// its registration.
+func backfillLeases(tx *sql.Tx, d dialect) error {
+	nodes, err := readBodies(tx, "SELECT body FROM nodes", func() *operatorv1.NodeRegistration { return &operatorv1.NodeRegistration{} })
+	if err != nil {
+		return err
+	}
+	update := d.rebind("UPDATE node_placement SET live_until = ? WHERE node_id = ?")
+	for _, n := range nodes {
+		if _, err := tx.Exec(update, nanos(LiveUntil(n.GetSession())), n.GetNodeId()); err != nil {
+			return fmt.Errorf("node %s: %w", n.GetNodeId(), err)
+		}
+	}
+	return nil
+}
+
 // backfillPlacement (migration 8) writes the placement row of every
 // registration and an Allocation for every execution a runtime record
 // names, from the bodies written before the tables existed.
@@ -479,7 +536,7 @@ func backfillPlacement(tx *sql.Tx, d dialect) error {
 		return err
 	}
 	for _, n := range nodes {
-		if err := t.putPlacement(n); err != nil {
+		if err := t.putPlacementBeforeLeases(n); err != nil {
 			return err
 		}
 	}
@@ -543,8 +600,8 @@ const (
 
 // UnfitQuery is a placement to classify every node against.
 type UnfitQuery struct {
-	// LiveSince is the oldest last_seen_at of a live session.
-	LiveSince time.Time
+	// LiveAt is when a session must be live, as CandidateQuery.LiveAt.
+	LiveAt time.Time
 	// VMCapabilities are the capabilities of nodes that run executions:
 	// a node needs one of them. BlockFileCapability it needs too.
 	VMCapabilities      []string
@@ -588,8 +645,8 @@ func (t *Tx) CountUnfit(q UnfitQuery) (map[Unfit]int, error) {
 	add := func(cond string, class Unfit) { when = append(when, fmt.Sprintf("WHEN %s THEN '%s'", cond, class)) }
 	add("admitted = 0", UnfitNotAdmitted)
 	add("isolated = 1", UnfitIsolated)
-	args = append(args, nanos(q.LiveSince))
-	add("live = 0 OR last_seen_at < ?", UnfitNotLive)
+	args = append(args, nanos(q.LiveAt))
+	add("live = 0 OR live_until < ?", UnfitNotLive)
 	add("draining = 1", UnfitDraining)
 	add("ready = 0", UnfitSyncing)
 	add("clock_skewed = 1", UnfitClockSkewed)

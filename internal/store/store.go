@@ -349,6 +349,7 @@ var migrationHooks = map[int]func(*sql.Tx, dialect) error{
 	8:  backfillPlacement,
 	14: backfillPoolReserved,
 	16: backfillGrantEnrollments,
+	17: backfillLeases,
 }
 
 func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, version int, body string, hook func(*sql.Tx, dialect) error) error {

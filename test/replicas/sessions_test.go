@@ -97,3 +97,74 @@ func TestARetireThroughAnotherReplicaEndsTheSession(t *testing.T) {
 		t.Errorf("the retired node's registration once its session ended: %v %v, want no live session", got, err)
 	}
 }
+
+// A replica holding more sessions than its observation budget allows at
+// the configured interval asks its nodes to report less often, and writes
+// their registrations as rarely: here every 12 s or more (three nodes at a
+// quarter of an observation a second), past the 11 s a window of the
+// configuration alone allowed (a 1-s refresh and the least silence limit,
+// 10 s). Each write carries the holder's lease for its nodes' interval
+// (live_until), so replica b judges every session live throughout two of
+// those intervals, READY, and refuses IsolateNode ("It is refused while
+// the node still has a live control session").
+func TestALeaseCoversAReplicaThatSpreadsItsNodesReports(t *testing.T) {
+	ctx := context.Background()
+	const interval = 12 * time.Second
+	fc := ctrlfleet.Config{
+		ObservationInterval: 200 * time.Millisecond, ClockProbeInterval: 50 * time.Millisecond, ClockTolerance: time.Second,
+		RegistrationRefresh: time.Second, MaxObservationRate: float64(nodes) / interval.Seconds(),
+	}
+	_, b, fleet, _, _ := clusterWithStop(t, 1<<40, fc)
+	list := func() []*operatorv1.NodeRegistration {
+		res, err := b.operator.ListNodeRegistrations(ctx, connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.GetRegistrations()
+	}
+	leased := waitFor(t, "every registration written with a lease for the spread interval", func() ([]*operatorv1.NodeRegistration, bool) {
+		regs := list()
+		for _, n := range regs {
+			s := n.GetSession()
+			if s.GetLiveUntil().AsTime().Sub(s.GetLastSeenAt().AsTime()) < 2*interval {
+				return regs, false
+			}
+		}
+		return regs, len(regs) == nodes
+	})
+	for _, n := range leased {
+		if !n.GetSession().GetLive() || n.GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY {
+			t.Errorf("node %s as replica b reads it: %v, live %v; want READY, live", n.GetNodeId(), n.GetStatus(), n.GetSession().GetLive())
+		}
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	writes := map[string]int{}
+	last := map[string]time.Time{}
+	for end := time.Now().Add(2 * interval); time.Now().Before(end); <-tick.C {
+		for _, n := range list() {
+			if !n.GetSession().GetLive() || n.GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY {
+				t.Fatalf("node %s as replica b reads it, last written %v ago: %v, live %v; want READY, live throughout",
+					n.GetNodeId(), time.Since(n.GetSession().GetLastSeenAt().AsTime()).Round(time.Millisecond), n.GetStatus(), n.GetSession().GetLive())
+			}
+			if seen := n.GetSession().GetLastSeenAt().AsTime(); !seen.Equal(last[n.GetNodeId()]) {
+				writes[n.GetNodeId()]++
+				last[n.GetNodeId()] = seen
+			}
+		}
+	}
+	// The watch spanned writes apart by more than the old window: each
+	// node's registration was written again within it, at most three
+	// times (the first read counts one).
+	for _, id := range fleet.NodeIDs() {
+		if writes[id] < 2 || writes[id] > 4 {
+			t.Errorf("node %s: %d registration writes seen over %v, want a write every %v or so", id, writes[id], 2*interval, interval)
+		}
+	}
+	_, err := b.operator.IsolateNode(ctx, connect.NewRequest(&operatorv1.IsolateNodeRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "isolate-leased"}, NodeId: leased[0].GetNodeId(), Incarnation: leased[0].GetIncarnation(),
+	}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("IsolateNode through replica b of a leased session: %v, want failed_precondition", err)
+	}
+}

@@ -17,10 +17,10 @@ import (
 	"github.com/kibotos/kibotos/internal/store"
 )
 
-// Liveness says from when on a node's reports are fresh: the fleet's
-// rule for a live session.
+// Liveness says when a node's session must be live for its reports to be
+// fresh: the fleet's rule for a live session (store.CandidateQuery.LiveAt).
 type Liveness interface {
-	LiveSince(now time.Time) time.Time
+	LiveAt(now time.Time) time.Time
 }
 
 // GetTemplateDelivery reports, per admitted node, how far a READY
@@ -66,8 +66,8 @@ func (c *Catalog) GetTemplateDelivery(ctx context.Context, req *operatorv1.GetTe
 				return err
 			}
 		}
-		liveSince := c.liveness.LiveSince(c.now())
-		ready, admitted, err := tx.ArtifactReadiness(r.GetImageDigest(), liveSince, capability.Providers)
+		liveAt := c.liveness.LiveAt(c.now())
+		ready, admitted, err := tx.ArtifactReadiness(r.GetImageDigest(), liveAt, capability.Providers)
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func (c *Catalog) GetTemplateDelivery(ctx context.Context, req *operatorv1.GetTe
 		}
 		for _, n := range nodes {
 			a, ok := held[n.NodeID]
-			res.Deliveries = append(res.Deliveries, &operatorv1.TemplateNodeDelivery{NodeId: n.NodeID, Observation: delivery(n, a, ok, liveSince)})
+			res.Deliveries = append(res.Deliveries, &operatorv1.TemplateNodeDelivery{NodeId: n.NodeID, Observation: delivery(n, a, ok, liveAt)})
 		}
 		return nil
 	})
@@ -124,7 +124,7 @@ func deliverableRevision(tx *store.Tx, sel *ctrlv1.TemplateSelector) (*operatorv
 // READY once held complete, DISTRIBUTING while it arrives, and NOT_READY
 // with no reason while the node does not hold it. held says whether the
 // node reported a (the image) at all.
-func delivery(n *store.NodePlacement, a store.NodeArtifact, held bool, liveSince time.Time) *ctrlv1.TemplateDeliveryObservation {
+func delivery(n *store.NodePlacement, a store.NodeArtifact, held bool, liveAt time.Time) *ctrlv1.TemplateDeliveryObservation {
 	o := &ctrlv1.TemplateDeliveryObservation{State: ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY}
 	if !n.LastSeenAt.IsZero() {
 		o.ObservedAt = timestamppb.New(n.LastSeenAt)
@@ -136,7 +136,7 @@ func delivery(n *store.NodePlacement, a store.NodeArtifact, held bool, liveSince
 		}
 	}
 	switch {
-	case !n.Live || n.LastSeenAt.Before(liveSince):
+	case !n.Live || n.LiveUntil.Before(liveAt):
 		o.State, o.Reason = ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_UNKNOWN, ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_OBSERVATION_STALE
 		o.Message = "the node has no live control session: what it last reported may be out of date"
 	case !fleet.RunsVMs(n):

@@ -160,18 +160,18 @@ func TestTemplateDeliveryRefusesBadSelectorsAndUnknownNodes(t *testing.T) {
 	}
 }
 
-// liveSince is a fleet whose live sessions are those seen since a time.
-type liveSince time.Time
+// liveAt is a fleet whose live sessions are those live at a time.
+type liveAt time.Time
 
-func (l liveSince) LiveSince(time.Time) time.Time { return time.Time(l) }
+func (l liveAt) LiveAt(time.Time) time.Time { return time.Time(l) }
 
-// reportingNode is an admitted node with a live session seen at seen,
-// advertising capabilities.
+// reportingNode is an admitted node with a live session seen at seen, and
+// live for a minute after, advertising capabilities.
 func reportingNode(id string, seen time.Time, capabilities ...string) *operatorv1.NodeRegistration {
 	return &operatorv1.NodeRegistration{
 		NodeId: id, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
 		Status:      operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
-		Session:     &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: timestamppb.New(seen)},
+		Session:     &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: timestamppb.New(seen), LiveUntil: timestamppb.New(seen.Add(time.Minute))},
 		Observation: &operatorv1.NodeObservationSummary{Capabilities: capabilities},
 	}
 }
@@ -186,7 +186,7 @@ func TestTemplateDeliveryJudgesEachNodesRecord(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			st := storetest.Open(t, b.DSN(t))
 			seen := time.Now().UTC().Truncate(time.Microsecond)
-			c := newCatalogJudging(t, st, t.TempDir(), liveSince(seen.Add(-time.Second)))
+			c := newCatalogJudging(t, st, t.TempDir(), liveAt(seen))
 			body := []byte("an image")
 			path := filepath.Join(t.TempDir(), "root.img")
 			if err := os.WriteFile(path, body, 0o644); err != nil {

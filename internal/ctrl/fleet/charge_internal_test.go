@@ -46,7 +46,7 @@ func TestAChargeChecksTheNodeInItsUpdate(t *testing.T) {
 					}
 					p := Placement{WorkspaceID: "ws-" + id, InstanceID: "ws-" + id + ".1", Node: id, Pools: []string{"pool-a"}, New: true}
 					var held *store.Allocation
-					q := store.CandidateQuery{LiveSince: f.LiveSince(f.now()), Defaults: store.Ratios{CPU: 1000, Memory: 1000}, Pools: p.Pools}
+					q := store.CandidateQuery{LiveAt: f.LiveAt(f.now()), Defaults: store.Ratios{CPU: 1000, Memory: 1000}, Pools: p.Pools}
 					placed, err := f.charge(tx, read, &held, p, q, f.now())
 					if kept := id == "node-kept"; kept != (placed != nil) {
 						t.Errorf("a placement on %s, read before its change: placed %v, want %v", id, placed, kept)

@@ -231,17 +231,9 @@ func (noExecutions) ReleaseNode(*store.Tx, string, []*store.CommandRow, *ctrlv1.
 // PlacementTimeout is how long a placement waits for a node to take it.
 func (f *Fleet) PlacementTimeout() time.Duration { return f.cfg.PlacementTimeout }
 
-// liveWindow is how long after the last write of a live session's
-// registration (its last_seen_at) the database still counts the session
-// live: one refresh and the silence limit. A replica ends a session silent
-// for the silence limit, and writes it lost, at once (watchSilence); the
-// window judges only what no replica holding the session will write any
-// more: a session whose replica died.
-func (f *Fleet) liveWindow() time.Duration { return f.cfg.liveWindow() }
-
 // refresh is the longest a live session's registration goes unwritten
 // while nothing placement reads changes. On an exclusive database nothing
-// judges liveness by the write (LiveSince), so unless configured it is
+// judges liveness by the write (LiveAt), so unless configured it is
 // rarer: only the stored observation's own fields (its observed_at, the
 // guests' reports' observed_at) age between writes.
 func (f *Fleet) refresh() time.Duration {
@@ -252,20 +244,32 @@ func (f *Fleet) refresh() time.Duration {
 }
 
 // refreshOf is how long after its last write an observation of s writes
-// its registration while nothing changed: refresh, less the session's
-// interval, so that the write lands within refresh whatever the interval
-// the node was asked for (other replicas judge liveness by it).
-func (f *Fleet) refreshOf(s *session) time.Duration {
-	s.mu.Lock()
-	interval := s.interval
-	s.mu.Unlock()
+// its registration while nothing changed (refreshAfter of its interval).
+func (f *Fleet) refreshOf(s *session) time.Duration { return f.refreshAfter(s.currentInterval()) }
+
+// refreshAfter is refreshOf a session whose node reports every interval:
+// refresh, less the interval, so that the write lands within refresh
+// whatever the interval; and at least the interval.
+func (f *Fleet) refreshAfter(interval time.Duration) time.Duration {
 	return max(f.refresh()-interval, interval)
+}
+
+// lease is how long after a write of its registration a session whose
+// node reports every interval stays live to the other replicas (the
+// record's live_until). The next write comes with the first observation
+// after refreshAfter, an interval later; a node that falls silent instead
+// has its session ended, and written lost, within the silence limit. With
+// the default timings that is 75 s (a minute's refresh and three 5-s
+// intervals), the window every replica allowed before leases; a replica
+// that spreads its nodes' reports over many sessions lengthens it with
+// their interval, where a window of its own configuration let another
+// replica judge its live sessions lost between writes.
+func (f *Fleet) lease(interval time.Duration) time.Duration {
+	return f.refreshAfter(interval) + interval + silenceLimitFor(interval)
 }
 
 // exclusiveRefresh is refresh on an exclusive database, unless configured.
 const exclusiveRefresh = 15 * time.Minute
-
-func (c Config) liveWindow() time.Duration { return c.refresh() + c.silenceLimit() }
 
 // silenceLimit is how long a session may go without a message from its
 // node: three observation intervals, and at least minSilenceLimit. A node
@@ -312,30 +316,31 @@ func (c Config) refresh() time.Duration {
 	return 12 * c.ObservationInterval
 }
 
-// LiveSince is Fleet.LiveSince for a fleet of this Config: what judges
-// liveness from the database alone.
-func (c Config) LiveSince(now time.Time) time.Time { return now.Add(-c.liveWindow()) }
+// LiveAt is Fleet.LiveAt for a reader built before the fleet (the
+// catalog): now. Every session recorded live carries its holder's lease,
+// whatever the database, so judging by it needs no more.
+func (c Config) LiveAt(now time.Time) time.Time { return now }
 
-// LiveSince is the oldest last_seen_at of a session that is live at now:
-// a node ctrl heard from since then still reports what it holds. On an
-// exclusive database it is the zero time: every session recorded live is.
-func (f *Fleet) LiveSince(now time.Time) time.Time {
+// LiveAt is when a session must be live to take part at now, as the
+// store's queries take it (store.CandidateQuery.LiveAt): now. On an
+// exclusive database it is the zero time: every session recorded live is
+// (this process holds them all).
+func (f *Fleet) LiveAt(now time.Time) time.Time {
 	if f.exclusive {
 		return time.Time{}
 	}
-	return now.Add(-f.liveWindow())
+	return now
 }
 
 // Live reports whether n's control session is live at now. A session this
 // replica holds is live (it ends one that goes silent); another's is live
-// when the record says so and was written within the live window (a ctrl
-// that crashed cannot mark its sessions lost).
+// when the record says so and its holder's lease has not passed
+// (store.LiveUntil): a ctrl that crashed cannot mark its sessions lost.
 func (f *Fleet) Live(n *operatorv1.NodeRegistration, now time.Time) bool {
 	if f.held(n) != nil {
 		return true
 	}
-	s := n.GetSession()
-	return s.GetLive() && !s.GetLastSeenAt().AsTime().Before(f.LiveSince(now))
+	return n.GetSession().GetLive() && !store.LiveUntil(n.GetSession()).Before(f.LiveAt(now))
 }
 
 // unobserved reports whether node id has been without a live control
@@ -358,10 +363,10 @@ func (f *Fleet) unobserved(id string, read func() (*operatorv1.NodeRegistration,
 		return false, time.Time{}, nil
 	}
 	// Recorded lost at disconnected_at; recorded live by a replica that
-	// stopped writing, from when the live window passed.
+	// stopped writing, from when its lease passed.
 	since := n.GetSession().GetDisconnectedAt().AsTime()
 	if s := n.GetSession(); s.GetLive() || s.GetDisconnectedAt() == nil {
-		since = s.GetLastSeenAt().AsTime().Add(f.liveWindow())
+		since = store.LiveUntil(s)
 	}
 	from := since.Add(f.cfg.UnobservedAfter)
 	if !now.Before(from) {
@@ -473,6 +478,7 @@ func (f *Fleet) view(n *operatorv1.NodeRegistration, now time.Time, lc lifecycle
 		if n.Session != nil {
 			n.Session.Live = false
 			n.Session.Clock = nil
+			n.Session.LiveUntil = nil
 		}
 		n.HostUsage = nil
 		n.MemoryTight = nil
@@ -525,7 +531,7 @@ func (f *Fleet) NodeForPools(tx *store.Tx, pools ...string) (string, error) {
 // pickForPool is the first node by node_id that can do pool work on all
 // of pools now; only draining ones when draining is set.
 func (f *Fleet) pickForPool(tx *store.Tx, pools []string, draining bool) (string, error) {
-	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveSince: f.LiveSince(f.now()), Pools: pools}
+	q := store.CandidateQuery{Limit: candidateBatch, Draining: draining, LiveAt: f.LiveAt(f.now()), Pools: pools}
 	for {
 		batch, err := tx.PlacementCandidates(q)
 		if err != nil {

@@ -25,9 +25,10 @@ import (
 //     heartbeat timers do;
 //   - writes an observation only when something placement or the API's
 //     records read changed (observationDue), and at least once every
-//     refresh otherwise, so that the database's last_seen_at still shows,
-//     to every replica, that the session's replica is alive (on SQLite,
-//     where there is no other replica, the refresh is rare: Fleet.refresh);
+//     refresh otherwise, each write with a lease (the session's
+//     live_until, Fleet.lease) that covers the next, so that every replica
+//     sees the session's replica alive (on SQLite, where there is no other
+//     replica, the refresh is rare: Fleet.refresh);
 //   - serves the newest sample (host_usage, memory_tight, last_seen_at,
 //     clock) from memory to what it reads of the node (overlay).
 
@@ -52,7 +53,11 @@ type observed struct {
 	// observation is newer was observed in this session.
 	helloVersion uint64
 
-	wroteAt    time.Time // zero: no observation written in this session
+	wroteAt time.Time // zero: no observation written in this session
+	// leaseShort: the node was asked to report less often since the
+	// registration was last written, so its lease (live_until) may pass
+	// before the next write that refresh alone would make.
+	leaseShort bool
 	pools      []*nodev1.StoragePoolDeclaration
 	tightSince *timestamppb.Timestamp
 	// reports are the running executions' reports as last applied
@@ -154,7 +159,7 @@ func (s *session) observationDue(o *nodev1.NodeObservation, now time.Time, refre
 	// How many executions run is served from memory (summary) and written
 	// with the next observation that is due: a start changes it, and
 	// writing it then cost a registration write a placement.
-	urgent := w.wroteAt.IsZero() || changed ||
+	urgent := w.wroteAt.IsZero() || changed || w.leaseShort ||
 		!proto.Equal(o.GetMemoryTightSince(), w.tightSince) ||
 		(len(o.GetStoragePools()) > 0 && !slices.EqualFunc(o.GetStoragePools(), w.pools, func(a, b *nodev1.StoragePoolDeclaration) bool { return proto.Equal(a, b) }))
 	due = urgent || now.Sub(w.wroteAt) >= refresh || len(reports) > 0
@@ -185,7 +190,7 @@ func (s *session) wrote(o *nodev1.NodeObservation, applied []*nodev1.ExecutionRe
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &s.obs
-	w.wroteAt, w.tightSince = now, o.GetMemoryTightSince()
+	w.wroteAt, w.tightSince, w.leaseShort = now, o.GetMemoryTightSince(), false
 	if len(o.GetStoragePools()) > 0 {
 		w.pools = o.GetStoragePools()
 	}

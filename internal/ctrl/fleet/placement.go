@@ -96,7 +96,7 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 	defaults := ratiosOf(d)
 	now := f.now()
 	q := store.CandidateQuery{
-		Limit: firstCandidates, LiveSince: f.LiveSince(now), Fit: true, Defaults: defaults,
+		Limit: firstCandidates, LiveAt: f.LiveAt(now), Fit: true, Defaults: defaults,
 		Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Pools: nonEmpty(p.Pools),
 	}
 	if p.Node != "" {
@@ -152,7 +152,7 @@ func (f *Fleet) placeIndexed(tx *store.Tx, held **store.Allocation, p Placement,
 		return nil, err
 	}
 	for _, row := range rows {
-		if class, _ := unfit(row, p, q.Defaults, q.LiveSince); class != store.UnfitNone {
+		if class, _ := unfit(row, p, q.Defaults, q.LiveAt); class != store.UnfitNone {
 			continue // a capability the query does not check: the row is not behind
 		}
 		placed, err := f.charge(tx, row, held, p, q, now)
@@ -173,7 +173,7 @@ func (f *Fleet) placeIndexed(tx *store.Tx, held **store.Allocation, p Placement,
 // released by the first try to charge, whether or not it takes, and then
 // nil.
 func (f *Fleet) charge(tx *store.Tx, row *store.NodePlacement, held **store.Allocation, p Placement, q store.CandidateQuery, now time.Time) (*Placed, error) {
-	if class, _ := unfit(row, p, q.Defaults, q.LiveSince); class != store.UnfitNone {
+	if class, _ := unfit(row, p, q.Defaults, q.LiveAt); class != store.UnfitNone {
 		return nil, nil
 	}
 	pool, ok, err := tx.AllocateCandidate(*held, p.on(row.NodeID, now), q, append([]string{capability.BlockFile}, p.Capabilities...), capability.Providers)
@@ -215,7 +215,7 @@ const maxNamed = 8
 // placement rows and one aggregate over all of them, however large the
 // fleet (only when a placement fails).
 func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now time.Time) (*Refusal, error) {
-	liveSince := f.LiveSince(now)
+	liveAt := f.LiveAt(now)
 	r := &Refusal{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE}
 	if p.Node != "" {
 		row, err := tx.GetNodePlacement(p.Node)
@@ -225,7 +225,7 @@ func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now tim
 		} else if err != nil {
 			return nil, err
 		}
-		class, why := unfit(row, p, defaults, liveSince)
+		class, why := unfit(row, p, defaults, liveAt)
 		if short(class) {
 			r.Reason = ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED
 		}
@@ -233,7 +233,7 @@ func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now tim
 		return r, nil
 	}
 	counts, err := tx.CountUnfit(store.UnfitQuery{
-		LiveSince: liveSince, VMCapabilities: capability.Providers, BlockFileCapability: capability.BlockFile, Capabilities: p.Capabilities,
+		LiveAt: liveAt, VMCapabilities: capability.Providers, BlockFileCapability: capability.BlockFile, Capabilities: p.Capabilities,
 		Pools: p.Pools, Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Defaults: defaults,
 	})
 	if err != nil {
@@ -256,7 +256,7 @@ func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now tim
 	}
 	var reasons []string
 	for _, row := range named {
-		class, why := unfit(row, p, defaults, liveSince)
+		class, why := unfit(row, p, defaults, liveAt)
 		counts[class]--
 		reasons = append(reasons, row.NodeID+": "+why)
 	}
@@ -310,13 +310,13 @@ func countedReasons(counts map[store.Unfit]int) string {
 // unfit says why row cannot take p now: its class (store.UnfitNone when
 // it can) and a message with the details. store.CountUnfit checks the same
 // constraints, in the same order, in SQL.
-func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveSince time.Time) (store.Unfit, string) {
+func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveAt time.Time) (store.Unfit, string) {
 	switch {
 	case !row.Admitted:
 		return store.UnfitNotAdmitted, "not admitted (revoked or retired)"
 	case row.Isolated:
 		return store.UnfitIsolated, "isolated"
-	case !row.Live || row.LastSeenAt.Before(liveSince):
+	case !row.Live || row.LiveUntil.Before(liveAt):
 		return store.UnfitNotLive, "no live control session"
 	case row.Draining:
 		return store.UnfitDraining, "draining"

@@ -125,6 +125,9 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream, interrupt fu
 		dataToken: "kbd_" + hex.EncodeToString(randomBytes(24)),
 	}
 	s.obs.heardAt = s.connectedAt
+	// The interval is asked for the sessions held once this one is; the
+	// hello's write takes its lease from it.
+	s.interval = f.cfg.observationInterval(f.sessionsHeld() + 1)
 	if err := f.register(ctx, s, hello); err != nil {
 		return err
 	}
@@ -132,9 +135,6 @@ func (f *Fleet) Session(ctx context.Context, stream *sessionStream, interrupt fu
 	defer s.end(nil)
 	f.attach(s)
 	defer f.detach(ctx, s)
-	s.mu.Lock()
-	s.interval = f.cfg.observationInterval(f.sessionsHeld())
-	s.mu.Unlock()
 	f.log.InfoContext(ctx, "node session opened", "node_id", nodeID, "incarnation", s.incarnation)
 
 	if err := s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Welcome{Welcome: &nodev1.SessionWelcome{
@@ -257,6 +257,7 @@ func (f *Fleet) register(ctx context.Context, s *session, hello *nodev1.NodeHell
 		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING
 		n.Session = &operatorv1.NodeSessionSummary{
 			Live: true, ConnectedAt: timestamppb.New(s.connectedAt), LastSeenAt: timestamppb.New(now), AgentVersion: hello.GetAgentVersion(),
+			LiveUntil: timestamppb.New(now.Add(f.lease(s.interval))),
 		}
 		version := f.firstVersion(n.GetObservation().GetObservationVersion(), s.nodeID)
 		n.Observation = &operatorv1.NodeObservationSummary{
@@ -376,6 +377,7 @@ func sessionLost(n *operatorv1.NodeRegistration, now time.Time) {
 	n.Session.Live = false
 	n.Session.DisconnectedAt = timestamppb.New(now)
 	n.Session.Clock = nil
+	n.Session.LiveUntil = nil
 	n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_UNAVAILABLE
 	n.HostUsage = nil
 	n.MemoryTight = nil
@@ -386,8 +388,8 @@ func sessionLost(n *operatorv1.NodeRegistration, now time.Time) {
 // lost. Call it only at the start of a ctrl that is its database's only
 // user (store.Exclusive): the sessions are those of a ctrl that died, and
 // their nodes open new ones with this ctrl. Without it they would count
-// as live for the live window, which the registration refresh makes a
-// minute and more.
+// as live until their leases pass, which the registration refresh makes a
+// minute and more (15 on SQLite).
 func (f *Fleet) EndOrphanedSessions(ctx context.Context) error {
 	now := f.now()
 	return f.store.Tx(ctx, func(tx *store.Tx) error {
@@ -565,11 +567,20 @@ func nodeArtifacts(held []*nodev1.CachedArtifact) []store.NodeArtifact {
 	return out
 }
 
+// currentInterval is how often the node was last asked to report.
+func (s *session) currentInterval() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.interval
+}
+
 // reschedule sends the node its observation interval for the sessions held
 // now, when it differs from the one it has by a quarter or more. The
 // session judges silence by the new one from then: longer, before the node
 // hears it; shorter, while the node may still wait the old one, but the
-// probe just sent is answered at once.
+// probe just sent is answered at once. A longer one outlasts the lease
+// the registration was last written with, so the next observation (the
+// probe's answer carries one) writes it with a lease for the new interval.
 func (f *Fleet) reschedule(s *session) error {
 	want := f.cfg.observationInterval(f.sessionsHeld())
 	s.mu.Lock()
@@ -579,6 +590,7 @@ func (f *Fleet) reschedule(s *session) error {
 		return nil
 	}
 	s.interval = want
+	s.obs.leaseShort = s.obs.leaseShort || (want > have && !f.exclusive)
 	s.mu.Unlock()
 	return s.send(&nodev1.SessionResponse{Message: &nodev1.SessionResponse_Schedule{Schedule: &nodev1.SessionSchedule{
 		ObservationInterval: durationpb.New(want),

@@ -252,6 +252,7 @@ func (f *Fleet) applyWrites(tx *store.Tx, n *operatorv1.NodeRegistration, writes
 		default:
 			now := f.now()
 			n.Session.LastSeenAt = timestamppb.New(now)
+			n.Session.LiveUntil = timestamppb.New(now.Add(f.lease(w.s.currentInterval())))
 			if err := w.fn(tx, n, now); err != nil {
 				return false, err
 			}

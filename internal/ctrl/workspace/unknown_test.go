@@ -106,9 +106,11 @@ func (e *env) setSession(t *testing.T, id string, live bool, ago time.Duration) 
 			return err
 		}
 		now := time.Now()
-		n.Session = &operatorv1.NodeSessionSummary{Live: true, ConnectedAt: timestamppb.New(now.Add(-time.Hour)), LastSeenAt: timestamppb.New(now)}
+		n.Session = &operatorv1.NodeSessionSummary{
+			Live: true, ConnectedAt: timestamppb.New(now.Add(-time.Hour)), LastSeenAt: timestamppb.New(now), LiveUntil: timestamppb.New(now.Add(time.Minute)),
+		}
 		if !live {
-			n.Session.Live = false
+			n.Session.Live, n.Session.LiveUntil = false, nil
 			n.Session.LastSeenAt = timestamppb.New(now.Add(-ago))
 			n.Session.DisconnectedAt = timestamppb.New(now.Add(-ago))
 		}

@@ -42,7 +42,7 @@ func placeableNode(id string) *operatorv1.NodeRegistration {
 	return &operatorv1.NodeRegistration{
 		NodeId: id, Admission: operatorv1.NodeAdmission_NODE_ADMISSION_ADMITTED,
 		Status:  operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY,
-		Session: &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: timestamppb.New(seen)},
+		Session: &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: timestamppb.New(seen), LiveUntil: timestamppb.New(seen.Add(time.Minute))},
 		Observation: &operatorv1.NodeObservationSummary{
 			Resources:    &operatorv1.NodeResources{CpuMillis: 2000, MemoryBytes: 4 << 30},
 			Capabilities: []string{"provider.qemu", "storage.block_file"},
@@ -104,6 +104,7 @@ func testPlacementRowFollowsRegistration(t *testing.T, dsn string) {
 	p := placementOf(t, s, "node-a")
 	want := fmt.Sprint(&store.NodePlacement{
 		NodeID: "node-a", Admitted: true, Live: true, Ready: true, ClockSkewed: true, MemoryTight: true, LastSeenAt: seen,
+		LiveUntil: seen.Add(time.Minute),
 		CPUMillis: 2000, MemoryBytes: 4 << 30, CPURatio: 4000, Capabilities: []string{"provider.qemu", "storage.block_file"},
 		Pools: []string{"default"}, DefaultPool: "default",
 	})
@@ -212,7 +213,9 @@ func testCandidatesFilterAndPage(t *testing.T, dsn string) {
 	variant("b-revoked", func(n *operatorv1.NodeRegistration) { n.Admission = operatorv1.NodeAdmission_NODE_ADMISSION_REVOKED })
 	variant("c-isolated", func(n *operatorv1.NodeRegistration) { n.Isolated = true })
 	variant("d-offline", func(n *operatorv1.NodeRegistration) { n.Session.Live = false })
-	variant("e-silent", func(n *operatorv1.NodeRegistration) { n.Session.LastSeenAt = timestamppb.New(seen.Add(-time.Hour)) })
+	variant("e-silent", func(n *operatorv1.NodeRegistration) { // its holder's lease passed
+		n.Session.LastSeenAt, n.Session.LiveUntil = timestamppb.New(seen.Add(-time.Hour)), timestamppb.New(seen.Add(-time.Second))
+	})
 	variant("f-syncing", func(n *operatorv1.NodeRegistration) {
 		n.Status = operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_SYNCING
 	})
@@ -223,6 +226,13 @@ func testCandidatesFilterAndPage(t *testing.T, dsn string) {
 	variant("i-draining", func(*operatorv1.NodeRegistration) {})
 	variant("j-small", func(n *operatorv1.NodeRegistration) { n.Observation.Resources.CpuMillis = 500 })
 	variant("k-ready", func(*operatorv1.NodeRegistration) {})
+	// Records written before leases: live for 75 s after last seen.
+	variant("l-unleased", func(n *operatorv1.NodeRegistration) {
+		n.Session.LastSeenAt, n.Session.LiveUntil = timestamppb.New(seen.Add(-time.Minute)), nil
+	})
+	variant("m-unleased-lapsed", func(n *operatorv1.NodeRegistration) {
+		n.Session.LastSeenAt, n.Session.LiveUntil = timestamppb.New(seen.Add(-76*time.Second)), nil
+	})
 	putNodes(t, s, nodes...)
 	mustTx(t, s, func(tx *store.Tx) error { return tx.SetNodeDraining("i-draining", true) })
 
@@ -235,30 +245,29 @@ func testCandidatesFilterAndPage(t *testing.T, dsn string) {
 		}
 		return table
 	}
-	since := seen.Add(-time.Minute)
-	fit := store.CandidateQuery{Limit: 2, LiveSince: since, Fit: true, Request: store.Resources{CPUMillis: 1000, MemoryBytes: 1 << 30}, Defaults: unit}
-	if got := ids(fit); got != "a-ready k-ready" {
+	fit := store.CandidateQuery{Limit: 2, LiveAt: seen, Fit: true, Request: store.Resources{CPUMillis: 1000, MemoryBytes: 1 << 30}, Defaults: unit}
+	if got := ids(fit); got != "a-ready k-ready l-unleased" {
 		t.Errorf("candidates for an execution: %s", got)
 	}
 	fit.Defaults.CPU = 2000
-	if got := ids(fit); got != "a-ready j-small k-ready" {
+	if got := ids(fit); got != "a-ready j-small k-ready l-unleased" {
 		t.Errorf("candidates at 2x CPU: %s", got)
 	}
 	// Pool work needs no room and goes to syncing, skewed and tight nodes
 	// too; draining ones are asked for apart.
-	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since}); got != "a-ready f-syncing g-skewed h-tight j-small k-ready" {
+	if got := ids(store.CandidateQuery{Limit: 3, LiveAt: seen}); got != "a-ready f-syncing g-skewed h-tight j-small k-ready l-unleased" {
 		t.Errorf("candidates for pool work: %s", got)
 	}
-	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since, Pools: []string{"default"}}); got != "a-ready f-syncing g-skewed h-tight j-small k-ready" {
+	if got := ids(store.CandidateQuery{Limit: 3, LiveAt: seen, Pools: []string{"default"}}); got != "a-ready f-syncing g-skewed h-tight j-small k-ready l-unleased" {
 		t.Errorf("candidates reaching pool default: %s", got)
 	}
-	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since, Pools: []string{"default", "gone"}}); got != "" {
+	if got := ids(store.CandidateQuery{Limit: 3, LiveAt: seen, Pools: []string{"default", "gone"}}); got != "" {
 		t.Errorf("candidates reaching pool gone (unavailable everywhere): %s", got)
 	}
-	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since, Pools: []string{"defaul"}}); got != "" {
+	if got := ids(store.CandidateQuery{Limit: 3, LiveAt: seen, Pools: []string{"defaul"}}); got != "" {
 		t.Errorf("candidates reaching pool defaul (a prefix of one): %s", got)
 	}
-	if got := ids(store.CandidateQuery{Limit: 3, LiveSince: since, Draining: true}); got != "i-draining" {
+	if got := ids(store.CandidateQuery{Limit: 3, LiveAt: seen, Draining: true}); got != "i-draining" {
 		t.Errorf("draining candidates: %s", got)
 	}
 	var all []*store.NodePlacement
@@ -303,7 +312,7 @@ func candidateIDs(t *testing.T, s *store.Store, q store.CandidateQuery, read fun
 func testIndexedCandidatesFollowWrites(t *testing.T, dsn string) {
 	s := Open(t, dsn)
 	putNodes(t, s, placeableNode("node-a"), placeableNode("node-b"))
-	q := store.CandidateQuery{Limit: 8, LiveSince: seen.Add(-time.Minute), Fit: true, Request: store.Resources{CPUMillis: 1500, MemoryBytes: 1 << 30}, Defaults: unit,
+	q := store.CandidateQuery{Limit: 8, LiveAt: seen, Fit: true, Request: store.Resources{CPUMillis: 1500, MemoryBytes: 1 << 30}, Defaults: unit,
 		Pools: []string{"default"}}
 	want := func(step, ids string) {
 		t.Helper()
@@ -511,7 +520,8 @@ func testPutSettingComparesAndSwaps(t *testing.T, dsn string) {
 
 // testPlacementBackfilled takes a database back to before migration 8 with
 // a registration and a running execution; opening it again finds the
-// node's placement row and the execution's Allocation.
+// node's placement row and the execution's Allocation (and migration 17
+// adds the session's lease to the row again).
 func testPlacementBackfilled(t *testing.T, dsn string) {
 	s := Open(t, dsn)
 	putNodes(t, s, placeableNode("node-a"))
@@ -528,11 +538,11 @@ func testPlacementBackfilled(t *testing.T, dsn string) {
 	})
 	s.Close()
 	db, _ := openRaw(t, dsn)
-	execRaw(t, db, "DROP TABLE allocations", "DROP TABLE node_placement", "DELETE FROM schema_migrations WHERE version = 8")
+	execRaw(t, db, "DROP TABLE allocations", "DROP TABLE node_placement", "DELETE FROM schema_migrations WHERE version IN (8, 17)")
 	db.Close()
 	again := Open(t, dsn)
 	p := placementOf(t, again, "node-a")
-	if !p.Admitted || !p.Draining || p.Allocated != (store.Resources{CPUMillis: 1500, MemoryBytes: 256 << 20, DiskBytes: store.ExecutionDiskBytes, Count: 1}) {
+	if !p.Admitted || !p.Draining || !p.LiveUntil.Equal(seen.Add(time.Minute)) || p.Allocated != (store.Resources{CPUMillis: 1500, MemoryBytes: 256 << 20, DiskBytes: store.ExecutionDiskBytes, Count: 1}) {
 		t.Errorf("backfilled placement row %+v", p)
 	}
 	mustTx(t, again, func(tx *store.Tx) error {

@@ -2700,7 +2700,16 @@ type NodeSessionSummary struct {
 	// live control session. It is absent while the session is not live.
 	Clock *NodeClockObservation `protobuf:"bytes,5,opt,name=clock,proto3" json:"clock,omitempty"`
 	// agent_version is the version of `kibotos node` the session reported.
-	AgentVersion  string `protobuf:"bytes,6,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	AgentVersion string `protobuf:"bytes,6,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// live_until is, while the session is live, the time by which the ctrl
+	// replica holding it writes this record again: its lease on the session.
+	// Every other replica sharing the database treats the session as live
+	// until then, and as lost after (its replica stopped without saying so).
+	// The holder sets it at each write from how often it asked the node to
+	// report, so a replica that spreads its nodes' reports over many
+	// sessions is not judged lost between its writes. Absent while the
+	// session is not live. (designed here)
+	LiveUntil     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=live_until,json=liveUntil,proto3" json:"live_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2775,6 +2784,13 @@ func (x *NodeSessionSummary) GetAgentVersion() string {
 		return x.AgentVersion
 	}
 	return ""
+}
+
+func (x *NodeSessionSummary) GetLiveUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LiveUntil
+	}
+	return nil
 }
 
 // NodeClockObservation is how far the node's wall clock is from ctrl's, as
@@ -4159,7 +4175,7 @@ const file_kibotos_operator_v1_node_registration_proto_rawDesc = "" +
 	"cpu_millis\x18\x01 \x01(\rR\tcpuMillis\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x04R\tdiskBytes\"\xd0\x02\n" +
+	"disk_bytes\x18\x03 \x01(\x04R\tdiskBytes\"\x8b\x03\n" +
 	"\x12NodeSessionSummary\x12\x12\n" +
 	"\x04live\x18\x01 \x01(\bR\x04live\x12=\n" +
 	"\fconnected_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12<\n" +
@@ -4167,7 +4183,9 @@ const file_kibotos_operator_v1_node_registration_proto_rawDesc = "" +
 	"lastSeenAt\x12C\n" +
 	"\x0fdisconnected_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0edisconnectedAt\x12?\n" +
 	"\x05clock\x18\x05 \x01(\v2).kibotos.operator.v1.NodeClockObservationR\x05clock\x12#\n" +
-	"\ragent_version\x18\x06 \x01(\tR\fagentVersion\"\xc9\x02\n" +
+	"\ragent_version\x18\x06 \x01(\tR\fagentVersion\x129\n" +
+	"\n" +
+	"live_until\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tliveUntil\"\xc9\x02\n" +
 	"\x14NodeClockObservation\x121\n" +
 	"\x06offset\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x06offset\x12;\n" +
 	"\vuncertainty\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vuncertainty\x12;\n" +
@@ -4455,85 +4473,86 @@ var file_kibotos_operator_v1_node_registration_proto_depIdxs = []int32{
 	64, // 35: kibotos.operator.v1.NodeSessionSummary.last_seen_at:type_name -> google.protobuf.Timestamp
 	64, // 36: kibotos.operator.v1.NodeSessionSummary.disconnected_at:type_name -> google.protobuf.Timestamp
 	47, // 37: kibotos.operator.v1.NodeSessionSummary.clock:type_name -> kibotos.operator.v1.NodeClockObservation
-	65, // 38: kibotos.operator.v1.NodeClockObservation.offset:type_name -> google.protobuf.Duration
-	65, // 39: kibotos.operator.v1.NodeClockObservation.uncertainty:type_name -> google.protobuf.Duration
-	64, // 40: kibotos.operator.v1.NodeClockObservation.measured_at:type_name -> google.protobuf.Timestamp
-	2,  // 41: kibotos.operator.v1.NodeClockObservation.synchronization:type_name -> kibotos.operator.v1.NodeClockSynchronization
-	64, // 42: kibotos.operator.v1.NodeObservationSummary.observed_at:type_name -> google.protobuf.Timestamp
-	45, // 43: kibotos.operator.v1.NodeObservationSummary.resources:type_name -> kibotos.operator.v1.NodeResources
-	0,  // 44: kibotos.operator.v1.NodeRegistration.admission:type_name -> kibotos.operator.v1.NodeAdmission
-	1,  // 45: kibotos.operator.v1.NodeRegistration.status:type_name -> kibotos.operator.v1.NodeRegistrationStatus
-	64, // 46: kibotos.operator.v1.NodeRegistration.registered_at:type_name -> google.protobuf.Timestamp
-	64, // 47: kibotos.operator.v1.NodeRegistration.updated_at:type_name -> google.protobuf.Timestamp
-	64, // 48: kibotos.operator.v1.NodeRegistration.isolated_at:type_name -> google.protobuf.Timestamp
-	64, // 49: kibotos.operator.v1.NodeRegistration.retired_at:type_name -> google.protobuf.Timestamp
-	46, // 50: kibotos.operator.v1.NodeRegistration.session:type_name -> kibotos.operator.v1.NodeSessionSummary
-	48, // 51: kibotos.operator.v1.NodeRegistration.observation:type_name -> kibotos.operator.v1.NodeObservationSummary
-	56, // 52: kibotos.operator.v1.NodeRegistration.storage_pools:type_name -> kibotos.operator.v1.StoragePoolAttachment
-	45, // 53: kibotos.operator.v1.NodeRegistration.schedulable:type_name -> kibotos.operator.v1.NodeResources
-	45, // 54: kibotos.operator.v1.NodeRegistration.allocated:type_name -> kibotos.operator.v1.NodeResources
-	52, // 55: kibotos.operator.v1.NodeRegistration.overcommit:type_name -> kibotos.operator.v1.NodeOvercommit
-	54, // 56: kibotos.operator.v1.NodeRegistration.host_usage:type_name -> kibotos.operator.v1.NodeHostUsage
-	50, // 57: kibotos.operator.v1.NodeRegistration.memory_tight:type_name -> kibotos.operator.v1.NodeMemoryTight
-	64, // 58: kibotos.operator.v1.NodeMemoryTight.since:type_name -> google.protobuf.Timestamp
-	64, // 59: kibotos.operator.v1.OvercommitDefaults.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 60: kibotos.operator.v1.NodeOvercommit.cpu:type_name -> kibotos.operator.v1.OvercommitRatio
-	53, // 61: kibotos.operator.v1.NodeOvercommit.memory:type_name -> kibotos.operator.v1.OvercommitRatio
-	3,  // 62: kibotos.operator.v1.OvercommitRatio.source:type_name -> kibotos.operator.v1.OvercommitSource
-	64, // 63: kibotos.operator.v1.NodeHostUsage.observed_at:type_name -> google.protobuf.Timestamp
-	56, // 64: kibotos.operator.v1.StoragePool.attachments:type_name -> kibotos.operator.v1.StoragePoolAttachment
-	64, // 65: kibotos.operator.v1.StoragePool.lost_at:type_name -> google.protobuf.Timestamp
-	64, // 66: kibotos.operator.v1.StoragePool.first_declared_at:type_name -> google.protobuf.Timestamp
-	64, // 67: kibotos.operator.v1.StoragePoolAttachment.observed_at:type_name -> google.protobuf.Timestamp
-	4,  // 68: kibotos.operator.v1.StoragePoolObject.kind:type_name -> kibotos.operator.v1.StoragePoolObjectKind
-	66, // 69: kibotos.operator.v1.WorkspacePlacement.workspace_state:type_name -> kibotos.ctrl.v1.WorkspaceState
-	45, // 70: kibotos.operator.v1.WorkspacePlacement.allocation:type_name -> kibotos.operator.v1.NodeResources
-	64, // 71: kibotos.operator.v1.WorkspacePlacement.allocated_at:type_name -> google.protobuf.Timestamp
-	5,  // 72: kibotos.operator.v1.NodeRegistrationService.ListNodeRegistrations:input_type -> kibotos.operator.v1.ListNodeRegistrationsRequest
-	7,  // 73: kibotos.operator.v1.NodeRegistrationService.GetNodeRegistration:input_type -> kibotos.operator.v1.GetNodeRegistrationRequest
-	9,  // 74: kibotos.operator.v1.NodeRegistrationService.DrainNode:input_type -> kibotos.operator.v1.DrainNodeRequest
-	11, // 75: kibotos.operator.v1.NodeRegistrationService.CancelNodeDrain:input_type -> kibotos.operator.v1.CancelNodeDrainRequest
-	13, // 76: kibotos.operator.v1.NodeRegistrationService.IsolateNode:input_type -> kibotos.operator.v1.IsolateNodeRequest
-	15, // 77: kibotos.operator.v1.NodeRegistrationService.RetireNode:input_type -> kibotos.operator.v1.RetireNodeRequest
-	17, // 78: kibotos.operator.v1.NodeRegistrationService.ListStoragePools:input_type -> kibotos.operator.v1.ListStoragePoolsRequest
-	19, // 79: kibotos.operator.v1.NodeRegistrationService.GetStoragePool:input_type -> kibotos.operator.v1.GetStoragePoolRequest
-	21, // 80: kibotos.operator.v1.NodeRegistrationService.SetStoragePoolCapacity:input_type -> kibotos.operator.v1.SetStoragePoolCapacityRequest
-	23, // 81: kibotos.operator.v1.NodeRegistrationService.DeclareStoragePoolLost:input_type -> kibotos.operator.v1.DeclareStoragePoolLostRequest
-	25, // 82: kibotos.operator.v1.NodeRegistrationService.ListWorkspacePlacements:input_type -> kibotos.operator.v1.ListWorkspacePlacementsRequest
-	27, // 83: kibotos.operator.v1.NodeRegistrationService.GetOvercommitDefaults:input_type -> kibotos.operator.v1.GetOvercommitDefaultsRequest
-	29, // 84: kibotos.operator.v1.NodeRegistrationService.SetOvercommitDefaults:input_type -> kibotos.operator.v1.SetOvercommitDefaultsRequest
-	31, // 85: kibotos.operator.v1.NodeRegistrationService.SetNodeOvercommit:input_type -> kibotos.operator.v1.SetNodeOvercommitRequest
-	33, // 86: kibotos.operator.v1.NodeRegistrationService.MoveVolume:input_type -> kibotos.operator.v1.MoveVolumeRequest
-	35, // 87: kibotos.operator.v1.NodeRegistrationService.MoveWritableLayer:input_type -> kibotos.operator.v1.MoveWritableLayerRequest
-	37, // 88: kibotos.operator.v1.NodeRegistrationService.ListStoragePoolObjects:input_type -> kibotos.operator.v1.ListStoragePoolObjectsRequest
-	39, // 89: kibotos.operator.v1.NodeRegistrationService.GetStoragePoolObject:input_type -> kibotos.operator.v1.GetStoragePoolObjectRequest
-	41, // 90: kibotos.operator.v1.NodeRegistrationService.CreateWorkspaceOnNode:input_type -> kibotos.operator.v1.CreateWorkspaceOnNodeRequest
-	43, // 91: kibotos.operator.v1.NodeRegistrationService.StartWorkspaceOnNode:input_type -> kibotos.operator.v1.StartWorkspaceOnNodeRequest
-	6,  // 92: kibotos.operator.v1.NodeRegistrationService.ListNodeRegistrations:output_type -> kibotos.operator.v1.ListNodeRegistrationsResponse
-	8,  // 93: kibotos.operator.v1.NodeRegistrationService.GetNodeRegistration:output_type -> kibotos.operator.v1.GetNodeRegistrationResponse
-	10, // 94: kibotos.operator.v1.NodeRegistrationService.DrainNode:output_type -> kibotos.operator.v1.DrainNodeResponse
-	12, // 95: kibotos.operator.v1.NodeRegistrationService.CancelNodeDrain:output_type -> kibotos.operator.v1.CancelNodeDrainResponse
-	14, // 96: kibotos.operator.v1.NodeRegistrationService.IsolateNode:output_type -> kibotos.operator.v1.IsolateNodeResponse
-	16, // 97: kibotos.operator.v1.NodeRegistrationService.RetireNode:output_type -> kibotos.operator.v1.RetireNodeResponse
-	18, // 98: kibotos.operator.v1.NodeRegistrationService.ListStoragePools:output_type -> kibotos.operator.v1.ListStoragePoolsResponse
-	20, // 99: kibotos.operator.v1.NodeRegistrationService.GetStoragePool:output_type -> kibotos.operator.v1.GetStoragePoolResponse
-	22, // 100: kibotos.operator.v1.NodeRegistrationService.SetStoragePoolCapacity:output_type -> kibotos.operator.v1.SetStoragePoolCapacityResponse
-	24, // 101: kibotos.operator.v1.NodeRegistrationService.DeclareStoragePoolLost:output_type -> kibotos.operator.v1.DeclareStoragePoolLostResponse
-	26, // 102: kibotos.operator.v1.NodeRegistrationService.ListWorkspacePlacements:output_type -> kibotos.operator.v1.ListWorkspacePlacementsResponse
-	28, // 103: kibotos.operator.v1.NodeRegistrationService.GetOvercommitDefaults:output_type -> kibotos.operator.v1.GetOvercommitDefaultsResponse
-	30, // 104: kibotos.operator.v1.NodeRegistrationService.SetOvercommitDefaults:output_type -> kibotos.operator.v1.SetOvercommitDefaultsResponse
-	32, // 105: kibotos.operator.v1.NodeRegistrationService.SetNodeOvercommit:output_type -> kibotos.operator.v1.SetNodeOvercommitResponse
-	34, // 106: kibotos.operator.v1.NodeRegistrationService.MoveVolume:output_type -> kibotos.operator.v1.MoveVolumeResponse
-	36, // 107: kibotos.operator.v1.NodeRegistrationService.MoveWritableLayer:output_type -> kibotos.operator.v1.MoveWritableLayerResponse
-	38, // 108: kibotos.operator.v1.NodeRegistrationService.ListStoragePoolObjects:output_type -> kibotos.operator.v1.ListStoragePoolObjectsResponse
-	40, // 109: kibotos.operator.v1.NodeRegistrationService.GetStoragePoolObject:output_type -> kibotos.operator.v1.GetStoragePoolObjectResponse
-	42, // 110: kibotos.operator.v1.NodeRegistrationService.CreateWorkspaceOnNode:output_type -> kibotos.operator.v1.CreateWorkspaceOnNodeResponse
-	44, // 111: kibotos.operator.v1.NodeRegistrationService.StartWorkspaceOnNode:output_type -> kibotos.operator.v1.StartWorkspaceOnNodeResponse
-	92, // [92:112] is the sub-list for method output_type
-	72, // [72:92] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	64, // 38: kibotos.operator.v1.NodeSessionSummary.live_until:type_name -> google.protobuf.Timestamp
+	65, // 39: kibotos.operator.v1.NodeClockObservation.offset:type_name -> google.protobuf.Duration
+	65, // 40: kibotos.operator.v1.NodeClockObservation.uncertainty:type_name -> google.protobuf.Duration
+	64, // 41: kibotos.operator.v1.NodeClockObservation.measured_at:type_name -> google.protobuf.Timestamp
+	2,  // 42: kibotos.operator.v1.NodeClockObservation.synchronization:type_name -> kibotos.operator.v1.NodeClockSynchronization
+	64, // 43: kibotos.operator.v1.NodeObservationSummary.observed_at:type_name -> google.protobuf.Timestamp
+	45, // 44: kibotos.operator.v1.NodeObservationSummary.resources:type_name -> kibotos.operator.v1.NodeResources
+	0,  // 45: kibotos.operator.v1.NodeRegistration.admission:type_name -> kibotos.operator.v1.NodeAdmission
+	1,  // 46: kibotos.operator.v1.NodeRegistration.status:type_name -> kibotos.operator.v1.NodeRegistrationStatus
+	64, // 47: kibotos.operator.v1.NodeRegistration.registered_at:type_name -> google.protobuf.Timestamp
+	64, // 48: kibotos.operator.v1.NodeRegistration.updated_at:type_name -> google.protobuf.Timestamp
+	64, // 49: kibotos.operator.v1.NodeRegistration.isolated_at:type_name -> google.protobuf.Timestamp
+	64, // 50: kibotos.operator.v1.NodeRegistration.retired_at:type_name -> google.protobuf.Timestamp
+	46, // 51: kibotos.operator.v1.NodeRegistration.session:type_name -> kibotos.operator.v1.NodeSessionSummary
+	48, // 52: kibotos.operator.v1.NodeRegistration.observation:type_name -> kibotos.operator.v1.NodeObservationSummary
+	56, // 53: kibotos.operator.v1.NodeRegistration.storage_pools:type_name -> kibotos.operator.v1.StoragePoolAttachment
+	45, // 54: kibotos.operator.v1.NodeRegistration.schedulable:type_name -> kibotos.operator.v1.NodeResources
+	45, // 55: kibotos.operator.v1.NodeRegistration.allocated:type_name -> kibotos.operator.v1.NodeResources
+	52, // 56: kibotos.operator.v1.NodeRegistration.overcommit:type_name -> kibotos.operator.v1.NodeOvercommit
+	54, // 57: kibotos.operator.v1.NodeRegistration.host_usage:type_name -> kibotos.operator.v1.NodeHostUsage
+	50, // 58: kibotos.operator.v1.NodeRegistration.memory_tight:type_name -> kibotos.operator.v1.NodeMemoryTight
+	64, // 59: kibotos.operator.v1.NodeMemoryTight.since:type_name -> google.protobuf.Timestamp
+	64, // 60: kibotos.operator.v1.OvercommitDefaults.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 61: kibotos.operator.v1.NodeOvercommit.cpu:type_name -> kibotos.operator.v1.OvercommitRatio
+	53, // 62: kibotos.operator.v1.NodeOvercommit.memory:type_name -> kibotos.operator.v1.OvercommitRatio
+	3,  // 63: kibotos.operator.v1.OvercommitRatio.source:type_name -> kibotos.operator.v1.OvercommitSource
+	64, // 64: kibotos.operator.v1.NodeHostUsage.observed_at:type_name -> google.protobuf.Timestamp
+	56, // 65: kibotos.operator.v1.StoragePool.attachments:type_name -> kibotos.operator.v1.StoragePoolAttachment
+	64, // 66: kibotos.operator.v1.StoragePool.lost_at:type_name -> google.protobuf.Timestamp
+	64, // 67: kibotos.operator.v1.StoragePool.first_declared_at:type_name -> google.protobuf.Timestamp
+	64, // 68: kibotos.operator.v1.StoragePoolAttachment.observed_at:type_name -> google.protobuf.Timestamp
+	4,  // 69: kibotos.operator.v1.StoragePoolObject.kind:type_name -> kibotos.operator.v1.StoragePoolObjectKind
+	66, // 70: kibotos.operator.v1.WorkspacePlacement.workspace_state:type_name -> kibotos.ctrl.v1.WorkspaceState
+	45, // 71: kibotos.operator.v1.WorkspacePlacement.allocation:type_name -> kibotos.operator.v1.NodeResources
+	64, // 72: kibotos.operator.v1.WorkspacePlacement.allocated_at:type_name -> google.protobuf.Timestamp
+	5,  // 73: kibotos.operator.v1.NodeRegistrationService.ListNodeRegistrations:input_type -> kibotos.operator.v1.ListNodeRegistrationsRequest
+	7,  // 74: kibotos.operator.v1.NodeRegistrationService.GetNodeRegistration:input_type -> kibotos.operator.v1.GetNodeRegistrationRequest
+	9,  // 75: kibotos.operator.v1.NodeRegistrationService.DrainNode:input_type -> kibotos.operator.v1.DrainNodeRequest
+	11, // 76: kibotos.operator.v1.NodeRegistrationService.CancelNodeDrain:input_type -> kibotos.operator.v1.CancelNodeDrainRequest
+	13, // 77: kibotos.operator.v1.NodeRegistrationService.IsolateNode:input_type -> kibotos.operator.v1.IsolateNodeRequest
+	15, // 78: kibotos.operator.v1.NodeRegistrationService.RetireNode:input_type -> kibotos.operator.v1.RetireNodeRequest
+	17, // 79: kibotos.operator.v1.NodeRegistrationService.ListStoragePools:input_type -> kibotos.operator.v1.ListStoragePoolsRequest
+	19, // 80: kibotos.operator.v1.NodeRegistrationService.GetStoragePool:input_type -> kibotos.operator.v1.GetStoragePoolRequest
+	21, // 81: kibotos.operator.v1.NodeRegistrationService.SetStoragePoolCapacity:input_type -> kibotos.operator.v1.SetStoragePoolCapacityRequest
+	23, // 82: kibotos.operator.v1.NodeRegistrationService.DeclareStoragePoolLost:input_type -> kibotos.operator.v1.DeclareStoragePoolLostRequest
+	25, // 83: kibotos.operator.v1.NodeRegistrationService.ListWorkspacePlacements:input_type -> kibotos.operator.v1.ListWorkspacePlacementsRequest
+	27, // 84: kibotos.operator.v1.NodeRegistrationService.GetOvercommitDefaults:input_type -> kibotos.operator.v1.GetOvercommitDefaultsRequest
+	29, // 85: kibotos.operator.v1.NodeRegistrationService.SetOvercommitDefaults:input_type -> kibotos.operator.v1.SetOvercommitDefaultsRequest
+	31, // 86: kibotos.operator.v1.NodeRegistrationService.SetNodeOvercommit:input_type -> kibotos.operator.v1.SetNodeOvercommitRequest
+	33, // 87: kibotos.operator.v1.NodeRegistrationService.MoveVolume:input_type -> kibotos.operator.v1.MoveVolumeRequest
+	35, // 88: kibotos.operator.v1.NodeRegistrationService.MoveWritableLayer:input_type -> kibotos.operator.v1.MoveWritableLayerRequest
+	37, // 89: kibotos.operator.v1.NodeRegistrationService.ListStoragePoolObjects:input_type -> kibotos.operator.v1.ListStoragePoolObjectsRequest
+	39, // 90: kibotos.operator.v1.NodeRegistrationService.GetStoragePoolObject:input_type -> kibotos.operator.v1.GetStoragePoolObjectRequest
+	41, // 91: kibotos.operator.v1.NodeRegistrationService.CreateWorkspaceOnNode:input_type -> kibotos.operator.v1.CreateWorkspaceOnNodeRequest
+	43, // 92: kibotos.operator.v1.NodeRegistrationService.StartWorkspaceOnNode:input_type -> kibotos.operator.v1.StartWorkspaceOnNodeRequest
+	6,  // 93: kibotos.operator.v1.NodeRegistrationService.ListNodeRegistrations:output_type -> kibotos.operator.v1.ListNodeRegistrationsResponse
+	8,  // 94: kibotos.operator.v1.NodeRegistrationService.GetNodeRegistration:output_type -> kibotos.operator.v1.GetNodeRegistrationResponse
+	10, // 95: kibotos.operator.v1.NodeRegistrationService.DrainNode:output_type -> kibotos.operator.v1.DrainNodeResponse
+	12, // 96: kibotos.operator.v1.NodeRegistrationService.CancelNodeDrain:output_type -> kibotos.operator.v1.CancelNodeDrainResponse
+	14, // 97: kibotos.operator.v1.NodeRegistrationService.IsolateNode:output_type -> kibotos.operator.v1.IsolateNodeResponse
+	16, // 98: kibotos.operator.v1.NodeRegistrationService.RetireNode:output_type -> kibotos.operator.v1.RetireNodeResponse
+	18, // 99: kibotos.operator.v1.NodeRegistrationService.ListStoragePools:output_type -> kibotos.operator.v1.ListStoragePoolsResponse
+	20, // 100: kibotos.operator.v1.NodeRegistrationService.GetStoragePool:output_type -> kibotos.operator.v1.GetStoragePoolResponse
+	22, // 101: kibotos.operator.v1.NodeRegistrationService.SetStoragePoolCapacity:output_type -> kibotos.operator.v1.SetStoragePoolCapacityResponse
+	24, // 102: kibotos.operator.v1.NodeRegistrationService.DeclareStoragePoolLost:output_type -> kibotos.operator.v1.DeclareStoragePoolLostResponse
+	26, // 103: kibotos.operator.v1.NodeRegistrationService.ListWorkspacePlacements:output_type -> kibotos.operator.v1.ListWorkspacePlacementsResponse
+	28, // 104: kibotos.operator.v1.NodeRegistrationService.GetOvercommitDefaults:output_type -> kibotos.operator.v1.GetOvercommitDefaultsResponse
+	30, // 105: kibotos.operator.v1.NodeRegistrationService.SetOvercommitDefaults:output_type -> kibotos.operator.v1.SetOvercommitDefaultsResponse
+	32, // 106: kibotos.operator.v1.NodeRegistrationService.SetNodeOvercommit:output_type -> kibotos.operator.v1.SetNodeOvercommitResponse
+	34, // 107: kibotos.operator.v1.NodeRegistrationService.MoveVolume:output_type -> kibotos.operator.v1.MoveVolumeResponse
+	36, // 108: kibotos.operator.v1.NodeRegistrationService.MoveWritableLayer:output_type -> kibotos.operator.v1.MoveWritableLayerResponse
+	38, // 109: kibotos.operator.v1.NodeRegistrationService.ListStoragePoolObjects:output_type -> kibotos.operator.v1.ListStoragePoolObjectsResponse
+	40, // 110: kibotos.operator.v1.NodeRegistrationService.GetStoragePoolObject:output_type -> kibotos.operator.v1.GetStoragePoolObjectResponse
+	42, // 111: kibotos.operator.v1.NodeRegistrationService.CreateWorkspaceOnNode:output_type -> kibotos.operator.v1.CreateWorkspaceOnNodeResponse
+	44, // 112: kibotos.operator.v1.NodeRegistrationService.StartWorkspaceOnNode:output_type -> kibotos.operator.v1.StartWorkspaceOnNodeResponse
+	93, // [93:113] is the sub-list for method output_type
+	73, // [73:93] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_operator_v1_node_registration_proto_init() }

@@ -1,0 +1,13 @@
+-- A session's lease, a column of node_placement (issue 15).
+--
+-- Other replicas judged a session live while its last_seen_at was within a
+-- window every replica computed alike from its own configuration. A replica
+-- holding many sessions asks its nodes to report less often and writes
+-- their registrations as rarely, so past some 18,700 sessions another
+-- replica judged its live sessions lost between its writes. The holder now
+-- records, with each write, until when the session is live (the
+-- registration's session.live_until), and placement filters on it. The
+-- migration's Go step fills the column from the registrations: those
+-- written before leases are live for the window those replicas used with
+-- the default timings, 75 s after last_seen_at (store.LiveUntil).
+ALTER TABLE node_placement ADD COLUMN live_until BIGINT NOT NULL DEFAULT 0;
