@@ -147,7 +147,7 @@ func (n *simNode) start(op *nodev1.StartExecution) *nodev1.CommandResult {
 	}
 	if running {
 		have, _ := layers.get(op.GetLayer())
-		return success(&nodev1.ExecutionStatus{InstanceId: id, Running: true, Accel: "sim", BootId: op.GetBootId(), LayerCapacityBytes: have, Report: runningReport(id)})
+		return success(&nodev1.ExecutionStatus{InstanceId: id, Running: true, Accel: "sim", BootId: op.GetBootId(), LayerCapacityBytes: have, Report: n.runningReport(id)})
 	}
 	if v := op.GetVolume(); v != nil {
 		volumes, res := n.pool(v)
@@ -165,7 +165,7 @@ func (n *simNode) start(op *nodev1.StartExecution) *nodev1.CommandResult {
 	n.change()
 	return success(&nodev1.ExecutionStatus{
 		InstanceId: id, Running: true, LayerCreated: created, Accel: "sim", BootId: op.GetBootId(), LayerCapacityBytes: have,
-		Report: runningReport(id),
+		Report: n.runningReport(id),
 	})
 }
 

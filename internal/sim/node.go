@@ -315,7 +315,7 @@ func (n *simNode) observation() (*nodev1.NodeObservation, []string) {
 		cpu += start.GetVcpus() * 1000
 		mem += start.GetMemoryBytes()
 		obs.InstanceIds = append(obs.InstanceIds, id)
-		obs.Executions = append(obs.Executions, runningReport(id))
+		obs.Executions = append(obs.Executions, n.runningReport(id))
 	}
 	for _, id := range n.ended {
 		obs.Executions = append(obs.Executions, &nodev1.ExecutionReport{InstanceId: id, End: nodev1.ExecutionEnd_EXECUTION_END_STOPPED})
@@ -328,9 +328,13 @@ func (n *simNode) observation() (*nodev1.NodeObservation, []string) {
 }
 
 // runningReport is a running simulated execution's report: its guest
-// always answers.
-func runningReport(id string) *nodev1.ExecutionReport {
-	return &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: true}
+// always answers, with the memory report Config.GuestMemory gives.
+func (n *simNode) runningReport(id string) *nodev1.ExecutionReport {
+	r := &nodev1.ExecutionReport{InstanceId: id, Running: true, Responding: true}
+	if m := n.f.cfg.GuestMemory; m != nil {
+		r.Memory = m(id)
+	}
+	return r
 }
 
 // reported forgets the stopped executions an observation carried.

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -9,7 +10,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/sim"
+	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // A Workspace that holds an execution refuses a new Volume binding and a
@@ -55,5 +59,44 @@ func TestAnExpirationOutlivesAStopAndAStart(t *testing.T) {
 	w := restart(t, c, id, "")
 	if !proto.Equal(w.GetExpiration(), before) || w.GetGeneration() != 2 || !w.GetExpiration().GetPolicy().GetDeadline().AsTime().Equal(deadline.AsTime()) {
 		t.Errorf("the expiration after a stop and a start (generation %d): %v, want %v", w.GetGeneration(), w.GetExpiration(), before)
+	}
+}
+
+// "Stopping and starting the Workspace recovers one that stays saturated
+// regardless" (workspaces.md O32): the start boots a new execution, whose
+// guest reports for itself, and nothing of the saturated execution's
+// report is carried into it. The simulated guest of the first execution
+// reports SATURATED with a kill; after a stop and a start the Workspace
+// reads the new execution's NORMAL, with no kill and no saturated_since.
+func TestAStopAndAStartRecoverASaturatedGuest(t *testing.T) {
+	var mu sync.Mutex
+	first := ""
+	since := timestamppb.New(time.Now().Add(-time.Minute))
+	c, _ := oneNode(t, func(cfg *sim.Config) {
+		cfg.GuestMemory = func(instanceID string) *guestv1.MemoryReport {
+			mu.Lock()
+			defer mu.Unlock()
+			if first == "" {
+				first = instanceID
+			}
+			if instanceID != first {
+				return &guestv1.MemoryReport{Condition: guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL}
+			}
+			return &guestv1.MemoryReport{Condition: guestv1.MemoryCondition_MEMORY_CONDITION_SATURATED, SaturatedSince: since, KillCount: 1,
+				LatestKill: &guestv1.MemoryKill{KilledAt: since, Pid: 41, Command: "hog", RssBytes: 200 * mib}}
+		}
+	})
+	id := createWithoutVolume(t, c, "create")
+	waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	saturated := ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_SATURATED
+	testenv.WaitFor(t, "the first execution's guest read SATURATED", func() bool {
+		res, err := c.Workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		return err == nil && res.Msg.GetWorkspace().GetGuestObservation().GetMemoryCondition() == saturated
+	})
+	w := restart(t, c, id, "")
+	obs := w.GetGuestObservation()
+	if w.GetGeneration() != 2 || obs.GetMemoryCondition() != ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_NORMAL ||
+		obs.GetMemorySaturatedSince() != nil || obs.GetMemoryKillCount() != 0 || obs.GetLatestMemoryKill() != nil {
+		t.Errorf("after a stop and a start (generation %d): %v, want the new guest's NORMAL with no kill", w.GetGeneration(), obs)
 	}
 }

@@ -44,6 +44,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/node/v1/nodev1connect"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
@@ -123,7 +124,12 @@ type Config struct {
 	// it answers, as a node fetching the start's artifacts does. Tests
 	// observe a start's delivery by it.
 	Delivery func(nodeID string, start *nodev1.StartExecution) (delivered, total uint64)
-	Logger   *slog.Logger
+	// GuestMemory, when set, is asked for the memory report of each running
+	// execution's guest (by instance id) whenever its report is made; nil,
+	// or a nil answer, reports none, as a guest that predates the report.
+	// Tests make a guest report saturation by it.
+	GuestMemory func(instanceID string) *guestv1.MemoryReport
+	Logger      *slog.Logger
 }
 
 var fragment = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
