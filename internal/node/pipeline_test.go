@@ -11,8 +11,10 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	guestv1 "github.com/kibotos/kibotos/gen/kibotos/guest/v1"
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
 	"github.com/kibotos/kibotos/internal/capability"
 	"github.com/kibotos/kibotos/internal/node"
@@ -205,6 +207,30 @@ func TestAnUnresponsiveGuestIsReportedSinceItsFirstFailedProbe(t *testing.T) {
 	})
 	if r.GetUnresponsiveSince() != nil {
 		t.Errorf("a guest answering again still has unresponsive_since %v", r.GetUnresponsiveSince())
+	}
+}
+
+// A guest's memory kills stand while it does not respond (workspaces.md
+// O17: "Unlike memory_condition it stands while the guest does not
+// respond"): the node keeps reporting the last memory report the guest
+// gave, its kill count and latest kill, through failed probes.
+func TestAnUnresponsiveGuestKeepsItsLastMemoryReport(t *testing.T) {
+	t.Parallel()
+	s, inst := runningOnAFakeProvider(t, "inst-m")
+	killed := timestamppb.New(time.Now().Add(-time.Minute))
+	mark := len(s.seen)
+	inst.ReportMemory(&guestv1.MemoryReport{Condition: guestv1.MemoryCondition_MEMORY_CONDITION_NORMAL, KillCount: 2,
+		LatestKill: &guestv1.MemoryKill{KilledAt: killed, Pid: 41, Command: "hog", RssBytes: 200 << 20}})
+	s.report(t, mark, "inst-m", "the guest's kills reported", func(_ *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
+		return r.GetMemory().GetKillCount() == 2
+	})
+	mark = len(s.seen)
+	inst.Hang(true)
+	r := s.report(t, mark, "inst-m", "the guest reported unresponsive", func(_ *nodev1.NodeObservation, r *nodev1.ExecutionReport) bool {
+		return !r.GetResponding()
+	})
+	if m := r.GetMemory(); m.GetKillCount() != 2 || m.GetLatestKill().GetPid() != 41 || m.GetLatestKill().GetCommand() != "hog" {
+		t.Errorf("an unresponsive guest's memory report: %v, want the last one it gave (2 kills, the latest pid 41 hog)", m)
 	}
 }
 

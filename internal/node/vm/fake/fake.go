@@ -159,8 +159,9 @@ type Instance struct {
 	exit      vm.Exit
 	resets    int
 	lastReset time.Time
-	hung      bool // its agent answers no Ping and no Shutdown
-	shutdowns int  // Shutdown calls its agent received
+	hung      bool                  // its agent answers no Ping and no Shutdown
+	report    *guestv1.MemoryReport // what its agent's Ping says of memory
+	shutdowns int                   // Shutdown calls its agent received
 }
 
 func (x *Instance) end(c vm.Cause, detail string) {
@@ -198,6 +199,14 @@ func (x *Instance) Hang(hung bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.hung = hung
+}
+
+// ReportMemory makes the guest agent's pings carry r as its memory report
+// (nil: none, as a guest that predates the report).
+func (x *Instance) ReportMemory(r *guestv1.MemoryReport) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.report = r
 }
 
 // Shutdowns is how many Shutdown calls the guest agent received,
@@ -283,12 +292,12 @@ func (a agent) Ping(context.Context, *connect.Request[guestv1.PingRequest]) (*co
 		return nil, err
 	}
 	a.x.mu.Lock()
-	hung, bootID := a.x.hung, a.x.bootID
+	hung, bootID, report := a.x.hung, a.x.bootID, a.x.report
 	a.x.mu.Unlock()
 	if hung {
 		return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("the fake guest is hung"))
 	}
-	return connect.NewResponse(&guestv1.PingResponse{BootId: bootID, AgentVersion: "fake", GuestTime: timestamppb.Now()}), nil
+	return connect.NewResponse(&guestv1.PingResponse{BootId: bootID, AgentVersion: "fake", GuestTime: timestamppb.Now(), Memory: report}), nil
 }
 
 func (a agent) Shutdown(context.Context, *connect.Request[guestv1.ShutdownRequest]) (*connect.Response[guestv1.ShutdownResponse], error) {
