@@ -1,13 +1,16 @@
 package workspace_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 )
 
 // A policy set after an earlier one fired applies in its turn: the fired
@@ -68,6 +71,21 @@ func TestAnExpirationTokenReadBeforeAClearIsStale(t *testing.T) {
 		}
 		if w := get(t, e, id); w.GetExpiration().GetPolicy().GetAction() != ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE {
 			t.Errorf("the stale clear changed the policy: %v", w.GetExpiration())
+		}
+		// A change that neither sets nor clears is refused, naming it, and
+		// changes nothing (X5).
+		before := get(t, e, id).GetExpiration()
+		for i, change := range []*ctrlv1.WorkspaceExpirationChange{
+			nil, {}, {Change: &ctrlv1.WorkspaceExpirationChange_Clear{Clear: false}},
+		} {
+			_, err := e.ws.UpdateExpiration(ctx, &ctrlv1.UpdateWorkspaceExpirationRequest{Command: cmd(fmt.Sprintf("neither-%d", i)), WorkspaceId: id,
+				ExpectedExpirationRevision: before.GetRevision(), Change: change})
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || apierr.FieldOf(err) != "change" {
+				t.Errorf("a change %v that neither sets nor clears: %v, want invalid_argument naming change", change, err)
+			}
+		}
+		if after := get(t, e, id).GetExpiration(); !proto.Equal(after, before) {
+			t.Errorf("the refused changes changed the expiration: %v, was %v", after, before)
 		}
 	})
 }
