@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,28 +16,42 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/node/blockfile"
 	"github.com/kibotos/kibotos/internal/transfer/archive"
 )
 
 // WorkspaceArchive is a transfer archive of a Workspace from another
 // deployment ("ws-elsewhere"): the busybox template's revision 1, 512 MiB
-// of memory, and a 256 MiB writable layer holding usedMiB MiB of random
-// bytes. completeness is the manifest's ("" leaves it out).
-func WorkspaceArchive(t testing.TB, usedMiB int64, completeness string) []byte {
+// of memory, and a 256 MiB writable layer (the part "layer", as an export
+// names it), an ext4 filesystem holding a file of usedMiB MiB of random
+// bytes, so that a node imports it as it would an exported one.
+// completeness is the manifest's ("" leaves it out); image is the digest of
+// the template image the layer was made over ("": one no deployment has;
+// a restore continues the layer only over the same image).
+func WorkspaceArchive(t testing.TB, usedMiB int64, completeness, image string) []byte {
 	t.Helper()
-	f, err := os.Create(filepath.Join(t.TempDir(), "layer"))
+	if image == "" {
+		image = "sha256:" + strings.Repeat("ab", 32)
+	}
+	content := t.TempDir()
+	data := make([]byte, usedMiB<<20)
+	_, _ = rand.Read(data)
+	if err := os.WriteFile(filepath.Join(content, "data"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := blockfile.FindTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := filepath.Join(t.TempDir(), "layer")
+	if out, err := exec.Command(tools.Mkfs, "-q", "-F", "-b", "4096", "-d", content, layer, "256M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	f, err := os.Open(layer)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := f.Truncate(256 << 20); err != nil {
-		t.Fatal(err)
-	}
-	data := make([]byte, usedMiB<<20)
-	_, _ = rand.Read(data)
-	if _, err := f.WriteAt(data, 64<<20); err != nil {
-		t.Fatal(err)
-	}
 	spec, err := protojson.Marshal(&ctrlv1.WorkspaceSpec{
 		Template:  &ctrlv1.TemplateRef{Template: "busybox", Revision: "1"},
 		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 512 << 20},
@@ -47,10 +62,10 @@ func WorkspaceArchive(t testing.TB, usedMiB int64, completeness string) []byte {
 	var buf bytes.Buffer
 	_, err = archive.Write(context.Background(), &buf, archive.Manifest{
 		Source:       archive.Source{Kind: archive.SourceWorkspace, ID: "ws-elsewhere", Spec: spec},
-		Template:     &archive.Revision{Name: "busybox", Revision: "1", Digest: "sha256:" + strings.Repeat("ab", 32)},
+		Template:     &archive.Revision{Name: "busybox", Revision: "1", Digest: image},
 		Completeness: completeness,
 		CreatedAt:    time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
-	}, []archive.Input{{Name: "writable-layer", Kind: archive.KindBlock, File: f}})
+	}, []archive.Input{{Name: "layer", Kind: archive.KindBlock, File: f}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/node"
 	"github.com/kibotos/kibotos/internal/node/netslot/usernet"
@@ -75,7 +76,12 @@ func TestAUserModeNetworkNodeRefusesPublicInternetAndFailsDNSAtOnce(t *testing.T
 	// And so does a RestoreWorkspace's start: an imported Workspace given
 	// PUBLIC_INTERNET is restored (its layer imported on the node) and
 	// fails to start at FAILURE_STAGE_APPLYING_NETWORK.
-	tr := e.c.Import(t, "import-public", testenv.WorkspaceArchive(t, 1, "complete"))
+	busybox, err := e.c.Ctrl.Catalog().GetTemplateRevision(ctx, &operatorv1.GetTemplateRevisionRequest{
+		Selector: &ctrlv1.TemplateSelector{Template: "busybox", Revision: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := e.c.Import(t, "import-public", testenv.WorkspaceArchive(t, 1, "complete", busybox.GetRevision().GetImageDigest()))
 	restored, err := e.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-public"), TransferId: tr.GetTransferId(),
 		Spec: &ctrlv1.WorkspaceCreateSpec{NetworkPolicy: public}}))
 	if err != nil {

@@ -319,7 +319,7 @@ func (s *Service) staged(id string, src *source, parts []archive.Part) ([]archiv
 		return nil, closeAll, err
 	}
 	size := uint64(info.Size())
-	st, err := open(path, archive.Part{Name: partImage, Kind: archive.KindBlob, Size: size, LogicalSize: size, Digest: src.template.Digest})
+	st, err := open(path, archive.Part{Name: PartTemplateImage, Kind: archive.KindBlob, Size: size, LogicalSize: size, Digest: src.template.Digest})
 	return append(out, st), closeAll, err
 }
 

@@ -51,10 +51,11 @@ const (
 // exportStage is the stage of every export failure.
 const exportStage = ctrlv1.FailureStage_FAILURE_STAGE_EXPORTING_WORKSPACE
 
-// Part names of the block files an archive carries.
+// Part names of the block files an archive carries: what an export writes
+// and what a restore makes the Volume and the writable layer from.
 const (
-	partVolume = "volume"
-	partLayer  = "layer"
+	PartVolume = "volume"
+	PartLayer  = "layer"
 )
 
 // source is what an export captures, as the store has it.
@@ -126,7 +127,7 @@ func workspaceSource(tx *store.Tx, id string, layer bool) (*source, error) {
 	if rt.GetLayerPool() != "" {
 		// A Workspace never started has no layer: there is nothing of
 		// the BEST_EFFORT tier to carry.
-		src.parts = append(src.parts, blockPart{name: partLayer, ref: &nodev1.BlockFileRef{
+		src.parts = append(src.parts, blockPart{name: PartLayer, ref: &nodev1.BlockFileRef{
 			StoragePool: rt.GetLayerPool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_WRITABLE_LAYER, ObjectId: id,
 		}})
 	}
@@ -145,7 +146,7 @@ func volumeSource(tx *store.Tx, id string) (*source, error) {
 }
 
 func volumePart(v *ctrlv1.Volume) blockPart {
-	return blockPart{name: partVolume, ref: &nodev1.BlockFileRef{
+	return blockPart{name: PartVolume, ref: &nodev1.BlockFileRef{
 		StoragePool: v.GetSpec().GetStoragePool(), Kind: nodev1.BlockFileKind_BLOCK_FILE_KIND_VOLUME, ObjectId: v.GetVolumeId(),
 	}}
 }
@@ -443,8 +444,8 @@ func (s *Service) failExport(ctx context.Context, w *command.Work, id string, f 
 	return nil
 }
 
-// partImage names the blob part carrying the template image.
-const partImage = "template-image"
+// PartTemplateImage names the blob part carrying the template image.
+const PartTemplateImage = "template-image"
 
 // templateImage is the file of the template image src runs on, from the
 // catalog; failed_precondition when there is none to carry.

@@ -376,3 +376,52 @@ func TestAFailedRestoreDeletesAVolumeThatNeverArrived(t *testing.T) {
 		t.Errorf("the imported Volume that never arrived, after the failed restore: %v %v, want DELETED", v, err)
 	}
 }
+
+// A restore of an archive holding a part it would leave behind (a block
+// part "rootfs" beside the Volume, as an archive from a newer ctrl might
+// carry) is refused at admission: failed_precondition naming transfer_id
+// at RESTORING_WORKSPACE, no Workspace made, the Transfer still IMPORTED.
+// Restored, the part's data would have been lost without a word. The
+// import takes the archive: it is well formed.
+func TestARestoreRefusesAnArchiveWithAPartItWouldLeaveBehind(t *testing.T) {
+	f := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
+	f.c.UnbootableCatalog(t) // a node, a pool and a template: the restore is admitted but for the part
+	c := f.c
+	var inputs []archive.Input
+	for _, name := range []string{"volume", "rootfs"} {
+		f, err := os.Create(filepath.Join(t.TempDir(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(64 << 20); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("kibotos "+name), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, archive.Input{Name: name, Kind: archive.KindBlock, File: f})
+	}
+	var a bytes.Buffer
+	if _, err := archive.Write(ctx, &a, archive.Manifest{
+		Source: archive.Source{Kind: archive.SourceVolume, Spec: []byte(`{"spec":{"capacityBytes":"67108864"}}`)},
+	}, inputs); err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Import(t, "import-1", a.Bytes())
+	_, err := c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd("restore-1"), TransferId: tr.GetTransferId(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20}}}))
+	d := apierr.DetailOf(err)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || d.GetField() != "transfer_id" || d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE ||
+		!strings.Contains(err.Error(), `"rootfs"`) {
+		t.Errorf("a restore of an archive with a part %q: %v (%v), want failed_precondition naming transfer_id and the part at RESTORING_WORKSPACE", "rootfs", err, d)
+	}
+	list, err := c.Workspaces.ListWorkspaces(ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{}))
+	if err != nil || len(list.Msg.GetWorkspaces()) != 0 {
+		t.Errorf("Workspaces after the refused restore: %v %v, want none", list, err)
+	}
+	got, err := c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: tr.GetTransferId()}))
+	if err != nil || got.Msg.GetTransfer().GetState() != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED {
+		t.Errorf("the Transfer after the refused restore: %v %v, want IMPORTED", got, err)
+	}
+}

@@ -56,6 +56,25 @@ func BeginRestore(tx *store.Tx, field, id string, now time.Time) (*archive.Manif
 	return m, tx.PutTransfer(r)
 }
 
+// RestoresWhole refuses, as failed_precondition naming field, an archive
+// holding a part a restore would leave behind. A restore makes the Volume
+// from the block part "volume", the writable layer from the block part
+// "layer", and registers the template from the blob "template-image"; an
+// archive with any other part (made by a newer ctrl, or by hand) restored
+// here would lose that part's data without a word. An import takes such
+// an archive (it is well formed); only its restore is refused.
+func RestoresWhole(field string, m *archive.Manifest) error {
+	known := map[string]archive.PartKind{PartVolume: archive.KindBlock, PartLayer: archive.KindBlock, PartTemplateImage: archive.KindBlob}
+	for _, p := range m.Parts {
+		if kind, ok := known[p.Name]; !ok || p.Kind != kind {
+			return apierr.Precondition(&ctrlv1.ErrorDetail{Field: field, Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE},
+				"the archive holds a %s part %q, which a restore here would leave behind: it restores the block parts %q and %q and the blob %q only",
+				p.Kind, p.Name, PartVolume, PartLayer, PartTemplateImage)
+		}
+	}
+	return nil
+}
+
 // restorable refuses a restore of Transfer id in state st unless st
 // restores: unavailable while it is exported, imported or restored,
 // failed_precondition when it has no archive to restore from.
@@ -237,7 +256,7 @@ func (s *Service) PrepareRestore(ctx context.Context, req *ctrlv1.RestoreWorkspa
 	missing := false
 	err := s.store.Tx(ctx, func(tx *store.Tx) error {
 		var err error
-		if m, err = StoredManifest(tx, field, id); err != nil || m.Template == nil {
+		if m, err = StoredManifest(tx, field, id); err != nil || m.Template == nil || RestoresWhole(field, m) != nil {
 			m = nil
 			return nil // the admission answers what is wrong with the Transfer
 		}
@@ -249,7 +268,7 @@ func (s *Service) PrepareRestore(ctx context.Context, req *ctrlv1.RestoreWorkspa
 	})
 	i := -1
 	if err == nil && missing {
-		i = partIndex(m, partImage)
+		i = partIndex(m, PartTemplateImage)
 	}
 	if err != nil || i < 0 {
 		return err

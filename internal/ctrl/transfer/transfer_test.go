@@ -87,10 +87,10 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, e *env)) {
 func cmd(id string) *ctrlv1.CommandMetadata { return &ctrlv1.CommandMetadata{CommandId: id} }
 
 // makeArchive is a Workspace archive whose writable layer holds used MiB
-// of data in a 256 MiB sparse file.
+// of data in a 256 MiB ext4 filesystem.
 func makeArchive(t *testing.T, used int64) []byte {
 	t.Helper()
-	return testenv.WorkspaceArchive(t, used, "complete")
+	return testenv.WorkspaceArchive(t, used, "complete", "")
 }
 
 func digestOf(b []byte) string {
@@ -198,7 +198,7 @@ func TestImportVerifiesKeepsAndDownloadsTheArchive(t *testing.T) {
 		}
 		// Provider-neutral: nothing of where or how the archive is kept.
 		j, _ := protojson.Marshal(tr)
-		for _, private := range []string{e.dir, ".archive", "writable-layer", "ws-elsewhere", "extents"} {
+		for _, private := range []string{e.dir, ".archive", `"layer"`, "ws-elsewhere", "extents"} {
 			if strings.Contains(string(j), private) {
 				t.Fatalf("the Transfer shows %q: %s", private, j)
 			}
@@ -221,7 +221,7 @@ func TestAnImportShowsItsArchivesCompleteness(t *testing.T) {
 		archive string
 		want    ctrlv1.Completeness
 	}{{"complete", ctrlv1.Completeness_COMPLETENESS_COMPLETE}, {"partial", ctrlv1.Completeness_COMPLETENESS_PARTIAL}, {"", ctrlv1.Completeness_COMPLETENESS_UNKNOWN}} {
-		tr := e.importOK(t, fmt.Sprintf("imp-%d", i), testenv.WorkspaceArchive(t, 1, c.archive), nil)
+		tr := e.importOK(t, fmt.Sprintf("imp-%d", i), testenv.WorkspaceArchive(t, 1, c.archive, ""), nil)
 		if got := tr.GetManifest().GetCompleteness(); got != c.want {
 			t.Errorf("an archive whose completeness is %q: %v, want %v", c.archive, got, c.want)
 		}

@@ -40,12 +40,6 @@ import (
 	"github.com/kibotos/kibotos/internal/transfer/archive"
 )
 
-// Part names a restore makes block files from (the export's).
-const (
-	partVolume = "volume"
-	partLayer  = "layer"
-)
-
 // Restore admits a new Workspace from a Transfer.
 func (s *Service) Restore(ctx context.Context, req *ctrlv1.RestoreWorkspaceRequest) (*ctrlv1.RestoreWorkspaceResponse, error) {
 	if err := command.ValidateID("command.command_id", req.GetCommand()); err != nil {
@@ -59,6 +53,9 @@ func (s *Service) Restore(ctx context.Context, req *ctrlv1.RestoreWorkspaceReque
 	}
 	m, err := s.archived(ctx, req.GetTransferId())
 	if err != nil {
+		return nil, err
+	}
+	if err := transfer.RestoresWhole("transfer_id", m); err != nil {
 		return nil, err
 	}
 	spec, err := restoreSpec(m, req.GetSpec())
@@ -113,7 +110,7 @@ func archivedTemplateHere(tx *store.Tx, m *archive.Manifest) error {
 	} else if err != nil {
 		return err
 	}
-	if m.Template.Digest != "" && partOf(m, partLayer) != nil && r.GetImageDigest() != m.Template.Digest {
+	if m.Template.Digest != "" && partOf(m, transfer.PartLayer) != nil && r.GetImageDigest() != m.Template.Digest {
 		return apierr.Precondition(&ctrlv1.ErrorDetail{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESTORING_WORKSPACE, Field: "transfer_id"},
 			"the archived writable layer was made over template %s@%s with image %s; here that revision has image %s",
 			m.Template.Name, m.Template.Revision, m.Template.Digest, r.GetImageDigest())
@@ -148,7 +145,7 @@ func restoreSpec(m *archive.Manifest, over *ctrlv1.WorkspaceCreateSpec) (*ctrlv1
 			base.NetworkPolicy = p
 		}
 	}
-	if v := partOf(m, partVolume); v != nil {
+	if v := partOf(m, transfer.PartVolume); v != nil {
 		b := archivedSpec.GetVolume() // nil for a Volume's archive
 		base.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: b.GetMountPath(),
 			NewVolume: &ctrlv1.VolumeSpec{CapacityBytes: v.LogicalSize}}
@@ -157,12 +154,12 @@ func restoreSpec(m *archive.Manifest, over *ctrlv1.WorkspaceCreateSpec) (*ctrlv1
 		}
 	}
 	if over != nil {
-		if partOf(m, partLayer) != nil && over.GetTemplate() != nil {
+		if partOf(m, transfer.PartLayer) != nil && over.GetTemplate() != nil {
 			return nil, apierr.Invalid("spec.template", "must be unset: the archived writable layer continues only over the template it was made over")
 		}
 		merge(base, over)
 	}
-	if l := partOf(m, partLayer); l != nil && base.GetResources().GetWritableLayerCapacityBytes() < l.LogicalSize {
+	if l := partOf(m, transfer.PartLayer); l != nil && base.GetResources().GetWritableLayerCapacityBytes() < l.LogicalSize {
 		base.Resources = proto.CloneOf(base.GetResources())
 		if base.Resources == nil {
 			base.Resources = &ctrlv1.ResourceRequest{}
@@ -198,8 +195,8 @@ func (s *Service) importParts(ctx context.Context, wk *command.Work, plan *launc
 	}); err != nil {
 		return false, err
 	}
-	if v := plan.volume; v != nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING && partOf(m, partVolume) != nil {
-		if ok, err := s.importPart(ctx, wk, nodeID, id, partVolume, volumeRef(v)); !ok || err != nil {
+	if v := plan.volume; v != nil && v.GetState() == ctrlv1.VolumeState_VOLUME_STATE_CREATING && partOf(m, transfer.PartVolume) != nil {
+		if ok, err := s.importPart(ctx, wk, nodeID, id, transfer.PartVolume, volumeRef(v)); !ok || err != nil {
 			return false, err
 		}
 		if err := s.store.Tx(ctx, func(tx *store.Tx) error {
@@ -209,8 +206,8 @@ func (s *Service) importParts(ctx context.Context, wk *command.Work, plan *launc
 		}
 		v.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
 	}
-	if partOf(m, partLayer) != nil {
-		if ok, err := s.importPart(ctx, wk, nodeID, id, partLayer, layerRef(plan.runtime)); !ok || err != nil {
+	if partOf(m, transfer.PartLayer) != nil {
+		if ok, err := s.importPart(ctx, wk, nodeID, id, transfer.PartLayer, layerRef(plan.runtime)); !ok || err != nil {
 			return false, err
 		}
 	}
