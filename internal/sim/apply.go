@@ -106,6 +106,15 @@ func (n *simNode) apply(body *anypb.Any) *nodev1.CommandResult {
 		}
 		have, _ := p.ensure(op.GetRef(), op.GetCapacityBytes())
 		return success(&nodev1.BlockFileStatus{Exists: true, CapacityBytes: have})
+	case *nodev1.ImportBlockFile:
+		// A restore's part: the block file is made; nothing is fetched
+		// (the simulation keeps no bytes).
+		p, res := n.pool(op.GetRef())
+		if res != nil {
+			return res
+		}
+		have, _ := p.ensure(op.GetRef(), 0)
+		return success(&nodev1.BlockFileStatus{Exists: true, CapacityBytes: have})
 	case *nodev1.RemoveBlockFile:
 		p, res := n.pool(op.GetRef())
 		if res != nil {

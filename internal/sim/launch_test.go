@@ -110,3 +110,50 @@ func TestACreatePlacedAfterANewDefaultKeepsItsLaunch(t *testing.T) {
 		t.Errorf("the create placed after a new default: launch_ref %q, version %d; want %q, 1", placed.GetLaunchRef(), placed.GetLaunchBindingVersion(), admitted.GetLaunchRef())
 	}
 }
+
+// A restore keeps the launch_ref it was admitted with when the default
+// changes before it is placed (workspaces.md S2), as a create does: a
+// Volume's archive restored while the only node is drained waits, a new
+// default is registered, and once the drain is cancelled the Workspace is
+// placed, its Volume imported, and it runs on the Launch it was admitted
+// with (launch_binding_version 1).
+func TestARestorePlacedAfterANewDefaultKeepsItsLaunch(t *testing.T) {
+	c, _ := oneNode(t, nil)
+	ready, err := readyNodes(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeID := ready[0].GetNodeId()
+	tr := c.Import(t, "import", testenv.VolumeArchive(t, 64, 1))
+	if _, err := c.Nodes.DrainNode(ctx, connect.NewRequest(&operatorv1.DrainNodeRequest{Command: &ctrlv1.CommandMetadata{CommandId: "drain"}, NodeId: nodeID})); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "restore"}, TransferId: tr.GetTransferId(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 256 * mib}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Msg.GetWorkspace().GetWorkspaceId()
+	testenv.WaitFor(t, "the restore waiting for a node", func() bool {
+		res, err := c.Workspaces.GetWorkspaceCommand(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: id, CommandId: "restore"}))
+		return err == nil && res.Msg.GetCommand().GetState() == ctrlv1.WorkspaceCommandState_WORKSPACE_COMMAND_STATE_WAITING
+	})
+	admitted := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING).GetSpec()
+	if admitted.GetLaunchRef() == "" {
+		t.Fatal("the restore was admitted without a launch_ref")
+	}
+	newDefaultPlatform(t, c.Ctrl.Catalog())
+	if _, err := c.Nodes.CancelNodeDrain(ctx, connect.NewRequest(&operatorv1.CancelNodeDrainRequest{Command: &ctrlv1.CommandMetadata{CommandId: "undrain"}, NodeId: nodeID})); err != nil {
+		t.Fatal(err)
+	}
+	placed := waitState(t, c, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE).GetSpec()
+	if placed.GetLaunchRef() != admitted.GetLaunchRef() || placed.GetLaunchBindingVersion() != 1 {
+		t.Errorf("the restore placed after a new default: launch_ref %q, version %d; want %q, 1", placed.GetLaunchRef(), placed.GetLaunchBindingVersion(), admitted.GetLaunchRef())
+	}
+	got, err := c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: tr.GetTransferId()}))
+	if err != nil || got.Msg.GetTransfer().GetState() != ctrlv1.TransferState_TRANSFER_STATE_RESTORED {
+		t.Errorf("the Transfer once the restore ran: %v %v, want RESTORED", got, err)
+	}
+}

@@ -6,7 +6,8 @@
 // resources and storage pools, observations at the interval the welcome
 // names, clock replies, and an answer to every node command. The answers
 // come at once and say the operation succeeded (StartExecution → running,
-// StopExecution → durable, block files made or removed), and each node
+// StopExecution → durable, block files made, imported or removed; an
+// import fetches nothing), and each node
 // keeps the state a real node would report: the executions it "runs" and
 // the block files of its pools, in memory.
 //

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,25 +34,7 @@ func WorkspaceArchive(t testing.TB, usedMiB int64, completeness, image string) [
 	if image == "" {
 		image = "sha256:" + strings.Repeat("ab", 32)
 	}
-	content := t.TempDir()
-	data := make([]byte, usedMiB<<20)
-	_, _ = rand.Read(data)
-	if err := os.WriteFile(filepath.Join(content, "data"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tools, err := blockfile.FindTools()
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer := filepath.Join(t.TempDir(), "layer")
-	if out, err := exec.Command(tools.Mkfs, "-q", "-F", "-b", "4096", "-d", content, layer, "256M").CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v: %s", err, out)
-	}
-	f, err := os.Open(layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := ext4File(t, 256, usedMiB)
 	spec, err := protojson.Marshal(&ctrlv1.WorkspaceSpec{
 		Template:  &ctrlv1.TemplateRef{Template: "busybox", Revision: "1"},
 		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 512 << 20},
@@ -70,6 +53,51 @@ func WorkspaceArchive(t testing.TB, usedMiB int64, completeness, image string) [
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// VolumeArchive is a transfer archive of a Volume of sizeMiB MiB from
+// another deployment: its block file, an ext4 filesystem holding a file of
+// usedMiB MiB of random bytes.
+func VolumeArchive(t testing.TB, sizeMiB, usedMiB int64) []byte {
+	t.Helper()
+	f := ext4File(t, sizeMiB, usedMiB)
+	var buf bytes.Buffer
+	_, err := archive.Write(context.Background(), &buf, archive.Manifest{
+		Source:       archive.Source{Kind: archive.SourceVolume, ID: "vol-elsewhere", Spec: []byte(fmt.Sprintf(`{"spec":{"capacityBytes":"%d"}}`, sizeMiB<<20))},
+		Completeness: "complete",
+		CreatedAt:    time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+	}, []archive.Input{{Name: "volume", Kind: archive.KindBlock, File: f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// ext4File is an open block file of sizeMiB MiB holding an ext4
+// filesystem with one file of usedMiB MiB of random bytes, as a node's
+// Volume or writable layer does; closed when t ends.
+func ext4File(t testing.TB, sizeMiB, usedMiB int64) *os.File {
+	t.Helper()
+	content := t.TempDir()
+	data := make([]byte, usedMiB<<20)
+	_, _ = rand.Read(data)
+	if err := os.WriteFile(filepath.Join(content, "data"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := blockfile.FindTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "block")
+	if out, err := exec.Command(tools.Mkfs, "-q", "-F", "-b", "4096", "-d", content, path, fmt.Sprintf("%dM", sizeMiB)).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 // Import uploads archive a through the Transfer API as command commandID
