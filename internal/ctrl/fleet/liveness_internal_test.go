@@ -1,12 +1,16 @@
 package fleet
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodev1 "github.com/kibotos/kibotos/gen/kibotos/node/v1"
+	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
+	"github.com/kibotos/kibotos/internal/store/storetest"
 )
 
 // A start's report noted from its answer stays applied through the write
@@ -70,5 +74,39 @@ func TestAStartWaitedForRawIsAwaited(t *testing.T) {
 	a.forgetHanded("cmd-a/start", waiting)
 	if got := a.awaitedStarts(reports); got != nil {
 		t.Errorf("awaited starts after the step stopped waiting: %v", got)
+	}
+}
+
+// A session another replica holds is live until the lease its record
+// carries (live_until) and lost after it; a record written before leases
+// is live 75 s after it was last seen. The lease a holder writes is the
+// 75 s every replica allowed before, at the default timings, and at a
+// spread interval covers the next write (two intervals) and the silence
+// limit after it.
+func TestAnotherReplicasSessionIsLiveUntilItsLease(t *testing.T) {
+	st := storetest.Open(t, storetest.PostgresDSN(t)) // shared: sessions are judged by their records
+	f := New(st, nil, slog.New(slog.DiscardHandler), DefaultConfig, Deps{})
+	now := time.Now()
+	at := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(now.Add(d)) }
+	for _, tc := range []struct {
+		what string
+		s    *operatorv1.NodeSessionSummary
+		live bool
+	}{
+		{"a lease ahead, last seen long ago", &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: at(-10 * time.Minute), LiveUntil: at(time.Second)}, true},
+		{"a lease passed, last seen just now", &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: at(-time.Second), LiveUntil: at(-time.Millisecond)}, false},
+		{"no lease, seen 74 s ago", &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: at(-74 * time.Second)}, true},
+		{"no lease, seen 76 s ago", &operatorv1.NodeSessionSummary{Live: true, LastSeenAt: at(-76 * time.Second)}, false},
+		{"recorded lost", &operatorv1.NodeSessionSummary{LastSeenAt: at(-time.Second), DisconnectedAt: at(-time.Second)}, false},
+	} {
+		if got := f.Live(&operatorv1.NodeRegistration{NodeId: "node-elsewhere", Session: tc.s}, now); got != tc.live {
+			t.Errorf("%s: live %v, want %v", tc.what, got, tc.live)
+		}
+	}
+	if got := f.lease(DefaultConfig.ObservationInterval); got != 75*time.Second {
+		t.Errorf("the lease at the default interval: %v, want 75s", got)
+	}
+	if spread := 40 * time.Second; f.lease(spread) < 2*spread+silenceLimitFor(spread) {
+		t.Errorf("the lease at a %v interval: %v, want at least two intervals and the silence limit (%v)", spread, f.lease(spread), 2*spread+silenceLimitFor(spread))
 	}
 }
