@@ -2701,14 +2701,15 @@ type NodeSessionSummary struct {
 	Clock *NodeClockObservation `protobuf:"bytes,5,opt,name=clock,proto3" json:"clock,omitempty"`
 	// agent_version is the version of `kibotos node` the session reported.
 	AgentVersion string `protobuf:"bytes,6,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	// live_until is, while the session is live, the time by which the ctrl
-	// replica holding it writes this record again: its lease on the session.
-	// Every other replica sharing the database treats the session as live
-	// until then, and as lost after (its replica stopped without saying so).
-	// The holder sets it at each write from how often it asked the node to
-	// report, so a replica that spreads its nodes' reports over many
-	// sessions is not judged lost between its writes. Absent while the
-	// session is not live. (designed here)
+	// live_until is, while the session is live, the lease of the ctrl
+	// replica holding it: by then that replica has written this record again
+	// (with a later lease) or recorded the session lost. Every other replica
+	// sharing the database treats the session as live until then, and as
+	// lost after (its replica stopped without saying so). The holder sets it
+	// at each write from how often it asked the node to report, so a replica
+	// that spreads its nodes' reports over many sessions is not judged lost
+	// between its writes. Absent while the session is not live. (designed
+	// here)
 	LiveUntil     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=live_until,json=liveUntil,proto3" json:"live_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
