@@ -39,6 +39,7 @@ type Cluster struct {
 	Volumes    ctrlv1connect.VolumeServiceClient
 	Workspaces ctrlv1connect.WorkspaceServiceClient
 	Egresses   ctrlv1connect.EgressServiceClient
+	Resolvers  ctrlv1connect.ResolverServiceClient
 	Transfers  ctrlv1connect.TransferServiceClient
 	Nodes      operatorv1connect.NodeRegistrationServiceClient
 	Enrollment operatorv1connect.EnrollmentServiceClient
@@ -99,6 +100,7 @@ func New(t testing.TB, opts ...Option) *Cluster {
 		Volumes:    ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Workspaces: ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Egresses:   ctrlv1connect.NewEgressServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
+		Resolvers:  ctrlv1connect.NewResolverServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Transfers:  ctrlv1connect.NewTransferServiceClient(http.DefaultClient, srv.Client.WorkspaceEndpoint, ws),
 		Nodes:      operatorv1connect.NewNodeRegistrationServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
 		Enrollment: operatorv1connect.NewEnrollmentServiceClient(http.DefaultClient, srv.Client.OperatorEndpoint, op),
