@@ -197,8 +197,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}{
 		// Gate checks credentials from the headers before a body is read;
 		// the interceptors check each call in full.
-		// The metrics interceptor comes first, so it counts the calls the
-		// others refuse.
+		// The metrics interceptor comes before authentication, so it
+		// counts the calls that one refuses.
 		{"workspace", auth.Gate(api.NewWorkspaceHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor(), backend.api.Sessions.Interceptor(keys)), backend.api.Sessions.Gate(keys)), &s.Client.WorkspaceEndpoint, true, 0},
 		{"operator", auth.Gate(api.NewOperatorHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor(), auth.NewInterceptor(keys, auth.ScopeOperator)), auth.HeaderCheck(keys, auth.ScopeOperator)), &s.Client.OperatorEndpoint, true, 0},
 		{"node", auth.Gate(api.NewNodeHandler(backend.api, telemetry.ErrorStatus(), m.Interceptor()), backend.api.Fleet.Gate()), &s.NodeEndpoint, false, nodeFrame},

@@ -298,10 +298,10 @@ func offered(ctx context.Context, long bool, kind string) *claimOffer {
 type admissionsKey struct{}
 
 // admitted counts and logs an admission once its transaction commits: at the end
-// of Do, when ctx is a Do's. An admission inside another transaction (an
-// egress fan-out, a pool cleanup, made within a larger transaction) is
-// counted at once; if that transaction rolls back and runs again, it is
-// counted again.
+// of Do, when ctx is a Do's (an Egress update's follow-ups are). An
+// admission inside another transaction (a pool cleanup a running move
+// admits) is counted at once; if that transaction rolls back and runs
+// again, it is counted again.
 func admitted(ctx context.Context, a admission) {
 	if adm, ok := ctx.Value(admissionsKey{}).(*admissions); ok {
 		adm.list = append(adm.list, a)
