@@ -58,7 +58,9 @@ type egressFlags struct {
 	tls, udp, noPassword                                   bool
 }
 
-func (f *egressFlags) register(c *cobra.Command) {
+// register adds them to c; --no-password only to an update, the one call
+// with a stored password to remove.
+func (f *egressFlags) register(c *cobra.Command, update bool) {
 	fl := c.Flags()
 	fl.StringVar(&f.protocol, "protocol", "", "socks5 or http-connect")
 	fl.StringVar(&f.endpoint, "endpoint", "", "the proxy's HOST:PORT")
@@ -66,7 +68,9 @@ func (f *egressFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.serverName, "server-name", "", "name to verify the proxy's certificate against (default: the endpoint host)")
 	fl.StringVar(&f.username, "username", "", "username to authenticate to the proxy with")
 	fl.StringVar(&f.passwordFile, "password-file", "", "read the password from this file ('-' for stdin); it is never shown again")
-	fl.BoolVar(&f.noPassword, "no-password", false, "update: remove the stored password")
+	if update {
+		fl.BoolVar(&f.noPassword, "no-password", false, "remove the stored password")
+	}
 	fl.BoolVar(&f.udp, "udp", false, "allow UDP (and udp Resolvers) through this Egress; SOCKS5 only")
 }
 
@@ -183,7 +187,7 @@ func newEgressCommand(out *outputFlag) *cobra.Command {
 			return showEgress(cmd, out, res, err)
 		},
 	}
-	spec.register(create)
+	spec.register(create, false)
 	create.Flags().StringToStringVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
 	commandFlag(create)
 
@@ -226,7 +230,7 @@ func newEgressUpdateCommand(out *outputFlag) *cobra.Command {
 			return showEgress(cmd, out, res, err)
 		},
 	}
-	spec.register(update)
+	spec.register(update, true)
 	update.Flags().Uint64Var(&expected, "expected-revision", 0, "revision the update applies to (default: the one just read)")
 	update.Flags().Uint32Var(&drain, "drain-seconds", 0, "how long connections on the previous revision stay open")
 	update.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")

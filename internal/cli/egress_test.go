@@ -28,6 +28,10 @@ func TestEgressAndResolverCommands(t *testing.T) {
 		t.Fatalf("egress create: exit %d\n%s%s", code, out, errOut)
 	}
 	id := created.GetEgress().GetEgressId()
+	// --no-password removes a stored password: a create has none to remove.
+	if code, _, errOut = kibotosAll(t, c, "egress", "create", "--protocol", "socks5", "--endpoint", "proxy.example:1080", "--no-password"); code == 0 || !strings.Contains(errOut, "unknown flag: --no-password") {
+		t.Errorf("egress create --no-password: exit %d, %s", code, errOut)
+	}
 	code, out, errOut = kibotosAll(t, c, "egress", "list", "-l", "team=a")
 	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "SOCKS5") || !strings.Contains(out, "set") || strings.Contains(out, "s3cret") {
 		t.Errorf("egress list: exit %d\n%s%s", code, out, errOut)
