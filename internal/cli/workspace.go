@@ -42,7 +42,7 @@ func expires(p *ctrlv1.WorkspaceExpirationPolicy) string {
 	if p == nil {
 		return "-"
 	}
-	return strings.ToLower(trimEnum(p.GetAction().String(), "WORKSPACE_EXPIRATION_ACTION_")) + " at " + p.GetDeadline().AsTime().Local().Format(time.DateTime)
+	return strings.ToLower(trimEnum(p.GetAction().String(), "WORKSPACE_EXPIRATION_ACTION_")) + " at " + p.GetDeadline().AsTime().UTC().Format(time.RFC3339)
 }
 
 func newWorkspaceCommand(out *outputFlag) *cobra.Command {

@@ -138,6 +138,12 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 		t.Fatalf("workspace create followed to %v", w.GetState())
 	}
+	// The table's EXPIRES: the action and the deadline in UTC, RFC 3339,
+	// as every other table writes a time.
+	deadline := w.GetExpiration().GetPolicy().GetDeadline().AsTime().UTC().Format(time.RFC3339)
+	if out, code := d.kibotos(t, "workspace", "get", id); code != 0 || !strings.Contains(out, "delete at "+deadline) {
+		t.Errorf("workspace get: exit %d, want EXPIRES \"delete at %s\":\n%s", code, deadline, out)
+	}
 
 	// exec -o json: the stream's events, one message a line, then its status.
 	out, err = d.command("workspace", "exec", "-o", "json", id, "--", "sh", "-c", "echo hi; exit 4").Output()
