@@ -182,11 +182,18 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags, acc
 	if err := ensureDefaults(ctx, srv.Catalog(), cfg.StateDir, cmd.OutOrStdout()); err != nil {
 		return fmt.Errorf("default platform and template: %w", err)
 	}
-	// A grant bound to the dev node, used only if the node has no credential
-	// yet (its first start, or a state directory made anew).
-	secret, err := devGrant(ctx, srv.Client)
+	// A grant bound to the dev node, made only while the node has no
+	// credential (its first start, or a state directory made anew): one made
+	// at every start would lie unused, and able to enroll, for its hour.
+	enrolled, err := node.Enrolled(nodeState)
 	if err != nil {
 		return err
+	}
+	var secret string
+	if !enrolled {
+		if secret, err = devGrant(ctx, srv.Client); err != nil {
+			return err
+		}
 	}
 	poolDir := filepath.Join(cfg.StateDir, "pools", "default")
 	if err := os.MkdirAll(poolDir, 0o700); err != nil {

@@ -211,6 +211,18 @@ type agent struct {
 	metrics *nodeMetrics
 }
 
+// Enrolled reports whether the state directory dir holds a credential,
+// so that an agent started on it needs no enrollment grant. It takes the
+// directory's lock for the read: it fails while an agent runs there.
+func Enrolled(dir string) (bool, error) {
+	store, err := state.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer store.Close()
+	return store.Identity().Credential != "", nil
+}
+
 // Run runs the node agent until ctx ends, then returns nil. It returns an
 // error when it cannot start (bad configuration, state directory in use,
 // no credential and no grant) or when ctrl refuses enrollment for good.

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	"github.com/kibotos/kibotos/internal/clientconfig"
+	"github.com/kibotos/kibotos/internal/store"
 )
 
 // startPiped starts cmd with its stdout on a pipe and its stderr kept; the
@@ -372,6 +374,31 @@ func TestDevSaysWhereItsEndpointsAreAndWhatCtrlCLeaves(t *testing.T) {
 	if want := "API keys: in " + endpoints + " (mode 0600)\n"; !strings.Contains(again, want) || strings.Contains(again, "shown once") {
 		t.Errorf("a later start does not say only where the keys are (%q):\n%s", want, again)
 	}
+	// Its node enrolled at the first start; the later one made no grant,
+	// which would have lain unused and able to enroll for its hour.
+	if grants := storedGrants(t, filepath.Join(state, "ctrl.db")); len(grants) != 1 ||
+		grants[0].GetState() != operatorv1.EnrollmentGrantState_ENROLLMENT_GRANT_STATE_CONSUMED {
+		t.Errorf("enrollment grants after two starts: %v, want the first start's, consumed", grants)
+	}
+}
+
+// storedGrants are the enrollment grants in the SQLite database at path,
+// read once no ctrl uses it.
+func storedGrants(t *testing.T, path string) []*operatorv1.EnrollmentGrant {
+	t.Helper()
+	st, err := store.Open(context.Background(), "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var grants []*operatorv1.EnrollmentGrant
+	if err := st.Tx(context.Background(), func(tx *store.Tx) error {
+		grants, err = tx.ListGrants("", 100)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return grants
 }
 
 // runDevUntilCtrlC runs kibotos dev on state until it is ready, then
