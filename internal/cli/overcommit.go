@@ -27,17 +27,18 @@ func defaultsRow(d *operatorv1.OvercommitDefaults) []string {
 var nodeOvercommitHeader = []string{"NODE", "RESOURCE", "RATIO", "SOURCE", "HOST", "SCHEDULABLE", "ALLOCATED", "REGISTRATION_VERSION"}
 
 // nodeOvercommitRows are a node's two ratios, where each comes from and
-// what they make schedulable (CPU in millis, memory in MiB).
+// what they make schedulable (CPU in millis, memory as every table's sizes).
 func nodeOvercommitRows(n *operatorv1.NodeRegistration) [][]string {
 	host, sched, alloc := n.GetObservation().GetResources(), n.GetSchedulable(), n.GetAllocated()
 	version := strconv.FormatUint(n.GetRegistrationVersion(), 10)
-	row := func(resource string, r *operatorv1.OvercommitRatio, h, s, a uint64, unit string) []string {
+	row := func(resource string, r *operatorv1.OvercommitRatio, cell func(uint64) string, h, s, a uint64) []string {
 		return []string{n.GetNodeId(), resource, ratio(r.GetThousandths()), trimEnum(r.GetSource().String(), "OVERCOMMIT_SOURCE_"),
-			strconv.FormatUint(h, 10) + unit, strconv.FormatUint(s, 10) + unit, strconv.FormatUint(a, 10) + unit, version}
+			cell(h), cell(s), cell(a), version}
 	}
+	millis := func(m uint64) string { return strconv.FormatUint(m, 10) + "m" }
 	return [][]string{
-		row("cpu", n.GetOvercommit().GetCpu(), uint64(host.GetCpuMillis()), uint64(sched.GetCpuMillis()), uint64(alloc.GetCpuMillis()), "m"),
-		row("memory", n.GetOvercommit().GetMemory(), host.GetMemoryBytes()>>20, sched.GetMemoryBytes()>>20, alloc.GetMemoryBytes()>>20, "Mi"),
+		row("cpu", n.GetOvercommit().GetCpu(), millis, uint64(host.GetCpuMillis()), uint64(sched.GetCpuMillis()), uint64(alloc.GetCpuMillis())),
+		row("memory", n.GetOvercommit().GetMemory(), showSize, host.GetMemoryBytes(), sched.GetMemoryBytes(), alloc.GetMemoryBytes()),
 	}
 }
 

@@ -40,6 +40,12 @@ func TestOvercommitCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "memory") || !strings.Contains(out, "2x") || !strings.Contains(out, "NODE") || !strings.Contains(out, "4.5x") {
 		t.Errorf("overcommit set-node --memory 2000: exit %d\n%s%s", code, out, errOut)
 	}
+	// Memory shows as every table's sizes do (2GiB), not in MiB with k8s's suffix.
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 8 && f[1] == "memory" && (!strings.HasSuffix(f[4], "iB") || !strings.HasSuffix(f[5], "iB") || !strings.HasSuffix(f[6], "B")) {
+			t.Errorf("overcommit's memory row: %q, want HOST, SCHEDULABLE and ALLOCATED as sizes", line)
+		}
+	}
 	code, out, errOut = kibotos(t, c, "overcommit", "get", "node-a", "-o", "json")
 	o := &operatorv1.NodeOvercommit{}
 	if code != 0 || protojson.Unmarshal([]byte(out), o) != nil || o.GetMemory().GetSource() != operatorv1.OvercommitSource_OVERCOMMIT_SOURCE_NODE ||
