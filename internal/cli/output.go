@@ -81,7 +81,7 @@ func (o *outputFlag) print(w io.Writer, msg proto.Message, header []string, rows
 		writeRow(tw, header)
 	}
 	for _, r := range rows {
-		writeRow(tw, r)
+		writeRow(tw, dashEmpty(r))
 	}
 	return tw.Flush()
 }
@@ -142,6 +142,19 @@ func plain(n *yaml.Node) {
 	for _, c := range n.Content {
 		plain(c)
 	}
+}
+
+// dashEmpty is row with "-" for each empty cell, so that every line of a
+// table has as many words as its header (awk and cut count on it) and
+// "none" reads the same in every table.
+func dashEmpty(row []string) []string {
+	out := make([]string, len(row))
+	for i, c := range row {
+		if out[i] = c; c == "" {
+			out[i] = "-"
+		}
+	}
+	return out
 }
 
 func writeRow(w io.Writer, cells []string) {

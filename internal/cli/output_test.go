@@ -101,7 +101,9 @@ func TestOutputFormatsAndVolumeResize(t *testing.T) {
 	if _, out, _ := kibotosAll(t, c, "volume", "list", "-q"); out != id+"\n" {
 		t.Errorf("volume list -q: %q", out)
 	}
-	if _, out, _ := kibotosAll(t, c, "volume", "list", "--no-headers"); !strings.HasPrefix(out, id) || !strings.Contains(out, "64MiB") {
+	// An unbound Volume's WORKSPACE is "-", not an empty cell: every line
+	// has the header's five words.
+	if _, out, _ := kibotosAll(t, c, "volume", "list", "--no-headers"); !strings.HasPrefix(out, id) || !strings.Contains(out, "64MiB") || len(strings.Fields(out)) != 5 {
 		t.Errorf("volume list --no-headers: %q", out)
 	}
 	if _, out, _ := kibotosAll(t, c, "volume", "list"); !strings.HasPrefix(out, "VOLUME ") {
