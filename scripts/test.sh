@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 . scripts/apt.sh
 . scripts/postgres.sh
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step says when it began (seconds since the start), so a CI log shows
+# where its time went.
+step() { printf '\n== %s (at %ds)\n' "$*" "$SECONDS"; }
 
 step "dependencies"
 # QEMU, Debian's static busybox (the test template), xz (to cut vmlinux out of
@@ -87,3 +89,5 @@ step "fuzz (short)"
 # loaded CI machine hit; a count has no deadline to race.
 # scripts/fuzz.sh runs them for longer.
 FUZZTIME=2000x scripts/fuzz.sh
+
+step "done"
