@@ -17,6 +17,8 @@ import (
 // configuration file and the environment.
 type clients struct {
 	cfg clientconfig.Config
+	// path is the client configuration file read, for the errors.
+	path string
 }
 
 func loadClients() (*clients, error) {
@@ -28,21 +30,29 @@ func loadClients() (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clients{cfg: cfg}, nil
+	return &clients{cfg: cfg, path: path}, nil
 }
 
 // workspace returns the options and base URL of the Native Workspace endpoint.
 func (c *clients) workspace() (connect.HTTPClient, string, connect.ClientOption, error) {
 	if c.cfg.WorkspaceEndpoint == "" {
-		return nil, "", nil, fmt.Errorf("no workspace endpoint: run `kibotos dev`, or set %s and %s", clientconfig.EnvWorkspaceEndpoint, clientconfig.EnvToken)
+		return nil, "", nil, c.missing("workspace", clientconfig.EnvWorkspaceEndpoint, clientconfig.EnvToken)
 	}
 	return http.DefaultClient, c.cfg.WorkspaceEndpoint, connect.WithInterceptors(bearer(c.cfg.Token)), nil
+}
+
+// missing is the error of a client configuration without the endpoint:
+// where it was looked for and each way to give it.
+func (c *clients) missing(endpoint, envEndpoint, envToken string) error {
+	return fmt.Errorf("no %s endpoint in %s or the environment: run `kibotos dev`, which writes that file; "+
+		"for a `kibotos ctrl`, copy its <state-dir>/endpoints.env there or set %s to it; or set %s and %s",
+		endpoint, c.path, clientconfig.EnvConfig, envEndpoint, envToken)
 }
 
 // operator returns the options and base URL of the Operator endpoint.
 func (c *clients) operator() (connect.HTTPClient, string, connect.ClientOption, error) {
 	if c.cfg.OperatorEndpoint == "" {
-		return nil, "", nil, fmt.Errorf("no operator endpoint: run `kibotos dev`, or set %s and %s", clientconfig.EnvOperatorEndpoint, clientconfig.EnvOperatorToken)
+		return nil, "", nil, c.missing("operator", clientconfig.EnvOperatorEndpoint, clientconfig.EnvOperatorToken)
 	}
 	return http.DefaultClient, c.cfg.OperatorEndpoint, connect.WithInterceptors(bearer(c.cfg.OperatorToken)), nil
 }

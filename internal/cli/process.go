@@ -106,6 +106,7 @@ func newCtrlCommand() *cobra.Command {
 				return err
 			}
 			printEndpoints(cmd, srv, cfg.StateDir)
+			printCtrlUsage(cmd, cfg.StateDir)
 			return srv.Wait()
 		},
 	}
@@ -325,6 +326,16 @@ func printEndpoints(cmd *cobra.Command, srv *ctrl.Server, stateDir string) {
 	}
 	fmt.Fprintf(w, "node endpoint: %s\n", srv.NodeEndpoint)
 	fmt.Fprintf(w, "endpoints file: %s\n", endpoints)
+}
+
+// printCtrlUsage says how the CLI finds this ctrl: unlike dev, ctrl does
+// not write the client configuration (it may run as a service user, for
+// others), so the endpoints file must reach it.
+func printCtrlUsage(cmd *cobra.Command, stateDir string) {
+	endpoints := ctrl.EndpointsFile(stateDir)
+	if clientPath, err := clientconfig.DefaultPath(); err == nil {
+		fmt.Fprintf(cmd.OutOrStdout(), "for the kibotos CLI: copy %s to %s, or export %s=%s\n", endpoints, clientPath, clientconfig.EnvConfig, endpoints)
+	}
 }
 
 func newVersionCommand() *cobra.Command {

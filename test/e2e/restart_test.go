@@ -135,7 +135,9 @@ func startCtrl(t *testing.T, name, stateDir, database string, a ctrlAddrs) *proc
 	if database != "" {
 		args = append(args, "--database", database)
 	}
-	return startProc(t, name, nil, "endpoints file:", args...)
+	// Ready once it said how the CLI reaches it (the last of its start's
+	// lines): that endpoints file, copied or named by KIBOTOS_CONFIG.
+	return startProc(t, name, nil, "for the kibotos CLI: copy "+filepath.Join(stateDir, "endpoints.env")+" to ", args...)
 }
 
 // ctrlConfig is what the `kibotos ctrl` whose state is in stateDir wrote
