@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,5 +32,25 @@ func TestAMissingEndpointSaysWhereItLooked(t *testing.T) {
 				t.Errorf("kibotos %s without an endpoint: exit %d, want it to say %q:\n%s", args, code, w, stderr.String())
 			}
 		}
+	}
+}
+
+// A client command whose endpoint nothing listens on says so and asks
+// whether ctrl runs, below the unavailable error.
+func TestAnEndpointNothingListensOnAsksWhetherCtrlRuns(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + l.Addr().String()
+	l.Close()
+	t.Setenv("KIBOTOS_HOME", t.TempDir())
+	t.Setenv("KIBOTOS_CONFIG", "")
+	t.Setenv("KIBOTOS_WORKSPACE_ENDPOINT", endpoint)
+	t.Setenv("KIBOTOS_TOKEN", "kbt_x")
+	var stdout, stderr strings.Builder
+	code := cli.Main(context.Background(), []string{"workspace", "list"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "unavailable: ") || !strings.Contains(stderr.String(), "\n  nothing listens there: is ctrl (`kibotos dev` or `kibotos ctrl`) running") {
+		t.Errorf("workspace list against %s: exit %d\n%s", endpoint, code, stderr.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -40,6 +41,10 @@ func describe(err error) string {
 		return err.Error()
 	}
 	s := fmt.Sprintf("%s: %s", cerr.Code(), cerr.Message())
+	var dial *net.OpError
+	if errors.As(err, &dial) && dial.Op == "dial" {
+		s += "\n  nothing listens there: is ctrl (`kibotos dev` or `kibotos ctrl`) running at the client configuration's endpoint?"
+	}
 	for _, d := range cerr.Details() {
 		if v, derr := d.Value(); derr == nil {
 			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
