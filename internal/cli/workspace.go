@@ -236,8 +236,10 @@ func showStage(p *progress, c *ctrlv1.WorkspaceCommand, w *ctrlv1.Workspace, del
 	switch {
 	case delivery.going(d):
 		p.bytes("delivering the template ("+strings.ToLower(trimEnum(d.GetReason().String(), "TEMPLATE_DELIVERY_REASON_"))+")", int64(d.GetDeliveredBytes()), int64(d.GetTotalBytes()))
-	case c.GetWaitingFor() != "":
+	case launching && c.GetWaitingFor() != "":
 		p.stage("placing: waiting for " + c.GetWaitingFor())
+	case c.GetWaitingFor() != "":
+		p.stage("waiting for " + c.GetWaitingFor())
 	case launching && c.GetProgress() == "":
 		p.stage("placing")
 	case launching && strings.HasPrefix(c.GetProgress(), "import-"):

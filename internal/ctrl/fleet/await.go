@@ -454,7 +454,7 @@ func (f *Fleet) Operate(ctx context.Context, w *command.Work, op Operation) erro
 			return err
 		}
 		if nodeID == "" {
-			return w.Wait(ctx, fmt.Sprintf("no connected node reaches storage pool %q", op.Pool), 30*time.Second)
+			return w.Wait(ctx, fmt.Sprintf("a connected node that reaches storage pool %q", op.Pool), 30*time.Second)
 		}
 	}
 	answer, err := f.Await(ctx, w, op.Name, nodeID, op.Body, op.Stage)

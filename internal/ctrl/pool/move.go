@@ -480,7 +480,7 @@ func (s *Service) copy(ctx context.Context, w *command.Work, m *moved, mv *store
 			return err
 		}
 		if nodeID == "" {
-			return w.Wait(ctx, fmt.Sprintf("no connected node reaches both storage pools %q and %q", mv.SourcePool, mv.TargetPool), 30*time.Second)
+			return w.Wait(ctx, fmt.Sprintf("a connected node that reaches both storage pools %q and %q", mv.SourcePool, mv.TargetPool), 30*time.Second)
 		}
 	}
 	answer, err := s.fleet.Await(ctx, w, "copy", nodeID,

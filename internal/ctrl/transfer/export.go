@@ -407,7 +407,7 @@ func (s *Service) exportPart(ctx context.Context, w *command.Work, id string, p 
 		return archive.Part{}, nil, err
 	}
 	if !sent && nodeID == "" {
-		return archive.Part{}, nil, w.Wait(ctx, fmt.Sprintf("no connected node reaches storage pool %q", p.ref.GetStoragePool()), 30*time.Second)
+		return archive.Part{}, nil, w.Wait(ctx, fmt.Sprintf("a connected node that reaches storage pool %q", p.ref.GetStoragePool()), 30*time.Second)
 	}
 	a, err := s.deps.Fleet.Await(ctx, w, name, nodeID, &nodev1.ExportBlockFile{Ref: p.ref, TransferId: id, Part: p.name}, exportStage)
 	if a == nil || err != nil || a.Failure != nil {

@@ -125,7 +125,7 @@ func TestCreateWaitsForANodeAndSaysSo(t *testing.T) {
 		cancel()
 		<-done
 		c := commandOf(t, e, "c1")
-		if c.GetWaitingFor() != `no connected node reaches storage pool "pool-a"` {
+		if c.GetWaitingFor() != `a connected node that reaches storage pool "pool-a"` {
 			t.Errorf("waiting_for = %q", c.GetWaitingFor())
 		}
 		got, _ := e.vols.Get(ctx, &ctrlv1.GetVolumeRequest{VolumeId: res.GetVolume().GetVolumeId()})

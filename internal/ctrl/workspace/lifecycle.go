@@ -467,7 +467,7 @@ func (s *Service) removeLayer(ctx context.Context, wk *command.Work, rt *storev1
 			return false, err
 		}
 		if nodeID == "" {
-			return false, wk.Wait(ctx, fmt.Sprintf("no connected node reaches storage pool %q to remove the writable layer", rt.GetLayerPool()), time.Minute)
+			return false, wk.Wait(ctx, fmt.Sprintf("a connected node that reaches storage pool %q, to remove the writable layer", rt.GetLayerPool()), time.Minute)
 		}
 	}
 	answer, err := s.fleet.Await(ctx, wk, "remove-layer", nodeID, &nodev1.RemoveBlockFile{Ref: layerRef(rt)}, ctrlv1.FailureStage_FAILURE_STAGE_OBSERVING_CLEANUP)

@@ -580,7 +580,7 @@ func (s *Service) resolve(tx *store.Tx, plan *launchPlan, req any) (string, erro
 	}
 	l, err := tx.DefaultLaunch(key)
 	if errors.Is(err, store.ErrNotFound) {
-		return "no platform is registered: register one (kibotos dev does at first start)", nil
+		return "a platform to be registered (there is none: kibotos dev registers one at first start, kibotos platform build another)", nil
 	} else if err != nil {
 		return "", err
 	}

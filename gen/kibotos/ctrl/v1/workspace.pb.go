@@ -239,7 +239,9 @@ type WorkspaceCommand struct {
 	State       WorkspaceCommandState  `protobuf:"varint,4,opt,name=state,proto3,enum=kibotos.ctrl.v1.WorkspaceCommandState" json:"state,omitempty"`
 	// progress is the step the command is in, in words.
 	Progress string `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
-	// waiting_for says what a WAITING command waits for.
+	// waiting_for says what a WAITING command waits for, as a phrase that
+	// reads after "waiting for " (a node to take it, a connected node that
+	// reaches a storage pool).
 	WaitingFor string `protobuf:"bytes,6,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
 	// failure is present when state is FAILED.
 	Failure    *WorkspaceFailure      `protobuf:"bytes,7,opt,name=failure,proto3" json:"failure,omitempty"`

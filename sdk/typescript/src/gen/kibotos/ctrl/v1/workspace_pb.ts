@@ -53,7 +53,9 @@ export type WorkspaceCommand = Message<"kibotos.ctrl.v1.WorkspaceCommand"> & {
   progress: string;
 
   /**
-   * waiting_for says what a WAITING command waits for.
+   * waiting_for says what a WAITING command waits for, as a phrase that
+   * reads after "waiting for " (a node to take it, a connected node that
+   * reaches a storage pool).
    *
    * @generated from field: string waiting_for = 6;
    */
