@@ -285,7 +285,15 @@ func (h *harness) config() node.Config {
 func (h *harness) start(cfg node.Config) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Run(ctx, cfg) }()
+	go func() {
+		err := node.Run(ctx, cfg)
+		if ctx.Err() == nil {
+			// Ended on its own: say why, or a test waiting for its session
+			// only times out.
+			h.t.Logf("node.Run returned before its stop: %v", err)
+		}
+		done <- err
+	}()
 	var err error
 	stopped := false
 	stop = func() error {
