@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -69,7 +70,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := takeLock(lock); err != nil {
 		lock.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
@@ -90,6 +91,24 @@ func Open(dir string) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// lockWait is how long Open waits for a lock another holder is releasing.
+// An agent restarted at once can find the lock still held: a fork by any
+// thread of the process that held it copies the lock's descriptor, and the
+// lock stays until that child execs (its copy is close-on-exec). A second
+// agent really running on the directory still fails, after this wait.
+const lockWait = 2 * time.Second
+
+func takeLock(f *os.File) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Close releases the state directory.

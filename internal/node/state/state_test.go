@@ -83,6 +83,27 @@ func TestOpenIsExclusive(t *testing.T) {
 	open(t, dir).Close()
 }
 
+// An agent restarted at once gets the directory its predecessor is
+// releasing: Open waits a little for a held lock before it refuses.
+func TestOpenWaitsForALockBeingReleased(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	started, opened := make(chan struct{}), make(chan error, 1)
+	go func() {
+		close(started)
+		s2, err := state.Open(dir)
+		if err == nil {
+			s2.Close()
+		}
+		opened <- err
+	}()
+	<-started
+	s.Close()
+	if err := <-opened; err != nil {
+		t.Fatalf("Open while the holder released: %v", err)
+	}
+}
+
 func TestOperations(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
