@@ -101,6 +101,11 @@ type execution struct {
 	detach      bool
 	input       bool
 	term        *terminal // nil without --tty
+	// watching is `process logs`: Ctrl-C ends only this command.
+	watching bool
+	// snapshot asks for the retained output only, and exits 0 whatever
+	// the process did (`process logs` without --follow).
+	snapshot bool
 }
 
 // run streams the process to its end. The stream does not end with
@@ -111,16 +116,55 @@ type execution struct {
 // StreamProcessOutput from the offsets already shown, as the API asks of
 // its callers.
 func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequest) error {
+	return e.follow(interrupted, "", func(ctx context.Context) (stream, error) {
+		s, err := e.client.ExecProcess(ctx, connect.NewRequest(req))
+		if err != nil {
+			return stream{}, err
+		}
+		return stream{forward(ctx, s, func(m *ctrlv1.ExecProcessResponse) *ctrlv1.ExecProcessResponse { return m }), s.Err, s}, nil
+	})
+}
+
+// attach streams a running or ended process's output from its earliest
+// retained byte (`process logs`): to its end, or with e.snapshot only what
+// is retained now.
+func (e *execution) attach(interrupted context.Context, processID string) error {
+	return e.follow(interrupted, processID, func(ctx context.Context) (stream, error) {
+		return e.resume(ctx, processID, [3]uint64{})
+	})
+}
+
+// stream is an open output stream as follow reads it: its events, how it
+// ended once they stop, and how to close it.
+type stream struct {
+	events <-chan *ctrlv1.ExecProcessResponse
+	ended  func() error
+	io.Closer
+}
+
+// resume opens StreamProcessOutput from the offsets shown.
+func (e *execution) resume(ctx context.Context, processID string, shown [3]uint64) (stream, error) {
+	s, err := e.client.StreamProcessOutput(ctx, connect.NewRequest(&ctrlv1.StreamProcessOutputRequest{WorkspaceId: e.workspaceID, ProcessId: processID,
+		StdoutOffset: shown[ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT], StderrOffset: shown[ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDERR],
+		Snapshot: e.snapshot}))
+	if err != nil {
+		return stream{}, err
+	}
+	return stream{forward(ctx, s, resumedEvent), s.Err, s}, nil
+}
+
+// follow shows the stream open makes, resuming it when cut; processID is
+// empty until the stream's started event names it.
+func (e *execution) follow(interrupted context.Context, processID string, open func(context.Context) (stream, error)) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(interrupted))
 	defer cancel()
-	stream, err := e.client.ExecProcess(ctx, connect.NewRequest(req))
+	cur, err := open(ctx)
 	if err != nil {
 		return err
 	}
-	var cur io.Closer = stream
 	defer func() { _ = cur.Close() }()
-	events, ended := forward(ctx, stream, func(m *ctrlv1.ExecProcessResponse) *ctrlv1.ExecProcessResponse { return m }), stream.Err
-	processID, code := "", -1
+	events, ended := cur.events, cur.ended
+	code := -1
 	var shown [3]uint64 // by ProcessOutputStream: the offset after the last byte shown
 	var cuts resumption
 	interrupts := 0
@@ -137,13 +181,10 @@ func (e *execution) run(interrupted context.Context, req *ctrlv1.ExecProcessRequ
 					return werr
 				}
 				_ = cur.Close()
-				resumed, err := e.client.StreamProcessOutput(ctx, connect.NewRequest(&ctrlv1.StreamProcessOutputRequest{WorkspaceId: e.workspaceID, ProcessId: processID,
-					StdoutOffset: shown[ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT], StderrOffset: shown[ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDERR]}))
-				if err != nil {
+				if cur, err = e.resume(ctx, processID, shown); err != nil {
 					return err
 				}
-				cur, ended = resumed, resumed.Err
-				events = forward(ctx, resumed, resumedEvent)
+				events, ended = cur.events, cur.ended
 				continue
 			}
 			cuts.progressed()
@@ -255,9 +296,11 @@ func (r *resumption) wait(ctx context.Context, stderr io.Writer, cut error) erro
 // else SIGINT, then SIGKILL.
 func (e *execution) interrupt(processID string, n int) (detached bool) {
 	switch {
+	case e.watching:
+		return true
 	case e.detach:
-		fmt.Fprintf(e.cmd.ErrOrStderr(), "kibotos: detached; process %s keeps running in %s (`kibotos workspace process kill %s %s` ends it)\n",
-			processID, e.workspaceID, e.workspaceID, processID)
+		fmt.Fprintf(e.cmd.ErrOrStderr(), "kibotos: detached; process %[1]s keeps running in %[2]s (`kibotos workspace process logs -f %[2]s %[1]s` follows it, `kibotos workspace process kill %[2]s %[1]s` ends it)\n",
+			processID, e.workspaceID)
 		return true
 	case n == 1:
 		e.signal(processID, ctrlv1.ProcessSignal_PROCESS_SIGNAL_SIGINT, "SIGINT sent; waiting for the process to end (Ctrl-C again sends SIGKILL)")
@@ -315,7 +358,7 @@ func (e *execution) signal(processID string, sig ctrlv1.ProcessSignal, said stri
 }
 
 func (e *execution) end(err error, code int) error {
-	if err != nil {
+	if err != nil || e.snapshot {
 		return err
 	}
 	if code != 0 {

@@ -69,6 +69,13 @@ func (p *cuttingProcesses) StreamProcessOutput(_ context.Context, req *connect.R
 // serving p alone.
 func execAgainst(t *testing.T, p ctrlv1connect.ProcessServiceHandler) (int, string, string) {
 	t.Helper()
+	return cliAgainst(t, p, "workspace", "exec", "ws-1", "--", "sh", "-c", "work")
+}
+
+// cliAgainst runs the CLI with args against a Workspace endpoint serving
+// p alone.
+func cliAgainst(t *testing.T, p ctrlv1connect.ProcessServiceHandler, args ...string) (int, string, string) {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewProcessServiceHandler(p))
 	srv := testenv.H2CServer(t, mux)
@@ -76,7 +83,7 @@ func execAgainst(t *testing.T, p ctrlv1connect.ProcessServiceHandler) (int, stri
 	t.Setenv(clientconfig.EnvWorkspaceEndpoint, srv.URL)
 	t.Setenv(clientconfig.EnvToken, "token")
 	var stdout, stderr strings.Builder
-	code := cli.Main(context.Background(), []string{"workspace", "exec", "ws-1", "--", "sh", "-c", "work"}, &stdout, &stderr)
+	code := cli.Main(context.Background(), args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -103,5 +110,32 @@ func TestExecResumesACutStream(t *testing.T) {
 	early := &cuttingProcesses{cutEarly: true}
 	if code, _, errOut := execAgainst(t, early); code == 0 || !strings.Contains(errOut, "unavailable") || len(early.resumes) != 0 {
 		t.Errorf("a stream cut before the process started: exit %d, %q, %d resumes; want an unavailable failure, none", code, errOut, len(early.resumes))
+	}
+}
+
+// `process logs` reads a process's output with StreamProcessOutput from
+// offset zero, resumed as exec's stream is when cut: without --follow a
+// snapshot that exits 0 whatever the process did, with it the live output
+// to the process's end and its status.
+func TestProcessLogsReadsTheRetainedOutputAndFollowsWithFollow(t *testing.T) {
+	for _, follow := range []bool{false, true} {
+		p := &cuttingProcesses{}
+		args := []string{"workspace", "process", "logs", "ws-1", "proc-1"}
+		want := 0
+		if follow {
+			args, want = append(args, "--follow"), 3
+		}
+		code, out, errOut := cliAgainst(t, p, args...)
+		if code != want || out != "world\n" {
+			t.Errorf("logs (follow %v): exit %d, stdout %q, stderr %q; want %d and the output", follow, code, out, errOut, want)
+		}
+		if len(p.resumes) != 2 {
+			t.Fatalf("logs (follow %v): %d streams opened, want 2 (the first is cut)", follow, len(p.resumes))
+		}
+		for _, r := range p.resumes {
+			if r.GetProcessId() != "proc-1" || r.GetWorkspaceId() != "ws-1" || r.GetStdoutOffset() != 0 || r.GetStderrOffset() != 0 || r.GetSnapshot() == follow {
+				t.Errorf("logs (follow %v) asked %v, want proc-1 of ws-1 from zero, snapshot %v", follow, r, !follow)
+			}
+		}
 	}
 }

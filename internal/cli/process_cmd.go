@@ -29,7 +29,7 @@ func processRow(p *ctrlv1.Process) []string {
 // newProcessCommand is `kibotos workspace process`: background processes
 // of the Workspace's current execution.
 func newProcessCommand(out *outputFlag) *cobra.Command {
-	c := &cobra.Command{Use: "process", Aliases: []string{"ps"}, Short: "Start, list, inspect, wait for and signal a Workspace's processes"}
+	c := &cobra.Command{Use: "process", Aliases: []string{"ps"}, Short: "Start, list, inspect, wait for, signal and read the output of a Workspace's processes"}
 
 	var f processFlags
 	start := &cobra.Command{
@@ -129,7 +129,29 @@ func newProcessCommand(out *outputFlag) *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(start, list, get, kill, wait)
+	var follow bool
+	logs := &cobra.Command{
+		Use:   "logs WORKSPACE_ID PROCESS_ID",
+		Short: "Print a process's output (stdout here, stderr to stderr); --follow streams it to the process's end",
+		Long: `logs prints what the guest retains of a process's output (the last MiB of
+each stream), stdout to this command's stdout and stderr to its stderr, and
+exits 0. With --follow it goes on streaming the live output until the
+process ends and exits with its status (128+N when signal N ended it), as
+exec would have; Ctrl-C then ends only this command, never the process.
+This is how a process started with "process start" or left by "exec
+--detach" is watched again.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := processClient()
+			if err != nil {
+				return err
+			}
+			e := execution{client: client, workspaceID: args[0], out: out, cmd: cmd, watching: true, snapshot: !follow}
+			return e.attach(cmd.Context(), args[1])
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "stream the live output until the process ends, then exit with its status")
+	c.AddCommand(start, list, get, kill, wait, logs)
 	return c
 }
 

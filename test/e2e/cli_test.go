@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -117,9 +118,9 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	if err != nil || protojson.Unmarshal(out, &created) != nil {
 		t.Fatalf("workspace create: %v: %s%s", err, out, createErr.String())
 	}
-	// Its stages, each with the time so far, on stderr. (The CLI follows
-	// by polling, so a stage shorter than a poll, placing on a fast
-	// machine, may not show; booting shows only when it outlasts the
+	// Its stages, each with the time so far, on stderr. (The CLI's follow
+	// shows where the command is every half second, so a stage shorter
+	// than that, placing on a fast machine, may not show; booting shows only when it outlasts the
 	// delivery's last report by two seconds. The delivery of the template
 	// takes seconds.)
 	for _, want := range []string{"delivering the template (distributing) ", "create " + created.GetWorkspace().GetWorkspaceId() + ": done in "} {
@@ -222,7 +223,7 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 
 	// A background process: start returns its id, wait its status.
 	var started ctrlv1.StartProcessResponse
-	out, err = d.command("workspace", "process", "start", "-o", "json", id, "--", "sh", "-c", "echo out > /work/bg; exit 3").Output()
+	out, err = d.command("workspace", "process", "start", "-o", "json", id, "--", "sh", "-c", "echo out > /work/bg; echo to-stdout; echo to-stderr >&2; exit 3").Output()
 	if err != nil || protojson.Unmarshal(out, &started) != nil || started.GetProcessId() == "" {
 		t.Fatalf("process start -o json: %v: %s", err, out)
 	}
@@ -231,6 +232,14 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	var waited ctrlv1.WaitProcessResponse
 	if cmdWait.ProcessState.ExitCode() != 3 || protojson.Unmarshal(out, &waited) != nil || waited.GetExit().GetExitCode() != 3 {
 		t.Errorf("process wait -o json: exit %d: %s", cmdWait.ProcessState.ExitCode(), out)
+	}
+	// logs: its output, again after it ended; -f exits with its status.
+	logs := d.command("workspace", "process", "logs", "-f", id, started.GetProcessId())
+	var logsErr bytes.Buffer
+	logs.Stderr = &logsErr
+	out, _ = logs.Output()
+	if logs.ProcessState.ExitCode() != 3 || string(out) != "to-stdout\n" || logsErr.String() != "to-stderr\n" {
+		t.Errorf("process logs -f: exit %d, stdout %q, stderr %q; want 3 and each stream", logs.ProcessState.ExitCode(), out, logsErr.String())
 	}
 	var got ctrlv1.GetProcessResponse
 	d.kibotosJSON(t, &got, "workspace", "process", "get", id, started.GetProcessId())
