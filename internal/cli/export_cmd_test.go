@@ -70,6 +70,11 @@ func TestVolumeExportCommand(t *testing.T) {
 		t.Errorf("the archive's volume part (%d bytes) differs from the block file (%d bytes)", len(got), len(want))
 	}
 
+	// The table names what each Transfer is of.
+	if code, out, errOut = kibotosAll(t, c, "transfer", "list"); code != 0 || !strings.Contains(out, "SOURCE") || !strings.Contains(out, tr.GetTransferId()+"  COMPLETE  "+vol) {
+		t.Errorf("transfer list after a volume export: exit %d\n%s%s", code, out, errOut)
+	}
+
 	if code, _, errOut = kibotosAll(t, c, "volume", "export", "vol-nope"); code == 0 || !strings.Contains(errOut, "not_found") {
 		t.Errorf("volume export vol-nope: exit %d, %s", code, errOut)
 	}

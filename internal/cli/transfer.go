@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -36,7 +37,9 @@ func transferUploadClient() (ctrlv1connect.TransferServiceClient, error) {
 	return ctrlv1connect.NewTransferServiceClient(uploadHTTP, url, opt), nil
 }
 
-var transferHeader = []string{"TRANSFER", "STATE", "SIZE", "PROGRESS", "EXPIRES"}
+// SOURCE is the exported Workspace or Volume; "-" for an import, whose
+// source is unknown here.
+var transferHeader = []string{"TRANSFER", "STATE", "SOURCE", "SIZE", "PROGRESS", "EXPIRES"}
 
 func transferRow(t *ctrlv1.Transfer) []string {
 	size, progress, expires := "-", "-", "-"
@@ -53,7 +56,8 @@ func transferRow(t *ctrlv1.Transfer) []string {
 	if f := t.GetFailure(); f != nil {
 		state += ": " + f.GetMessage()
 	}
-	return []string{t.GetTransferId(), state, size, progress, expires}
+	source := cmp.Or(t.GetManifest().GetSourceWorkspaceId(), t.GetManifest().GetSourceVolumeId(), "-")
+	return []string{t.GetTransferId(), state, source, size, progress, expires}
 }
 
 // showTransfer prints a response that carries one Transfer.
