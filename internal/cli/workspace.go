@@ -31,10 +31,25 @@ func workspaceRow(w *ctrlv1.Workspace) []string {
 		strconv.FormatUint(w.GetGeneration(), 10),
 		spec.GetTemplate().GetTemplate() + "@" + spec.GetTemplate().GetRevision(),
 		showSize(spec.GetResources().GetMemoryBytes()),
-		sizeCell(spec.GetResources().GetWritableLayerCapacityBytes()),
+		sizeCell(layerCapacity(w)),
 		or(spec.GetVolume().GetVolumeId(), "-"),
 		expires(w.GetExpiration().GetPolicy()),
 	}
+}
+
+// layerCapacity is the DISK cell: the capacity asked for, else (zero
+// leaves it to the storage profile) the one the layer got, which the
+// BEST_EFFORT retention tier reports once the layer exists.
+func layerCapacity(w *ctrlv1.Workspace) uint64 {
+	if n := w.GetSpec().GetResources().GetWritableLayerCapacityBytes(); n > 0 {
+		return n
+	}
+	for _, tier := range w.GetRetentionTiers() {
+		if tier.GetKind() == ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT {
+			return tier.GetCapacityBytes()
+		}
+	}
+	return 0
 }
 
 // expires is an expiration policy in a table cell: ACTION at TIME.
