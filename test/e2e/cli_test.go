@@ -253,6 +253,7 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	}
 
 	checkCopies(t, d, id)
+	checkFiles(t, d, id)
 
 	// update: each change with the revision it reads; memory and the
 	// binding once no execution is held.
@@ -299,6 +300,66 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 // checkCopies: cp as cp, scp and docker cp behave: a trailing slash means
 // into that directory, -r copies trees, errors name the paths as given;
 // -o json says where a copy went and what it wrote, -o name where.
+// checkFiles: workspace files reaches FileService with no process in the
+// guest: mkdir -p -m, ls --depth, stat, mv seen by a watch started before
+// it, rm refusing a full directory without -r, rm -r, rm -f of nothing.
+func checkFiles(t *testing.T, d *dev, id string) {
+	t.Helper()
+	if out := d.mustKibotos(t, "workspace", "files", "mkdir", "-p", "-m", "700", id, "/work/fs/a/b"); !strings.Contains(out, "/work/fs/a/b  drwx------") {
+		t.Errorf("files mkdir -p -m 700: %q", out)
+	}
+	out := d.mustKibotos(t, "workspace", "files", "ls", "--depth", "2", "--no-headers", "-q", id, "/work/fs")
+	if out != "/work/fs/a\n/work/fs/a/b\n" {
+		t.Errorf("files ls --depth 2 -q: %q", out)
+	}
+
+	watch := d.command("workspace", "files", "watch", "-o", "json", id, "/work/fs")
+	stdout, _ := startPiped(t, watch)
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(what string) string {
+		select {
+		case l := <-lines:
+			return l
+		case <-time.After(time.Minute):
+			t.Fatalf("files watch: no %s within a minute", what)
+			return ""
+		}
+	}
+	if l := next("started"); !strings.Contains(l, `"started"`) {
+		t.Fatalf("files watch's first line: %q, want started", l)
+	}
+	d.mustKibotos(t, "workspace", "files", "mv", id, "/work/fs/a", "/work/fs/c")
+	var seen ctrlv1.WatchDirectoryResponse
+	if l := next("event"); protojson.Unmarshal([]byte(l), &seen) != nil || seen.GetEvent().GetKind() != ctrlv1.FileEventKind_FILE_EVENT_KIND_RENAMED ||
+		seen.GetEvent().GetPath() != "/work/fs/a" || seen.GetEvent().GetNewPath() != "/work/fs/c" {
+		t.Errorf("files watch after mv: %q, want /work/fs/a RENAMED to /work/fs/c", l)
+	}
+	_ = watch.Process.Kill()
+	_ = watch.Wait()
+
+	var st ctrlv1.StatFileResponse
+	d.kibotosJSON(t, &st, "workspace", "files", "stat", id, "/work/fs/c")
+	if st.GetInfo().GetType() != ctrlv1.FileType_FILE_TYPE_DIRECTORY || st.GetInfo().GetMode() != 0o700 {
+		t.Errorf("files stat of the moved directory: %v", st.GetInfo())
+	}
+	if out, code := d.kibotos(t, "workspace", "files", "rm", id, "/work/fs/c"); code != 1 || !strings.Contains(out, "failed_precondition") {
+		t.Errorf("files rm of a full directory without -r: exit %d: %s", code, out)
+	}
+	if out := d.mustKibotos(t, "workspace", "files", "rm", "-r", id, "/work/fs/c"); !strings.Contains(out, "/work/fs/c  true") {
+		t.Errorf("files rm -r: %q", out)
+	}
+	if out := d.mustKibotos(t, "workspace", "files", "rm", "-f", id, "/work/fs/c"); !strings.Contains(out, "/work/fs/c  false") {
+		t.Errorf("files rm -f of a missing path: %q", out)
+	}
+}
+
 func checkCopies(t *testing.T, d *dev, id string) {
 	t.Helper()
 	src := filepath.Join(t.TempDir(), "src")
