@@ -175,7 +175,7 @@ admitted. Sizes take units (512Mi, 1G, 4GiB); a bare number is MiB.`,
 	}
 	long(del)
 
-	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newWorkspaceNetworkCommand(out), newExecCommand(out), newCopyCommand(out), newFilesCommand(out), newProcessCommand(out), newWorkspaceExportCommand(out), newWorkspaceRestoreCommand(out), newWorkspaceMetricsCommand(out))
+	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newWorkspaceNetworkCommand(out), newExecCommand(out), newCopyCommand(out), newFilesCommand(out), newProcessCommand(out), newSessionCommand(out), newWorkspaceExportCommand(out), newWorkspaceRestoreCommand(out), newWorkspaceMetricsCommand(out))
 	return c
 }
 

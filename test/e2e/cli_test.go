@@ -254,6 +254,7 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 
 	checkCopies(t, d, id)
 	checkFiles(t, d, id)
+	checkSessions(t, d, id)
 
 	// update: each change with the revision it reads; memory and the
 	// binding once no execution is held.
@@ -357,6 +358,47 @@ func checkFiles(t *testing.T, d *dev, id string) {
 	}
 	if out := d.mustKibotos(t, "workspace", "files", "rm", "-f", id, "/work/fs/c"); !strings.Contains(out, "/work/fs/c  false") {
 		t.Errorf("files rm -f of a missing path: %q", out)
+	}
+}
+
+// checkSessions: workspace session issue hands out a token that works as
+// KIBOTOS_TOKEN for its scopes only; rotate gives a new one; revoke ends
+// every token of it.
+func checkSessions(t *testing.T, d *dev, id string) {
+	t.Helper()
+	var issued ctrlv1.IssueDataPlaneSessionResponse
+	d.kibotosJSON(t, &issued, "workspace", "session", "issue", id, "--scope", "file", "--ttl", "5m")
+	s := issued.GetSession()
+	if s.GetToken() == "" || len(s.GetScopes()) != 1 || s.GetScopes()[0] != ctrlv1.DataPlaneScope_DATA_PLANE_SCOPE_FILE {
+		t.Fatalf("session issue --scope file: %v", s)
+	}
+	as := func(token string, args ...string) (string, int) {
+		cmd := d.command(args...)
+		cmd.Env = append(cmd.Env, "KIBOTOS_TOKEN="+token, "KIBOTOS_WORKSPACE_ENDPOINT="+s.GetEndpoint())
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		return string(out), 0
+	}
+	if out, code := as(s.GetToken(), "workspace", "files", "stat", id, "/work"); code != 0 {
+		t.Errorf("files stat with a file session's token: exit %d: %s", code, out)
+	}
+	if out, code := as(s.GetToken(), "workspace", "exec", id, "--", "true"); code == 0 || !strings.Contains(out, "permission_denied") {
+		t.Errorf("exec with a file session's token: exit %d: %s", code, out)
+	}
+	var rotated ctrlv1.RotateDataPlaneSessionResponse
+	d.kibotosJSON(t, &rotated, "workspace", "session", "rotate", id, s.GetSessionId())
+	if tok := rotated.GetSession().GetToken(); tok == "" || tok == s.GetToken() {
+		t.Fatalf("session rotate: %v", rotated.GetSession())
+	} else if out, code := as(tok, "workspace", "files", "stat", id, "/work"); code != 0 {
+		t.Errorf("files stat with the rotated token: exit %d: %s", code, out)
+	}
+	d.mustKibotos(t, "workspace", "session", "revoke", id, s.GetSessionId())
+	for _, tok := range []string{s.GetToken(), rotated.GetSession().GetToken()} {
+		if out, code := as(tok, "workspace", "files", "stat", id, "/work"); code == 0 || !strings.Contains(out, "SESSION_REVOKED") {
+			t.Errorf("files stat with a revoked session's token: exit %d: %s", code, out)
+		}
 	}
 }
 
