@@ -34,6 +34,7 @@ from kibotos.errors import (
 )
 from kibotos.files import Files
 from kibotos.process import ExecResult, Exit, Output, Started
+from kibotos.session import Session
 from kibotos.workspace import Workspace, Workspaces
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Workspace",
     "Workspaces",
     "Files",
+    "Session",
     "ExecResult",
     "Started",
     "Output",

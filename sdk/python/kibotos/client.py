@@ -6,7 +6,8 @@ import os
 from typing import Optional
 
 from kibotos import _config, _rpc
-from kibotos.workspace import Workspaces
+from kibotos.ctrl.v1 import types_pb2
+from kibotos.workspace import Workspace, Workspaces
 
 
 class Kibotos:
@@ -34,6 +35,13 @@ class Kibotos:
         self.endpoint = cfg.endpoint
         self._conn = _rpc.Connection(cfg.endpoint, cfg.api_key, timeout, retries)
         self.workspaces = Workspaces(self._conn)
+
+    def workspace(self, workspace_id: str) -> Workspace:
+        """A handle on a Workspace without reading it: what a client holding
+        a data-plane session's token uses (the token reaches exec, files
+        and metrics, not the Workspace record). Its info holds only the id
+        until refresh(), which needs an API key."""
+        return Workspace(self._conn, types_pb2.Workspace(workspace_id=workspace_id))
 
     def close(self) -> None:
         self._conn.close()

@@ -7,7 +7,7 @@ import re
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
-from kibotos import _rpc, errors, process
+from kibotos import _rpc, errors, process, session
 from kibotos.ctrl.v1 import types_pb2, workspace_pb2
 from kibotos.files import Files
 
@@ -111,6 +111,15 @@ class Workspace:
             input = input.encode()
         spec = process.spec(argv, env, cwd, user, stdin=input is not None)
         return process.stream(self._conn, self.id, spec, input, timeout)
+
+    def issue_session(self, *, scopes: Optional[Sequence[str]] = None, ttl: Optional[float] = None) -> session.Session:
+        """Issues a data-plane session for the current execution: a token
+        for this Workspace's data plane alone, to hand an agent instead of
+        the API key. scopes names what it may use ("process", "file",
+        "desktop", "service", "metrics"; None: all); ttl is seconds, 60 to
+        86400 (None: 15 minutes). Needs an API key and an AVAILABLE
+        Workspace."""
+        return session.issue(self._conn, self.id, scopes, ttl)
 
     def start(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Workspace":
         """Starts a STOPPED Workspace; waits until AVAILABLE unless wait=False."""

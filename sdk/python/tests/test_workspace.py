@@ -86,6 +86,32 @@ def test_files_write_read_list(ws):
         ws.files.stat("/root/data/sub")
 
 
+def test_a_session_token_reaches_its_scopes_alone(ws):
+    s = ws.issue_session(scopes=["file"], ttl=300)
+    assert s.workspace_id == ws.id and s.scopes == ["file"] and s.token and s.generation == ws.info.generation
+    with kibotos.Kibotos(s.endpoint, s.token) as agent:
+        held = agent.workspace(s.workspace_id)
+        ws.files.write("/root/for-agent.txt", "hello agent\n")
+        assert held.files.read_text("/root/for-agent.txt") == "hello agent\n"
+        with pytest.raises(kibotos.PermissionDenied) as e:
+            held.exec(["true"])
+        assert e.value.stage == "AUTHORIZING_DATA_PLANE"
+        with pytest.raises(kibotos.Unauthenticated):
+            held.refresh()  # the record needs an API key
+
+        old = s.token
+        assert s.rotate(ttl=120).token != old
+        with kibotos.Kibotos(s.endpoint, s.token) as rotated:
+            assert rotated.workspace(ws.id).files.stat("/root/for-agent.txt").size_bytes == len("hello agent\n")
+            s.revoke()
+            with pytest.raises(kibotos.Unauthenticated) as e:
+                rotated.workspace(ws.id).files.stat("/root")
+            assert e.value.reason == "SESSION_REVOKED"
+
+    with pytest.raises(ValueError):
+        ws.issue_session(scopes=["shell"])
+
+
 def test_stop_and_start_keep_the_writable_layer(ws):
     ws.files.write("/root/kept.txt", "still here\n")
     ws.stop()
