@@ -6,6 +6,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor, type T
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { FileService } from "./gen/kibotos/ctrl/v1/file_pb.js";
 import { ProcessService } from "./gen/kibotos/ctrl/v1/process_pb.js";
+import { SessionService } from "./gen/kibotos/ctrl/v1/session_pb.js";
 import { WorkspaceService } from "./gen/kibotos/ctrl/v1/workspace_pb.js";
 import { toError } from "./errors.js";
 
@@ -22,6 +23,7 @@ export class Api {
   readonly workspaces: Client<typeof WorkspaceService>;
   readonly processes: Client<typeof ProcessService>;
   readonly files: Client<typeof FileService>;
+  readonly sessions: Client<typeof SessionService>;
   private readonly attempts: number;
   private readonly initialDelayMs: number;
 
@@ -29,6 +31,7 @@ export class Api {
     this.workspaces = createClient(WorkspaceService, transport);
     this.processes = createClient(ProcessService, transport);
     this.files = createClient(FileService, transport);
+    this.sessions = createClient(SessionService, transport);
     this.attempts = Math.max(1, retry.attempts ?? 5);
     this.initialDelayMs = retry.initialDelayMs ?? 200;
   }

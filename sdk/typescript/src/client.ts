@@ -1,7 +1,9 @@
 import type { Transport } from "@connectrpc/connect";
 import { Api, transportFor, type RetryOptions } from "./api.js";
 import { ENV_TOKEN, ENV_WORKSPACE_ENDPOINT, configPath, loadConfig } from "./config.js";
-import { Workspaces } from "./workspace.js";
+import { create } from "@bufbuild/protobuf";
+import { WorkspaceSchema } from "./gen/kibotos/ctrl/v1/types_pb.js";
+import { Workspace, Workspaces } from "./workspace.js";
 
 /** Where the deployment is and how calls are retried; all optional. */
 export interface KibotosOptions {
@@ -22,15 +24,28 @@ export interface KibotosOptions {
 export class Kibotos {
   readonly workspaces: Workspaces;
   /** The generated clients the SDK wraps, for the calls it does not (updates, network policies, processes by id...). */
-  readonly api: Pick<Api, "workspaces" | "processes" | "files">;
+  readonly api: Pick<Api, "workspaces" | "processes" | "files" | "sessions">;
   /** The transport every call goes through: createClient(VolumeService, kibotos.transport) reaches the other services. */
   readonly transport: Transport;
+
+  private readonly core: Api;
 
   constructor(opts: KibotosOptions = {}) {
     this.transport = opts.transport ?? configuredTransport(opts);
     const api = new Api(this.transport, opts.retry);
     this.api = api;
+    this.core = api;
     this.workspaces = new Workspaces(api);
+  }
+
+  /**
+   * workspace is a handle on a Workspace made without reading it: what a
+   * client holding a data-plane session's token uses, since the token
+   * reaches processes, files and metrics, not the Workspace record. Its
+   * info holds only the id until refresh(), which needs an API key.
+   */
+  workspace(workspaceId: string): Workspace {
+    return new Workspace(this.core, create(WorkspaceSchema, { workspaceId }));
   }
 }
 

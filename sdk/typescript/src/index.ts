@@ -7,6 +7,7 @@ export { configPath, loadConfig, parseEnvFile, type ClientConfig } from "./confi
 export { ApiError, CommandFailedError, KibotosError, type FailureInfo } from "./errors.js";
 export type { ExecEvent, ExecExit, ExecOptions, ExecResult } from "./exec.js";
 export { Files, type ListOptions, type ReadOptions, type UserOptions, type WriteOptions } from "./files.js";
+export { Session, type Scope, type SessionOptions } from "./session.js";
 export { parseSize, type Size } from "./size.js";
 export { Workspace, Workspaces, type CommandOptions, type CreateOptions } from "./workspace.js";
 export { Code } from "@connectrpc/connect";

@@ -19,6 +19,7 @@ import { newCommandId, type Api } from "./api.js";
 import { CommandFailedError } from "./errors.js";
 import { exec, execStream, type ExecEvent, type ExecOptions, type ExecResult } from "./exec.js";
 import { Files } from "./files.js";
+import { issueSession, type Session, type SessionOptions } from "./session.js";
 import { parseSize, type Size } from "./size.js";
 
 /** The longest one WaitWorkspace call waits before answering with the command's progress (ctrl allows 60 s). */
@@ -146,6 +147,16 @@ export class Workspace {
   /** execStream runs argv in the guest and yields its output as it comes, then its exit. */
   execStream(argv: string[], opts: ExecOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
     return execStream(this.api, this.id, argv, opts);
+  }
+
+  /**
+   * issueSession issues a data-plane session for the current execution: a
+   * token for this Workspace's data plane alone, within its scopes, to hand
+   * an agent instead of the API key. Needs an API key and an AVAILABLE
+   * Workspace.
+   */
+  issueSession(opts: SessionOptions = {}): Promise<Session> {
+    return issueSession(this.api, this.id, opts);
   }
 
   /** start starts a stopped Workspace and, unless `wait: false`, waits until it is AVAILABLE again. */

@@ -73,6 +73,30 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     assert.equal(await ws.files.remove("/data/dir/blob.bin", { allowMissing: true }), false);
   });
 
+  await t.test("a session's token reaches its scopes alone, until revoked", async () => {
+    const s = await ws.issueSession({ scopes: ["file"], ttlSeconds: 300 });
+    assert.deepEqual([s.workspaceId, s.scopes, s.generation], [ws.id, ["file"], ws.info.generation]);
+    assert.ok(s.token && s.expiresAt > new Date(), `token set, expiring ${s.expiresAt.toISOString()}`);
+    const held = new Kibotos({ baseUrl: s.endpoint, apiKey: s.token, retry: { attempts: 1 } }).workspace(s.workspaceId);
+    assert.equal(await held.files.read("/data/dir/note.txt"), "one\ntwo\n");
+    const denied = await held.exec(["true"]).catch((e: unknown) => e);
+    assert.ok(denied instanceof ApiError, String(denied));
+    assert.deepEqual([denied.code, denied.stage], [Code.PermissionDenied, FailureStage.AUTHORIZING_DATA_PLANE]);
+    const noRecord = await held.refresh().catch((e: unknown) => e);
+    assert.ok(noRecord instanceof ApiError && noRecord.code === Code.Unauthenticated, String(noRecord));
+
+    const old = s.token;
+    await s.rotate({ ttlSeconds: 120 });
+    assert.notEqual(s.token, old);
+    const rotated = new Kibotos({ baseUrl: s.endpoint, apiKey: s.token, retry: { attempts: 1 } }).workspace(ws.id);
+    assert.equal((await rotated.files.stat("/data/dir")).type, FileType.DIRECTORY);
+    await s.revoke();
+    const revoked = await rotated.files.stat("/data/dir").catch((e: unknown) => e);
+    assert.ok(revoked instanceof ApiError, String(revoked));
+    assert.deepEqual([revoked.code, revoked.reason], [Code.Unauthenticated, FailureReason.SESSION_REVOKED]);
+    await assert.rejects(ws.issueSession({ scopes: ["shell" as "file"] }), TypeError);
+  });
+
   await t.test("stop: STOPPED, and the data plane says failed_precondition", async () => {
     await ws.stop();
     assert.equal(ws.state, WorkspaceState.STOPPED);
