@@ -86,9 +86,19 @@ process's plain stdin.`,
 		},
 	}
 	f.register(c)
+	argvAfterDash(c)
 	c.Flags().BoolVarP(&f.tty, "tty", "t", false, "run the process on a pseudo-terminal the size of this one (input is sent too)")
 	c.Flags().BoolVarP(&detach, "detach", "d", false, "on Ctrl-C, leave the process running and return instead of signalling it")
 	return c
+}
+
+// argvAfterDash makes an unknown flag's error say where a guest command's
+// own flags go: `exec ID ls -la` reads -la as exec's (as kubectl exec
+// does), and the bare "unknown shorthand flag" left users guessing.
+func argvAfterDash(c *cobra.Command) {
+	c.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w\n(the guest command and its own flags go after --: %s WORKSPACE_ID -- ARGV...)", err, cmd.CommandPath())
+	})
 }
 
 // execution is one `kibotos workspace exec`: its stream, and what the

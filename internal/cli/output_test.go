@@ -74,6 +74,23 @@ func TestMistypedSubcommandFailsWithASuggestion(t *testing.T) {
 	}
 }
 
+// A guest command's flag given without -- is refused as the CLI's own,
+// and the error says where it goes, before anything is sent.
+func TestAGuestCommandsFlagsWithoutDashSayWhereTheyGo(t *testing.T) {
+	for _, args := range [][]string{
+		{"workspace", "exec", "ws-1", "ls", "-la"},
+		{"workspace", "process", "start", "ws-1", "ls", "-la"},
+	} {
+		var stdout, stderr strings.Builder
+		code := cli.Main(context.Background(), args, &stdout, &stderr)
+		path := "kibotos " + strings.Join(args[:len(args)-3], " ")
+		if code == 0 || !strings.Contains(stderr.String(), "unknown shorthand flag: 'l' in -la") ||
+			!strings.Contains(stderr.String(), "go after --: "+path+" WORKSPACE_ID -- ARGV...") {
+			t.Errorf("kibotos %v: exit %d\n%s", args, code, stderr.String())
+		}
+	}
+}
+
 // -o json|yaml|name, -q and --no-headers over one Volume; volume resize
 // with units; an API refusal shows its ErrorDetail.
 func TestOutputFormatsAndVolumeResize(t *testing.T) {

@@ -50,6 +50,7 @@ func newProcessCommand(out *outputFlag) *cobra.Command {
 		},
 	}
 	f.register(start)
+	argvAfterDash(start)
 
 	var all bool
 	list := &cobra.Command{
