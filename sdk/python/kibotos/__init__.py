@@ -35,6 +35,7 @@ from kibotos.errors import (
 from kibotos.files import Files
 from kibotos.process import ExecResult, Exit, Output, Started
 from kibotos.session import Session
+from kibotos.volume import Volume, VolumeFailed, Volumes
 from kibotos.workspace import Workspace, Workspaces
 
 __all__ = [
@@ -43,6 +44,9 @@ __all__ = [
     "Workspaces",
     "Files",
     "Session",
+    "Volume",
+    "Volumes",
+    "VolumeFailed",
     "ExecResult",
     "Started",
     "Output",

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import grpc
 
 from kibotos import errors
-from kibotos.ctrl.v1 import file_pb2_grpc, process_pb2_grpc, session_pb2_grpc, types_pb2, workspace_pb2_grpc
+from kibotos.ctrl.v1 import file_pb2_grpc, process_pb2_grpc, session_pb2_grpc, types_pb2, volume_pb2_grpc, workspace_pb2_grpc
 
 T = TypeVar("T")
 
@@ -56,6 +56,7 @@ class Connection:
         self.processes = process_pb2_grpc.ProcessServiceStub(self.channel)
         self.files = file_pb2_grpc.FileServiceStub(self.channel)
         self.sessions = session_pb2_grpc.SessionServiceStub(self.channel)
+        self.volumes = volume_pb2_grpc.VolumeServiceStub(self.channel)
 
     def close(self) -> None:
         self.channel.close()

@@ -40,6 +40,41 @@ def _state_name(state: int) -> str:
     return types_pb2.WorkspaceState.Name(state).removeprefix("WORKSPACE_STATE_")
 
 
+def _volume_binding(volume) -> Optional[types_pb2.WorkspaceVolumeBinding]:
+    """create's volume argument as the binding it asks for."""
+    if volume is None or volume is True:
+        return None  # ctrl's default: a new Volume
+    if volume is False:
+        return types_pb2.WorkspaceVolumeBinding(mode=types_pb2.WORKSPACE_VOLUME_MODE_NONE)
+    if isinstance(volume, str):
+        return types_pb2.WorkspaceVolumeBinding(mode=types_pb2.WORKSPACE_VOLUME_MODE_BOUND, volume_id=volume)
+    unknown = set(volume) - {"size", "mount_path"}
+    if unknown:
+        raise ValueError(f"volume: unknown keys {sorted(unknown)}; want size and mount_path")
+    size = volume.get("size")
+    return types_pb2.WorkspaceVolumeBinding(
+        mode=types_pb2.WORKSPACE_VOLUME_MODE_NEW,
+        mount_path=str(volume.get("mount_path") or ""),
+        new_volume=types_pb2.VolumeSpec(capacity_bytes=parse_size(size) if size is not None else 0),
+    )
+
+
+def _network_policy(network: str, allow: Sequence[str], deny: Sequence[str]) -> types_pb2.NetworkPolicy:
+    modes = {"deny-all": types_pb2.NETWORK_POLICY_MODE_DENY_ALL, "public-internet": types_pb2.NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+    if network not in modes:
+        raise ValueError(f"network {network!r}: want deny-all or public-internet")
+    return types_pb2.NetworkPolicy(mode=modes[network], allow=list(allow), deny=list(deny))
+
+
+def _expiration(expire_in: float, action: str) -> types_pb2.WorkspaceExpirationPolicy:
+    actions = {"stop": types_pb2.WORKSPACE_EXPIRATION_ACTION_STOP, "delete": types_pb2.WORKSPACE_EXPIRATION_ACTION_DELETE}
+    if action not in actions or expire_in <= 0:
+        raise ValueError(f"expire_in {expire_in!r}, expire_action {action!r}: want seconds from now and stop or delete")
+    policy = types_pb2.WorkspaceExpirationPolicy(action=actions[action])
+    policy.deadline.FromDatetime(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=expire_in))
+    return policy
+
+
 class Workspace:
     """A Workspace: its id, the record as last read, and what runs in it.
 
@@ -200,6 +235,12 @@ class Workspaces:
         disk: Optional[Size] = None,
         labels: Optional[Dict[str, str]] = None,
         annotations: Optional[Dict[str, str]] = None,
+        volume: Union[None, bool, str, Dict[str, Union[Size, str]]] = None,
+        network: str = "deny-all",
+        allow: Sequence[str] = (),
+        deny: Sequence[str] = (),
+        expire_in: Optional[float] = None,
+        expire_action: str = "stop",
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
     ) -> Workspace:
@@ -210,6 +251,13 @@ class Workspaces:
         one of its revisions (None: its default); memory and disk (the
         writable layer) are sizes, "512Mi" or an int of bytes (None: the
         defaults); cpu_millis is thousandths of a vCPU (0: the default).
+        volume is None (a new Volume of the defaults at /data, deleted with
+        the Workspace), False (none), a dict with "size" and "mount_path"
+        for the new Volume, or the id of an existing Volume to bind
+        (mounted at /data, kept when the Workspace is deleted). network is
+        "deny-all" or "public-internet", which allow and deny (addresses
+        or CIDRs) refine. expire_in (seconds from now) has the Workspace
+        stopped, or deleted with expire_action="delete", at that time.
         A create that fails after admission raises CommandFailed.
         """
         spec = types_pb2.WorkspaceCreateSpec(
@@ -219,9 +267,13 @@ class Workspaces:
                 memory_bytes=parse_size(memory) if memory is not None else 0,
                 writable_layer_capacity_bytes=parse_size(disk) if disk is not None else 0,
             ),
+            volume=_volume_binding(volume),
+            network_policy=_network_policy(network, allow, deny),
             labels=labels or {},
             annotations=annotations or {},
         )
+        if expire_in is not None:
+            spec.expiration.CopyFrom(_expiration(expire_in, expire_action))
         admitted = self._conn.mutate(
             self._conn.workspaces.CreateWorkspace,
             lambda c: workspace_pb2.CreateWorkspaceRequest(command=c, spec=spec),

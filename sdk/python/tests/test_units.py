@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
@@ -188,9 +190,10 @@ class _FakeWorkspaces:
     progress and then the end, and refuses GetWorkspace."""
 
     def __init__(self):
-        self.waits, self.gets = [], 0
+        self.waits, self.gets, self.created = [], 0, []
 
     def CreateWorkspace(self, request, metadata, timeout):
+        self.created.append(request)
         return workspace_pb2.CreateWorkspaceResponse(
             workspace=types_pb2.Workspace(workspace_id="ws-1", state=types_pb2.WORKSPACE_STATE_CREATING),
             command=workspace_pb2.WorkspaceCommand(command_id=request.command.command_id),
@@ -221,3 +224,31 @@ def test_create_follows_with_wait_workspace_and_never_polls():
     assert ws.info.state == types_pb2.WORKSPACE_STATE_AVAILABLE
     assert fake.gets == 0, "a follower polled GetWorkspace"
     assert len(fake.waits) == 2 and fake.waits[0][0] == "ws-1" and fake.waits[0][1].startswith("py-")
+
+
+def test_create_asks_for_the_volume_network_and_expiration_given():
+    conn = _rpc.Connection("http://127.0.0.1:1", "", timeout=1, retries=0)
+    conn.workspaces = fake = _FakeWorkspaces()
+    before = time.time()
+    Workspaces(conn).create(volume={"size": "64Mi", "mount_path": "/work"}, network="public-internet",
+                            allow=["10.1.2.3"], deny=["10.0.0.0/8"], expire_in=3600, expire_action="delete")
+    spec = fake.created[-1].spec
+    assert spec.volume.mode == types_pb2.WORKSPACE_VOLUME_MODE_NEW and spec.volume.mount_path == "/work"
+    assert spec.volume.new_volume.capacity_bytes == 64 << 20
+    assert spec.network_policy.mode == types_pb2.NETWORK_POLICY_MODE_PUBLIC_INTERNET
+    assert list(spec.network_policy.allow) == ["10.1.2.3"] and list(spec.network_policy.deny) == ["10.0.0.0/8"]
+    assert spec.expiration.action == types_pb2.WORKSPACE_EXPIRATION_ACTION_DELETE
+    assert before + 3600 <= spec.expiration.deadline.seconds + 1 <= time.time() + 3601
+
+    Workspaces(conn).create(volume="vol-1")
+    spec = fake.created[-1].spec
+    assert (spec.volume.mode, spec.volume.volume_id) == (types_pb2.WORKSPACE_VOLUME_MODE_BOUND, "vol-1")
+    assert spec.network_policy.mode == types_pb2.NETWORK_POLICY_MODE_DENY_ALL and not spec.HasField("expiration")
+    Workspaces(conn).create(volume=False)
+    assert fake.created[-1].spec.volume.mode == types_pb2.WORKSPACE_VOLUME_MODE_NONE
+
+    sent = len(fake.created)
+    for bad in ({"network": "open"}, {"expire_in": 60, "expire_action": "pause"}, {"expire_in": -1}, {"volume": {"sise": "1G"}}):
+        with pytest.raises(ValueError):
+            Workspaces(conn).create(**bad)
+    assert len(fake.created) == sent, "a refused option sent a create"

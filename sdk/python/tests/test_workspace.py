@@ -10,12 +10,13 @@ import pytest
 
 import kibotos
 from kibotos import Exit, Output, Started
-from kibotos.ctrl.v1 import file_pb2
+from kibotos.ctrl.v1 import file_pb2, types_pb2
 
 
 @pytest.fixture(scope="module")
 def ws(client):
-    ws = client.workspaces.create(memory="256Mi", labels={"suite": "sdk-py"})
+    ws = client.workspaces.create(memory="256Mi", labels={"suite": "sdk-py"}, network="public-internet",
+                                  deny=["0.0.0.0/0", "::/0"], expire_in=3600)
     yield ws
     if ws.refresh().state != "DELETED":
         ws.delete()
@@ -25,6 +26,11 @@ def test_create_waits_until_available(client, ws):
     assert ws.state == "AVAILABLE"
     assert ws.info.spec.resources.memory_bytes == 256 << 20
     assert ws.info.generation == 1
+    # What create asked for beside the defaults, as ctrl keeps it.
+    policy = ws.info.spec.network_policy
+    assert policy.mode == types_pb2.NETWORK_POLICY_MODE_PUBLIC_INTERNET and list(policy.deny) == ["0.0.0.0/0", "::/0"]
+    assert ws.info.expiration.policy.action == types_pb2.WORKSPACE_EXPIRATION_ACTION_STOP
+    assert 3500 < ws.info.expiration.policy.deadline.seconds - time.time() <= 3600
     got = client.workspaces.get(ws.id)
     assert got.id == ws.id and got.state == "AVAILABLE"
     assert [w.id for w in client.workspaces.list("suite=sdk-py")] == [ws.id]

@@ -9,8 +9,11 @@ import {
   WorkspaceCommandState,
   type WorkspaceCommand,
 } from "./gen/kibotos/ctrl/v1/workspace_pb.js";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import {
+  NetworkPolicyMode,
   WorkspaceCreateSpecSchema,
+  WorkspaceExpirationAction,
   WorkspaceVolumeMode,
   type Workspace as WorkspaceMessage,
   type WorkspaceState,
@@ -45,8 +48,22 @@ export interface CreateOptions extends CommandOptions {
   cpuMillis?: number;
   /** Capacity of the writable layer (the root filesystem's changes); default: the storage profile's. */
   disk?: Size;
-  /** false: no Volume. Default: a new Volume of the defaults at /data, deleted with the Workspace. */
-  volume?: false | { size?: Size; mountPath?: string };
+  /**
+   * false: no Volume. `{ size, mountPath }`: a new Volume, deleted with the
+   * Workspace. `{ volumeId, mountPath }`: an existing Volume bound to it,
+   * kept when it is deleted. Default: a new Volume of the defaults at /data.
+   */
+  volume?: false | { size?: Size; mountPath?: string } | { volumeId: string; mountPath?: string };
+  /** "deny-all" (the default) or "public-internet", which `allow` and `deny` refine. */
+  network?: "deny-all" | "public-internet";
+  /** With public-internet: addresses or CIDRs admitted even where `deny` covers them. */
+  allow?: string[];
+  /** With public-internet: addresses or CIDRs refused. */
+  deny?: string[];
+  /** Stop the Workspace this many seconds from now (or delete it: `expireAction: "delete"`). */
+  expireInSeconds?: number;
+  /** What `expireInSeconds` does: "stop" (the default) or "delete". */
+  expireAction?: "stop" | "delete";
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
 }
@@ -90,6 +107,8 @@ function createSpec(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreat
   let volume: MessageInitShape<typeof WorkspaceCreateSpecSchema>["volume"];
   if (opts.volume === false) {
     volume = { mode: WorkspaceVolumeMode.NONE };
+  } else if (opts.volume && "volumeId" in opts.volume) {
+    volume = { mode: WorkspaceVolumeMode.BOUND, volumeId: opts.volume.volumeId, mountPath: opts.volume.mountPath ?? "" };
   } else if (opts.volume) {
     volume = {
       mode: WorkspaceVolumeMode.NEW,
@@ -105,9 +124,33 @@ function createSpec(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreat
       writableLayerCapacityBytes: opts.disk === undefined ? 0n : parseSize(opts.disk, "disk"),
     },
     volume,
+    networkPolicy: networkPolicy(opts),
+    expiration: expiration(opts),
     labels: opts.labels ?? {},
     annotations: opts.annotations ?? {},
   };
+}
+
+/** networkPolicy is the policy create's options ask for. */
+function networkPolicy(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreateSpecSchema>["networkPolicy"] {
+  const modes = { "deny-all": NetworkPolicyMode.DENY_ALL, "public-internet": NetworkPolicyMode.PUBLIC_INTERNET };
+  const mode = modes[opts.network ?? "deny-all"];
+  if (mode === undefined) throw new TypeError(`network "${opts.network}": want deny-all or public-internet`);
+  return { mode, allow: opts.allow ?? [], deny: opts.deny ?? [] };
+}
+
+/** expiration is the policy expireInSeconds and expireAction ask for, none without expireInSeconds. */
+function expiration(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreateSpecSchema>["expiration"] {
+  if (opts.expireInSeconds === undefined) {
+    if (opts.expireAction !== undefined) throw new TypeError("expireAction needs expireInSeconds");
+    return undefined;
+  }
+  const actions = { stop: WorkspaceExpirationAction.STOP, delete: WorkspaceExpirationAction.DELETE };
+  const action = actions[opts.expireAction ?? "stop"];
+  if (action === undefined || !(opts.expireInSeconds > 0)) {
+    throw new TypeError(`expireInSeconds ${opts.expireInSeconds}, expireAction "${opts.expireAction}": want seconds from now and stop or delete`);
+  }
+  return { action, deadline: timestampFromMs(Date.now() + opts.expireInSeconds * 1000) };
 }
 
 /** Workspace is one Workspace: its id, what ctrl last said of it, and what can be done with it. */

@@ -10,7 +10,14 @@ import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
 import { WorkspaceCommandSchema, WorkspaceCommandState, WorkspaceService } from "@kibotos/sdk/gen/workspace_pb";
-import { WorkspaceSchema, WorkspaceState } from "@kibotos/sdk/gen/types_pb";
+import {
+  NetworkPolicyMode,
+  WorkspaceExpirationAction,
+  WorkspaceSchema,
+  WorkspaceState,
+  WorkspaceVolumeMode,
+  type WorkspaceCreateSpec,
+} from "@kibotos/sdk/gen/types_pb";
 import { ApiError, Kibotos, loadConfig, parseEnvFile, parseSize } from "@kibotos/sdk";
 
 test("parseEnvFile reads what clientconfig writes", () => {
@@ -113,4 +120,38 @@ test("create follows its command with WaitWorkspace and never polls GetWorkspace
   const ws = await new Kibotos({ transport }).workspaces.create();
   assert.equal(ws.state, WorkspaceState.AVAILABLE);
   assert.deepEqual(calls, { wait: 2, get: 0 });
+});
+
+test("create asks for the Volume, network policy and expiration given, and refuses bad ones before sending", async () => {
+  const specs: WorkspaceCreateSpec[] = [];
+  const transport = createRouterTransport(({ service }) => {
+    service(WorkspaceService, {
+      createWorkspace(req) {
+        specs.push(req.spec!);
+        return { workspace: create(WorkspaceSchema, { workspaceId: "ws-1", state: WorkspaceState.CREATING }) };
+      },
+    });
+  });
+  const kibotos = new Kibotos({ transport });
+  const before = Date.now();
+  await kibotos.workspaces.create({
+    wait: false, volume: { size: "64Mi", mountPath: "/work" }, network: "public-internet",
+    allow: ["10.1.2.3"], deny: ["10.0.0.0/8"], expireInSeconds: 3600, expireAction: "delete",
+  });
+  let spec = specs[specs.length - 1];
+  assert.deepEqual([spec.volume?.mode, spec.volume?.mountPath, spec.volume?.newVolume?.capacityBytes], [WorkspaceVolumeMode.NEW, "/work", 64n << 20n]);
+  assert.deepEqual([spec.networkPolicy?.mode, spec.networkPolicy?.allow, spec.networkPolicy?.deny], [NetworkPolicyMode.PUBLIC_INTERNET, ["10.1.2.3"], ["10.0.0.0/8"]]);
+  assert.equal(spec.expiration?.action, WorkspaceExpirationAction.DELETE);
+  const deadline = Number(spec.expiration?.deadline?.seconds) * 1000;
+  assert.ok(deadline >= before + 3599_000 && deadline <= Date.now() + 3600_000, `deadline ${deadline}`);
+
+  await kibotos.workspaces.create({ wait: false, volume: { volumeId: "vol-1" } });
+  spec = specs[specs.length - 1];
+  assert.deepEqual([spec.volume?.mode, spec.volume?.volumeId, spec.networkPolicy?.mode, spec.expiration], [WorkspaceVolumeMode.BOUND, "vol-1", NetworkPolicyMode.DENY_ALL, undefined]);
+
+  const sent = specs.length;
+  for (const bad of [{ network: "open" }, { expireInSeconds: 60, expireAction: "pause" }, { expireInSeconds: -1 }, { expireAction: "delete" }]) {
+    await assert.rejects(kibotos.workspaces.create({ wait: false, ...(bad as object) }), TypeError, JSON.stringify(bad));
+  }
+  assert.equal(specs.length, sent, "a refused option sent a create");
 });

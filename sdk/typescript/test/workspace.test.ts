@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createClient } from "@connectrpc/connect";
+import { NetworkPolicyMode, WorkspaceExpirationAction } from "@kibotos/sdk/gen/types_pb";
 import { VolumeService } from "@kibotos/sdk/gen/volume_pb";
 import {
   ApiError,
@@ -20,11 +21,19 @@ import {
 const kibotos = new Kibotos();
 
 test("a Workspace's life: create, exec, files, stop, start, delete", async (t) => {
-  const ws = await kibotos.workspaces.create({ template: "busybox", memory: "256Mi", labels: { suite: "sdk-ts" } });
+  const ws = await kibotos.workspaces.create({
+    template: "busybox", memory: "256Mi", labels: { suite: "sdk-ts" },
+    network: "public-internet", deny: ["0.0.0.0/0", "::/0"], expireInSeconds: 3600,
+  });
   t.after(() => ws.delete().catch(() => {}));
   assert.equal(ws.state, WorkspaceState.AVAILABLE);
   assert.match(ws.id, /^ws-/);
   assert.equal(ws.info.spec?.resources?.memoryBytes, 256n << 20n);
+  // What create asked for beside the defaults, as ctrl keeps it.
+  assert.deepEqual([ws.info.spec?.networkPolicy?.mode, ws.info.spec?.networkPolicy?.deny], [NetworkPolicyMode.PUBLIC_INTERNET, ["0.0.0.0/0", "::/0"]]);
+  assert.equal(ws.info.expiration?.policy?.action, WorkspaceExpirationAction.STOP);
+  const left = Number(ws.info.expiration?.policy?.deadline?.seconds) - Date.now() / 1000;
+  assert.ok(left > 3500 && left <= 3600, `the deadline is ${left} s away`);
 
   await t.test("exec returns the exit code, stdout and stderr", async () => {
     const r = await ws.exec(["sh", "-c", "echo out; echo err >&2; exit 3"]);
