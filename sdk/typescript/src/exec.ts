@@ -152,10 +152,20 @@ function unseen(c: ProcessOutputChunk, next: { stdout: bigint; stderr: bigint })
   return { type: stream, data };
 }
 
-/** sendInput writes all of stdin at offset 0 and closes it; the offset makes a retry exact. */
+/** SendProcessInput takes at most 1 MiB of data a call. */
+const inputChunk = 1 << 20;
+
+/** sendInput writes all of stdin, a chunk a call at its offset (which makes a retry exact), and closes it with the last. */
 async function sendInput(api: Api, workspaceId: string, processId: string, stdin: string | Uint8Array, signal?: AbortSignal): Promise<void> {
   const data = typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin;
-  await api.call(() => api.processes.sendProcessInput({ workspaceId, processId, data, offset: 0n, close: true }, { signal }), signal);
+  let offset = 0;
+  do {
+    const chunk = data.subarray(offset, offset + inputChunk);
+    const at = BigInt(offset);
+    const close = offset + chunk.length >= data.length;
+    await api.call(() => api.processes.sendProcessInput({ workspaceId, processId, data: chunk, offset: at, close }, { signal }), signal);
+    offset += chunk.length;
+  } while (offset < data.length);
 }
 
 function exitOf(s: ProcessExitStatus): ExecExit {

@@ -45,6 +45,9 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     const r = await ws.exec(["sh", "-c", 'pwd; echo "$GREETING"; tr a-z A-Z'], { env: { GREETING: "hello" }, cwd: "/tmp", stdin: "from stdin\n" });
     assert.equal(r.stdout, "/tmp\nhello\nFROM STDIN\n");
     assert.equal(r.exitCode, 0);
+    // More than one SendProcessInput takes (1 MiB): sent a chunk a call.
+    const big = await ws.exec(["wc", "-c"], { stdin: new Uint8Array(3 << 20).fill(97) });
+    assert.deepEqual([big.exitCode, big.stdout.trim()], [0, String(3 << 20)]);
   });
 
   await t.test("a process a signal ends exits 128+N", async () => {
