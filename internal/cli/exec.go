@@ -396,16 +396,23 @@ func exitCodeOf(err error) int {
 	return 1
 }
 
-// forwardInput sends in to the process's stdin as it is read, each chunk
-// at its offset so that a retried send is exact, and closes it at EOF.
+// forwardInput sends in to the process's stdin as it is read, and closes
+// it at EOF. Each call carries everything read while the one before was
+// under way (at most maxInput), at its offset so that a retried send is
+// exact: a keystroke goes at once, and piped data is not held to one
+// read's 64 KiB a round trip.
 func forwardInput(ctx context.Context, client ctrlv1connect.ProcessServiceClient, workspaceID, processID string, in io.Reader, errOut io.Writer) {
-	buf := make([]byte, 32<<10)
+	reads := readAhead(ctx, in)
 	var offset uint64
 	for {
-		n, err := in.Read(buf)
+		next, ok := nextInput(reads)
+		if !ok {
+			return // ctx ended
+		}
+		data, err := next.data, next.err
 		at := offset
-		req := &ctrlv1.SendProcessInputRequest{WorkspaceId: workspaceID, ProcessId: processID, Data: buf[:n], Offset: &at, Close: err != nil}
-		if n > 0 || err != nil {
+		req := &ctrlv1.SendProcessInputRequest{WorkspaceId: workspaceID, ProcessId: processID, Data: data, Offset: &at, Close: err != nil}
+		if len(data) > 0 || err != nil {
 			if _, serr := client.SendProcessInput(ctx, connect.NewRequest(req)); serr != nil {
 				if ctx.Err() == nil && connect.CodeOf(serr) != connect.CodeFailedPrecondition {
 					fmt.Fprintln(errOut, "kibotos: input:", serr)
@@ -413,11 +420,68 @@ func forwardInput(ctx context.Context, client ctrlv1connect.ProcessServiceClient
 				return // the process ended or closed its input
 			}
 		}
-		offset += uint64(n)
+		offset += uint64(len(data))
 		if err != nil {
 			return
 		}
 	}
+}
+
+const (
+	// maxInput is the most data one SendProcessInput carries.
+	maxInput = 1 << 20
+	// inputRead is the most one read of the input returns.
+	inputRead = 64 << 10
+)
+
+// inputChunk is one read of the input: its bytes, and the error that
+// ended it (io.EOF at the end).
+type inputChunk struct {
+	data []byte
+	err  error
+}
+
+// readAhead reads in on a goroutine of its own, up to maxInput ahead of
+// the sends, and ends after the read that failed.
+func readAhead(ctx context.Context, in io.Reader) <-chan inputChunk {
+	reads := make(chan inputChunk, maxInput/inputRead)
+	go func() {
+		defer close(reads)
+		for {
+			buf := make([]byte, inputRead)
+			n, err := in.Read(buf)
+			select {
+			case reads <- inputChunk{buf[:n], err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return reads
+}
+
+// nextInput waits for the next read and joins to it those already made,
+// up to maxInput, with the read error that ends the input if one came. ok
+// is false once reads is closed without one (its context ended).
+func nextInput(reads <-chan inputChunk) (next inputChunk, ok bool) {
+	if next, ok = <-reads; !ok {
+		return next, false
+	}
+	for next.err == nil && len(next.data) <= maxInput-inputRead {
+		select {
+		case c, more := <-reads:
+			if !more {
+				return next, false
+			}
+			next.data, next.err = append(next.data, c.data...), c.err
+		default:
+			return next, true
+		}
+	}
+	return next, true
 }
 
 // terminal is this command's input terminal in raw mode (keys go to the
