@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -116,6 +117,42 @@ type execution struct {
 	// snapshot asks for the retained output only, and exits 0 whatever
 	// the process did (`process logs` without --follow).
 	snapshot bool
+	// dropped counts, by ProcessOutputStream, the bytes the guest dropped
+	// before they were read: it keeps the last MiB of each stream and
+	// never holds the process back for a slow reader.
+	dropped [3]uint64
+}
+
+// noteDropped counts the bytes between the last one shown (at) and a
+// chunk that starts past it, which the guest dropped, and says so at the
+// first gap of a stream.
+func (e *execution) noteDropped(o *ctrlv1.ProcessOutputChunk, at uint64) {
+	if o.GetOffset() <= at {
+		return
+	}
+	if e.dropped[o.GetStream()] == 0 {
+		fmt.Fprintf(e.cmd.ErrOrStderr(), "kibotos: %s: the guest dropped bytes %d to %d before this command read them (it keeps the last MiB of each stream and never waits for a reader)\n",
+			streamName(o.GetStream()), at, o.GetOffset()-1)
+	}
+	e.dropped[o.GetStream()] += o.GetOffset() - at
+}
+
+// lost is the error that says what the guest dropped, nil when nothing.
+func (e *execution) lost() error {
+	var parts []string
+	for stream, n := range e.dropped {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d bytes of %s", n, streamName(ctrlv1.ProcessOutputStream(stream))))
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the output shown is not whole: the guest dropped %s before this command read them; read large output from a file (workspace cp, workspace files)", strings.Join(parts, " and "))
+}
+
+func streamName(s ctrlv1.ProcessOutputStream) string {
+	return strings.ToLower(trimEnum(s.String(), "PROCESS_OUTPUT_STREAM_"))
 }
 
 // run streams the process to its end. The stream does not end with
@@ -206,6 +243,7 @@ func (e *execution) follow(interrupted context.Context, processID string, open f
 				}
 			}
 			if o := msg.GetOutput(); o != nil && int(o.GetStream()) < len(shown) {
+				e.noteDropped(o, shown[o.GetStream()])
 				shown[o.GetStream()] = o.GetOffset() + uint64(len(o.GetData()))
 			}
 			code = e.show(msg, code)
@@ -367,12 +405,23 @@ func (e *execution) signal(processID string, sig ctrlv1.ProcessSignal, said stri
 	fmt.Fprintln(e.cmd.ErrOrStderr(), "kibotos:", said)
 }
 
+// end is how the command ends once the stream did. Output the guest
+// dropped fails an exec whose process exited 0 (a script must not take
+// the output for whole) and is said on stderr otherwise; `process logs`
+// only says it, reading what the guest keeps being what logs is for.
 func (e *execution) end(err error, code int) error {
+	lost := e.lost()
+	if lost != nil && (err != nil || e.watching || code != 0) {
+		fmt.Fprintln(e.cmd.ErrOrStderr(), "kibotos:", lost)
+	}
 	if err != nil || e.snapshot {
 		return err
 	}
 	if code != 0 {
 		return exitError{code}
+	}
+	if !e.watching {
+		return lost
 	}
 	return nil
 }

@@ -139,3 +139,61 @@ func TestProcessLogsReadsTheRetainedOutputAndFollowsWithFollow(t *testing.T) {
 		}
 	}
 }
+
+// gappyProcesses is a ProcessService whose process's stdout skips bytes
+// 2 to 4 (the guest dropped them) and exits with code.
+type gappyProcesses struct {
+	ctrlv1connect.UnimplementedProcessServiceHandler
+	code int32
+}
+
+func (p gappyProcesses) events() []*ctrlv1.ProcessOutputChunk {
+	return []*ctrlv1.ProcessOutputChunk{
+		output(ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT, 0, "ab"),
+		output(ctrlv1.ProcessOutputStream_PROCESS_OUTPUT_STREAM_STDOUT, 5, "cd"),
+	}
+}
+
+func (p gappyProcesses) ExecProcess(_ context.Context, _ *connect.Request[ctrlv1.ExecProcessRequest], s *connect.ServerStream[ctrlv1.ExecProcessResponse]) error {
+	if err := s.Send(&ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Started{Started: &ctrlv1.ProcessStarted{ProcessId: "proc-1"}}}); err != nil {
+		return err
+	}
+	for _, o := range p.events() {
+		if err := s.Send(&ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Output{Output: o}}); err != nil {
+			return err
+		}
+	}
+	return s.Send(&ctrlv1.ExecProcessResponse{Event: &ctrlv1.ExecProcessResponse_Exit{Exit: &ctrlv1.ProcessExitStatus{ExitCode: p.code}}})
+}
+
+func (p gappyProcesses) StreamProcessOutput(_ context.Context, _ *connect.Request[ctrlv1.StreamProcessOutputRequest], s *connect.ServerStream[ctrlv1.StreamProcessOutputResponse]) error {
+	for _, o := range p.events() {
+		if err := s.Send(&ctrlv1.StreamProcessOutputResponse{Event: &ctrlv1.StreamProcessOutputResponse_Output{Output: o}}); err != nil {
+			return err
+		}
+	}
+	return s.Send(&ctrlv1.StreamProcessOutputResponse{Event: &ctrlv1.StreamProcessOutputResponse_Exit{Exit: &ctrlv1.ProcessExitStatus{ExitCode: p.code}}})
+}
+
+// ProcessOutputChunk: "A chunk whose offset is above the offset asked for
+// means the bytes in between were dropped." exec says which, and an exec
+// whose process exited 0 fails: its output is not whole. A process's own
+// failure keeps its status; process logs says it and exits as before.
+func TestExecSaysWhatOutputTheGuestDroppedAndFailsOnIt(t *testing.T) {
+	for _, tc := range []struct {
+		p    gappyProcesses
+		args []string
+		want int
+	}{
+		{gappyProcesses{code: 0}, []string{"workspace", "exec", "ws-1", "--", "cat", "big"}, 1},
+		{gappyProcesses{code: 3}, []string{"workspace", "exec", "ws-1", "--", "cat", "big"}, 3},
+		{gappyProcesses{code: 0}, []string{"workspace", "process", "logs", "ws-1", "proc-1"}, 0},
+		{gappyProcesses{code: 0}, []string{"workspace", "process", "logs", "-f", "ws-1", "proc-1"}, 0},
+	} {
+		code, out, errOut := cliAgainst(t, tc.p, tc.args...)
+		if code != tc.want || out != "abcd" || !strings.Contains(errOut, "stdout: the guest dropped bytes 2 to 4 before this command read them") ||
+			!strings.Contains(errOut, "the output shown is not whole: the guest dropped 3 bytes of stdout") {
+			t.Errorf("%v (the process exits %d): exit %d, stdout %q, stderr %q; want %d, the bytes received, and what was dropped", tc.args, tc.p.code, code, out, errOut, tc.want)
+		}
+	}
+}
