@@ -255,9 +255,16 @@ class CommandFailed(KibotosError):
 
 
 class ProcessError(Exception):
-    """exec(..., check=True) of a process that did not exit with 0."""
+    """exec(..., check=True) of a process that did not exit with 0, or whose
+    output the guest dropped in part (result.stdout_dropped,
+    result.stderr_dropped)."""
 
     def __init__(self, argv, result):
         self.argv = list(argv)
         self.result = result
-        super().__init__(f"{self.argv!r} exited with {result.exit_code}")
+        if result.exit_code != 0:
+            said = f"exited with {result.exit_code}"
+        else:
+            said = (f"exited with 0, but the guest dropped {result.stdout_dropped} bytes of its stdout and "
+                    f"{result.stderr_dropped} of its stderr before they were read")
+        super().__init__(f"{self.argv!r} {said}")

@@ -35,10 +35,17 @@ class Started:
 
 @dataclass(frozen=True)
 class Output:
-    """A run of bytes from stdout or stderr."""
+    """A run of bytes from stdout or stderr.
+
+    offset is the position of data's first byte in its stream. The guest
+    keeps the last MiB of each stream and never holds the process back for
+    a slow reader: an offset past the end of the stream's previous Output
+    means the bytes between were dropped.
+    """
 
     stream: str  # STDOUT or STDERR
     data: bytes
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,12 +66,20 @@ Event = Union[Started, Output, Exit]
 
 @dataclass(frozen=True)
 class ExecResult:
-    """What ws.exec returns: the output (bytes, or str with text=True) and exit code."""
+    """What ws.exec returns: the output (bytes, or str with text=True) and exit code.
+
+    stdout_dropped and stderr_dropped count the bytes of each stream the
+    guest dropped before they were read (it keeps the last MiB of each and
+    never waits for a reader): when either is not zero, the output is not
+    whole. Large output belongs in a file (ws.files.read).
+    """
 
     process_id: str
     stdout: Union[bytes, str]
     stderr: Union[bytes, str]
     exit_code: int
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
 
 def spec(
@@ -143,7 +158,7 @@ def _event(msg) -> Optional[Event]:
         return Started(process_id=msg.started.process_id, pid=msg.started.pid)
     if kind == "output":
         name = STDERR if msg.output.stream == process_pb2.PROCESS_OUTPUT_STREAM_STDERR else STDOUT
-        return Output(stream=name, data=msg.output.data)
+        return Output(stream=name, data=msg.output.data, offset=msg.output.offset)
     if kind == "exit":
         s = msg.exit
         code = 128 + s.signal if s.signal else s.exit_code
@@ -182,14 +197,19 @@ def collect(events: Iterator[Event], text: bool) -> ExecResult:
     """ws.exec's result from ws.exec_stream's events."""
     process_id = ""
     out = {STDOUT: bytearray(), STDERR: bytearray()}
+    end = {STDOUT: 0, STDERR: 0}  # the offset after each stream's last byte received
+    dropped = {STDOUT: 0, STDERR: 0}
     for event in events:
         if isinstance(event, Started):
             process_id = event.process_id
         elif isinstance(event, Output):
+            dropped[event.stream] += max(0, event.offset - end[event.stream])
+            end[event.stream] = event.offset + len(event.data)
             out[event.stream] += event.data
         elif isinstance(event, Exit):
             stdout, stderr = bytes(out[STDOUT]), bytes(out[STDERR])
             if text:
                 stdout, stderr = stdout.decode(errors="replace"), stderr.decode(errors="replace")
-            return ExecResult(process_id=process_id, stdout=stdout, stderr=stderr, exit_code=event.exit_code)
+            return ExecResult(process_id=process_id, stdout=stdout, stderr=stderr, exit_code=event.exit_code,
+                              stdout_dropped=dropped[STDOUT], stderr_dropped=dropped[STDERR])
     raise errors.Unknown("the process's stream ended without its exit")

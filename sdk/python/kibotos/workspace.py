@@ -118,7 +118,9 @@ class Workspace:
         """Runs argv (no shell: pass ["sh", "-c", "..."] for one) to its end.
 
         Returns stdout, stderr (bytes, or str with text=True) and the exit
-        code; check=True raises ProcessError for a non-zero one. input is
+        code; check=True raises ProcessError for a non-zero one, or for
+        output the guest dropped (stdout_dropped, stderr_dropped: it keeps
+        the last MiB of each stream and never waits for a reader). input is
         the process's stdin (closed after it). timeout (seconds) ends the
         process with SIGKILL and raises DeadlineExceeded, as subprocess.run
         does.
@@ -126,7 +128,7 @@ class Workspace:
         result = process.collect(
             self.exec_stream(argv, env=env, cwd=cwd, user=user, input=input, timeout=timeout), text
         )
-        if check and result.exit_code != 0:
+        if check and (result.exit_code != 0 or result.stdout_dropped or result.stderr_dropped):
             raise errors.ProcessError(argv, result)
         return result
 

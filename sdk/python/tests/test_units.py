@@ -252,3 +252,18 @@ def test_create_asks_for_the_volume_network_and_expiration_given():
         with pytest.raises(ValueError):
             Workspaces(conn).create(**bad)
     assert len(fake.created) == sent, "a refused option sent a create"
+
+
+def test_collect_counts_the_output_the_guest_dropped():
+    events = [
+        process.Started(process_id="proc-1", pid=7),
+        process.Output(stream="stdout", data=b"ab", offset=0),
+        process.Output(stream="stdout", data=b"cd", offset=5),  # bytes 2 to 4 dropped
+        process.Output(stream="stderr", data=b"e", offset=0),
+        process.Exit(exit_code=0, signal=0, cause="EXITED"),
+    ]
+    r = process.collect(iter(events), text=False)
+    assert (r.stdout, r.stdout_dropped, r.stderr, r.stderr_dropped) == (b"abcd", 3, b"e", 0)
+    assert "dropped 3 bytes of its stdout" in str(errors.ProcessError(["cat", "big"], r))
+    whole = process.collect(iter(events[:2] + events[3:]), text=True)
+    assert (whole.stdout, whole.stdout_dropped) == ("ab", 0)

@@ -118,6 +118,17 @@ def test_a_session_token_reaches_its_scopes_alone(ws):
         ws.issue_session(scopes=["shell"])
 
 
+def test_exec_output_is_whole_or_says_what_was_dropped(ws):
+    # The guest keeps the last MiB of each stream and never waits for a
+    # reader: what a fast writer's reader gets plus what it is told was
+    # dropped is the whole stream, whichever way the race went.
+    size = int(ws.exec(["wc", "-c", "/root/data/blob.bin"], text=True).stdout.split()[0])
+    r = ws.exec(["cat", "/root/data/blob.bin"])
+    assert r.exit_code == 0 and len(r.stdout) + r.stdout_dropped == size == 2 << 20
+    if r.stdout_dropped == 0:
+        assert r.stdout == ws.files.read("/root/data/blob.bin")
+
+
 def test_stop_and_start_keep_the_writable_layer(ws):
     ws.files.write("/root/kept.txt", "still here\n")
     ws.stop()

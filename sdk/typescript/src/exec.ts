@@ -44,19 +44,34 @@ export interface ExecExit {
 /** An event of execStream: the start, a chunk of output, the end (always last). */
 export type ExecEvent =
   | { type: "started"; processId: string; pid: number }
-  | { type: "stdout" | "stderr"; data: Uint8Array }
+  /**
+   * offset is data's place in its stream. The guest keeps the last MiB of
+   * each stream and never waits for a reader: an offset past the end of
+   * the stream's last chunk means the bytes between were dropped.
+   */
+  | { type: "stdout" | "stderr"; data: Uint8Array; offset: bigint }
   | ({ type: "exit" } & ExecExit);
 
-/** What exec returns: the exit and the whole output, decoded as UTF-8. */
+/** What exec returns: the exit and the output, decoded as UTF-8. */
 export interface ExecResult extends ExecExit {
   processId: string;
   stdout: string;
   stderr: string;
+  /**
+   * The bytes of each stream the guest dropped before they were read (it
+   * keeps the last MiB of each and never waits for a reader): when either
+   * is not 0, the output is not whole. Large output belongs in a file
+   * (ws.files.read).
+   */
+  stdoutDropped: number;
+  stderrDropped: number;
 }
 
 /** exec runs argv to its end and collects its output. */
 export async function exec(api: Api, workspaceId: string, argv: string[], opts: ExecOptions): Promise<ExecResult> {
   const out: Record<"stdout" | "stderr", Buffer[]> = { stdout: [], stderr: [] };
+  const end = { stdout: 0n, stderr: 0n }; // the offset after each stream's last byte received
+  const dropped = { stdout: 0n, stderr: 0n };
   let processId = "";
   for await (const ev of execStream(api, workspaceId, argv, opts)) {
     switch (ev.type) {
@@ -65,11 +80,16 @@ export async function exec(api: Api, workspaceId: string, argv: string[], opts: 
         break;
       case "stdout":
       case "stderr":
+        if (ev.offset > end[ev.type]) dropped[ev.type] += ev.offset - end[ev.type];
+        end[ev.type] = ev.offset + BigInt(ev.data.length);
         out[ev.type].push(Buffer.from(ev.data));
         break;
       case "exit": {
         const { type: _, ...exit } = ev;
-        return { ...exit, processId, stdout: Buffer.concat(out.stdout).toString("utf8"), stderr: Buffer.concat(out.stderr).toString("utf8") };
+        return {
+          ...exit, processId, stdout: Buffer.concat(out.stdout).toString("utf8"), stderr: Buffer.concat(out.stderr).toString("utf8"),
+          stdoutDropped: Number(dropped.stdout), stderrDropped: Number(dropped.stderr),
+        };
       }
     }
   }
@@ -147,9 +167,9 @@ function unseen(c: ProcessOutputChunk, next: { stdout: bigint; stderr: bigint })
   const stream = c.stream === ProcessOutputStream.STDERR ? "stderr" : "stdout";
   const end = c.offset + BigInt(c.data.length);
   if (end <= next[stream]) return undefined;
-  const data = c.data.subarray(Number(next[stream] > c.offset ? next[stream] - c.offset : 0n));
+  const skip = next[stream] > c.offset ? next[stream] - c.offset : 0n;
   next[stream] = end;
-  return { type: stream, data };
+  return { type: stream, data: c.data.subarray(Number(skip)), offset: c.offset + skip };
 }
 
 /** SendProcessInput takes at most 1 MiB of data a call. */

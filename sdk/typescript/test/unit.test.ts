@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
+import { ProcessEndCause, ProcessOutputStream, ProcessService } from "@kibotos/sdk/gen/process_pb";
 import { WorkspaceCommandSchema, WorkspaceCommandState, WorkspaceService } from "@kibotos/sdk/gen/workspace_pb";
 import {
   NetworkPolicyMode,
@@ -154,4 +155,24 @@ test("create asks for the Volume, network policy and expiration given, and refus
     await assert.rejects(kibotos.workspaces.create({ wait: false, ...(bad as object) }), TypeError, JSON.stringify(bad));
   }
   assert.equal(specs.length, sent, "a refused option sent a create");
+});
+
+test("exec counts the output the guest dropped: a chunk past the last byte received", async () => {
+  const chunk = (offset: bigint, text: string) => ({ case: "output" as const, value: { stream: ProcessOutputStream.STDOUT, offset, data: new TextEncoder().encode(text) } });
+  const transport = createRouterTransport(({ service }) => {
+    service(ProcessService, {
+      async *execProcess() {
+        yield { event: { case: "started" as const, value: { processId: "proc-1", pid: 7 } } };
+        yield { event: chunk(0n, "ab") };
+        yield { event: chunk(5n, "cd") }; // bytes 2 to 4 dropped
+        yield { event: { case: "exit" as const, value: { cause: ProcessEndCause.EXITED, exitCode: 0 } } };
+      },
+    });
+  });
+  const ws = new Kibotos({ transport }).workspace("ws-1");
+  const r = await ws.exec(["cat", "big"]);
+  assert.deepEqual([r.exitCode, r.stdout, r.stdoutDropped, r.stderrDropped], [0, "abcd", 3, 0]);
+  const offsets: bigint[] = [];
+  for await (const ev of ws.execStream(["cat", "big"])) if (ev.type === "stdout") offsets.push(ev.offset);
+  assert.deepEqual(offsets, [0n, 5n]);
 });
