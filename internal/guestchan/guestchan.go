@@ -111,5 +111,10 @@ func Client(socketPath string) *http.Client {
 		},
 		ReadIdleTimeout: 10 * time.Second,
 		PingTimeout:     5 * time.Second,
+		// The transport would ask for gzip on every call that names no
+		// encoding (the node's own, and those it relays for ctrl), and the
+		// guest agent's Connect handler would then compress each answer on
+		// the Workspace's CPU, for this host to inflate at once.
+		DisableCompression: true,
 	}}
 }

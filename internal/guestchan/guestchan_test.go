@@ -5,7 +5,9 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -183,5 +185,37 @@ func TestAHostThatLeftInTheMiddleOfAFrameDoesNotKeepTheNextOut(t *testing.T) {
 	res, err := client.Ping(callCtx, connect.NewRequest(&guestv1.PingRequest{}))
 	if err != nil || res.Msg.GetBootId() != "boot-1" {
 		t.Fatalf("ping from the next host: %v %v", res, err)
+	}
+}
+
+// The host asks the guest for no compression: a Connect handler
+// compresses every answer for a caller that accepts gzip, and the guest's
+// CPU is the Workspace's.
+func TestTheHostAsksTheGuestForNoCompression(t *testing.T) {
+	sock, ln := listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, h := guestv1connect.NewGuestAgentServiceHandler(agent{})
+	var mu sync.Mutex
+	var asked []string
+	seen := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked = append(asked, r.Header.Get("Accept-Encoding"), r.Header.Get("Connect-Accept-Encoding"))
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+	go guestchan.Serve(ctx, func() (io.ReadWriteCloser, error) { return ln.Accept() }, seen, nil)
+	hc := guestchan.Client(sock)
+	defer hc.CloseIdleConnections()
+	client := guestv1connect.NewGuestAgentServiceClient(hc, guestchan.BaseURL, connect.WithAcceptCompression("gzip", nil, nil))
+	if _, err := client.Ping(ctx, connect.NewRequest(&guestv1.PingRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range asked {
+		if strings.Contains(a, "gzip") {
+			t.Errorf("the guest was asked for %q", a)
+		}
 	}
 }

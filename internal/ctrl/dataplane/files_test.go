@@ -5,9 +5,11 @@ package dataplane_test
 // agent here is real, on a root of its own (the env of process_test.go).
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -158,5 +160,37 @@ func TestAWriteCancelledThroughCtrlLeavesTheOldFile(t *testing.T) {
 	testenv.WaitFor(t, "the temporary file removed", func() bool { return len(temporary()) == 0 })
 	if b, err := os.ReadFile(filepath.Join(root, "f")); err != nil || string(b) != "old" {
 		t.Errorf("/f after the cancelled write: %q %v, want \"old\"", b, err)
+	}
+}
+
+// The relay asks the guest for no compression: a guest agent compresses
+// every message for a caller that accepts gzip, on the Workspace's own
+// CPU (under emulation, at a few MB/s), for ctrl to inflate at once. A
+// file read and a process's output through ctrl come uncompressed.
+func TestTheRelayAsksTheGuestForNoCompression(t *testing.T) {
+	e := newEnv(t, storetest.SQLiteDSN(t))
+	ws, root := e.fileExecution(t, "ws-1.1")
+	if err := os.WriteFile(filepath.Join(root, "f"), bytes.Repeat([]byte("compressible "), 1<<16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.files(t).ReadFile(bg, connect.NewRequest(&ctrlv1.ReadFileRequest{WorkspaceId: ws, Path: "/f"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drain(s); err != nil {
+		t.Fatal(err)
+	}
+	start(t, e.procs, e.execution(t, "ws-2.1", "node-a", 1), "", &ctrlv1.ProcessSpec{Argv: []string{"true"}})
+	e.data.mu.Lock()
+	defer e.data.mu.Unlock()
+	if len(e.data.headers) < 2 {
+		t.Fatalf("%d calls reached the node, want the read and the start", len(e.data.headers))
+	}
+	for _, h := range e.data.headers {
+		for _, name := range []string{"Connect-Accept-Encoding", "Grpc-Accept-Encoding", "Accept-Encoding"} {
+			if strings.Contains(h.Get(name), "gzip") {
+				t.Errorf("ctrl asked the node for %s: %q", name, h.Get(name))
+			}
+		}
 	}
 }

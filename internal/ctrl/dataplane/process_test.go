@@ -62,11 +62,14 @@ type dataEndpoint struct {
 	// answered, when set, runs after a guest has answered StartProcess
 	// and before its answer goes back to ctrl.
 	answered func(*http.Request)
+	// headers are those of every call ctrl made here.
+	headers []http.Header
 }
 
 func (d *dataEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	g, answered := d.guests[r.Header.Get(guestchan.InstanceHeader)], d.answered
+	d.headers = append(d.headers, r.Header.Clone())
 	d.mu.Unlock()
 	errs := connect.NewErrorWriter()
 	switch {

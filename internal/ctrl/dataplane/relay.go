@@ -32,7 +32,10 @@ type relay struct {
 }
 
 func newRelay(w *workspace.Service, f *fleet.Fleet, tp trace.TracerProvider) *relay {
-	t := &http.Transport{}
+	// DisableCompression: the transport would otherwise ask for gzip on
+	// every unary call (Accept-Encoding), which a Connect handler takes as
+	// leave to compress its answer; see noGzip in target.
+	t := &http.Transport{DisableCompression: true}
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetUnencryptedHTTP2(true)
 	return &relay{workspaces: w, fleet: f, http: &http.Client{Transport: telemetry.Transport(t, tp)}}
@@ -75,9 +78,13 @@ func (r *relay) guest(ctx context.Context, workspaceID string, stage ctrlv1.Fail
 		return nil, failed(stage, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, connect.CodeUnavailable,
 			"node %s has no data endpoint now", nodeID)
 	}
+	// Neither asks for gzip: the guest would compress every file chunk and
+	// output chunk on the Workspace's own CPU (slowly under emulation),
+	// for ctrl to inflate at once on a link that gains nothing from it.
+	noGzip := connect.WithAcceptCompression("gzip", nil, nil)
 	client := guestv1connect.NewGuestAgentServiceClient(r.http, endpoint,
-		connect.WithInterceptors(auth.Bearer(token), header{guestchan.InstanceHeader, instance}))
-	node := nodev1connect.NewNodeDataServiceClient(r.http, endpoint, connect.WithInterceptors(auth.Bearer(token)))
+		connect.WithInterceptors(auth.Bearer(token), header{guestchan.InstanceHeader, instance}), noGzip)
+	node := nodev1connect.NewNodeDataServiceClient(r.http, endpoint, connect.WithInterceptors(auth.Bearer(token)), noGzip)
 	return &target{GuestAgentServiceClient: client, node: node, workspace: w, nodeID: nodeID, instance: instance}, nil
 }
 
