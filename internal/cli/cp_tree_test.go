@@ -19,9 +19,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/cli"
-	"github.com/kibotos/kibotos/internal/clientconfig"
-	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // dirFiles is a FileService over a directory of this host, standing in
@@ -173,17 +170,11 @@ func TestCopyingATreeCopiesSeveralFilesAtOnce(t *testing.T) {
 	}
 	guest := &dirFiles{root: t.TempDir()}
 	guest.again()
-	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewFileServiceHandler(guest))
-	srv := testenv.H2CServer(t, mux)
-	t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
-	t.Setenv(clientconfig.EnvWorkspaceEndpoint, srv.URL)
-	t.Setenv(clientconfig.EnvToken, "token")
+	onFakeEndpoint(t, func(m *http.ServeMux) { m.Handle(ctrlv1connect.NewFileServiceHandler(guest)) })
 	run := func(args ...string) {
 		t.Helper()
-		var stdout, stderr strings.Builder
-		if code := cli.Main(context.Background(), args, &stdout, &stderr); code != 0 {
-			t.Fatalf("kibotos %v: exit %d: %s", args, code, stderr.String())
+		if code, _, stderr := runCLI(args...); code != 0 {
+			t.Fatalf("kibotos %v: exit %d: %s", args, code, stderr)
 		}
 	}
 

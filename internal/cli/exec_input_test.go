@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +13,6 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/cli"
-	"github.com/kibotos/kibotos/internal/clientconfig"
-	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 const readSize = 64 << 10 // what one read of exec's input asks for
@@ -105,12 +102,7 @@ func TestExecJoinsTheInputReadDuringACallIntoTheNext(t *testing.T) {
 		input[i] = byte(i * 7)
 	}
 	p := &inputProcesses{in: &countingReader{Reader: bytes.NewReader(input), read: make(chan struct{}, 1)}, closed: make(chan struct{})}
-	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewProcessServiceHandler(p))
-	srv := testenv.H2CServer(t, mux)
-	t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
-	t.Setenv(clientconfig.EnvWorkspaceEndpoint, srv.URL)
-	t.Setenv(clientconfig.EnvToken, "token")
+	onFakeEndpoint(t, func(m *http.ServeMux) { m.Handle(ctrlv1connect.NewProcessServiceHandler(p)) })
 
 	root := cli.NewRootCommand()
 	root.SetArgs([]string{"workspace", "exec", "-i", "ws-1", "--", "cat"})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,9 +12,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/cli"
-	"github.com/kibotos/kibotos/internal/clientconfig"
-	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // cuttingProcesses is a ProcessService whose ExecProcess stream is cut as
@@ -76,15 +72,8 @@ func execAgainst(t *testing.T, p ctrlv1connect.ProcessServiceHandler) (int, stri
 // p alone.
 func cliAgainst(t *testing.T, p ctrlv1connect.ProcessServiceHandler, args ...string) (int, string, string) {
 	t.Helper()
-	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewProcessServiceHandler(p))
-	srv := testenv.H2CServer(t, mux)
-	t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
-	t.Setenv(clientconfig.EnvWorkspaceEndpoint, srv.URL)
-	t.Setenv(clientconfig.EnvToken, "token")
-	var stdout, stderr strings.Builder
-	code := cli.Main(context.Background(), args, &stdout, &stderr)
-	return code, stdout.String(), stderr.String()
+	onFakeEndpoint(t, func(m *http.ServeMux) { m.Handle(ctrlv1connect.NewProcessServiceHandler(p)) })
+	return runCLI(args...)
 }
 
 // ProcessOutputChunk: "a stream cut by a transient fault fails as

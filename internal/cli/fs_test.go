@@ -3,7 +3,6 @@ package cli_test
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,9 +10,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/cli"
-	"github.com/kibotos/kibotos/internal/clientconfig"
-	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // pagedFiles is a FileService whose ListDirectory answers in two pages.
@@ -40,19 +36,14 @@ func (p *pagedFiles) ListDirectory(_ context.Context, req *connect.Request[ctrlv
 // target after its path, a uid with no name as its number.
 func TestFilesLsReadsEveryPageAndShowsModesAsLsDoes(t *testing.T) {
 	p := &pagedFiles{}
-	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewFileServiceHandler(p))
-	srv := testenv.H2CServer(t, mux)
-	t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
-	t.Setenv(clientconfig.EnvWorkspaceEndpoint, srv.URL)
-	t.Setenv(clientconfig.EnvToken, "token")
-	var stdout, stderr strings.Builder
-	if code := cli.Main(context.Background(), []string{"workspace", "files", "ls", "ws-1", "/d", "--depth", "2", "-u", "dev"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("files ls: exit %d: %s", code, stderr.String())
+	onFakeEndpoint(t, func(m *http.ServeMux) { m.Handle(ctrlv1connect.NewFileServiceHandler(p)) })
+	code, stdout, stderr := runCLI("workspace", "files", "ls", "ws-1", "/d", "--depth", "2", "-u", "dev")
+	if code != 0 {
+		t.Fatalf("files ls: exit %d: %s", code, stderr)
 	}
-	rows := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	rows := strings.Split(strings.TrimSpace(stdout), "\n")
 	if len(rows) != 4 {
-		t.Fatalf("files ls printed %q, want a header and three entries", stdout.String())
+		t.Fatalf("files ls printed %q, want a header and three entries", stdout)
 	}
 	for i, want := range []string{"/d/bin -> usr/bin  lrwxrwxrwx  1000  1000", "/d/su  -rwsr-xr-x  root  root  1234", "/d/tmp  drwxrwxrwt  root  root  0"} {
 		if !strings.HasPrefix(strings.Join(strings.Fields(rows[i+1]), "  "), strings.Join(strings.Fields(want), "  ")) {

@@ -3,7 +3,6 @@ package cli_test
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,9 +11,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/cli"
-	"github.com/kibotos/kibotos/internal/clientconfig"
-	"github.com/kibotos/kibotos/internal/testenv"
 )
 
 // oneWorkspace is a WorkspaceService that answers GetWorkspace with w.
@@ -49,18 +45,13 @@ func TestTheDiskCellShowsTheLayerCapacityAProfileChose(t *testing.T) {
 		w := &ctrlv1.Workspace{WorkspaceId: "ws-1", Spec: &ctrlv1.WorkspaceSpec{
 			Resources: &ctrlv1.ResourceRequest{MemoryBytes: 512 << 20, WritableLayerCapacityBytes: tc.asked},
 		}, RetentionTiers: tc.tiers}
-		mux := http.NewServeMux()
-		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(oneWorkspace{w: w}))
-		srv := testenv.H2CServer(t, mux)
-		t.Setenv(clientconfig.EnvConfig, filepath.Join(t.TempDir(), "none.env"))
-		t.Setenv(clientconfig.EnvWorkspaceEndpoint, srv.URL)
-		t.Setenv(clientconfig.EnvToken, "token")
-		var stdout, stderr strings.Builder
-		if code := cli.Main(context.Background(), []string{"workspace", "get", "ws-1", "--no-headers"}, &stdout, &stderr); code != 0 {
-			t.Fatalf("workspace get: exit %d: %s", code, stderr.String())
+		onFakeEndpoint(t, func(m *http.ServeMux) { m.Handle(ctrlv1connect.NewWorkspaceServiceHandler(oneWorkspace{w: w})) })
+		code, stdout, stderr := runCLI("workspace", "get", "ws-1", "--no-headers")
+		if code != 0 {
+			t.Fatalf("workspace get: exit %d: %s", code, stderr)
 		}
-		if cells := strings.Fields(stdout.String()); len(cells) < 6 || cells[5] != tc.want {
-			t.Errorf("asked %d, tiers %v: row %q, want DISK %s", tc.asked, tc.tiers, stdout.String(), tc.want)
+		if cells := strings.Fields(stdout); len(cells) < 6 || cells[5] != tc.want {
+			t.Errorf("asked %d, tiers %v: row %q, want DISK %s", tc.asked, tc.tiers, stdout, tc.want)
 		}
 	}
 }
