@@ -8,9 +8,10 @@ export { ApiError, CommandFailedError, KibotosError, type FailureInfo } from "./
 export type { ExecEvent, ExecExit, ExecOptions, ExecResult } from "./exec.js";
 export { Files, type ListOptions, type ReadOptions, type UserOptions, type WriteOptions } from "./files.js";
 export { Session, type Scope, type SessionOptions } from "./session.js";
+export { Volume, VolumeFailedError, Volumes, type VolumeCreateOptions } from "./volume.js";
 export { parseSize, type Size } from "./size.js";
 export { Workspace, Workspaces, type CommandOptions, type CreateOptions } from "./workspace.js";
 export { Code } from "@connectrpc/connect";
 export { FileType, type FileInfo } from "./gen/kibotos/ctrl/v1/file_pb.js";
 export { ProcessEndCause } from "./gen/kibotos/ctrl/v1/process_pb.js";
-export { FailureReason, FailureStage, WorkspaceState, type ErrorDetail, type WorkspaceFailure } from "./gen/kibotos/ctrl/v1/types_pb.js";
+export { FailureReason, FailureStage, VolumeState, WorkspaceState, type ErrorDetail, type WorkspaceFailure } from "./gen/kibotos/ctrl/v1/types_pb.js";

@@ -14,6 +14,7 @@ import {
   FileType,
   Kibotos,
   ProcessEndCause,
+  VolumeState,
   WorkspaceState,
   type ExecEvent,
 } from "@kibotos/sdk";
@@ -188,4 +189,33 @@ test("refusals are ApiErrors carrying the ErrorDetail", async (t) => {
     const err = await new Kibotos({ apiKey: "kbt_wrong" }).workspaces.list().catch((e: unknown) => e);
     assert.ok(err instanceof ApiError && err.code === Code.Unauthenticated, String(err));
   });
+});
+
+test("a Volume outlives the Workspace bound to it and carries its data to the next", async (t) => {
+  const vol = await kibotos.volumes.create({ size: "64Mi", labels: { suite: "sdk-ts-volume" } });
+  t.after(() => vol.delete().catch(() => {}));
+  assert.deepEqual([vol.state, vol.capacity], [VolumeState.AVAILABLE, 64n << 20n]);
+  assert.deepEqual((await kibotos.volumes.list("suite=sdk-ts-volume")).map((v) => v.id), [vol.id]);
+  await vol.resize("128Mi");
+  assert.deepEqual([vol.state, vol.capacity], [VolumeState.AVAILABLE, 128n << 20n]);
+
+  const ws = await kibotos.workspaces.create({ memory: "256Mi", volume: { volumeId: vol.id } });
+  try {
+    assert.equal((await ws.exec(["sh", "-c", "echo kept > /data/kept && sync"])).exitCode, 0);
+    await vol.refresh();
+    assert.deepEqual([vol.state, vol.boundWorkspaceId], [VolumeState.ATTACHED, ws.id]);
+    const refused = await vol.delete().catch((e: unknown) => e);
+    assert.ok(refused instanceof ApiError && refused.code === Code.FailedPrecondition, String(refused));
+  } finally {
+    await ws.delete();
+  }
+  const again = await kibotos.workspaces.create({ memory: "256Mi", volume: { volumeId: vol.id } });
+  try {
+    assert.equal(await again.files.read("/data/kept"), "kept\n");
+  } finally {
+    await again.delete();
+  }
+  await vol.delete();
+  assert.equal(vol.state, VolumeState.DELETED);
+  assert.equal((await kibotos.volumes.get(vol.id)).state, VolumeState.DELETED);
 });
