@@ -145,15 +145,13 @@ func newEgressCommand(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := client.ListEgresses(cmd.Context(), connect.NewRequest(&ctrlv1.ListEgressesRequest{LabelSelector: selector}))
+			all, err := everyPage((*ctrlv1.ListEgressesResponse).GetEgresses, func(token string) (*connect.Response[ctrlv1.ListEgressesResponse], error) {
+				return client.ListEgresses(cmd.Context(), connect.NewRequest(&ctrlv1.ListEgressesRequest{LabelSelector: selector, PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, e := range res.Msg.GetEgresses() {
-				rows = append(rows, egressRow(e))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, egressHeader, rows)
+			return out.print(cmd.OutOrStdout(), &ctrlv1.ListEgressesResponse{Egresses: all}, egressHeader, rowsOf(all, egressRow))
 		},
 	}
 	list.Flags().StringP("selector", "l", "", "label selector")

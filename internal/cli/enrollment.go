@@ -66,15 +66,13 @@ func newEnrollmentCommand(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := client.ListEnrollmentGrants(cmd.Context(), connect.NewRequest(&operatorv1.ListEnrollmentGrantsRequest{IncludeInactive: all}))
+			grants, err := everyPage((*operatorv1.ListEnrollmentGrantsResponse).GetGrants, func(token string) (*connect.Response[operatorv1.ListEnrollmentGrantsResponse], error) {
+				return client.ListEnrollmentGrants(cmd.Context(), connect.NewRequest(&operatorv1.ListEnrollmentGrantsRequest{IncludeInactive: all, PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, g := range res.Msg.GetGrants() {
-				rows = append(rows, grantRow(g))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, grantHeader, rows)
+			return out.print(cmd.OutOrStdout(), &operatorv1.ListEnrollmentGrantsResponse{Grants: grants}, grantHeader, rowsOf(grants, grantRow))
 		},
 	}
 	list.Flags().Bool("all", false, "include consumed, expired and revoked grants")

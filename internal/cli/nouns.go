@@ -64,15 +64,13 @@ With a subcommand it is the operator's client for node registrations.`,
 			if err != nil {
 				return err
 			}
-			res, err := client.ListNodeRegistrations(cmd.Context(), connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{}))
+			all, err := everyPage((*operatorv1.ListNodeRegistrationsResponse).GetRegistrations, func(token string) (*connect.Response[operatorv1.ListNodeRegistrationsResponse], error) {
+				return client.ListNodeRegistrations(cmd.Context(), connect.NewRequest(&operatorv1.ListNodeRegistrationsRequest{PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, n := range res.Msg.GetRegistrations() {
-				rows = append(rows, nodeRow(n))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, nodeHeader, rows)
+			return out.print(cmd.OutOrStdout(), &operatorv1.ListNodeRegistrationsResponse{Registrations: all}, nodeHeader, rowsOf(all, nodeRow))
 		},
 	}
 	get := &cobra.Command{

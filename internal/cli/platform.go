@@ -166,15 +166,13 @@ it is the first, or with --set-default). Progress goes to stderr.`,
 			if err != nil {
 				return err
 			}
-			res, err := client.ListPlatformKeys(cmd.Context(), connect.NewRequest(&operatorv1.ListPlatformKeysRequest{}))
+			all, err := everyPage((*operatorv1.ListPlatformKeysResponse).GetPlatformKeys, func(token string) (*connect.Response[operatorv1.ListPlatformKeysResponse], error) {
+				return client.ListPlatformKeys(cmd.Context(), connect.NewRequest(&operatorv1.ListPlatformKeysRequest{PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, k := range res.Msg.GetPlatformKeys() {
-				rows = append(rows, platformKeyRow(k))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, platformKeyHeader, rows)
+			return out.print(cmd.OutOrStdout(), &operatorv1.ListPlatformKeysResponse{PlatformKeys: all}, platformKeyHeader, rowsOf(all, platformKeyRow))
 		},
 	}
 	get := &cobra.Command{
@@ -184,15 +182,13 @@ it is the first, or with --set-default). Progress goes to stderr.`,
 			if err != nil {
 				return err
 			}
-			res, err := client.ListLaunches(cmd.Context(), connect.NewRequest(&operatorv1.ListLaunchesRequest{PlatformKey: args[0]}))
+			all, err := everyPage((*operatorv1.ListLaunchesResponse).GetLaunches, func(token string) (*connect.Response[operatorv1.ListLaunchesResponse], error) {
+				return client.ListLaunches(cmd.Context(), connect.NewRequest(&operatorv1.ListLaunchesRequest{PlatformKey: args[0], PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, l := range res.Msg.GetLaunches() {
-				rows = append(rows, launchRow(l))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, launchHeader, rows)
+			return out.print(cmd.OutOrStdout(), &operatorv1.ListLaunchesResponse{Launches: all}, launchHeader, rowsOf(all, launchRow))
 		},
 	}
 	c.AddCommand(build, list, get)

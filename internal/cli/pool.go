@@ -34,11 +34,18 @@ func poolRow(p *operatorv1.StoragePool) []string {
 	}
 }
 
-var objectHeader = []string{"KIND", "VOLUME", "WORKSPACE", "POOL", "CAPACITY", "HOLDER", "MOVING_TO"}
+// objectHeader's first column is the id the move commands take, so -q
+// lists what move-volume (a Volume's id) or move-layer (the Workspace's
+// id, for its writable layer) would move.
+var objectHeader = []string{"OBJECT", "KIND", "WORKSPACE", "POOL", "CAPACITY", "HOLDER", "MOVING_TO"}
 
 func objectRow(o *operatorv1.StoragePoolObject) []string {
+	id := o.GetVolumeId()
+	if o.GetKind() == operatorv1.StoragePoolObjectKind_STORAGE_POOL_OBJECT_KIND_WRITABLE_LAYER {
+		id = o.GetWorkspaceId()
+	}
 	return []string{
-		trimEnum(o.GetKind().String(), "STORAGE_POOL_OBJECT_KIND_"), o.GetVolumeId(), o.GetWorkspaceId(), o.GetStoragePool(),
+		id, trimEnum(o.GetKind().String(), "STORAGE_POOL_OBJECT_KIND_"), o.GetWorkspaceId(), o.GetStoragePool(),
 		showSize(o.GetCapacityBytes()), o.GetHolderNodeId(), o.GetMovingTo(),
 	}
 }
@@ -54,15 +61,13 @@ func newPoolNoun(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := client.ListStoragePools(cmd.Context(), connect.NewRequest(&operatorv1.ListStoragePoolsRequest{}))
+			all, err := everyPage((*operatorv1.ListStoragePoolsResponse).GetPools, func(token string) (*connect.Response[operatorv1.ListStoragePoolsResponse], error) {
+				return client.ListStoragePools(cmd.Context(), connect.NewRequest(&operatorv1.ListStoragePoolsRequest{PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, p := range res.Msg.GetPools() {
-				rows = append(rows, poolRow(p))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, poolHeader, rows)
+			return out.print(cmd.OutOrStdout(), &operatorv1.ListStoragePoolsResponse{Pools: all}, poolHeader, rowsOf(all, poolRow))
 		},
 	}
 	get := &cobra.Command{
@@ -202,15 +207,13 @@ layer lives.`,
 			if !ok {
 				return fmt.Errorf("--kind %q: want volume or layer", kind)
 			}
-			res, err := client.ListStoragePoolObjects(cmd.Context(), connect.NewRequest(&operatorv1.ListStoragePoolObjectsRequest{StoragePool: args[0], Kind: k}))
+			all, err := everyPage((*operatorv1.ListStoragePoolObjectsResponse).GetObjects, func(token string) (*connect.Response[operatorv1.ListStoragePoolObjectsResponse], error) {
+				return client.ListStoragePoolObjects(cmd.Context(), connect.NewRequest(&operatorv1.ListStoragePoolObjectsRequest{StoragePool: args[0], Kind: k, PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, o := range res.Msg.GetObjects() {
-				rows = append(rows, objectRow(o))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, objectHeader, rows)
+			return out.print(cmd.OutOrStdout(), &operatorv1.ListStoragePoolObjectsResponse{Objects: all}, objectHeader, rowsOf(all, objectRow))
 		},
 	}
 	c.Flags().StringVar(&kind, "kind", "", "only volume or layer objects")

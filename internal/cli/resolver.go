@@ -91,15 +91,13 @@ func newResolverCommand(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := client.ListResolvers(cmd.Context(), connect.NewRequest(&ctrlv1.ListResolversRequest{LabelSelector: selector}))
+			all, err := everyPage((*ctrlv1.ListResolversResponse).GetResolvers, func(token string) (*connect.Response[ctrlv1.ListResolversResponse], error) {
+				return client.ListResolvers(cmd.Context(), connect.NewRequest(&ctrlv1.ListResolversRequest{LabelSelector: selector, PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, r := range res.Msg.GetResolvers() {
-				rows = append(rows, resolverRow(r))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, resolverHeader, rows)
+			return out.print(cmd.OutOrStdout(), &ctrlv1.ListResolversResponse{Resolvers: all}, resolverHeader, rowsOf(all, resolverRow))
 		},
 	}
 	list.Flags().StringP("selector", "l", "", "label selector")

@@ -245,15 +245,13 @@ missing. Progress goes to stderr; the revision is printed once READY.`,
 			if err != nil {
 				return err
 			}
-			res, err := client.ListTemplates(cmd.Context(), connect.NewRequest(&operatorv1.ListTemplatesRequest{}))
+			all, err := everyPage((*operatorv1.ListTemplatesResponse).GetTemplates, func(token string) (*connect.Response[operatorv1.ListTemplatesResponse], error) {
+				return client.ListTemplates(cmd.Context(), connect.NewRequest(&operatorv1.ListTemplatesRequest{PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, t := range res.Msg.GetTemplates() {
-				rows = append(rows, templateRow(t))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, templateHeader, rows)
+			return out.print(cmd.OutOrStdout(), &operatorv1.ListTemplatesResponse{Templates: all}, templateHeader, rowsOf(all, templateRow))
 		},
 	}
 	get := &cobra.Command{
@@ -263,15 +261,13 @@ missing. Progress goes to stderr; the revision is printed once READY.`,
 			if err != nil {
 				return err
 			}
-			res, err := client.ListTemplateRevisions(cmd.Context(), connect.NewRequest(&operatorv1.ListTemplateRevisionsRequest{Template: args[0]}))
+			all, err := everyPage((*operatorv1.ListTemplateRevisionsResponse).GetRevisions, func(token string) (*connect.Response[operatorv1.ListTemplateRevisionsResponse], error) {
+				return client.ListTemplateRevisions(cmd.Context(), connect.NewRequest(&operatorv1.ListTemplateRevisionsRequest{Template: args[0], PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, r := range res.Msg.GetRevisions() {
-				rows = append(rows, revisionRow(r))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, revisionHeader, rows)
+			return out.print(cmd.OutOrStdout(), &operatorv1.ListTemplateRevisionsResponse{Revisions: all}, revisionHeader, rowsOf(all, revisionRow))
 		},
 	}
 	c.AddCommand(build, list, get, newTemplateDeleteCommand(out), newTemplateDeliveryCommand(out))

@@ -83,23 +83,13 @@ func newTransferCommand(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			msg := &ctrlv1.ListTransfersResponse{}
-			token := ""
-			for {
-				res, err := client.ListTransfers(cmd.Context(), connect.NewRequest(&ctrlv1.ListTransfersRequest{LabelSelector: selector, PageToken: token}))
-				if err != nil {
-					return err
-				}
-				msg.Transfers = append(msg.Transfers, res.Msg.GetTransfers()...)
-				if token = res.Msg.GetNextPageToken(); token == "" {
-					break
-				}
+			all, err := everyPage((*ctrlv1.ListTransfersResponse).GetTransfers, func(token string) (*connect.Response[ctrlv1.ListTransfersResponse], error) {
+				return client.ListTransfers(cmd.Context(), connect.NewRequest(&ctrlv1.ListTransfersRequest{LabelSelector: selector, PageSize: listPage, PageToken: token}))
+			})
+			if err != nil {
+				return err
 			}
-			var rows [][]string
-			for _, t := range msg.GetTransfers() {
-				rows = append(rows, transferRow(t))
-			}
-			return out.print(cmd.OutOrStdout(), msg, transferHeader, rows)
+			return out.print(cmd.OutOrStdout(), &ctrlv1.ListTransfersResponse{Transfers: all}, transferHeader, rowsOf(all, transferRow))
 		},
 	}
 	list.Flags().StringP("selector", "l", "", "label selector")

@@ -55,15 +55,13 @@ func newVolumeCommand(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := client.ListVolumes(cmd.Context(), connect.NewRequest(&ctrlv1.ListVolumesRequest{LabelSelector: selector}))
+			all, err := everyPage((*ctrlv1.ListVolumesResponse).GetVolumes, func(token string) (*connect.Response[ctrlv1.ListVolumesResponse], error) {
+				return client.ListVolumes(cmd.Context(), connect.NewRequest(&ctrlv1.ListVolumesRequest{LabelSelector: selector, PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, v := range res.Msg.GetVolumes() {
-				rows = append(rows, volumeRow(v))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, volumeHeader, rows)
+			return out.print(cmd.OutOrStdout(), &ctrlv1.ListVolumesResponse{Volumes: all}, volumeHeader, rowsOf(all, volumeRow))
 		},
 	}
 	list.Flags().StringP("selector", "l", "", "label selector")

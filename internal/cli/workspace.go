@@ -82,15 +82,13 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := client.ListWorkspaces(cmd.Context(), connect.NewRequest(&ctrlv1.ListWorkspacesRequest{LabelSelector: selector}))
+			all, err := everyPage((*ctrlv1.ListWorkspacesResponse).GetWorkspaces, func(token string) (*connect.Response[ctrlv1.ListWorkspacesResponse], error) {
+				return client.ListWorkspaces(cmd.Context(), connect.NewRequest(&ctrlv1.ListWorkspacesRequest{LabelSelector: selector, PageSize: listPage, PageToken: token}))
+			})
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, w := range res.Msg.GetWorkspaces() {
-				rows = append(rows, workspaceRow(w))
-			}
-			return out.print(cmd.OutOrStdout(), res.Msg, workspaceHeader, rows)
+			return out.print(cmd.OutOrStdout(), &ctrlv1.ListWorkspacesResponse{Workspaces: all}, workspaceHeader, rowsOf(all, workspaceRow))
 		},
 	}
 	list.Flags().StringP("selector", "l", "", "label selector (k=v, k!=v, k, !k, k in (a,b))")
