@@ -375,7 +375,7 @@ func (q CandidateQuery) admits(p *NodePlacement) bool {
 			return false
 		}
 	}
-	return true
+	return !q.DefaultPool || p.DefaultPool != ""
 }
 
 // fitsIn is the SQL condition fits on p.
@@ -414,6 +414,9 @@ func (t *Tx) AllocateCandidate(held *Allocation, a Allocation, q CandidateQuery,
 		if pool != "" {
 			cond += " AND " + has("pools", pool)
 		}
+	}
+	if q.DefaultPool {
+		cond += " AND default_pool <> ''"
 	}
 	for _, c := range allOf {
 		cond += " AND " + has("capabilities", c)

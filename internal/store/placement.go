@@ -270,6 +270,10 @@ type CandidateQuery struct {
 	// name that is not a DNS label (as node pools are) is left for the
 	// caller's own check.
 	Pools []string
+	// DefaultPool, when set, keeps only the nodes that name a default pool
+	// of their own: a first writable layer with no Volume to go beside
+	// goes there.
+	DefaultPool bool
 }
 
 // PlacementCandidates pages, by node_id, the admitted, not isolated nodes
@@ -287,6 +291,9 @@ func (t *Tx) PlacementCandidates(q CandidateQuery) ([]*NodePlacement, error) {
 			where += " AND " + t.d.listHas("pools")
 			args = append(args, listItem(pool))
 		}
+	}
+	if q.DefaultPool {
+		where += " AND default_pool <> ''"
 	}
 	rows, err := t.queryDrained(placementColumns+where+" ORDER BY node_id LIMIT ?", append(args, q.Limit)...)
 	if err != nil {
@@ -589,10 +596,13 @@ const (
 	UnfitNoVMs        Unfit = "no_vms"
 	UnfitNoBlockFiles Unfit = "no_block_files"
 	// UnfitCapability: the node lacks a capability the Workspace requires.
-	UnfitCapability  Unfit = "capability"
-	UnfitPool        Unfit = "pool"
-	UnfitMemoryTight Unfit = "memory_tight"
-	UnfitRoom        Unfit = "room"
+	UnfitCapability Unfit = "capability"
+	UnfitPool       Unfit = "pool"
+	// UnfitNoDefaultPool: a first writable layer goes to the node's own
+	// default pool, and the node names none.
+	UnfitNoDefaultPool Unfit = "no_default_pool"
+	UnfitMemoryTight   Unfit = "memory_tight"
+	UnfitRoom          Unfit = "room"
 	// UnfitNone: the node meets every constraint (its room was taken by a
 	// concurrent placement, say).
 	UnfitNone Unfit = "none"
@@ -609,9 +619,11 @@ type UnfitQuery struct {
 	// Capabilities the Workspace requires: a node needs every one.
 	Capabilities []string
 	// Pools are the pools the node must report available.
-	Pools    []string
-	Request  Resources
-	Defaults Ratios
+	Pools []string
+	// DefaultPool: the node must name a default pool (CandidateQuery's).
+	DefaultPool bool
+	Request     Resources
+	Defaults    Ratios
 }
 
 // CountUnfit counts the nodes by the first constraint of q each fails, in
@@ -660,6 +672,9 @@ func (t *Tx) CountUnfit(q UnfitQuery) (map[Unfit]int, error) {
 		}
 	}
 	add("NOT "+allOf("pools", pools), UnfitPool)
+	if q.DefaultPool {
+		add("default_pool = ''", UnfitNoDefaultPool)
+	}
 	add("memory_tight = 1", UnfitMemoryTight)
 	args = append(args, int64(q.Request.CPUMillis), int64(q.Defaults.CPU), int64(q.Request.MemoryBytes), int64(q.Defaults.Memory))
 	add("NOT ("+fits+")", UnfitRoom)

@@ -20,6 +20,10 @@ type Placement struct {
 	MemoryBytes uint64
 	// Pools are the pools its objects live in; empty names are ignored.
 	Pools []string
+	// LayerInDefaultPool says its first writable layer, with no Volume to
+	// go beside, goes to the node's own default pool: a node that names
+	// none cannot take it.
+	LayerInDefaultPool bool
 	// Node, when set, is the only candidate (CreateWorkspaceOnNode,
 	// StartWorkspaceOnNode).
 	Node string
@@ -98,6 +102,7 @@ func (f *Fleet) Place(tx *store.Tx, p Placement) (*Placed, *Refusal, error) {
 	q := store.CandidateQuery{
 		Limit: firstCandidates, LiveAt: f.LiveAt(now), Fit: true, Defaults: defaults,
 		Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Pools: nonEmpty(p.Pools),
+		DefaultPool: p.LayerInDefaultPool,
 	}
 	if p.Node != "" {
 		row, err := tx.GetNodePlacement(p.Node)
@@ -234,7 +239,7 @@ func (f *Fleet) refuse(tx *store.Tx, p Placement, defaults store.Ratios, now tim
 	}
 	counts, err := tx.CountUnfit(store.UnfitQuery{
 		LiveAt: liveAt, VMCapabilities: capability.Providers, BlockFileCapability: capability.BlockFile, Capabilities: p.Capabilities,
-		Pools: p.Pools, Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Defaults: defaults,
+		Pools: p.Pools, DefaultPool: p.LayerInDefaultPool, Request: store.Resources{CPUMillis: uint64(p.CPUMillis), MemoryBytes: p.MemoryBytes}, Defaults: defaults,
 	})
 	if err != nil {
 		return nil, err
@@ -291,6 +296,7 @@ var unfitOrder = []struct {
 	{store.UnfitNoBlockFiles, "handling no block files"},
 	{store.UnfitCapability, "lacking a required capability"},
 	{store.UnfitPool, "not reaching every storage pool"},
+	{store.UnfitNoDefaultPool, "naming no default storage pool for the writable layer"},
 	{store.UnfitMemoryTight, "with tight host memory"},
 	{store.UnfitRoom, "without the room"},
 	{store.UnfitNone, "whose room a concurrent placement took"},
@@ -338,6 +344,9 @@ func unfit(row *store.NodePlacement, p Placement, defaults store.Ratios, liveAt 
 		if pool != "" && !row.Reaches(pool) {
 			return store.UnfitPool, fmt.Sprintf("does not reach storage pool %q", pool)
 		}
+	}
+	if p.LayerInDefaultPool && row.DefaultPool == "" {
+		return store.UnfitNoDefaultPool, "names no default storage pool for the new writable layer (node --pool NAME=DIR,default)"
 	}
 	if row.MemoryTight {
 		return store.UnfitMemoryTight, "its host's memory is tight"

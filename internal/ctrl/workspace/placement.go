@@ -617,6 +617,7 @@ func (s *Service) place(tx *store.Tx, commandID string, plan *launchPlan) (*plac
 		WorkspaceID: plan.w.GetWorkspaceId(), InstanceID: instanceID(plan.w.GetWorkspaceId(), commandID),
 		CPUMillis: res.GetCpuMillis(), MemoryBytes: res.GetMemoryBytes(), Pools: []string{plan.runtime.GetLayerPool()}, Node: plan.node,
 		Capabilities: plan.w.GetSpec().GetCapabilities().GetRequired(), New: plan.admitted,
+		LayerInDefaultPool: plan.runtime.GetLayerPool() == "" && plan.volume == nil,
 	}
 	if plan.volume != nil {
 		p.Pools = append(p.Pools, plan.volume.GetSpec().GetStoragePool())
