@@ -46,7 +46,7 @@ func newNodeCommand(out *outputFlag) *cobra.Command {
 	var agent agentFlags
 	c := &cobra.Command{
 		Use:   "node",
-		Short: "Run the node agent on this host; node list|get|drain|undrain|isolate|retire manage the fleet",
+		Short: "Run the node agent on this host; node list|get|placements|drain|undrain|isolate|retire manage the fleet",
 		Long: `Without a subcommand, node runs the node agent on this host: it enrolls with
 ctrl once (--enrollment-grant, or $KIBOTOS_ENROLLMENT_GRANT), then holds its
 control session, declares its storage pools and carries out what ctrl hands it.
@@ -87,6 +87,6 @@ With a subcommand it is the operator's client for node registrations.`,
 			return out.print(cmd.OutOrStdout(), res.Msg, nodeHeader, [][]string{nodeRow(res.Msg.GetRegistration())})
 		},
 	}
-	c.AddCommand(append([]*cobra.Command{list, get}, nodeLifecycleCommands(out)...)...)
+	c.AddCommand(append([]*cobra.Command{list, get, newNodePlacementsCommand(out)}, nodeLifecycleCommands(out)...)...)
 	return c
 }

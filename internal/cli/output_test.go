@@ -74,6 +74,26 @@ func TestMistypedSubcommandFailsWithASuggestion(t *testing.T) {
 	}
 }
 
+// A command given too few or too many arguments says which it takes (its
+// usage line), not only how many it got.
+func TestWrongArgumentsShowTheUsageLine(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		usage string
+	}{
+		{[]string{"workspace", "get"}, "usage: kibotos workspace get WORKSPACE_ID [flags]"},
+		{[]string{"pool", "move-volume", "vol-1", "fast"}, "usage: kibotos pool move-volume VOLUME_ID --to POOL [flags]"},
+		{[]string{"node", "drain"}, "usage: kibotos node drain NODE_ID [flags]"},
+		{[]string{"workspace", "list", "extra"}, "usage: kibotos workspace list [flags]"},
+	} {
+		var stdout, stderr strings.Builder
+		code := cli.Main(context.Background(), tc.args, &stdout, &stderr)
+		if code == 0 || !strings.Contains(stderr.String(), tc.usage) {
+			t.Errorf("kibotos %v: exit %d\n%s", tc.args, code, stderr.String())
+		}
+	}
+}
+
 // A guest command's flag given without -- is refused as the CLI's own,
 // and the error says where it goes, before anything is sent.
 func TestAGuestCommandsFlagsWithoutDashSayWhereTheyGo(t *testing.T) {

@@ -109,9 +109,29 @@ func NewRootCommand() *cobra.Command {
 		c.GroupID = "client"
 		root.AddCommand(c)
 	}
+	argsShowUsage(root)
 	nounsRefuseUnknownCommands(root)
 	registerIDCompletion(root)
 	return root
+}
+
+// argsShowUsage has the argument check of every command without
+// subcommands add the command's usage line to its error: cobra's own
+// says only "accepts 1 arg(s), received 0", not which arguments.
+func argsShowUsage(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		argsShowUsage(sub)
+	}
+	check := c.Args
+	if check == nil || c.HasSubCommands() {
+		return
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return fmt.Errorf("%w\nusage: %s", err, cmd.UseLine())
+		}
+		return nil
+	}
 }
 
 // nounsRefuseUnknownCommands gives every command group that runs nothing

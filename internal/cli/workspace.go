@@ -106,6 +106,7 @@ func newWorkspaceCommand(out *outputFlag) *cobra.Command {
 	}
 
 	var cf createFlags
+	var onNode string // --node: CreateWorkspaceOnNode, StartWorkspaceOnNode
 	create := &cobra.Command{
 		Use: "create", Short: "Create a Workspace", Args: cobra.NoArgs,
 		Long: `create admits a Workspace and follows its creation to AVAILABLE, showing each
@@ -121,9 +122,12 @@ admitted. Sizes take units (512Mi, 1G, 4GiB); a bare number is MiB.`,
 			if err != nil {
 				return err
 			}
-			res, err := client.CreateWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-				Command: newCommandMetadata(commandID), Spec: spec,
-			}))
+			req := &ctrlv1.CreateWorkspaceRequest{Command: newCommandMetadata(commandID), Spec: spec}
+			if onNode != "" {
+				res, err := createOnNode(cmd.Context(), onNode, req)
+				return followWorkspace(cmd, out, client, res, err, noWait)
+			}
+			res, err := client.CreateWorkspace(cmd.Context(), connect.NewRequest(req))
 			return followWorkspace(cmd, out, client, res, err, noWait)
 		},
 	}
@@ -138,11 +142,19 @@ admitted. Sizes take units (512Mi, 1G, 4GiB); a bare number is MiB.`,
 			if err != nil {
 				return err
 			}
-			res, err := client.StartWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: newCommandMetadata(commandID), WorkspaceId: args[0]}))
+			req := &ctrlv1.StartWorkspaceRequest{Command: newCommandMetadata(commandID), WorkspaceId: args[0]}
+			if onNode != "" {
+				res, err := startOnNode(cmd.Context(), onNode, req)
+				return followWorkspace(cmd, out, client, res, err, noWait)
+			}
+			res, err := client.StartWorkspace(cmd.Context(), connect.NewRequest(req))
 			return followWorkspace(cmd, out, client, res, err, noWait)
 		},
 	}
 	long(start)
+	for _, c := range []*cobra.Command{create, start} {
+		c.Flags().StringVar(&onNode, "node", "", "place it on this node only, or fail as a placement that finds no node does (operator: needs the operator endpoint and KIBOTOS_OPERATOR_TOKEN); later starts are placed as usual")
+	}
 	stop := &cobra.Command{
 		Use: "stop WORKSPACE_ID", Short: "Stop a Workspace (--force: without waiting for the guest)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

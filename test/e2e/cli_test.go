@@ -109,7 +109,9 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	})
 
 	var created ctrlv1.GetWorkspaceResponse
-	createCmd := d.command("workspace", "create", "--template", ref.GetTemplate()+"@"+ref.GetRevision(),
+	// --node: CreateWorkspaceOnNode through the operator endpoint, followed
+	// as any create through the Workspace endpoint.
+	createCmd := d.command("workspace", "create", "--node", "dev", "--template", ref.GetTemplate()+"@"+ref.GetRevision(),
 		"--memory", "256Mi", "--disk", "1G", "--volume", volID, "--mount-path", "/work",
 		"--label", "team=a", "--annotation", "note=x", "--expire-in", "2h", "--expire-action", "delete", "--network", "deny-all", "-o", "json")
 	var createErr strings.Builder
@@ -140,6 +142,16 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	}
 	if w.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 		t.Fatalf("workspace create followed to %v", w.GetState())
+	}
+	// node placements: where it executes, from ctrl's records.
+	var placed operatorv1.ListWorkspacePlacementsResponse
+	d.kibotosJSON(t, &placed, "node", "placements", "dev")
+	if p := placed.GetWorkspacePlacements(); len(p) != 1 || p[0].GetWorkspaceId() != id || p[0].GetNodeId() != "dev" ||
+		p[0].GetWorkspaceState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || p[0].GetAllocation().GetMemoryBytes() != 256<<20 {
+		t.Errorf("node placements dev: %v", p)
+	}
+	if out, code := d.kibotos(t, "node", "placements", "--workspace", id, "-q"); code != 0 || out != id+"\n" {
+		t.Errorf("node placements --workspace: exit %d, %q", code, out)
 	}
 	// The table's EXPIRES: the action and the deadline in UTC, RFC 3339,
 	// as every other table writes a time.
@@ -259,6 +271,9 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 	// update: each change with the revision it reads; memory and the
 	// binding once no execution is held.
 	d.mustKibotos(t, "workspace", "stop", id)
+	if out, code := d.kibotos(t, "node", "placements", "dev", "-q"); code != 0 || out != "" {
+		t.Errorf("node placements of dev once the Workspace stopped: exit %d, %q", code, out)
+	}
 	var updated ctrlv1.Workspace
 	d.kibotosJSON(t, &updated, "workspace", "update", id, "--memory", "384Mi", "--disk", "2G",
 		"--label", "team-", "--label", "env=dev", "--annotation", "note=y", "--expire-in", "3h", "--release-volume",
