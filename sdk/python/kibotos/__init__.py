@@ -33,7 +33,7 @@ from kibotos.errors import (
     Unknown,
 )
 from kibotos.files import Files
-from kibotos.process import ExecResult, Exit, Output, Started
+from kibotos.process import ExecResult, Exit, Output, Process, Processes, Started
 from kibotos.session import Session
 from kibotos.volume import Volume, VolumeFailed, Volumes
 from kibotos.workspace import Workspace, Workspaces
@@ -48,6 +48,8 @@ __all__ = [
     "Volumes",
     "VolumeFailed",
     "ExecResult",
+    "Process",
+    "Processes",
     "Started",
     "Output",
     "Exit",

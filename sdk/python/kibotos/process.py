@@ -1,17 +1,19 @@
-"""Running processes in a Workspace: ws.exec and ws.exec_stream.
+"""Running processes in a Workspace: ws.exec, ws.exec_stream and ws.processes.
 
 ExecProcess is one command (a command_id) that starts the process and
 streams its output; its events are Started, Output and Exit here. A stream
 cut by a transient fault is resumed with StreamProcessOutput from the
 offsets already received, which is the API's reconnect, so no byte is
 seen twice or lost (within the last MiB the guest keeps of each stream).
+ws.processes starts a process in the background (StartProcess) and finds
+it again by its id: its output, input, signals and exit.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import grpc
 
@@ -97,15 +99,17 @@ def spec(
 def stream(
     conn: _rpc.Connection,
     workspace_id: str,
-    process_spec: process_pb2.ProcessSpec,
+    process_spec: Optional[process_pb2.ProcessSpec],
     input: Optional[bytes],
     timeout: Optional[float],
+    process_id: str = "",
 ) -> Iterator[Event]:
-    """The events of one ExecProcess, resumed across transient faults."""
+    """The events of one ExecProcess, resumed across transient faults; with
+    process_id, those of a process already started, from its first byte
+    retained (StreamProcessOutput: no Started)."""
     request = process_pb2.ExecProcessRequest(
         command=_rpc.command(_rpc.new_command_id()), workspace_id=workspace_id, spec=process_spec
     )
-    process_id = ""
     offsets = {STDOUT: 0, STDERR: 0}
     retries = 0
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -160,27 +164,32 @@ def _event(msg) -> Optional[Event]:
         name = STDERR if msg.output.stream == process_pb2.PROCESS_OUTPUT_STREAM_STDERR else STDOUT
         return Output(stream=name, data=msg.output.data, offset=msg.output.offset)
     if kind == "exit":
-        s = msg.exit
-        code = 128 + s.signal if s.signal else s.exit_code
-        cause = process_pb2.ProcessEndCause.Name(s.cause).removeprefix("PROCESS_END_CAUSE_")
-        return Exit(exit_code=code, signal=s.signal, cause=cause)
+        return _exit(msg.exit)
     return None  # keepalive
 
 
-def _send_input(conn: _rpc.Connection, workspace_id: str, process_id: str, data: bytes) -> None:
-    """Writes data to the process's stdin and closes it; each chunk at its
-    offset, so a retried send writes nothing twice."""
-    offset = 0
+def _exit(s: process_pb2.ProcessExitStatus) -> Exit:
+    code = 128 + s.signal if s.signal else s.exit_code
+    cause = process_pb2.ProcessEndCause.Name(s.cause).removeprefix("PROCESS_END_CAUSE_")
+    return Exit(exit_code=code, signal=s.signal, cause=cause)
+
+
+def _send_input(conn: _rpc.Connection, workspace_id: str, process_id: str, data: bytes, offset: int = 0,
+                close: bool = True) -> int:
+    """Writes data to the process's stdin at offset (the stdin bytes written
+    before it) and, with close, closes it; each chunk at its offset, so a
+    retried send writes nothing twice. Returns the offset after data."""
+    start = offset
     while True:
-        chunk = data[offset : offset + _INPUT_CHUNK]
-        last = offset + len(chunk) >= len(data)
+        chunk = data[offset - start : offset - start + _INPUT_CHUNK]
+        last = offset - start + len(chunk) >= len(data)
         req = process_pb2.SendProcessInputRequest(
-            workspace_id=workspace_id, process_id=process_id, data=chunk, offset=offset, close=last
+            workspace_id=workspace_id, process_id=process_id, data=chunk, offset=offset, close=close and last
         )
         conn.retrying(lambda: conn.call(conn.processes.SendProcessInput, req))
         offset += len(chunk)
         if last:
-            return
+            return offset
 
 
 def _kill(conn: _rpc.Connection, workspace_id: str, process_id: str) -> None:
@@ -213,3 +222,137 @@ def collect(events: Iterator[Event], text: bool) -> ExecResult:
             return ExecResult(process_id=process_id, stdout=stdout, stderr=stderr, exit_code=event.exit_code,
                               stdout_dropped=dropped[STDOUT], stderr_dropped=dropped[STDERR])
     raise errors.Unknown("the process's stream ended without its exit")
+
+
+def signal_value(sig: Union[str, int]) -> int:
+    """The ProcessSignal of "TERM", "SIGTERM" or 15 (HUP, INT, QUIT, KILL,
+    USR1, USR2, TERM, CONT, STOP: the signals the API delivers)."""
+    names = {v: n.removeprefix("PROCESS_SIGNAL_SIG") for n, v in process_pb2.ProcessSignal.items() if v}
+    if isinstance(sig, int) and sig in names:
+        return sig
+    if isinstance(sig, str):
+        name = sig.upper().removeprefix("SIG")
+        for value, n in names.items():
+            if n == name:
+                return value
+    raise ValueError(f"signal {sig!r}: want one of {', '.join(names.values())} (or its number)")
+
+
+class Process:
+    """A process in a Workspace's current execution, started in the
+    background (ws.processes.start) or found by its id (get, list).
+
+    info is the API's Process message as last read (refresh() reads it
+    again): argv, state, exit, the bytes each stream produced, ...
+    """
+
+    def __init__(self, conn: _rpc.Connection, workspace_id: str, info: process_pb2.Process):
+        self._conn = conn
+        self._workspace_id = workspace_id
+        self.info = info
+        self._stdin_offset = info.stdin_offset
+
+    @property
+    def id(self) -> str:
+        return self.info.process_id
+
+    @property
+    def pid(self) -> int:
+        return self.info.pid
+
+    @property
+    def state(self) -> str:
+        """RUNNING or EXITED, as last read."""
+        return process_pb2.ProcessState.Name(self.info.state).removeprefix("PROCESS_STATE_")
+
+    def __repr__(self) -> str:
+        return f"Process({self.id!r}, pid={self.pid}, state={self.state!r})"
+
+    def refresh(self) -> "Process":
+        req = process_pb2.GetProcessRequest(workspace_id=self._workspace_id, process_id=self.id)
+        self.info = self._conn.retrying(lambda: self._conn.call(self._conn.processes.GetProcess, req)).process
+        return self
+
+    def signal(self, sig: Union[str, int] = "TERM") -> bool:
+        """Sends sig to the process's group (its children too). False when
+        the process had already ended, so a second kill is harmless."""
+        req = process_pb2.SignalProcessRequest(workspace_id=self._workspace_id, process_id=self.id,
+                                               signal=signal_value(sig))
+        return self._conn.retrying(lambda: self._conn.call(self._conn.processes.SignalProcess, req)).delivered
+
+    def kill(self) -> bool:
+        """signal("KILL")."""
+        return self.signal("KILL")
+
+    def wait(self, timeout: Optional[float] = None) -> Exit:
+        """Waits until the process ends and returns how. timeout (seconds)
+        raises DeadlineExceeded and leaves the process running."""
+        req = process_pb2.WaitProcessRequest(workspace_id=self._workspace_id, process_id=self.id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def attempt():
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            try:
+                return self._conn.processes.WaitProcess(req, metadata=self._conn.metadata, timeout=left)
+            except grpc.RpcError as e:
+                raise errors.from_rpc_error(e) from None
+
+        for n in range(self._conn.retries + 1):
+            try:
+                return _exit(attempt().exit)
+            except errors.Unavailable:  # ctrl restarting: the process runs on
+                if n == self._conn.retries:
+                    raise
+                _rpc.pause(n)
+        raise AssertionError("unreachable")
+
+    def output(self) -> Iterator[Event]:
+        """Its output from the first byte the guest retains (the last MiB of
+        each stream), then live, then its Exit: Output events, then Exit."""
+        return stream(self._conn, self._workspace_id, None, None, None, process_id=self.id)
+
+    def send_input(self, data: Union[bytes, str], *, close: bool = False) -> None:
+        """Writes data to the process's stdin (started with stdin=True);
+        close=True closes it after, as EOF."""
+        if isinstance(data, str):
+            data = data.encode()
+        self._stdin_offset = _send_input(self._conn, self._workspace_id, self.id, data, self._stdin_offset, close)
+
+
+class Processes:
+    """The processes of one Workspace's current execution: ws.processes."""
+
+    def __init__(self, conn: _rpc.Connection, workspace_id: str):
+        self._conn = conn
+        self._id = workspace_id
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: bool = False,
+    ) -> Process:
+        """Starts argv (no shell) in the background and returns once the
+        guest executed it; stdin=True keeps its stdin open for send_input."""
+        req = spec(argv, env, cwd, user, stdin)
+        res = self._conn.mutate(
+            self._conn.processes.StartProcess,
+            lambda cmd: process_pb2.StartProcessRequest(command=cmd, workspace_id=self._id, spec=req),
+        )
+        return self.get(res.process_id)
+
+    def get(self, process_id: str) -> Process:
+        """A process of the current execution, by its id."""
+        req = process_pb2.GetProcessRequest(workspace_id=self._id, process_id=process_id)
+        res = self._conn.retrying(lambda: self._conn.call(self._conn.processes.GetProcess, req))
+        return Process(self._conn, self._id, res.process)
+
+    def list(self, *, include_exited: bool = False) -> List[Process]:
+        """The processes started through the API in the current execution,
+        oldest first (running ones only, unless include_exited)."""
+        req = process_pb2.ListProcessesRequest(workspace_id=self._id, include_exited=include_exited)
+        res = self._conn.retrying(lambda: self._conn.call(self._conn.processes.ListProcesses, req))
+        return [Process(self._conn, self._id, p) for p in res.processes]

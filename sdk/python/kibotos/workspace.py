@@ -86,6 +86,7 @@ class Workspace:
         self._conn = conn
         self.info = info
         self.files = Files(conn, info.workspace_id)
+        self.processes = process.Processes(conn, info.workspace_id)
 
     @property
     def id(self) -> str:

@@ -72,6 +72,42 @@ def test_exec_stream_yields_events_as_they_come(ws):
     assert b"".join(o.data for o in outputs if o.stream == "stderr") == b"two\n"
 
 
+def test_a_background_process_is_found_signalled_and_waited_for(ws):
+    p = ws.processes.start(["sh", "-c", "trap 'echo bye; exit 7' TERM; echo ready; while :; do sleep 1; done"])
+    assert p.id and p.pid > 0 and p.state == "RUNNING" and list(p.info.argv)[0] == "sh"
+    assert p.id in [q.id for q in ws.processes.list()]
+    for event in p.output():  # live: until the trap is set
+        if isinstance(event, Output) and b"ready" in event.data:
+            break
+    assert p.signal("TERM") is True
+    end = p.wait(timeout=60)
+    assert (end.exit_code, end.cause) == (7, "EXITED")
+    # Ended: its output whole, its record, no longer listed as running.
+    events = list(p.output())
+    assert b"".join(e.data for e in events if isinstance(e, Output) and e.stream == "stdout") == b"ready\nbye\n"
+    assert isinstance(events[-1], Exit) and events[-1].exit_code == 7
+    assert p.refresh().state == "EXITED" and p.info.exit.exit_code == 7
+    assert p.kill() is False  # already ended: harmless
+    assert p.id not in [q.id for q in ws.processes.list()]
+    assert p.id in [q.id for q in ws.processes.list(include_exited=True)]
+
+    cat = ws.processes.start(["cat"], stdin=True)
+    cat.send_input("one ")
+    cat.send_input(b"two", close=True)
+    assert cat.wait(timeout=60).exit_code == 0
+    assert ws.processes.get(cat.id).info.stdout_end_offset == len("one two")
+    assert b"".join(e.data for e in cat.output() if isinstance(e, Output)) == b"one two"
+
+    sleeper = ws.processes.start(["sleep", "300"])
+    with pytest.raises(kibotos.DeadlineExceeded):
+        sleeper.wait(timeout=1)
+    assert sleeper.refresh().state == "RUNNING"  # a wait that ran out leaves it running
+    assert sleeper.signal(9) is True
+    assert sleeper.wait(timeout=60).signal == 9
+    with pytest.raises(ValueError):
+        sleeper.signal("WINCH")
+
+
 def test_files_write_read_list(ws):
     info = ws.files.write("/root/data/notes.txt", "first line\n", create_parents=True, mode=0o600)
     assert info.size_bytes == len("first line\n") and info.mode & 0o777 == 0o600
