@@ -97,26 +97,44 @@ export async function exec(api: Api, workspaceId: string, argv: string[], opts: 
 }
 
 /** execStream runs argv and yields its events; the stream ends after `exit`. */
-export async function* execStream(api: Api, workspaceId: string, argv: string[], opts: ExecOptions): AsyncGenerator<ExecEvent, void, undefined> {
+export function execStream(api: Api, workspaceId: string, argv: string[], opts: ExecOptions): AsyncGenerator<ExecEvent, void, undefined> {
   const commandId = opts.commandId ?? newCommandId();
-  // The calls' own signal, aborted when this generator ends however it
-  // ends: connect-node counts a response stream left unread as open, and
-  // an open HTTP/2 stream keeps the process alive.
+  const spec = { argv, env: opts.env ?? {}, cwd: opts.cwd ?? "", user: opts.user ?? "", stdin: opts.stdin !== undefined };
+  return underOwnSignal(opts.signal, (signal) => follow(api, workspaceId, spec, commandId, opts.stdin, signal, ""));
+}
+
+/**
+ * outputOf yields the output of a process already started, from the first
+ * byte the guest retains, then live, then its exit (no `started`).
+ */
+export function outputOf(api: Api, workspaceId: string, processId: string, signal?: AbortSignal): AsyncGenerator<ExecEvent, void, undefined> {
+  return underOwnSignal(signal, (own) => follow(api, workspaceId, {}, "", undefined, own, processId));
+}
+
+/**
+ * underOwnSignal runs events under the calls' own signal, aborted when the
+ * generator ends however it ends (and when outer aborts): connect-node
+ * counts a response stream left unread as open, and an open HTTP/2 stream
+ * keeps the process alive.
+ */
+async function* underOwnSignal(outer: AbortSignal | undefined, events: (signal: AbortSignal) => AsyncGenerator<ExecEvent, void, undefined>): AsyncGenerator<ExecEvent, void, undefined> {
   const calls = new AbortController();
-  const abort = () => calls.abort(opts.signal?.reason);
-  opts.signal?.addEventListener("abort", abort, { once: true });
-  const signal = calls.signal;
+  const abort = () => calls.abort(outer?.reason);
+  outer?.addEventListener("abort", abort, { once: true });
   try {
-    yield* follow(api, workspaceId, { argv, env: opts.env ?? {}, cwd: opts.cwd ?? "", user: opts.user ?? "", stdin: opts.stdin !== undefined }, commandId, opts.stdin, signal);
+    yield* events(calls.signal);
   } finally {
-    opts.signal?.removeEventListener("abort", abort);
+    outer?.removeEventListener("abort", abort);
     calls.abort();
   }
 }
 
-/** follow is execStream under one signal. */
-async function* follow(api: Api, workspaceId: string, spec: ProcessSpecInit, commandId: string, stdin: string | Uint8Array | undefined, signal: AbortSignal): AsyncGenerator<ExecEvent, void, undefined> {
-  let processId = "";
+/**
+ * follow is execStream under one signal: ExecProcess under commandId until
+ * the process started, StreamProcessOutput after; with processId given,
+ * the process started already and only the second is used.
+ */
+async function* follow(api: Api, workspaceId: string, spec: ProcessSpecInit, commandId: string, stdin: string | Uint8Array | undefined, signal: AbortSignal, processId: string): AsyncGenerator<ExecEvent, void, undefined> {
   // The next byte of each stream not yet yielded: a replay or a resume
   // sends from the earliest byte the guest retains, which may be before it.
   const next = { stdout: 0n, stderr: 0n };
@@ -175,20 +193,27 @@ function unseen(c: ProcessOutputChunk, next: { stdout: bigint; stderr: bigint })
 /** SendProcessInput takes at most 1 MiB of data a call. */
 const inputChunk = 1 << 20;
 
-/** sendInput writes all of stdin, a chunk a call at its offset (which makes a retry exact), and closes it with the last. */
-async function sendInput(api: Api, workspaceId: string, processId: string, stdin: string | Uint8Array, signal?: AbortSignal): Promise<void> {
+/**
+ * sendInput writes all of stdin at offset (the stdin bytes written before
+ * it), a chunk a call at its offset (which makes a retry exact), and
+ * closes it with the last unless close is false; it returns the offset
+ * after it.
+ */
+export async function sendInput(api: Api, workspaceId: string, processId: string, stdin: string | Uint8Array, signal?: AbortSignal, offset = 0n, close = true): Promise<bigint> {
   const data = typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin;
-  let offset = 0;
+  let sent = 0;
   do {
-    const chunk = data.subarray(offset, offset + inputChunk);
-    const at = BigInt(offset);
-    const close = offset + chunk.length >= data.length;
-    await api.call(() => api.processes.sendProcessInput({ workspaceId, processId, data: chunk, offset: at, close }, { signal }), signal);
-    offset += chunk.length;
-  } while (offset < data.length);
+    const chunk = data.subarray(sent, sent + inputChunk);
+    const at = offset + BigInt(sent);
+    const last = sent + chunk.length >= data.length;
+    await api.call(() => api.processes.sendProcessInput({ workspaceId, processId, data: chunk, offset: at, close: close && last }, { signal }), signal);
+    sent += chunk.length;
+  } while (sent < data.length);
+  return offset + BigInt(data.length);
 }
 
-function exitOf(s: ProcessExitStatus): ExecExit {
+/** exitOf is how a process ended, as the SDK reports it. */
+export function exitOf(s: ProcessExitStatus): ExecExit {
   const signaled = s.cause !== ProcessEndCause.EXITED && s.signal !== 0;
   return { exitCode: signaled ? 128 + s.signal : s.exitCode, signal: s.signal, cause: s.cause };
 }

@@ -22,6 +22,7 @@ import { newCommandId, type Api } from "./api.js";
 import { CommandFailedError } from "./errors.js";
 import { exec, execStream, type ExecEvent, type ExecOptions, type ExecResult } from "./exec.js";
 import { Files } from "./files.js";
+import { Processes } from "./process.js";
 import { issueSession, type Session, type SessionOptions } from "./session.js";
 import { parseSize, type Size } from "./size.js";
 
@@ -158,12 +159,15 @@ export class Workspace {
   readonly id: string;
   /** Files in the guest. */
   readonly files: Files;
+  /** Background processes in the guest (exec runs one to its end). */
+  readonly processes: Processes;
   private message: WorkspaceMessage;
 
   constructor(private readonly api: Api, message: WorkspaceMessage) {
     this.id = message.workspaceId;
     this.message = message;
     this.files = new Files(api, this.id);
+    this.processes = new Processes(api, this.id);
   }
 
   /** The Workspace as ctrl last answered it (refresh() asks again). */

@@ -14,8 +14,10 @@ import {
   FileType,
   Kibotos,
   ProcessEndCause,
+  ProcessState,
   VolumeState,
   WorkspaceState,
+  signalOf,
   type ExecEvent,
 } from "@kibotos/sdk";
 
@@ -65,6 +67,41 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     const text = (type: string) => Buffer.concat(events.flatMap((e) => (e.type === type && "data" in e ? [e.data] : []))).toString();
     assert.equal(text("stdout"), "line 1\nline 2\nline 3\n");
     assert.equal(text("stderr"), "oops\n");
+  });
+
+  await t.test("a background process is found, signalled and waited for", async () => {
+    const p = await ws.processes.start(["sh", "-c", "trap 'echo bye; exit 7' TERM; echo ready; while :; do sleep 1; done"]);
+    assert.ok(p.id && p.pid > 0 && p.state === ProcessState.RUNNING && p.info.argv[0] === "sh", `${p.id} ${p.pid} ${p.state} ${p.info.argv.join(" ")}`);
+    assert.ok((await ws.processes.list()).some((q) => q.id === p.id));
+    for await (const ev of p.output()) {
+      if (ev.type === "stdout" && Buffer.from(ev.data).includes("ready")) break; // live: the trap is set
+    }
+    assert.equal(await p.signal("TERM"), true);
+    assert.deepEqual(await p.wait(), { exitCode: 7, signal: 0, cause: ProcessEndCause.EXITED });
+    // Ended: its output whole, its record, no longer listed as running.
+    const events: ExecEvent[] = [];
+    for await (const ev of p.output()) events.push(ev);
+    const stdout = Buffer.concat(events.flatMap((e) => (e.type === "stdout" ? [e.data] : []))).toString();
+    assert.equal(stdout, "ready\nbye\n");
+    assert.ok(events.at(-1)?.type === "exit");
+    assert.equal((await p.refresh()).state, ProcessState.EXITED);
+    assert.equal(p.info.exit?.exitCode, 7);
+    assert.equal(await p.kill(), false); // already ended: harmless
+    assert.ok(!(await ws.processes.list()).some((q) => q.id === p.id));
+    assert.ok((await ws.processes.list({ includeExited: true })).some((q) => q.id === p.id));
+
+    const cat = await ws.processes.start(["cat"], { stdin: true });
+    await cat.sendInput("one ");
+    await cat.sendInput(new TextEncoder().encode("two"), { close: true });
+    assert.equal((await cat.wait()).exitCode, 0);
+    assert.equal((await ws.processes.get(cat.id)).info.stdoutEndOffset, 7n);
+
+    const sleeper = await ws.processes.start(["sleep", "300"]);
+    await assert.rejects(sleeper.wait({ signal: AbortSignal.timeout(500) }));
+    assert.equal((await sleeper.refresh()).state, ProcessState.RUNNING); // a wait given up leaves it running
+    assert.equal(await sleeper.signal(9), true);
+    assert.equal((await sleeper.wait()).signal, 9);
+    assert.throws(() => signalOf("SIGWINCH"), TypeError);
   });
 
   await t.test("files: write, read, list, stat, remove", async () => {
