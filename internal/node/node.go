@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -313,6 +314,11 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 		}
 	}
 	log.Info("node agent starting", "endpoint", endpoint, "state_dir", cfg.StateDir, "pools", len(cfg.Pools))
+	if !slices.ContainsFunc(cfg.Pools, func(p Pool) bool { return p.Default }) {
+		// ctrl places a new Workspace without a Volume only on a node with
+		// a default pool: its first writable layer goes there.
+		log.Warn("no default storage pool (--pool NAME=DIR,default): ctrl places here no Workspace whose new writable layer has no Volume to go beside")
+	}
 
 	// The executions first: the first hello lists those still running.
 	if a.vms, err = newVMSet(ctx, a); err != nil {
