@@ -150,6 +150,39 @@ class Workspace:
         spec = process.spec(argv, env, cwd, user, stdin=input is not None)
         return process.stream(self._conn, self.id, spec, input, timeout)
 
+    def set_expiration(self, expire_in: Optional[float], *, action: str = "stop") -> "Workspace":
+        """Has ctrl stop the Workspace (or delete it: action="delete")
+        expire_in seconds from now, on ctrl's clock; None clears the policy.
+
+        Each set_* sends the revision of what it replaces as last read
+        (info): a change made meanwhile elsewhere is refused as
+        FailedPrecondition, and refresh() reads the new one."""
+        change = types_pb2.WorkspaceExpirationChange()
+        if expire_in is None:
+            change.clear = True
+        else:
+            change.set.CopyFrom(_expiration(expire_in, action))
+        revision = self.info.expiration.revision
+        return self._update(self._conn.workspaces.UpdateWorkspaceExpiration, lambda cmd: workspace_pb2.UpdateWorkspaceExpirationRequest(
+            command=cmd, workspace_id=self.id, expected_expiration_revision=revision, change=change))
+
+    def set_labels(self, labels: Dict[str, str]) -> "Workspace":
+        """Replaces every label (list's label_selector matches them)."""
+        revision = self.info.labels_revision
+        return self._update(self._conn.workspaces.UpdateWorkspaceLabels, lambda cmd: workspace_pb2.UpdateWorkspaceLabelsRequest(
+            command=cmd, workspace_id=self.id, expected_labels_revision=revision, labels=labels))
+
+    def set_memory(self, memory: Size) -> "Workspace":
+        """Replaces the guest's memory ("768Mi", or bytes); the next start
+        boots with it."""
+        revision = self.info.spec.resources_revision
+        return self._update(self._conn.workspaces.UpdateWorkspaceMemory, lambda cmd: workspace_pb2.UpdateWorkspaceMemoryRequest(
+            command=cmd, workspace_id=self.id, expected_resources_revision=revision, memory_bytes=parse_size(memory)))
+
+    def _update(self, method, build) -> "Workspace":
+        self.info = self._conn.mutate(method, build).workspace
+        return self
+
     def issue_session(self, *, scopes: Optional[Sequence[str]] = None, ttl: Optional[float] = None) -> session.Session:
         """Issues a data-plane session for the current execution: a token
         for this Workspace's data plane alone, to hand an agent instead of

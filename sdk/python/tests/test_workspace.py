@@ -165,6 +165,28 @@ def test_exec_output_is_whole_or_says_what_was_dropped(ws):
         assert r.stdout == ws.files.read("/root/data/blob.bin")
 
 
+def test_set_expiration_labels_and_memory(client, ws):
+    stale = client.workspaces.get(ws.id)
+    ws.set_expiration(600, action="delete")
+    policy = ws.info.expiration.policy
+    assert policy.action == types_pb2.WORKSPACE_EXPIRATION_ACTION_DELETE
+    assert 500 < policy.deadline.seconds - time.time() <= 600
+    ws.set_expiration(None)
+    assert not ws.info.expiration.HasField("policy")
+    assert not client.workspaces.get(ws.id).info.expiration.HasField("policy")
+
+    ws.set_labels({"suite": "sdk-py", "role": "builder"})
+    assert [w.id for w in client.workspaces.list("role=builder")] == [ws.id]
+    # A change made meanwhile elsewhere is refused, not overwritten.
+    with pytest.raises(kibotos.FailedPrecondition) as e:
+        stale.set_labels({"suite": "sdk-py"})
+    assert "expected_labels_revision" in str(e.value)
+    assert stale.refresh().set_labels({"suite": "sdk-py"}).info.labels == {"suite": "sdk-py"}
+
+    ws.refresh().set_memory("320Mi")  # the next start boots with it
+    assert ws.info.spec.resources.memory_bytes == 320 << 20
+
+
 def test_stop_and_start_keep_the_writable_layer(ws):
     ws.files.write("/root/kept.txt", "still here\n")
     ws.stop()
@@ -176,6 +198,7 @@ def test_stop_and_start_keep_the_writable_layer(ws):
 
     ws.start()
     assert ws.state == "AVAILABLE" and ws.info.generation == 2
+    assert ws.info.spec.resources.memory_bytes == 320 << 20
     assert ws.files.read_text("/root/kept.txt") == "still here\n"
 
 

@@ -146,12 +146,17 @@ function expiration(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreat
     if (opts.expireAction !== undefined) throw new TypeError("expireAction needs expireInSeconds");
     return undefined;
   }
+  return expirationIn(opts.expireInSeconds, opts.expireAction);
+}
+
+/** expirationIn is the policy that stops (or deletes) a Workspace seconds from now. */
+function expirationIn(seconds: number, action: "stop" | "delete" = "stop") {
   const actions = { stop: WorkspaceExpirationAction.STOP, delete: WorkspaceExpirationAction.DELETE };
-  const action = actions[opts.expireAction ?? "stop"];
-  if (action === undefined || !(opts.expireInSeconds > 0)) {
-    throw new TypeError(`expireInSeconds ${opts.expireInSeconds}, expireAction "${opts.expireAction}": want seconds from now and stop or delete`);
+  const a = actions[action];
+  if (a === undefined || !(seconds > 0)) {
+    throw new TypeError(`expireInSeconds ${seconds}, expireAction "${action}": want seconds from now and stop or delete`);
   }
-  return { action, deadline: timestampFromMs(Date.now() + opts.expireInSeconds * 1000) };
+  return { action: a, deadline: timestampFromMs(Date.now() + seconds * 1000) };
 }
 
 /** Workspace is one Workspace: its id, what ctrl last said of it, and what can be done with it. */
@@ -204,6 +209,42 @@ export class Workspace {
    */
   issueSession(opts: SessionOptions = {}): Promise<Session> {
     return issueSession(this.api, this.id, opts);
+  }
+
+  /**
+   * setExpiration has ctrl stop the Workspace (or delete it: action
+   * "delete") inSeconds from now, on ctrl's clock; null clears the policy.
+   * Each set* sends the revision of what it replaces as last read (info):
+   * a change made meanwhile elsewhere is refused (failed_precondition),
+   * and refresh() reads the new one.
+   */
+  async setExpiration(expiry: { inSeconds: number; action?: "stop" | "delete" } | null, opts: { signal?: AbortSignal } = {}): Promise<this> {
+    const change = expiry === null ? { case: "clear" as const, value: true } : { case: "set" as const, value: expirationIn(expiry.inSeconds, expiry.action) };
+    const expectedExpirationRevision = this.message.expiration?.revision ?? 0n;
+    return this.update(opts, (command, signal) =>
+      this.api.workspaces.updateWorkspaceExpiration({ command, workspaceId: this.id, expectedExpirationRevision, change: { change } }, { signal }));
+  }
+
+  /** setLabels replaces every label (list's labelSelector matches them). */
+  async setLabels(labels: Record<string, string>, opts: { signal?: AbortSignal } = {}): Promise<this> {
+    const expectedLabelsRevision = this.message.labelsRevision;
+    return this.update(opts, (command, signal) => this.api.workspaces.updateWorkspaceLabels({ command, workspaceId: this.id, expectedLabelsRevision, labels }, { signal }));
+  }
+
+  /** setMemory replaces the guest's memory ("768Mi", or bytes); the next start boots with it. */
+  async setMemory(memory: Size, opts: { signal?: AbortSignal } = {}): Promise<this> {
+    const memoryBytes = parseSize(memory, "memory");
+    const expectedResourcesRevision = this.message.spec?.resourcesRevision ?? 0n;
+    return this.update(opts, (command, signal) =>
+      this.api.workspaces.updateWorkspaceMemory({ command, workspaceId: this.id, expectedResourcesRevision, memoryBytes }, { signal }));
+  }
+
+  /** update sends one change under one command_id (kept across retries) and keeps the Workspace it answers. */
+  private async update(opts: { signal?: AbortSignal }, send: (command: { commandId: string }, signal?: AbortSignal) => Promise<{ workspace?: WorkspaceMessage }>): Promise<this> {
+    const command = { commandId: newCommandId() };
+    const res = await this.api.call(() => send(command, opts.signal), opts.signal);
+    this.message = res.workspace!;
+    return this;
   }
 
   /** start starts a stopped Workspace and, unless `wait: false`, waits until it is AVAILABLE again. */

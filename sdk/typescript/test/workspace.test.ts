@@ -157,6 +157,26 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     await assert.rejects(ws.issueSession({ scopes: ["shell" as "file"] }), TypeError);
   });
 
+  await t.test("setExpiration, setLabels and setMemory; a stale revision is refused", async () => {
+    const stale = await kibotos.workspaces.get(ws.id);
+    await ws.setExpiration({ inSeconds: 600, action: "delete" });
+    assert.equal(ws.info.expiration?.policy?.action, WorkspaceExpirationAction.DELETE);
+    const left = Number(ws.info.expiration?.policy?.deadline?.seconds) - Date.now() / 1000;
+    assert.ok(left > 500 && left <= 600, `the deadline is ${left} s away`);
+    await ws.setExpiration(null);
+    assert.equal(ws.info.expiration?.policy, undefined);
+    assert.equal((await kibotos.workspaces.get(ws.id)).info.expiration?.policy, undefined);
+
+    await ws.setLabels({ suite: "sdk-ts", role: "builder" });
+    assert.deepEqual((await kibotos.workspaces.list("role=builder")).map((w) => w.id), [ws.id]);
+    const refused = await stale.setLabels({ suite: "sdk-ts" }).catch((e: unknown) => e);
+    assert.ok(refused instanceof ApiError && refused.code === Code.FailedPrecondition && refused.message.includes("expected_labels_revision"), String(refused));
+    assert.deepEqual((await (await stale.refresh()).setLabels({ suite: "sdk-ts" })).info.labels, { suite: "sdk-ts" });
+
+    await (await ws.refresh()).setMemory("320Mi"); // the next start boots with it
+    assert.equal(ws.info.spec?.resources?.memoryBytes, 320n << 20n);
+  });
+
   await t.test("stop: STOPPED, and the data plane says failed_precondition", async () => {
     await ws.stop();
     assert.equal(ws.state, WorkspaceState.STOPPED);
