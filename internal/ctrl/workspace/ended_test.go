@@ -17,8 +17,10 @@ import (
 // execution as a forced stop, so a caller can start the Workspace again":
 // an execution its node reports ended leaves the Workspace STOPPED with
 // that cause, forced, its durability unconfirmed, no guest observation,
-// and a start is admitted. An end a StopExecution answered (STOPPED) is
-// that stop's to record.
+// and a start is admitted. A VMM that crashed is released the same way
+// with no cause (UNSPECIFIED, "a release that did not record a cause"):
+// it was recorded as GUEST_SHUTDOWN before, blaming the guest. An end a
+// StopExecution answered (STOPPED) is that stop's to record.
 func TestAnExecutionThatEndsOnItsOwnIsReleasedAsAForcedStop(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		e.setSession(t, "node-a", true, 0)
@@ -28,8 +30,9 @@ func TestAnExecutionThatEndsOnItsOwnIsReleasedAsAForcedStop(t *testing.T) {
 		}{
 			{nodev1.ExecutionEnd_EXECUTION_END_GUEST_SHUTDOWN, ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN},
 			{nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED, ctrlv1.StopCause_STOP_CAUSE_HOST_MEMORY_EXHAUSTED},
+			{nodev1.ExecutionEnd_EXECUTION_END_CRASHED, ctrlv1.StopCause_STOP_CAUSE_UNSPECIFIED},
 		} {
-			create := []string{"c1", "c2"}[i]
+			create := []string{"c1", "c2", "c3"}[i]
 			id := e.createWithoutVolume(t, create)
 			e.endCommand(t, create)
 			e.forceWorkspace(t, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)

@@ -15,14 +15,20 @@ import (
 )
 
 // ExecutionEnded records an execution a node saw end without a stop: the
-// guest powered off, or the host killed its VMM. ctrl releases it as a
-// forced stop, so the Workspace can start again.
+// guest powered off, the host's OOM killer ended its VMM, or the VMM ended
+// otherwise (crashed, killed by someone). ctrl releases it as a forced
+// stop, so the Workspace can start again. The reference has no cause for a
+// VMM that crashed: such a stop records none (UNSPECIFIED) rather than
+// blame the guest.
 func (s *Service) ExecutionEnded(ctx context.Context, nodeID string, r *nodev1.ExecutionReport) {
-	cause := ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN
-	if r.GetEnd() == nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED {
-		cause = ctrlv1.StopCause_STOP_CAUSE_HOST_MEMORY_EXHAUSTED
-	} else if r.GetEnd() == nodev1.ExecutionEnd_EXECUTION_END_STOPPED {
+	var cause ctrlv1.StopCause
+	switch r.GetEnd() {
+	case nodev1.ExecutionEnd_EXECUTION_END_STOPPED:
 		return // a StopExecution's own answer records it
+	case nodev1.ExecutionEnd_EXECUTION_END_GUEST_SHUTDOWN:
+		cause = ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN
+	case nodev1.ExecutionEnd_EXECUTION_END_HOST_MEMORY_EXHAUSTED:
+		cause = ctrlv1.StopCause_STOP_CAUSE_HOST_MEMORY_EXHAUSTED
 	}
 	now := timestamppb.New(s.now())
 	_ = s.store.Tx(ctx, func(tx *store.Tx) error {
