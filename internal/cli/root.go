@@ -25,7 +25,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		var exit exitError
-		if !errors.As(err, &exit) {
+		switch {
+		case errors.As(err, &exit):
+		case ctx.Err() != nil && (errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled):
+			// Interrupted (Ctrl-C) while waiting on ctrl: what ctrl admitted
+			// is not undone by the client going away.
+			fmt.Fprintln(stderr, "kibotos: interrupted; anything ctrl admitted goes on there")
+		default:
 			fmt.Fprintln(stderr, "kibotos:", describe(err))
 		}
 		return exitCodeOf(err)

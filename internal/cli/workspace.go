@@ -227,6 +227,13 @@ func followWorkspace[T any, PT interface {
 		waited, err := client.WaitWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.WaitWorkspaceRequest{
 			WorkspaceId: id, CommandId: msg.GetCommand().GetCommandId(), Timeout: durationpb.New(followStep),
 		}))
+		if err != nil && cmd.Context().Err() != nil {
+			// Ctrl-C ends the following, not the command: ctrl admitted it.
+			p.end()
+			c := msg.GetCommand()
+			return fmt.Errorf("stopped following; the %s of %s (command %s) goes on in ctrl: kibotos workspace get %s",
+				strings.ToLower(trimEnum(c.GetKind().String(), "WORKSPACE_COMMAND_KIND_")), id, c.GetCommandId(), id)
+		}
 		if err != nil {
 			return err
 		}
