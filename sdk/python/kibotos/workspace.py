@@ -179,6 +179,54 @@ class Workspace:
         return self._update(self._conn.workspaces.UpdateWorkspaceMemory, lambda cmd: workspace_pb2.UpdateWorkspaceMemoryRequest(
             command=cmd, workspace_id=self.id, expected_resources_revision=revision, memory_bytes=parse_size(memory)))
 
+    def set_network(
+        self,
+        network: str = "deny-all",
+        *,
+        allow: Sequence[str] = (),
+        deny: Sequence[str] = (),
+        wait: bool = True,
+        timeout: float = 60.0,
+    ) -> "Workspace":
+        """Replaces the egress policy, as create's network, allow and deny
+        ask for it, with the revision last read (a change made meanwhile is
+        refused as FailedPrecondition).
+
+        On a running Workspace it waits (unless wait=False) until the node
+        confirms the new revision in force
+        (info.network_policy_status.applied_revision): judge enforcement by
+        that, never by the call having returned. A node that could not
+        apply it raises CommandFailed; past timeout seconds, TimeoutError.
+        A Workspace not running takes the policy at its next start."""
+        policy = _network_policy(network, allow, deny)
+        expected = self.info.spec.network_policy.revision
+        command_id = _rpc.new_command_id()
+        req = workspace_pb2.UpdateWorkspaceNetworkPolicyRequest(
+            command=_rpc.command(command_id), workspace_id=self.id, expected_revision=expected, network_policy=policy)
+        self.info = self._conn.retrying(lambda: self._conn.call(self._conn.workspaces.UpdateWorkspaceNetworkPolicy, req)).workspace
+        revision = self.info.spec.network_policy.revision
+        if wait and revision != expected:
+            self._await_applied(command_id, revision, timeout)
+        return self
+
+    def _await_applied(self, command_id: str, revision: int, timeout: float) -> None:
+        """Follows the policy's update command with WaitWorkspace, then the
+        Workspace until its applied revision reaches revision or it no
+        longer runs, as `kibotos workspace network set` does."""
+        deadline = time.monotonic() + timeout
+        while self.state == "AVAILABLE" and self.info.network_policy_status.applied_revision < revision:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.id}: network policy revision {revision} not confirmed applied after {timeout:g}s; it may not be enforced")
+            step = max(0.001, min(_WAIT_STEP, deadline - time.monotonic()))
+            req = workspace_pb2.WaitWorkspaceRequest(workspace_id=self.id, command_id=command_id)
+            req.timeout.FromTimedelta(datetime.timedelta(seconds=step))
+            res = self._conn.call(self._conn.workspaces.WaitWorkspace, req, timeout=step + 30)
+            self.info = res.workspace
+            if res.command.state == workspace_pb2.WORKSPACE_COMMAND_STATE_FAILED:
+                raise errors.CommandFailed(self.id, res.command.failure)
+            if res.command.state == workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED:
+                time.sleep(0.2)  # the command ended: a wait on it answers at once
+
     def _update(self, method, build) -> "Workspace":
         self.info = self._conn.mutate(method, build).workspace
         return self

@@ -165,6 +165,20 @@ def test_exec_output_is_whole_or_says_what_was_dropped(ws):
         assert r.stdout == ws.files.read("/root/data/blob.bin")
 
 
+def test_set_network_waits_until_the_node_applied_it(client, ws):
+    stale = client.workspaces.get(ws.id)
+    before = ws.info.spec.network_policy.revision
+    ws.set_network("public-internet", allow=["192.0.2.1"], deny=["0.0.0.0/0", "::/0"])
+    policy = ws.info.spec.network_policy
+    assert policy.revision == before + 1 and list(policy.allow) == ["192.0.2.1"]
+    assert policy.mode == types_pb2.NETWORK_POLICY_MODE_PUBLIC_INTERNET
+    assert ws.info.network_policy_status.applied_revision == policy.revision
+    with pytest.raises(kibotos.FailedPrecondition):
+        stale.set_network("deny-all")
+    with pytest.raises(ValueError):
+        ws.set_network("open")
+
+
 def test_set_expiration_labels_and_memory(client, ws):
     stale = client.workspaces.get(ws.id)
     ws.set_expiration(600, action="delete")

@@ -9,6 +9,7 @@ import {
   WorkspaceCommandState,
   type WorkspaceCommand,
 } from "./gen/kibotos/ctrl/v1/workspace_pb.js";
+import { setTimeout as sleep } from "node:timers/promises";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import {
   NetworkPolicyMode,
@@ -16,7 +17,7 @@ import {
   WorkspaceExpirationAction,
   WorkspaceVolumeMode,
   type Workspace as WorkspaceMessage,
-  type WorkspaceState,
+  WorkspaceState,
 } from "./gen/kibotos/ctrl/v1/types_pb.js";
 import { newCommandId, type Api } from "./api.js";
 import { CommandFailedError } from "./errors.js";
@@ -133,7 +134,7 @@ function createSpec(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreat
 }
 
 /** networkPolicy is the policy create's options ask for. */
-function networkPolicy(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreateSpecSchema>["networkPolicy"] {
+function networkPolicy(opts: Pick<CreateOptions, "network" | "allow" | "deny">): MessageInitShape<typeof WorkspaceCreateSpecSchema>["networkPolicy"] {
   const modes = { "deny-all": NetworkPolicyMode.DENY_ALL, "public-internet": NetworkPolicyMode.PUBLIC_INTERNET };
   const mode = modes[opts.network ?? "deny-all"];
   if (mode === undefined) throw new TypeError(`network "${opts.network}": want deny-all or public-internet`);
@@ -239,9 +240,47 @@ export class Workspace {
       this.api.workspaces.updateWorkspaceMemory({ command, workspaceId: this.id, expectedResourcesRevision, memoryBytes }, { signal }));
   }
 
+  /**
+   * setNetwork replaces the egress policy, as create's network, allow and
+   * deny ask for it, with the revision last read (a change made meanwhile
+   * is refused: failed_precondition). On a running Workspace it waits
+   * until the node confirms the new revision in force
+   * (info.networkPolicyStatus.appliedRevision): judge enforcement by that,
+   * never by the call having returned. A node that could not apply it
+   * throws CommandFailedError. A Workspace not running takes the policy at
+   * its next start. `wait: false` returns once ctrl admitted the change.
+   */
+  async setNetwork(policy: Pick<CreateOptions, "network" | "allow" | "deny">, opts: { wait?: boolean; signal?: AbortSignal } = {}): Promise<this> {
+    const wanted = networkPolicy(policy);
+    const expectedRevision = this.message.spec?.networkPolicy?.revision ?? 0n;
+    const commandId = newCommandId();
+    await this.update(
+      opts,
+      (command, signal) => this.api.workspaces.updateWorkspaceNetworkPolicy({ command, workspaceId: this.id, expectedRevision, networkPolicy: wanted }, { signal }),
+      commandId,
+    );
+    const revision = this.message.spec?.networkPolicy?.revision ?? 0n;
+    if (opts.wait === false || revision === expectedRevision) return this;
+    while (this.message.state === WorkspaceState.AVAILABLE && (this.message.networkPolicyStatus?.appliedRevision ?? 0n) < revision) {
+      const res = await this.api.call(
+        () => this.api.workspaces.waitWorkspace({ workspaceId: this.id, commandId, timeout: { seconds: waitStepSeconds } }, { signal: opts.signal }),
+        opts.signal,
+      );
+      if (res.workspace) this.message = res.workspace;
+      const c = res.command!;
+      if (c.state === WorkspaceCommandState.FAILED) throw new CommandFailedError(this.id, commandId, c.failure);
+      if (c.state === WorkspaceCommandState.SUCCEEDED) await sleep(200, undefined, { signal: opts.signal }); // the command ended: a wait on it answers at once
+    }
+    return this;
+  }
+
   /** update sends one change under one command_id (kept across retries) and keeps the Workspace it answers. */
-  private async update(opts: { signal?: AbortSignal }, send: (command: { commandId: string }, signal?: AbortSignal) => Promise<{ workspace?: WorkspaceMessage }>): Promise<this> {
-    const command = { commandId: newCommandId() };
+  private async update(
+    opts: { signal?: AbortSignal },
+    send: (command: { commandId: string }, signal?: AbortSignal) => Promise<{ workspace?: WorkspaceMessage }>,
+    commandId = newCommandId(),
+  ): Promise<this> {
+    const command = { commandId };
     const res = await this.api.call(() => send(command, opts.signal), opts.signal);
     this.message = res.workspace!;
     return this;

@@ -157,6 +157,18 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     await assert.rejects(ws.issueSession({ scopes: ["shell" as "file"] }), TypeError);
   });
 
+  await t.test("setNetwork waits until the node applied it", async () => {
+    const stale = await kibotos.workspaces.get(ws.id);
+    const before = ws.info.spec?.networkPolicy?.revision ?? 0n;
+    await ws.setNetwork({ network: "public-internet", allow: ["192.0.2.1"], deny: ["0.0.0.0/0", "::/0"] });
+    const policy = ws.info.spec?.networkPolicy;
+    assert.deepEqual([policy?.revision, policy?.mode, policy?.allow], [before + 1n, NetworkPolicyMode.PUBLIC_INTERNET, ["192.0.2.1"]]);
+    assert.equal(ws.info.networkPolicyStatus?.appliedRevision, policy?.revision);
+    const refused = await stale.setNetwork({ network: "deny-all" }).catch((e: unknown) => e);
+    assert.ok(refused instanceof ApiError && refused.code === Code.FailedPrecondition, String(refused));
+    await assert.rejects(ws.setNetwork({ network: "open" as "deny-all" }), TypeError);
+  });
+
   await t.test("setExpiration, setLabels and setMemory; a stale revision is refused", async () => {
     const stale = await kibotos.workspaces.get(ws.id);
     await ws.setExpiration({ inSeconds: 600, action: "delete" });
