@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,13 +39,22 @@ func TestNodeLifecycleCommands(t *testing.T) {
 	c := testenv.New(t, testenv.FastFleet())
 	n := c.StartNode(t, "node-a", "", "")
 
-	code, out, errOut := kibotos(t, c, "node", "drain", "node-a")
+	// What placement charged over what it admits against, what runs there,
+	// the pools (the default marked *): one word a cell.
+	code, out, errOut := kibotos(t, c, "node", "get", "node-a", "--no-headers")
+	reg := c.Registration(t, "node-a")
+	want := fmt.Sprintf("node-a READY ADMITTED %d false 0m/%dm 0B/", reg.GetIncarnation(), reg.GetSchedulable().GetCpuMillis())
+	if cells := strings.Fields(out); code != 0 || !strings.HasPrefix(strings.Join(cells, " "), want) || len(cells) != 9 || cells[7] != "0" || cells[8] != "default*" {
+		t.Errorf("node get: exit %d, %q, want %q... 0 default*\n%s", code, out, want, errOut)
+	}
+
+	code, out, errOut = kibotos(t, c, "node", "drain", "node-a")
 	if code != 0 || !strings.Contains(out, "NODE") || !strings.Contains(out, "DRAINED") {
 		t.Errorf("node drain: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = kibotos(t, c, "node", "undrain", "node-a", "-o", "json")
-	reg := &operatorv1.CancelNodeDrainResponse{}
-	if code != 0 || protojson.Unmarshal([]byte(out), reg) != nil || reg.GetRegistration().GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY {
+	undrained := &operatorv1.CancelNodeDrainResponse{}
+	if code != 0 || protojson.Unmarshal([]byte(out), undrained) != nil || undrained.GetRegistration().GetStatus() != operatorv1.NodeRegistrationStatus_NODE_REGISTRATION_STATUS_READY {
 		t.Errorf("node undrain -o json: exit %d\n%s%s", code, out, errOut)
 	}
 	code, _, errOut = kibotos(t, c, "node", "isolate", "node-a")

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -30,15 +32,36 @@ func nodeRegistrationClient() (operatorv1connect.NodeRegistrationServiceClient, 
 	return onOperator(operatorv1connect.NewNodeRegistrationServiceClient)
 }
 
-var nodeHeader = []string{"NODE", "STATUS", "ADMISSION", "INCARNATION", "ISOLATED"}
+// nodeHeader's CPU and MEMORY are what placement has charged to the node
+// over what it admits against (allocated/schedulable), EXECUTIONS what the
+// node last reported running ("-" without a live session), POOLS the pools it declares (its default
+// marked *): what an operator weighs before a drain or a move.
+var nodeHeader = []string{"NODE", "STATUS", "ADMISSION", "INCARNATION", "ISOLATED", "CPU", "MEMORY", "EXECUTIONS", "POOLS"}
 
 func nodeRow(n *operatorv1.NodeRegistration) []string {
+	alloc, sched := n.GetAllocated(), n.GetSchedulable()
+	var pools []string
+	for _, p := range n.GetStoragePools() {
+		name := p.GetStoragePool()
+		if p.GetDefaultPool() {
+			name += "*"
+		}
+		pools = append(pools, name)
+	}
+	executions := "" // a node without a live session reports nothing now
+	if n.GetSession().GetLive() {
+		executions = strconv.FormatUint(uint64(n.GetObservation().GetExecutionCount()), 10)
+	}
 	return []string{
 		n.GetNodeId(),
 		trimEnum(n.GetStatus().String(), "NODE_REGISTRATION_STATUS_"),
 		trimEnum(n.GetAdmission().String(), "NODE_ADMISSION_"),
 		strconv.FormatUint(n.GetIncarnation(), 10),
 		strconv.FormatBool(n.GetIsolated()),
+		fmt.Sprintf("%dm/%dm", alloc.GetCpuMillis(), sched.GetCpuMillis()),
+		showSize(alloc.GetMemoryBytes()) + "/" + showSize(sched.GetMemoryBytes()),
+		executions,
+		strings.Join(pools, ","),
 	}
 }
 
