@@ -84,7 +84,9 @@ func (w waitingWorkspace) WaitWorkspace(ctx context.Context, _ *connect.Request[
 // ctrl and how to look at it, not "canceled: context canceled".
 func TestInterruptingAFollowSaysTheCommandGoesOn(t *testing.T) {
 	waited := make(chan struct{}, 1)
-	onFakeEndpoint(t, func(m *http.ServeMux) { m.Handle(ctrlv1connect.NewWorkspaceServiceHandler(waitingWorkspace{waited: waited})) })
+	onFakeEndpoint(t, func(m *http.ServeMux) {
+		m.Handle(ctrlv1connect.NewWorkspaceServiceHandler(waitingWorkspace{waited: waited}))
+	})
 	ctx, interrupt := context.WithCancel(context.Background())
 	go func() {
 		<-waited
