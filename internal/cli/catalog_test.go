@@ -94,6 +94,10 @@ func TestTemplateBuildFromADirectoryATarAndAnOCILayout(t *testing.T) {
 	if code != 0 || strings.Index(out, "tar") > strings.Index(out, " 1 ") {
 		t.Errorf("template get (newest first): exit %d\n%s", code, out)
 	}
+	// -q: each revision as --template and template delete name it.
+	if code, out, _ = kibotos(t, c, "template", "get", "tools", "-q"); code != 0 || !strings.HasPrefix(out, "tools@") || strings.Count(out, "tools@") != strings.Count(out, "\n") {
+		t.Errorf("template get -q: exit %d\n%s", code, out)
+	}
 	if code, _, errOut = kibotos(t, c, "template", "get", "nope"); code == 0 || !strings.Contains(errOut, "not_found") {
 		t.Errorf("template get of an unknown template: exit %d, %s", code, errOut)
 	}

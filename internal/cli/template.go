@@ -35,8 +35,10 @@ func templateRow(t *operatorv1.Template) []string {
 
 var revisionHeader = []string{"TEMPLATE", "REVISION", "STATE", "DEFAULT", "IMAGE", "DIGEST"}
 
+// revisionRow's first cell is NAME@REVISION, what --template takes, so
+// `template get NAME -q` lists revisions as create and delete name them.
 func revisionRow(r *operatorv1.TemplateRevision) []string {
-	return []string{r.GetRef().GetTemplate(), r.GetRef().GetRevision(), trimEnum(r.GetState().String(), "TEMPLATE_REVISION_STATE_"),
+	return []string{r.GetRef().GetTemplate() + "@" + r.GetRef().GetRevision(), r.GetRef().GetRevision(), trimEnum(r.GetState().String(), "TEMPLATE_REVISION_STATE_"),
 		strconv.FormatBool(r.GetIsDefault()), showSize(r.GetImageSizeBytes()), r.GetImageDigest()}
 }
 
