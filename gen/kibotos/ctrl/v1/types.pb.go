@@ -1939,7 +1939,8 @@ func (x *TemplateDeliveryObservation) GetMessage() string {
 type ResourceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cpu_millis is the CPU in thousandths of a vCPU. A VM provider rounds it up
-	// to whole vCPUs. Zero selects the storage/compute profile default.
+	// to whole vCPUs. Zero selects the storage/compute profile default: the
+	// execution boots with one vCPU and placement reserves no CPU for it.
 	CpuMillis uint32 `protobuf:"varint,1,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
 	// Guest RAM. It must be a whole number of MiB and at least 128 MiB, so the
 	// requested value is exactly what the execution receives. The upper bound is

@@ -246,7 +246,8 @@ export const TemplateDeliveryObservationSchema: GenMessage<TemplateDeliveryObser
 export type ResourceRequest = Message<"kibotos.ctrl.v1.ResourceRequest"> & {
   /**
    * cpu_millis is the CPU in thousandths of a vCPU. A VM provider rounds it up
-   * to whole vCPUs. Zero selects the storage/compute profile default.
+   * to whole vCPUs. Zero selects the storage/compute profile default: the
+   * execution boots with one vCPU and placement reserves no CPU for it.
    *
    * @generated from field: uint32 cpu_millis = 1;
    */
