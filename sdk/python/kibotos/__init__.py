@@ -35,6 +35,7 @@ from kibotos.errors import (
 from kibotos.files import Files
 from kibotos.process import ExecResult, Exit, Output, Process, Processes, Started
 from kibotos.session import Session
+from kibotos.transfer import Transfer, TransferFailed, Transfers
 from kibotos.volume import Volume, VolumeFailed, Volumes
 from kibotos.workspace import Workspace, Workspaces
 
@@ -44,6 +45,9 @@ __all__ = [
     "Workspaces",
     "Files",
     "Session",
+    "Transfer",
+    "Transfers",
+    "TransferFailed",
     "Volume",
     "Volumes",
     "VolumeFailed",

@@ -15,7 +15,15 @@ from urllib.parse import urlsplit
 import grpc
 
 from kibotos import errors
-from kibotos.ctrl.v1 import file_pb2_grpc, process_pb2_grpc, session_pb2_grpc, types_pb2, volume_pb2_grpc, workspace_pb2_grpc
+from kibotos.ctrl.v1 import (
+    file_pb2_grpc,
+    process_pb2_grpc,
+    session_pb2_grpc,
+    transfer_pb2_grpc,
+    types_pb2,
+    volume_pb2_grpc,
+    workspace_pb2_grpc,
+)
 
 T = TypeVar("T")
 
@@ -57,6 +65,7 @@ class Connection:
         self.files = file_pb2_grpc.FileServiceStub(self.channel)
         self.sessions = session_pb2_grpc.SessionServiceStub(self.channel)
         self.volumes = volume_pb2_grpc.VolumeServiceStub(self.channel)
+        self.transfers = transfer_pb2_grpc.TransferServiceStub(self.channel)
 
     def close(self) -> None:
         self.channel.close()

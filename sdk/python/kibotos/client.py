@@ -7,6 +7,7 @@ from typing import Optional
 
 from kibotos import _config, _rpc
 from kibotos.ctrl.v1 import types_pb2
+from kibotos.transfer import Transfers
 from kibotos.volume import Volumes
 from kibotos.workspace import Workspace, Workspaces
 
@@ -37,6 +38,7 @@ class Kibotos:
         self._conn = _rpc.Connection(cfg.endpoint, cfg.api_key, timeout, retries)
         self.workspaces = Workspaces(self._conn)
         self.volumes = Volumes(self._conn)
+        self.transfers = Transfers(self._conn)
 
     def workspace(self, workspace_id: str) -> Workspace:
         """A handle on a Workspace without reading it: what a client holding

@@ -7,7 +7,7 @@ import re
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
-from kibotos import _rpc, errors, process, session
+from kibotos import _rpc, errors, process, session, transfer
 from kibotos.ctrl.v1 import types_pb2, workspace_pb2
 from kibotos.files import Files
 
@@ -227,6 +227,21 @@ class Workspace:
             if res.command.state == workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED:
                 time.sleep(0.2)  # the command ended: a wait on it answers at once
 
+    def export(self, *, include_writable_layer: bool = False, include_template_image: bool = False, wait: bool = True,
+               timeout: float = 3600, progress: Optional[transfer.Progress] = None) -> transfer.Transfer:
+        """Captures the Workspace, which must have no execution (STOPPED),
+        into a Transfer: its Volume always, its writable layer (/ and its
+        changes) with include_writable_layer, the Template's root image with
+        include_template_image (for a deployment that lacks it). Waits until
+        the Transfer is COMPLETE (wait=False: returns it EXPORTING);
+        progress(transfer) is called as its bytes advance. A failed export
+        raises TransferFailed."""
+        res = self._conn.mutate(self._conn.workspaces.ExportWorkspace, lambda cmd: workspace_pb2.ExportWorkspaceRequest(
+            command=cmd, workspace_id=self.id, include_writable_layer=include_writable_layer,
+            include_template_image=include_template_image))
+        t = transfer.Transfer(self._conn, res.transfer)
+        return t.wait(timeout, progress) if wait else t
+
     def _update(self, method, build) -> "Workspace":
         self.info = self._conn.mutate(method, build).workspace
         return self
@@ -361,6 +376,29 @@ class Workspaces:
         admitted = self._conn.mutate(
             self._conn.workspaces.CreateWorkspace,
             lambda c: workspace_pb2.CreateWorkspaceRequest(command=c, spec=spec),
+        )
+        return Workspace(self._conn, admitted.workspace)._follow(admitted, wait, timeout)
+
+    def restore(
+        self,
+        transfer_id: str,
+        *,
+        memory: Optional[Size] = None,
+        labels: Optional[Dict[str, str]] = None,
+        wait: bool = True,
+        timeout: float = DEFAULT_WAIT,
+    ) -> Workspace:
+        """Creates a new Workspace from a COMPLETE or IMPORTED Transfer: the
+        spec its archive carries (memory, when given, in place of the
+        archive's), its Volume imported and bound, its writable layer when
+        it was exported; labels label the new Workspace. Waits until AVAILABLE (wait=False: returns it
+        as admitted); a restore that fails raises CommandFailed."""
+        spec = types_pb2.WorkspaceCreateSpec(labels=labels or {})
+        if memory is not None:
+            spec.resources.memory_bytes = parse_size(memory)
+        admitted = self._conn.mutate(
+            self._conn.workspaces.RestoreWorkspace,
+            lambda c: workspace_pb2.RestoreWorkspaceRequest(command=c, transfer_id=transfer_id, spec=spec),
         )
         return Workspace(self._conn, admitted.workspace)._follow(admitted, wait, timeout)
 
