@@ -7,6 +7,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { FileService } from "./gen/kibotos/ctrl/v1/file_pb.js";
 import { ProcessService } from "./gen/kibotos/ctrl/v1/process_pb.js";
 import { SessionService } from "./gen/kibotos/ctrl/v1/session_pb.js";
+import { TransferService } from "./gen/kibotos/ctrl/v1/transfer_pb.js";
 import { VolumeService } from "./gen/kibotos/ctrl/v1/volume_pb.js";
 import { WorkspaceService } from "./gen/kibotos/ctrl/v1/workspace_pb.js";
 import { toError } from "./errors.js";
@@ -26,6 +27,7 @@ export class Api {
   readonly files: Client<typeof FileService>;
   readonly sessions: Client<typeof SessionService>;
   readonly volumes: Client<typeof VolumeService>;
+  readonly transfers: Client<typeof TransferService>;
   private readonly attempts: number;
   private readonly initialDelayMs: number;
 
@@ -35,6 +37,7 @@ export class Api {
     this.files = createClient(FileService, transport);
     this.sessions = createClient(SessionService, transport);
     this.volumes = createClient(VolumeService, transport);
+    this.transfers = createClient(TransferService, transport);
     this.attempts = Math.max(1, retry.attempts ?? 5);
     this.initialDelayMs = retry.initialDelayMs ?? 200;
   }

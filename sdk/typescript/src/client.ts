@@ -3,6 +3,7 @@ import { Api, transportFor, type RetryOptions } from "./api.js";
 import { ENV_TOKEN, ENV_WORKSPACE_ENDPOINT, configPath, loadConfig } from "./config.js";
 import { create } from "@bufbuild/protobuf";
 import { WorkspaceSchema } from "./gen/kibotos/ctrl/v1/types_pb.js";
+import { Transfers } from "./transfer.js";
 import { Volumes } from "./volume.js";
 import { Workspace, Workspaces } from "./workspace.js";
 
@@ -25,8 +26,9 @@ export interface KibotosOptions {
 export class Kibotos {
   readonly workspaces: Workspaces;
   readonly volumes: Volumes;
-  /** The generated clients the SDK wraps, for the calls it does not (updates, network policies, processes by id...). */
-  readonly api: Pick<Api, "workspaces" | "processes" | "files" | "sessions" | "volumes">;
+  readonly transfers: Transfers;
+  /** The generated clients the SDK wraps, for the calls it does not (annotations, Volume binding, layer size...). */
+  readonly api: Pick<Api, "workspaces" | "processes" | "files" | "sessions" | "volumes" | "transfers">;
   /** The transport every call goes through: createClient(VolumeService, kibotos.transport) reaches the other services. */
   readonly transport: Transport;
 
@@ -39,6 +41,7 @@ export class Kibotos {
     this.core = api;
     this.workspaces = new Workspaces(api);
     this.volumes = new Volumes(api);
+    this.transfers = new Transfers(api);
   }
 
   /**

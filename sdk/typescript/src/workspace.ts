@@ -24,6 +24,7 @@ import { CommandFailedError } from "./errors.js";
 import { exec, execStream, type ExecEvent, type ExecOptions, type ExecResult } from "./exec.js";
 import { Files } from "./files.js";
 import { Processes } from "./process.js";
+import { Transfer, type TransferWaitOptions } from "./transfer.js";
 import { issueSession, type Session, type SessionOptions } from "./session.js";
 import { parseSize, type Size } from "./size.js";
 
@@ -79,6 +80,22 @@ export class Workspaces {
     const spec = createSpec(opts);
     const commandId = opts.commandId ?? newCommandId();
     const res = await this.api.call(() => this.api.workspaces.createWorkspace({ command: { commandId }, spec }, { signal: opts.signal }), opts.signal);
+    const ws = new Workspace(this.api, res.workspace!);
+    if (opts.wait !== false) await ws.follow(commandId, opts.signal);
+    return ws;
+  }
+
+  /**
+   * restore makes a new Workspace from a COMPLETE or IMPORTED Transfer: the
+   * spec its archive carries (memory, when given, in place of the
+   * archive's), its Volume imported and bound, its writable layer when it
+   * was exported; labels label the new Workspace. Unless `wait: false` it
+   * waits until AVAILABLE, as create does.
+   */
+  async restore(transferId: string, opts: CommandOptions & { memory?: Size; labels?: Record<string, string> } = {}): Promise<Workspace> {
+    const commandId = opts.commandId ?? newCommandId();
+    const spec = { labels: opts.labels ?? {}, resources: opts.memory === undefined ? undefined : { memoryBytes: parseSize(opts.memory, "memory") } };
+    const res = await this.api.call(() => this.api.workspaces.restoreWorkspace({ command: { commandId }, transferId, spec }, { signal: opts.signal }), opts.signal);
     const ws = new Workspace(this.api, res.workspace!);
     if (opts.wait !== false) await ws.follow(commandId, opts.signal);
     return ws;
@@ -272,6 +289,27 @@ export class Workspace {
       if (c.state === WorkspaceCommandState.SUCCEEDED) await sleep(200, undefined, { signal: opts.signal }); // the command ended: a wait on it answers at once
     }
     return this;
+  }
+
+  /**
+   * export captures the Workspace, which must have no execution (STOPPED),
+   * into a Transfer: its Volume always, its writable layer with
+   * includeWritableLayer, the Template's image with includeTemplateImage.
+   * Unless `wait: false` it waits until the Transfer is COMPLETE (progress
+   * is called as its bytes advance); a failed export throws
+   * TransferFailedError.
+   */
+  async export(opts: TransferWaitOptions & { includeWritableLayer?: boolean; includeTemplateImage?: boolean; wait?: boolean } = {}): Promise<Transfer> {
+    const commandId = newCommandId();
+    const res = await this.api.call(
+      () => this.api.workspaces.exportWorkspace({
+        command: { commandId }, workspaceId: this.id,
+        includeWritableLayer: opts.includeWritableLayer ?? false, includeTemplateImage: opts.includeTemplateImage ?? false,
+      }, { signal: opts.signal }),
+      opts.signal,
+    );
+    const t = new Transfer(this.api, res.transfer!);
+    return opts.wait === false ? t : t.wait(opts);
   }
 
   /** update sends one change under one command_id (kept across retries) and keeps the Workspace it answers. */

@@ -2,6 +2,9 @@
 // configuration names ($KIBOTOS_HOME/config.env; scripts/test-sdk-ts.sh
 // starts one on its own state and ports).
 import assert from "node:assert/strict";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
 import { createClient } from "@connectrpc/connect";
 import { NetworkPolicyMode, WorkspaceExpirationAction } from "@kibotos/sdk/gen/types_pb";
@@ -15,6 +18,7 @@ import {
   Kibotos,
   ProcessEndCause,
   ProcessState,
+  TransferState,
   VolumeState,
   WorkspaceState,
   signalOf,
@@ -287,4 +291,44 @@ test("a Volume outlives the Workspace bound to it and carries its data to the ne
   await vol.delete();
   assert.equal(vol.state, VolumeState.DELETED);
   assert.equal((await kibotos.volumes.get(vol.id)).state, VolumeState.DELETED);
+});
+
+test("a stopped Workspace exported, downloaded, uploaded and restored with both tiers' files", async (t) => {
+  const ws = await kibotos.workspaces.create({ memory: "256Mi", volume: { size: "64Mi" }, labels: { suite: "sdk-ts-transfer" } });
+  let restored: Awaited<ReturnType<typeof kibotos.workspaces.restore>> | undefined;
+  t.after(async () => {
+    await ws.delete().catch(() => {});
+    await restored?.delete().catch(() => {});
+  });
+  assert.equal((await ws.exec(["sh", "-c", "echo volume > /data/v && echo layer > /root/l && sync"])).exitCode, 0);
+  const running = await ws.export().catch((e: unknown) => e);
+  assert.ok(running instanceof ApiError && running.code === Code.FailedPrecondition, String(running)); // only with no execution
+  await ws.stop();
+
+  const seen: TransferState[] = [];
+  const exported = await ws.export({ includeWritableLayer: true, progress: (tr) => seen.push(tr.state) });
+  assert.equal(exported.state, TransferState.COMPLETE);
+  assert.ok(exported.info.totalBytes > 0n && seen.at(-1) === TransferState.COMPLETE);
+  assert.ok((await kibotos.transfers.list()).some((tr) => tr.id === exported.id));
+
+  const dir = await mkdtemp(join(tmpdir(), "kibotos-sdk-ts-"));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const archive = join(dir, "ws.kbx");
+  const size = await exported.download(archive);
+  assert.ok(size > 0n && BigInt((await stat(archive)).size) === size);
+
+  const uploaded = await kibotos.transfers.upload(archive, { labels: { from: "sdk-ts" } });
+  assert.deepEqual([uploaded.state, uploaded.info.labels.from], [TransferState.IMPORTED, "sdk-ts"]);
+  assert.equal((await kibotos.transfers.get(uploaded.id)).state, TransferState.IMPORTED);
+
+  restored = await kibotos.workspaces.restore(uploaded.id, { memory: "320Mi", labels: { suite: "sdk-ts-restored" } });
+  assert.equal(restored.state, WorkspaceState.AVAILABLE);
+  assert.notEqual(restored.id, ws.id);
+  assert.equal(restored.info.spec?.resources?.memoryBytes, 320n << 20n);
+  assert.deepEqual(restored.info.labels, { suite: "sdk-ts-restored" });
+  assert.equal(await restored.files.read("/data/v"), "volume\n");
+  assert.equal(await restored.files.read("/root/l"), "layer\n");
+
+  await exported.delete();
+  assert.ok([TransferState.DELETING, TransferState.DELETED].includes(exported.state));
 });
