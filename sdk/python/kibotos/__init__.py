@@ -32,6 +32,7 @@ from kibotos.errors import (
     Unimplemented,
     Unknown,
 )
+from kibotos.egress import Egress, Egresses, Resolver, Resolvers
 from kibotos.files import Files
 from kibotos.process import ExecResult, Exit, Output, Process, Processes, Started
 from kibotos.session import Session
@@ -44,6 +45,10 @@ __all__ = [
     "Workspace",
     "Workspaces",
     "Files",
+    "Egress",
+    "Egresses",
+    "Resolver",
+    "Resolvers",
     "Session",
     "Transfer",
     "Transfers",

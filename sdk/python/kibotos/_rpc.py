@@ -16,8 +16,10 @@ import grpc
 
 from kibotos import errors
 from kibotos.ctrl.v1 import (
+    egress_pb2_grpc,
     file_pb2_grpc,
     process_pb2_grpc,
+    resolver_pb2_grpc,
     session_pb2_grpc,
     transfer_pb2_grpc,
     types_pb2,
@@ -66,6 +68,8 @@ class Connection:
         self.sessions = session_pb2_grpc.SessionServiceStub(self.channel)
         self.volumes = volume_pb2_grpc.VolumeServiceStub(self.channel)
         self.transfers = transfer_pb2_grpc.TransferServiceStub(self.channel)
+        self.egresses = egress_pb2_grpc.EgressServiceStub(self.channel)
+        self.resolvers = resolver_pb2_grpc.ResolverServiceStub(self.channel)
 
     def close(self) -> None:
         self.channel.close()

@@ -7,6 +7,7 @@ from typing import Optional
 
 from kibotos import _config, _rpc
 from kibotos.ctrl.v1 import types_pb2
+from kibotos.egress import Egresses, Resolvers
 from kibotos.transfer import Transfers
 from kibotos.volume import Volumes
 from kibotos.workspace import Workspace, Workspaces
@@ -39,6 +40,8 @@ class Kibotos:
         self.workspaces = Workspaces(self._conn)
         self.volumes = Volumes(self._conn)
         self.transfers = Transfers(self._conn)
+        self.egresses = Egresses(self._conn)
+        self.resolvers = Resolvers(self._conn)
 
     def workspace(self, workspace_id: str) -> Workspace:
         """A handle on a Workspace without reading it: what a client holding

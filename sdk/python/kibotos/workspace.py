@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 import re
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
-from kibotos import _rpc, errors, process, session, transfer
+from kibotos import _rpc, egress, errors, process, session, transfer
 from kibotos.ctrl.v1 import types_pb2, workspace_pb2
 from kibotos.files import Files
 
@@ -59,11 +59,15 @@ def _volume_binding(volume) -> Optional[types_pb2.WorkspaceVolumeBinding]:
     )
 
 
-def _network_policy(network: str, allow: Sequence[str], deny: Sequence[str]) -> types_pb2.NetworkPolicy:
+def _network_policy(network: str, allow: Sequence[str], deny: Sequence[str],
+                    egresses: Optional[Mapping[str, Sequence[str]]] = None,
+                    resolvers: Optional[Mapping[str, str]] = None) -> types_pb2.NetworkPolicy:
     modes = {"deny-all": types_pb2.NETWORK_POLICY_MODE_DENY_ALL, "public-internet": types_pb2.NETWORK_POLICY_MODE_PUBLIC_INTERNET}
     if network not in modes:
         raise ValueError(f"network {network!r}: want deny-all or public-internet")
-    return types_pb2.NetworkPolicy(mode=modes[network], allow=list(allow), deny=list(deny))
+    policy = types_pb2.NetworkPolicy(mode=modes[network], allow=list(allow), deny=list(deny))
+    egress.policy_entries(policy, egresses, resolvers)
+    return policy
 
 
 def _expiration(expire_in: float, action: str) -> types_pb2.WorkspaceExpirationPolicy:
@@ -185,11 +189,13 @@ class Workspace:
         *,
         allow: Sequence[str] = (),
         deny: Sequence[str] = (),
+        egresses: Optional[Mapping[str, Sequence[str]]] = None,
+        resolvers: Optional[Mapping[str, str]] = None,
         wait: bool = True,
         timeout: float = 60.0,
     ) -> "Workspace":
-        """Replaces the egress policy, as create's network, allow and deny
-        ask for it, with the revision last read (a change made meanwhile is
+        """Replaces the egress policy, as create's network, allow, deny,
+        egresses and resolvers ask for it, with the revision last read (a change made meanwhile is
         refused as FailedPrecondition).
 
         On a running Workspace it waits (unless wait=False) until the node
@@ -198,7 +204,7 @@ class Workspace:
         that, never by the call having returned. A node that could not
         apply it raises CommandFailed; past timeout seconds, TimeoutError.
         A Workspace not running takes the policy at its next start."""
-        policy = _network_policy(network, allow, deny)
+        policy = _network_policy(network, allow, deny, egresses, resolvers)
         expected = self.info.spec.network_policy.revision
         command_id = _rpc.new_command_id()
         req = workspace_pb2.UpdateWorkspaceNetworkPolicyRequest(
@@ -338,6 +344,8 @@ class Workspaces:
         network: str = "deny-all",
         allow: Sequence[str] = (),
         deny: Sequence[str] = (),
+        egresses: Optional[Mapping[str, Sequence[str]]] = None,
+        resolvers: Optional[Mapping[str, str]] = None,
         expire_in: Optional[float] = None,
         expire_action: str = "stop",
         wait: bool = True,
@@ -355,7 +363,9 @@ class Workspaces:
         for the new Volume, or the id of an existing Volume to bind
         (mounted at /data, kept when the Workspace is deleted). network is
         "deny-all" or "public-internet", which allow and deny (addresses
-        or CIDRs) refine. expire_in (seconds from now) has the Workspace
+        or CIDRs) refine; egresses ({EGRESS_ID: [CIDR, ...]}) sends TCP to
+        those destinations through an Egress, resolvers ({RESOLVER_ID:
+        "direct" or "egress:EGRESS_ID"}) the guest's DNS to a Resolver. expire_in (seconds from now) has the Workspace
         stopped, or deleted with expire_action="delete", at that time.
         A create that fails after admission raises CommandFailed.
         """
@@ -367,7 +377,7 @@ class Workspaces:
                 writable_layer_capacity_bytes=parse_size(disk) if disk is not None else 0,
             ),
             volume=_volume_binding(volume),
-            network_policy=_network_policy(network, allow, deny),
+            network_policy=_network_policy(network, allow, deny, egresses, resolvers),
             labels=labels or {},
             annotations=annotations or {},
         )
