@@ -4,8 +4,10 @@ import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { EgressService } from "./gen/kibotos/ctrl/v1/egress_pb.js";
 import { FileService } from "./gen/kibotos/ctrl/v1/file_pb.js";
 import { ProcessService } from "./gen/kibotos/ctrl/v1/process_pb.js";
+import { ResolverService } from "./gen/kibotos/ctrl/v1/resolver_pb.js";
 import { SessionService } from "./gen/kibotos/ctrl/v1/session_pb.js";
 import { TransferService } from "./gen/kibotos/ctrl/v1/transfer_pb.js";
 import { VolumeService } from "./gen/kibotos/ctrl/v1/volume_pb.js";
@@ -28,6 +30,8 @@ export class Api {
   readonly sessions: Client<typeof SessionService>;
   readonly volumes: Client<typeof VolumeService>;
   readonly transfers: Client<typeof TransferService>;
+  readonly egresses: Client<typeof EgressService>;
+  readonly resolvers: Client<typeof ResolverService>;
   private readonly attempts: number;
   private readonly initialDelayMs: number;
 
@@ -38,6 +42,8 @@ export class Api {
     this.sessions = createClient(SessionService, transport);
     this.volumes = createClient(VolumeService, transport);
     this.transfers = createClient(TransferService, transport);
+    this.egresses = createClient(EgressService, transport);
+    this.resolvers = createClient(ResolverService, transport);
     this.attempts = Math.max(1, retry.attempts ?? 5);
     this.initialDelayMs = retry.initialDelayMs ?? 200;
   }

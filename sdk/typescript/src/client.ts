@@ -3,6 +3,7 @@ import { Api, transportFor, type RetryOptions } from "./api.js";
 import { ENV_TOKEN, ENV_WORKSPACE_ENDPOINT, configPath, loadConfig } from "./config.js";
 import { create } from "@bufbuild/protobuf";
 import { WorkspaceSchema } from "./gen/kibotos/ctrl/v1/types_pb.js";
+import { Egresses, Resolvers } from "./egress.js";
 import { Transfers } from "./transfer.js";
 import { Volumes } from "./volume.js";
 import { Workspace, Workspaces } from "./workspace.js";
@@ -27,8 +28,10 @@ export class Kibotos {
   readonly workspaces: Workspaces;
   readonly volumes: Volumes;
   readonly transfers: Transfers;
+  readonly egresses: Egresses;
+  readonly resolvers: Resolvers;
   /** The generated clients the SDK wraps, for the calls it does not (annotations, Volume binding, layer size...). */
-  readonly api: Pick<Api, "workspaces" | "processes" | "files" | "sessions" | "volumes" | "transfers">;
+  readonly api: Pick<Api, "workspaces" | "processes" | "files" | "sessions" | "volumes" | "transfers" | "egresses" | "resolvers">;
   /** The transport every call goes through: createClient(VolumeService, kibotos.transport) reaches the other services. */
   readonly transport: Transport;
 
@@ -42,6 +45,8 @@ export class Kibotos {
     this.workspaces = new Workspaces(api);
     this.volumes = new Volumes(api);
     this.transfers = new Transfers(api);
+    this.egresses = new Egresses(api);
+    this.resolvers = new Resolvers(api);
   }
 
   /**

@@ -7,12 +7,13 @@ export { configPath, loadConfig, parseEnvFile, type ClientConfig } from "./confi
 export { ApiError, CommandFailedError, KibotosError, type FailureInfo } from "./errors.js";
 export type { ExecEvent, ExecExit, ExecOptions, ExecResult } from "./exec.js";
 export { Process, Processes, signalOf, type SignalName, type StartOptions } from "./process.js";
+export { Egress, Egresses, Resolver, Resolvers, type EgressCreateOptions, type ResolverCreateOptions, type ResolverPathText } from "./egress.js";
 export { Files, type ListOptions, type ReadOptions, type UserOptions, type WriteOptions } from "./files.js";
 export { Session, type Scope, type SessionOptions } from "./session.js";
 export { Transfer, TransferFailedError, Transfers, type TransferWaitOptions } from "./transfer.js";
 export { Volume, VolumeFailedError, Volumes, type VolumeCreateOptions } from "./volume.js";
 export { parseSize, type Size } from "./size.js";
-export { Workspace, Workspaces, type CommandOptions, type CreateOptions } from "./workspace.js";
+export { Workspace, Workspaces, type CommandOptions, type CreateOptions, type NetworkOptions } from "./workspace.js";
 export { Code } from "@connectrpc/connect";
 export { FileType, type FileInfo } from "./gen/kibotos/ctrl/v1/file_pb.js";
 export { ProcessEndCause, ProcessState, type Process as ProcessInfo } from "./gen/kibotos/ctrl/v1/process_pb.js";

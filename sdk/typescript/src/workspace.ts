@@ -22,6 +22,7 @@ import {
 import { newCommandId, type Api } from "./api.js";
 import { CommandFailedError } from "./errors.js";
 import { exec, execStream, type ExecEvent, type ExecOptions, type ExecResult } from "./exec.js";
+import { policyEntries, type ResolverPathText } from "./egress.js";
 import { Files } from "./files.js";
 import { Processes } from "./process.js";
 import { Transfer, type TransferWaitOptions } from "./transfer.js";
@@ -63,6 +64,10 @@ export interface CreateOptions extends CommandOptions {
   allow?: string[];
   /** With public-internet: addresses or CIDRs refused. */
   deny?: string[];
+  /** With public-internet: { EGRESS_ID: [CIDR, ...] }, TCP to those destinations leaves through that Egress. */
+  egresses?: Record<string, string[]>;
+  /** With public-internet: { RESOLVER_ID: "direct" | "egress:EGRESS_ID" }, the guest's DNS goes to that Resolver. */
+  resolvers?: Record<string, ResolverPathText>;
   /** Stop the Workspace this many seconds from now (or delete it: `expireAction: "delete"`). */
   expireInSeconds?: number;
   /** What `expireInSeconds` does: "stop" (the default) or "delete". */
@@ -151,12 +156,15 @@ function createSpec(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreat
 }
 
 /** networkPolicy is the policy create's options ask for. */
-function networkPolicy(opts: Pick<CreateOptions, "network" | "allow" | "deny">): MessageInitShape<typeof WorkspaceCreateSpecSchema>["networkPolicy"] {
+function networkPolicy(opts: NetworkOptions): MessageInitShape<typeof WorkspaceCreateSpecSchema>["networkPolicy"] {
   const modes = { "deny-all": NetworkPolicyMode.DENY_ALL, "public-internet": NetworkPolicyMode.PUBLIC_INTERNET };
   const mode = modes[opts.network ?? "deny-all"];
   if (mode === undefined) throw new TypeError(`network "${opts.network}": want deny-all or public-internet`);
-  return { mode, allow: opts.allow ?? [], deny: opts.deny ?? [] };
+  return { mode, allow: opts.allow ?? [], deny: opts.deny ?? [], ...policyEntries(opts.egresses, opts.resolvers) };
 }
+
+/** The options that make a network policy, at create and in setNetwork. */
+export type NetworkOptions = Pick<CreateOptions, "network" | "allow" | "deny" | "egresses" | "resolvers">;
 
 /** expiration is the policy expireInSeconds and expireAction ask for, none without expireInSeconds. */
 function expiration(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreateSpecSchema>["expiration"] {
@@ -267,7 +275,7 @@ export class Workspace {
    * throws CommandFailedError. A Workspace not running takes the policy at
    * its next start. `wait: false` returns once ctrl admitted the change.
    */
-  async setNetwork(policy: Pick<CreateOptions, "network" | "allow" | "deny">, opts: { wait?: boolean; signal?: AbortSignal } = {}): Promise<this> {
+  async setNetwork(policy: NetworkOptions, opts: { wait?: boolean; signal?: AbortSignal } = {}): Promise<this> {
     const wanted = networkPolicy(policy);
     const expectedRevision = this.message.spec?.networkPolicy?.revision ?? 0n;
     const commandId = newCommandId();

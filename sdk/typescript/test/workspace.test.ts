@@ -332,3 +332,37 @@ test("a stopped Workspace exported, downloaded, uploaded and restored with both 
   await exported.delete();
   assert.ok([TransferState.DELETING, TransferState.DELETED].includes(exported.state));
 });
+
+test("an Egress and a Resolver in a running Workspace's policy; deletion refused while named", async (t) => {
+  const e = await kibotos.egresses.create({ protocol: "socks5", endpoint: "192.0.2.10:1080", username: "u", password: "secret", udp: true, labels: { suite: "sdk-ts-egress" } });
+  const r = await kibotos.resolvers.create({ protocol: "udp", address: "192.0.2.53:53", labels: { suite: "sdk-ts-egress" } });
+  t.after(async () => {
+    await e.delete().catch(() => {});
+    await r.delete().catch(() => {});
+  });
+  assert.ok(e.info.passwordSet && e.info.spec?.password === "", "the password is never returned");
+  assert.deepEqual((await kibotos.egresses.list("suite=sdk-ts-egress")).map((x) => x.id), [e.id]);
+  assert.deepEqual((await kibotos.resolvers.list("suite=sdk-ts-egress")).map((x) => x.id), [r.id]);
+  assert.equal((await kibotos.egresses.get(e.id)).info.spec?.endpoint, "192.0.2.10:1080");
+  await assert.rejects(kibotos.egresses.create({ protocol: "ftp" as "socks5", endpoint: "192.0.2.10:21" }), TypeError);
+  await assert.rejects(kibotos.workspaces.create({ memory: "256Mi", network: "public-internet", resolvers: { [r.id]: "via" as "direct" } }), TypeError);
+
+  const ws = await kibotos.workspaces.create({
+    memory: "256Mi", volume: false, network: "public-internet",
+    egresses: { [e.id]: ["192.0.2.0/24"] }, resolvers: { [r.id]: `egress:${e.id}` },
+  });
+  t.after(() => ws.delete().catch(() => {}));
+  const policy = ws.info.spec?.networkPolicy;
+  assert.deepEqual(policy?.egresses.map((x) => [x.egressId, x.destinations]), [[e.id, ["192.0.2.0/24"]]]);
+  assert.deepEqual([policy?.resolvers[0]?.resolverId, policy?.resolvers[0]?.path?.kind.case, policy?.resolvers[0]?.path?.kind.value], [r.id, "egressId", e.id]);
+  assert.equal(ws.info.networkPolicyStatus?.appliedRevision, policy?.revision);
+  const named = await e.delete().catch((err: unknown) => err);
+  assert.ok(named instanceof ApiError && named.code === Code.FailedPrecondition, String(named));
+
+  await ws.setNetwork({ network: "public-internet" });
+  assert.deepEqual([ws.info.spec?.networkPolicy?.egresses.length, ws.info.spec?.networkPolicy?.resolvers.length], [0, 0]);
+  assert.equal(ws.info.networkPolicyStatus?.appliedRevision, ws.info.spec?.networkPolicy?.revision);
+  assert.equal((await e.delete()).info.deleted, true);
+  await ws.delete();
+  assert.equal((await r.delete()).info.deleted, true);
+});
