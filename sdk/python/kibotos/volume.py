@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional
 
-from kibotos import _rpc, errors
+from kibotos import _rpc, errors, transfer
 from kibotos.ctrl.v1 import types_pb2, volume_pb2
 from kibotos.workspace import parse_size
 
@@ -91,6 +91,17 @@ class Volume:
         )
         self.info = res.volume
         return self._wait_out_of(types_pb2.VOLUME_STATE_RESIZING, wait, timeout)
+
+    def export(self, *, wait: bool = True, timeout: float = 3600,
+               progress: Optional[transfer.Progress] = None) -> transfer.Transfer:
+        """Captures the Volume, which no execution may hold (AVAILABLE),
+        into a Transfer; waits until it is COMPLETE (wait=False: returns it
+        EXPORTING), calling progress(transfer) as its bytes advance. A
+        failed export raises TransferFailed."""
+        res = self._conn.mutate(self._conn.volumes.ExportVolume,
+                                lambda c: volume_pb2.ExportVolumeRequest(command=c, volume_id=self.id))
+        t = transfer.Transfer(self._conn, res.transfer)
+        return t.wait(timeout, progress) if wait else t
 
     def delete(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Volume":
         """Deletes it (a Volume an undeleted Workspace binds is

@@ -27,7 +27,12 @@ def test_a_volume_outlives_the_workspace_bound_to_it(client):
     again = client.workspaces.create(memory="256Mi", volume=vol.id)
     try:
         assert again.files.read_text("/data/kept") == "kept\n"
+        with pytest.raises(kibotos.FailedPrecondition):
+            vol.export()  # an execution holds it
     finally:
         again.delete()
+    exported = vol.export()
+    assert exported.state == "COMPLETE" and exported.info.total_bytes > 0
+    exported.delete()
     vol.delete()
     assert vol.state == "DELETED" and client.volumes.get(vol.id).state == "DELETED"

@@ -8,6 +8,7 @@ import { FailureReason, FailureStage, VolumeState, type Volume as VolumeMessage,
 import { newCommandId, type Api } from "./api.js";
 import { KibotosError } from "./errors.js";
 import { parseSize, type Size } from "./size.js";
+import { Transfer, type TransferWaitOptions } from "./transfer.js";
 
 /** How often a command's follow reads the Volume again. */
 const pollMs = 200;
@@ -119,6 +120,19 @@ export class Volume {
     this.message = res.volume!;
     if (opts.wait !== false) await this.waitOutOf(VolumeState.RESIZING, opts.signal);
     return this;
+  }
+
+  /**
+   * export captures the Volume, which no execution may hold (AVAILABLE),
+   * into a Transfer and, unless `wait: false`, waits until it is COMPLETE
+   * (progress is called as its bytes advance); a failed export throws
+   * TransferFailedError.
+   */
+  async export(opts: TransferWaitOptions & { wait?: boolean } = {}): Promise<Transfer> {
+    const commandId = newCommandId();
+    const res = await this.api.call(() => this.api.volumes.exportVolume({ command: { commandId }, volumeId: this.id }, { signal: opts.signal }), opts.signal);
+    const t = new Transfer(this.api, res.transfer!);
+    return opts.wait === false ? t : t.wait(opts);
   }
 
   /** delete deletes it (one an undeleted Workspace binds is failed_precondition) and, unless `wait: false`, waits until DELETED. */

@@ -285,9 +285,14 @@ test("a Volume outlives the Workspace bound to it and carries its data to the ne
   const again = await kibotos.workspaces.create({ memory: "256Mi", volume: { volumeId: vol.id } });
   try {
     assert.equal(await again.files.read("/data/kept"), "kept\n");
+    const held = await vol.export().catch((e: unknown) => e);
+    assert.ok(held instanceof ApiError && held.code === Code.FailedPrecondition, String(held)); // an execution holds it
   } finally {
     await again.delete();
   }
+  const exported = await vol.export();
+  assert.ok(exported.state === TransferState.COMPLETE && exported.info.totalBytes > 0n);
+  await exported.delete();
   await vol.delete();
   assert.equal(vol.state, VolumeState.DELETED);
   assert.equal((await kibotos.volumes.get(vol.id)).state, VolumeState.DELETED);
