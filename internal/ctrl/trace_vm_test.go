@@ -78,6 +78,8 @@ func TestCreateWorkspaceTraceSpansCtrlAndNode(t *testing.T) {
 	parent := col.byID(start.GetParentSpanId())
 	if parent == nil || parent.GetName() != "command CreateWorkspace" {
 		t.Errorf("the node span's parent is %v, want a command CreateWorkspace step", parent.GetName())
+	} else if string(parent.GetParentSpanId()) != string(create.GetSpanId()) {
+		t.Errorf("the node span's step has parent %x, not the CreateWorkspace span %x", parent.GetParentSpanId(), create.GetSpanId())
 	}
 	if start.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
 		t.Errorf("StartExecution span failed: %v", start.GetStatus())

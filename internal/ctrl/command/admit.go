@@ -122,7 +122,7 @@ func Admit(tx *store.Tx, now time.Time, commandID, kind string, req proto.Messag
 		row.LeaseOwner, row.LeaseUntil, row.Attempts = offer.owner, offer.until, 1
 		if eff.Begin != nil && !offer.noBegin {
 			offer.beginTried = true
-			if offer.begun, err = eff.Begin(row.Command); err != nil {
+			if offer.begun, err = offer.begin(tx.Context(), row.Command, eff.Begin); err != nil {
 				return nil, err
 			}
 			row.State = storev1.CommandState_COMMAND_STATE_RUNNING
@@ -282,6 +282,8 @@ type claimOffer struct {
 	begun      any
 	beginTried bool
 	noBegin    bool
+	// traceparent is the span of the Begin running (OperationTraceparent).
+	traceparent string
 }
 
 // offered is the claim offer of ctx's Do for a command of kind, nil when

@@ -27,6 +27,42 @@ func startStep(ctx context.Context, c *store.CommandRow) (context.Context, trace
 		))
 }
 
+// begin runs an Effect.Begin for c, the first step of c begun in its
+// admission, under a span of its own named as c's steps are, a child of
+// the admitting request. The node operations it records carry that span
+// (OperationTraceparent), so the node's span of an operation sits under a
+// step of the command whichever way its session sends it: handed over by
+// the step that goes on from the admission, or read from the database
+// before that step ran.
+func (o *claimOffer) begin(ctx context.Context, c *storev1.Command, begin func(*storev1.Command) (any, error)) (any, error) {
+	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/kibotos/kibotos/internal/ctrl/command").Start(ctx, "command "+c.GetKind(),
+		trace.WithAttributes(
+			attribute.String("kibotos.command_id", c.GetCommandId()),
+			attribute.String("kibotos.command.kind", c.GetKind()),
+			attribute.String("kibotos.target_id", c.GetTargetId()),
+			attribute.Bool("kibotos.command.begun_at_admission", true),
+		))
+	defer span.End()
+	o.traceparent = telemetry.Traceparent(ctx)
+	defer func() { o.traceparent = "" }()
+	begun, err := begin(c)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return begun, err
+}
+
+// OperationTraceparent is the W3C traceparent a node operation recorded
+// in tx carries: the span of the Effect.Begin that records it in an
+// admission, else tx's own (a runner step's).
+func OperationTraceparent(tx *store.Tx) string {
+	if adm, ok := tx.Context().Value(admissionsKey{}).(*admissions); ok && adm.offer != nil && adm.offer.traceparent != "" {
+		return adm.offer.traceparent
+	}
+	return telemetry.Traceparent(tx.Context())
+}
+
 // endStep records how the step ended on its span: the command's state
 // after it, or the error that makes the runner retry it.
 func endStep(span trace.Span, w *Work, err error) {

@@ -18,7 +18,6 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/store"
-	"github.com/kibotos/kibotos/internal/telemetry"
 )
 
 // Answer is a node's answer to an operation: a result, or a failure. A
@@ -337,15 +336,7 @@ func (f *Fleet) AwaitDecision(ctx context.Context, w *command.Work, d *Decision,
 		f.Notify(d.nodeID)
 		return nil, w.Continue(ctx, waitingFor(d.name, d.nodeID), 30*time.Second, nil)
 	}
-	op := d.recorded
-	if tp := telemetry.Traceparent(ctx); tp != "" && tp != op.GetTraceparent() {
-		// Recorded by the admission (command.Effect.Begin), in the trace
-		// of the call: the node's span of it joins the step that hands it
-		// over and waits for it, as for an operation a step records.
-		op = proto.CloneOf(op)
-		op.Traceparent = tp
-	}
-	return f.waitAnswer(ctx, w, d.name, d.nodeID, d.instance, op, d.answered, stage)
+	return f.waitAnswer(ctx, w, d.name, d.nodeID, d.instance, d.recorded, d.answered, stage)
 }
 
 // waitAnswer hands recorded to nodeID's session, which this replica holds,

@@ -22,6 +22,7 @@ import (
 	operatorv1 "github.com/kibotos/kibotos/gen/kibotos/operator/v1"
 	storev1 "github.com/kibotos/kibotos/gen/kibotos/store/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/apierr"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/failpoint"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/telemetry"
@@ -790,7 +791,7 @@ func startOperation(tx *store.Tx, now time.Time, operationID, nodeID, commandID 
 		State: storev1.NodeOperationState_NODE_OPERATION_STATE_PENDING, Body: body, CreatedAt: timestamppb.New(now),
 		// The node's span of the operation joins the trace of the
 		// command step recording it.
-		Traceparent: telemetry.Traceparent(tx.Context()),
+		Traceparent: command.OperationTraceparent(tx),
 		RequestId:   telemetry.RequestID(tx.Context()),
 	}
 	inserted, err := tx.InsertNodeOperation(op)
