@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Callable, Optional, Tuple, TypeVar
+from typing import Any, Callable, Iterable, List, Optional, Tuple, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
@@ -90,6 +90,18 @@ class Connection:
         """
         request = build(command(new_command_id()))
         return self.retrying(lambda: self.call(method, request))
+
+    def every_page(self, method, request, items: Callable[[Any], Iterable[T]]) -> List[T]:
+        """Every item of a list call: items of each page, following
+        next_page_token until the last. Each page is a read, retried after
+        a transient failure; request's page_token is set as it goes."""
+        out: List[T] = []
+        while True:
+            res = self.retrying(lambda: self.call(method, request))
+            out.extend(items(res))
+            if not res.next_page_token:
+                return out
+            request.page_token = res.next_page_token
 
     def retrying(self, attempt: Callable[[], T]) -> T:
         """attempt, again after a transient failure, at most retries times more."""

@@ -79,13 +79,8 @@ class Egresses:
 
     def list(self, label_selector: str = "") -> List[Egress]:
         req = egress_pb2.ListEgressesRequest(label_selector=label_selector, page_size=1000)
-        out: List[Egress] = []
-        while True:
-            res = self._conn.retrying(lambda: self._conn.call(self._conn.egresses.ListEgresses, req))
-            out += [Egress(self._conn, e) for e in res.egresses]
-            if not res.next_page_token:
-                return out
-            req.page_token = res.next_page_token
+        return self._conn.every_page(self._conn.egresses.ListEgresses, req,
+                                     lambda res: (Egress(self._conn, e) for e in res.egresses))
 
 
 class Resolver:
@@ -132,13 +127,8 @@ class Resolvers:
 
     def list(self, label_selector: str = "") -> List[Resolver]:
         req = resolver_pb2.ListResolversRequest(label_selector=label_selector, page_size=1000)
-        out: List[Resolver] = []
-        while True:
-            res = self._conn.retrying(lambda: self._conn.call(self._conn.resolvers.ListResolvers, req))
-            out += [Resolver(self._conn, r) for r in res.resolvers]
-            if not res.next_page_token:
-                return out
-            req.page_token = res.next_page_token
+        return self._conn.every_page(self._conn.resolvers.ListResolvers, req,
+                                     lambda res: (Resolver(self._conn, r) for r in res.resolvers))
 
 
 def policy_entries(policy: types_pb2.NetworkPolicy, egresses: Optional[Mapping[str, Sequence[str]]],

@@ -71,13 +71,7 @@ class Files:
     def list(self, path: str, *, depth: int = 1, user: Optional[str] = None) -> List[file_pb2.FileInfo]:
         """A directory's entries, sorted by path; depth above one descends."""
         req = file_pb2.ListDirectoryRequest(workspace_id=self._id, path=path, depth=depth, user=user or "")
-        entries: List[file_pb2.FileInfo] = []
-        while True:
-            res = self._conn.call(self._conn.files.ListDirectory, req)
-            entries.extend(res.entries)
-            if not res.next_page_token:
-                return entries
-            req.page_token = res.next_page_token
+        return self._conn.every_page(self._conn.files.ListDirectory, req, lambda res: res.entries)
 
     def stat(self, path: str, *, follow_symlinks: bool = False, user: Optional[str] = None) -> file_pb2.FileInfo:
         req = file_pb2.StatFileRequest(

@@ -130,14 +130,9 @@ class Transfers:
 
     def list(self, label_selector: str = "") -> List[Transfer]:
         """Every Transfer not DELETED or EXPIRED (every page)."""
-        out: List[Transfer] = []
         req = transfer_pb2.ListTransfersRequest(label_selector=label_selector, page_size=1000)
-        while True:
-            res = self._conn.retrying(lambda: self._conn.call(self._conn.transfers.ListTransfers, req))
-            out += [Transfer(self._conn, t) for t in res.transfers]
-            if not res.next_page_token:
-                return out
-            req.page_token = res.next_page_token
+        return self._conn.every_page(self._conn.transfers.ListTransfers, req,
+                                     lambda res: (Transfer(self._conn, t) for t in res.transfers))
 
     def upload(self, path: Union[str, os.PathLike], *, labels: Optional[Dict[str, str]] = None, wait: bool = True,
                timeout: float = 3600, progress: Optional[Progress] = None) -> Transfer:

@@ -159,11 +159,6 @@ class Volumes:
 
     def list(self, label_selector: str = "", *, include_deleted: bool = False) -> List[Volume]:
         """Every Volume the selector selects, ordered by id."""
-        req = volume_pb2.ListVolumesRequest(label_selector=label_selector, include_deleted=include_deleted)
-        out: List[Volume] = []
-        while True:
-            res = self._conn.call(self._conn.volumes.ListVolumes, req)
-            out.extend(Volume(self._conn, v) for v in res.volumes)
-            if not res.next_page_token:
-                return out
-            req.page_token = res.next_page_token
+        req = volume_pb2.ListVolumesRequest(label_selector=label_selector, include_deleted=include_deleted, page_size=1000)
+        return self._conn.every_page(self._conn.volumes.ListVolumes, req,
+                                     lambda res: (Volume(self._conn, v) for v in res.volumes))

@@ -420,11 +420,6 @@ class Workspaces:
 
     def list(self, label_selector: str = "", *, include_deleted: bool = False) -> List[Workspace]:
         """Every Workspace the selector (k=v, k!=v, k, !k, k in (a,b)) selects."""
-        req = workspace_pb2.ListWorkspacesRequest(label_selector=label_selector, include_deleted=include_deleted)
-        out: List[Workspace] = []
-        while True:
-            res = self._conn.call(self._conn.workspaces.ListWorkspaces, req)
-            out.extend(Workspace(self._conn, w) for w in res.workspaces)
-            if not res.next_page_token:
-                return out
-            req.page_token = res.next_page_token
+        req = workspace_pb2.ListWorkspacesRequest(label_selector=label_selector, include_deleted=include_deleted, page_size=1000)
+        return self._conn.every_page(self._conn.workspaces.ListWorkspaces, req,
+                                     lambda res: (Workspace(self._conn, w) for w in res.workspaces))

@@ -100,6 +100,27 @@ def test_a_retried_command_keeps_its_command_id(monkeypatch):
     assert again[0] != sent[0], "each call is a new command"
 
 
+def test_a_list_follows_every_page_and_retries_a_page(monkeypatch):
+    monkeypatch.setattr(_rpc, "_BACKOFF", 0)
+    conn = _rpc.Connection("http://127.0.0.1:1", "kbt_x", timeout=1, retries=3)
+    pages = {"": (["ws-1", "ws-2"], "t2"), "t2": (["ws-3"], "t3"), "t3": ([], "")}
+    asked = []
+
+    def list_workspaces(request, metadata, timeout):
+        asked.append(request.page_token)
+        if len(asked) == 2:
+            raise _RpcError(grpc.StatusCode.UNAVAILABLE)
+        ids, token = pages[request.page_token]
+        return workspace_pb2.ListWorkspacesResponse(
+            workspaces=[types_pb2.Workspace(workspace_id=i) for i in ids], next_page_token=token
+        )
+
+    req = workspace_pb2.ListWorkspacesRequest(label_selector="team=ml", page_size=1000)
+    got = conn.every_page(list_workspaces, req, lambda res: (w.workspace_id for w in res.workspaces))
+    assert got == ["ws-1", "ws-2", "ws-3"]
+    assert asked == ["", "t2", "t2", "t3"], "the page cut by unavailable is read again, the others once"
+
+
 def test_retries_end(monkeypatch):
     monkeypatch.setattr(_rpc, "_BACKOFF", 0)
     conn = _rpc.Connection("http://127.0.0.1:1", "", timeout=1, retries=2)

@@ -67,6 +67,26 @@ export class Api {
   }
 
   /**
+   * everyPage returns the items of every page of a list call: page reads
+   * one page (a read, retried as call does) from a page token, "" for the
+   * first, and the pages are followed until one has no nextPageToken.
+   */
+  async everyPage<P extends { nextPageToken: string }, T>(
+    page: (pageToken: string) => Promise<P>,
+    items: (res: P) => T[],
+    signal?: AbortSignal,
+  ): Promise<T[]> {
+    const out: T[] = [];
+    let pageToken = "";
+    do {
+      const res = await this.call(() => page(pageToken), signal);
+      out.push(...items(res));
+      pageToken = res.nextPageToken;
+    } while (pageToken !== "");
+    return out;
+  }
+
+  /**
    * backoff returns after the wait before try attempt+1 when err is worth
    * another try, and throws err (as an ApiError) when it is not.
    */

@@ -85,14 +85,10 @@ export class Egresses {
   }
 
   async list(labelSelector = ""): Promise<Egress[]> {
-    const out: Egress[] = [];
-    let pageToken = "";
-    do {
-      const res = await this.api.call(() => this.api.egresses.listEgresses({ labelSelector, pageSize: 1000, pageToken }));
-      out.push(...res.egresses.map((e) => new Egress(this.api, e)));
-      pageToken = res.nextPageToken;
-    } while (pageToken !== "");
-    return out;
+    return this.api.everyPage(
+      (pageToken) => this.api.egresses.listEgresses({ labelSelector, pageSize: 1000, pageToken }),
+      (res) => res.egresses.map((e) => new Egress(this.api, e)),
+    );
   }
 }
 
@@ -115,14 +111,10 @@ export class Resolvers {
   }
 
   async list(labelSelector = ""): Promise<Resolver[]> {
-    const out: Resolver[] = [];
-    let pageToken = "";
-    do {
-      const res = await this.api.call(() => this.api.resolvers.listResolvers({ labelSelector, pageSize: 1000, pageToken }));
-      out.push(...res.resolvers.map((r) => new Resolver(this.api, r)));
-      pageToken = res.nextPageToken;
-    } while (pageToken !== "");
-    return out;
+    return this.api.everyPage(
+      (pageToken) => this.api.resolvers.listResolvers({ labelSelector, pageSize: 1000, pageToken }),
+      (res) => res.resolvers.map((r) => new Resolver(this.api, r)),
+    );
   }
 }
 

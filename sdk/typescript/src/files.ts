@@ -79,15 +79,12 @@ export class Files {
 
   /** list returns a directory's entries, sorted by path (all pages). */
   async list(path: string, opts: ListOptions = {}): Promise<FileInfo[]> {
-    const out: FileInfo[] = [];
-    let pageToken = "";
-    do {
-      const req = { workspaceId: this.workspaceId, path, depth: opts.depth ?? 1, pageToken, user: opts.user ?? "" };
-      const res = await this.api.call(() => this.api.files.listDirectory(req, { signal: opts.signal }), opts.signal);
-      out.push(...res.entries);
-      pageToken = res.nextPageToken;
-    } while (pageToken !== "");
-    return out;
+    const req = { workspaceId: this.workspaceId, path, depth: opts.depth ?? 1, user: opts.user ?? "" };
+    return this.api.everyPage(
+      (pageToken) => this.api.files.listDirectory({ ...req, pageToken }, { signal: opts.signal }),
+      (res) => res.entries,
+      opts.signal,
+    );
   }
 
   /** stat returns one path's metadata (of a symbolic link itself unless followSymlinks). */

@@ -122,14 +122,10 @@ export class Transfers {
 
   /** list returns every Transfer (not DELETED or EXPIRED) a label selector ("" for all) selects. */
   async list(labelSelector = ""): Promise<Transfer[]> {
-    const out: Transfer[] = [];
-    let pageToken = "";
-    do {
-      const res = await this.api.call(() => this.api.transfers.listTransfers({ labelSelector, pageSize: 1000, pageToken }));
-      out.push(...res.transfers.map((t) => new Transfer(this.api, t)));
-      pageToken = res.nextPageToken;
-    } while (pageToken !== "");
-    return out;
+    return this.api.everyPage(
+      (pageToken) => this.api.transfers.listTransfers({ labelSelector, pageSize: 1000, pageToken }),
+      (res) => res.transfers.map((t) => new Transfer(this.api, t)),
+    );
   }
 
   /**

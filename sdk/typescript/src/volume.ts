@@ -65,14 +65,10 @@ export class Volumes {
 
   /** list returns every Volume a label selector ("" for all) selects, ordered by id. */
   async list(labelSelector = ""): Promise<Volume[]> {
-    const out: Volume[] = [];
-    let pageToken = "";
-    do {
-      const res = await this.api.call(() => this.api.volumes.listVolumes({ labelSelector, pageToken }));
-      out.push(...res.volumes.map((v) => new Volume(this.api, v)));
-      pageToken = res.nextPageToken;
-    } while (pageToken !== "");
-    return out;
+    return this.api.everyPage(
+      (pageToken) => this.api.volumes.listVolumes({ labelSelector, pageSize: 1000, pageToken }),
+      (res) => res.volumes.map((v) => new Volume(this.api, v)),
+    );
   }
 }
 

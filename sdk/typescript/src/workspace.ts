@@ -114,14 +114,10 @@ export class Workspaces {
 
   /** list returns every Workspace a label selector ("team=ml", "env in (a,b)"; "" for all) selects. */
   async list(labelSelector = ""): Promise<Workspace[]> {
-    const out: Workspace[] = [];
-    let pageToken = "";
-    do {
-      const res = await this.api.call(() => this.api.workspaces.listWorkspaces({ labelSelector, pageToken }));
-      out.push(...res.workspaces.map((w) => new Workspace(this.api, w)));
-      pageToken = res.nextPageToken;
-    } while (pageToken !== "");
-    return out;
+    return this.api.everyPage(
+      (pageToken) => this.api.workspaces.listWorkspaces({ labelSelector, pageSize: 1000, pageToken }),
+      (res) => res.workspaces.map((w) => new Workspace(this.api, w)),
+    );
   }
 }
 

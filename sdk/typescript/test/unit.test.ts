@@ -64,6 +64,25 @@ test("a create cut by `unavailable` is sent again under the same command_id", as
   assert.ok(seen.every((id) => id === seen[0]), `command ids ${seen}`);
 });
 
+test("a list follows every page, reading again a page cut by `unavailable`", async () => {
+  const pages: Record<string, [string[], string]> = { "": [["ws-1", "ws-2"], "t2"], t2: [["ws-3"], "t3"], t3: [[], ""] };
+  const asked: string[] = [];
+  const transport = createRouterTransport(({ service }) => {
+    service(WorkspaceService, {
+      listWorkspaces(req) {
+        asked.push(req.pageToken);
+        assert.equal(req.labelSelector, "team=ml");
+        if (asked.length === 2) throw new ConnectError("ctrl restarting", Code.Unavailable);
+        const [ids, nextPageToken] = pages[req.pageToken];
+        return { workspaces: ids.map((workspaceId) => create(WorkspaceSchema, { workspaceId })), nextPageToken };
+      },
+    });
+  });
+  const got = await new Kibotos({ transport, retry: { initialDelayMs: 1 } }).workspaces.list("team=ml");
+  assert.deepEqual(got.map((w) => w.id), ["ws-1", "ws-2", "ws-3"]);
+  assert.deepEqual(asked, ["", "t2", "t2", "t3"]);
+});
+
 /** failingGet is a WorkspaceService whose GetWorkspace always fails with code, counting its calls. */
 function failingGet(code: Code) {
   const counter = { calls: 0 };
