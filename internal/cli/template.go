@@ -331,22 +331,22 @@ reported; no node is asked.`,
 	return c
 }
 
-// templateDelivery reads every page of a delivery into one answer.
+// templateDelivery reads every page of a delivery into one answer: the
+// last page's, with the deliveries of them all.
 func templateDelivery(ctx context.Context, client operatorv1connect.TemplateCatalogServiceClient, req *operatorv1.GetTemplateDeliveryRequest) (*operatorv1.GetTemplateDeliveryResponse, error) {
-	var all *operatorv1.GetTemplateDeliveryResponse
-	for {
-		res, err := client.GetTemplateDelivery(ctx, connect.NewRequest(req))
-		if err != nil {
-			return nil, err
-		}
-		deliveries := append(all.GetDeliveries(), res.Msg.GetDeliveries()...)
-		all = res.Msg
-		all.Deliveries = deliveries
-		if all.GetNextPageToken() == "" {
-			return all, nil
-		}
-		req.PageToken = all.GetNextPageToken()
+	var last *operatorv1.GetTemplateDeliveryResponse
+	deliveries, err := everyPage(func(m *operatorv1.GetTemplateDeliveryResponse) []*operatorv1.TemplateNodeDelivery {
+		last = m
+		return m.GetDeliveries()
+	}, func(token string) (*connect.Response[operatorv1.GetTemplateDeliveryResponse], error) {
+		req.PageToken = token
+		return client.GetTemplateDelivery(ctx, connect.NewRequest(req))
+	})
+	if err != nil {
+		return nil, err
 	}
+	last.Deliveries = deliveries
+	return last, nil
 }
 
 // newTemplateDeleteCommand is `kibotos template delete NAME[@REVISION]`.
