@@ -18,6 +18,7 @@ from kibotos import errors
 from kibotos.ctrl.v1 import (
     egress_pb2_grpc,
     file_pb2_grpc,
+    metrics_pb2_grpc,
     process_pb2_grpc,
     resolver_pb2_grpc,
     session_pb2_grpc,
@@ -70,6 +71,7 @@ class Connection:
         self.transfers = transfer_pb2_grpc.TransferServiceStub(self.channel)
         self.egresses = egress_pb2_grpc.EgressServiceStub(self.channel)
         self.resolvers = resolver_pb2_grpc.ResolverServiceStub(self.channel)
+        self.metrics = metrics_pb2_grpc.MetricsServiceStub(self.channel)
 
     def close(self) -> None:
         self.channel.close()

@@ -87,6 +87,16 @@ class Files:
         )
         return self._conn.call(self._conn.files.MakeDirectory, req).info
 
+    def move(self, source: str, destination: str, *, overwrite: bool = False, create_parents: bool = False,
+             user: Optional[str] = None) -> file_pb2.FileInfo:
+        """Renames source to destination (a file or a directory): one
+        atomic rename within a filesystem; across them (/tmp to the Volume)
+        a copy, then the source deleted, as mv does. An existing
+        destination is AlreadyExists unless overwrite."""
+        req = file_pb2.MoveFileRequest(workspace_id=self._id, source_path=source, destination_path=destination,
+                                       overwrite=overwrite, create_parents=create_parents, user=user or "")
+        return self._conn.call(self._conn.files.MoveFile, req).info
+
     def remove(self, path: str, *, recursive: bool = False, user: Optional[str] = None) -> None:
         req = file_pb2.DeleteFileRequest(workspace_id=self._id, path=path, recursive=recursive, user=user or "")
         self._conn.call(self._conn.files.DeleteFile, req)

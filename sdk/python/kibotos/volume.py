@@ -81,6 +81,21 @@ class Volume:
         self.info = res.volume
         return self
 
+    def set_labels(self, labels: Dict[str, str]) -> "Volume":
+        """Replaces every label, with the revision last read (a change made
+        meanwhile is refused as FailedPrecondition; refresh() reads it)."""
+        revision = self.info.labels_revision
+        self.info = self._conn.mutate(self._conn.volumes.UpdateVolumeLabels, lambda c: volume_pb2.UpdateVolumeLabelsRequest(
+            command=c, volume_id=self.id, expected_labels_revision=revision, labels=labels)).volume
+        return self
+
+    def set_annotations(self, annotations: Dict[str, str]) -> "Volume":
+        """Replaces every annotation, as set_labels does labels."""
+        revision = self.info.annotations_revision
+        self.info = self._conn.mutate(self._conn.volumes.UpdateVolumeAnnotations, lambda c: volume_pb2.UpdateVolumeAnnotationsRequest(
+            command=c, volume_id=self.id, expected_annotations_revision=revision, annotations=annotations)).volume
+        return self
+
     def resize(self, size, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Volume":
         """Grows it to size ("2Gi" or bytes); Volumes only grow, and only
         while no execution holds them. Waits until the change committed

@@ -8,7 +8,7 @@ import time
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from kibotos import _rpc, egress, errors, process, session, transfer
-from kibotos.ctrl.v1 import types_pb2, workspace_pb2
+from kibotos.ctrl.v1 import metrics_pb2, types_pb2, workspace_pb2
 from kibotos.files import Files
 
 # The longest one WaitWorkspace call waits before it answers with the
@@ -100,6 +100,16 @@ class Workspace:
     def state(self) -> str:
         return _state_name(self.info.state)
 
+    @property
+    def layer_capacity(self) -> Optional[int]:
+        """The capacity the writable layer has (bytes; None until it
+        exists): the BEST_EFFORT retention tier's. The spec keeps what
+        create asked for, zero for the default."""
+        for tier in self.info.retention_tiers:
+            if tier.kind == types_pb2.RETENTION_TIER_KIND_BEST_EFFORT and tier.HasField("capacity_bytes"):
+                return tier.capacity_bytes
+        return None
+
     def __repr__(self) -> str:
         return f"Workspace({self.id!r}, state={self.state!r})"
 
@@ -175,6 +185,47 @@ class Workspace:
         revision = self.info.labels_revision
         return self._update(self._conn.workspaces.UpdateWorkspaceLabels, lambda cmd: workspace_pb2.UpdateWorkspaceLabelsRequest(
             command=cmd, workspace_id=self.id, expected_labels_revision=revision, labels=labels))
+
+    def set_annotations(self, annotations: Dict[str, str]) -> "Workspace":
+        """Replaces every annotation (kept for callers, selected by nothing)."""
+        revision = self.info.annotations_revision
+        return self._update(self._conn.workspaces.UpdateWorkspaceAnnotations, lambda cmd: workspace_pb2.UpdateWorkspaceAnnotationsRequest(
+            command=cmd, workspace_id=self.id, expected_annotations_revision=revision, annotations=annotations))
+
+    def set_disk(self, disk: Size) -> "Workspace":
+        """Grows the writable layer to disk ("8Gi", or bytes), above its
+        layer_capacity (it only grows); the next start boots with it."""
+        revision = self.info.spec.resources_revision
+        return self._update(self._conn.workspaces.ResizeWorkspaceWritableLayer, lambda cmd: workspace_pb2.ResizeWorkspaceWritableLayerRequest(
+            command=cmd, workspace_id=self.id, expected_resources_revision=revision, capacity_bytes=parse_size(disk)))
+
+    def set_volume(self, volume_id: Optional[str], *, mount_path: Optional[str] = None,
+                   delete_with_workspace: Optional[bool] = None) -> "Workspace":
+        """Binds the Volume volume_id (mounted at mount_path, None: /data;
+        kept when the Workspace is deleted unless delete_with_workspace),
+        or releases the binding with None, which keeps the Volume. Only
+        while the Workspace holds no execution (stopped, or not started):
+        otherwise FailedPrecondition."""
+        if volume_id is None:
+            if mount_path is not None or delete_with_workspace is not None:
+                raise ValueError("set_volume(None) releases the binding: mount_path and delete_with_workspace must be unset")
+            binding = types_pb2.WorkspaceVolumeBinding(mode=types_pb2.WORKSPACE_VOLUME_MODE_NONE)
+        else:
+            binding = types_pb2.WorkspaceVolumeBinding(mode=types_pb2.WORKSPACE_VOLUME_MODE_BOUND, volume_id=volume_id,
+                                                       mount_path=mount_path or "")
+            if delete_with_workspace is not None:
+                binding.delete_with_workspace = delete_with_workspace
+        revision = self.info.spec.binding_revision
+        return self._update(self._conn.workspaces.UpdateWorkspaceVolumeBinding, lambda cmd: workspace_pb2.UpdateWorkspaceVolumeBindingRequest(
+            command=cmd, workspace_id=self.id, expected_binding_revision=revision, volume=binding))
+
+    def metrics(self) -> metrics_pb2.MetricsSample:
+        """One sample of the running execution's usage, taken now: CPU,
+        memory, each filesystem, the network counters and the process
+        count (the API's MetricsSample). Only while AVAILABLE; nothing is
+        kept between calls."""
+        req = metrics_pb2.GetWorkspaceMetricsRequest(workspace_id=self.id)
+        return self._conn.retrying(lambda: self._conn.call(self._conn.metrics.GetWorkspaceMetrics, req)).sample
 
     def set_memory(self, memory: Size) -> "Workspace":
         """Replaces the guest's memory ("768Mi", or bytes); the next start

@@ -127,6 +127,26 @@ def test_files_write_read_list(ws):
     with pytest.raises(kibotos.NotFound):
         ws.files.stat("/root/data/sub")
 
+    moved = ws.files.move("/root/data/notes.txt", "/root/moved/notes.txt", create_parents=True)
+    assert moved.path == "/root/moved/notes.txt" and moved.size_bytes == len("first line\n")
+    assert ws.exec(["cat", "/root/moved/notes.txt"], text=True).stdout == "first line\n"
+    with pytest.raises(kibotos.NotFound):
+        ws.files.stat("/root/data/notes.txt")
+    ws.files.write("/root/data/notes.txt", "second\n")
+    with pytest.raises(kibotos.AlreadyExists):
+        ws.files.move("/root/data/notes.txt", "/root/moved/notes.txt")
+    ws.files.move("/root/data/notes.txt", "/root/moved/notes.txt", overwrite=True)
+    assert ws.files.read_text("/root/moved/notes.txt") == "second\n"
+
+
+def test_metrics_sample_the_running_guest(ws):
+    sample = ws.metrics()
+    assert sample.generation == ws.info.generation
+    assert 0 < sample.memory_used_bytes < sample.memory_total_bytes <= 256 << 20
+    assert sample.process_count > 0 and sample.uptime.seconds >= 0
+    root = [f for f in sample.filesystems if f.path == "/"]
+    assert root and 0 < root[0].used_bytes < root[0].capacity_bytes
+
 
 def test_a_session_token_reaches_its_scopes_alone(ws):
     s = ws.issue_session(scopes=["file"], ttl=300)
@@ -197,8 +217,18 @@ def test_set_expiration_labels_and_memory(client, ws):
     assert "expected_labels_revision" in str(e.value)
     assert stale.refresh().set_labels({"suite": "sdk-py"}).info.labels == {"suite": "sdk-py"}
 
+    ws.set_annotations({"owner": "sdk tests"})
+    assert ws.info.annotations == {"owner": "sdk tests"}
+    assert client.workspaces.get(ws.id).info.annotations == {"owner": "sdk tests"}
+
     ws.refresh().set_memory("320Mi")  # the next start boots with it
     assert ws.info.spec.resources.memory_bytes == 320 << 20
+    layer = ws.layer_capacity
+    assert layer and ws.info.spec.resources.writable_layer_capacity_bytes == 0  # created with the default
+    with pytest.raises(kibotos.InvalidArgument):
+        ws.set_disk(layer)  # it only grows
+    ws.set_disk(layer + (256 << 20))  # the next start boots with the larger layer too
+    assert ws.info.spec.resources.writable_layer_capacity_bytes == layer + (256 << 20)
 
 
 def test_stop_and_start_keep_the_writable_layer(ws):
@@ -214,6 +244,9 @@ def test_stop_and_start_keep_the_writable_layer(ws):
     assert ws.state == "AVAILABLE" and ws.info.generation == 2
     assert ws.info.spec.resources.memory_bytes == 320 << 20
     assert ws.files.read_text("/root/kept.txt") == "still here\n"
+    assert ws.layer_capacity == ws.info.spec.resources.writable_layer_capacity_bytes
+    root = [f for f in ws.metrics().filesystems if f.path == "/"][0]
+    assert root.capacity_bytes > ws.layer_capacity - (256 << 20), "the guest's / grew with its layer"
 
 
 def test_delete(client, ws):
