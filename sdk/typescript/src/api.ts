@@ -6,6 +6,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor, type T
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { EgressService } from "./gen/kibotos/ctrl/v1/egress_pb.js";
 import { FileService } from "./gen/kibotos/ctrl/v1/file_pb.js";
+import { MetricsService } from "./gen/kibotos/ctrl/v1/metrics_pb.js";
 import { ProcessService } from "./gen/kibotos/ctrl/v1/process_pb.js";
 import { ResolverService } from "./gen/kibotos/ctrl/v1/resolver_pb.js";
 import { SessionService } from "./gen/kibotos/ctrl/v1/session_pb.js";
@@ -32,6 +33,7 @@ export class Api {
   readonly transfers: Client<typeof TransferService>;
   readonly egresses: Client<typeof EgressService>;
   readonly resolvers: Client<typeof ResolverService>;
+  readonly metrics: Client<typeof MetricsService>;
   private readonly attempts: number;
   private readonly initialDelayMs: number;
 
@@ -44,6 +46,7 @@ export class Api {
     this.transfers = createClient(TransferService, transport);
     this.egresses = createClient(EgressService, transport);
     this.resolvers = createClient(ResolverService, transport);
+    this.metrics = createClient(MetricsService, transport);
     this.attempts = Math.max(1, retry.attempts ?? 5);
     this.initialDelayMs = retry.initialDelayMs ?? 200;
   }

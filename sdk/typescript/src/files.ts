@@ -94,6 +94,29 @@ export class Files {
     return res.info!;
   }
 
+  /** mkdir makes a directory (mode default 0755); with createParents its missing parents too, and an existing directory is no error (mkdir -p). Sent once. */
+  async mkdir(path: string, opts: UserOptions & { mode?: number; createParents?: boolean } = {}): Promise<FileInfo> {
+    const req = { workspaceId: this.workspaceId, path, mode: opts.mode ?? 0, createParents: opts.createParents ?? false, user: opts.user ?? "" };
+    const res = await this.api.call(() => this.api.files.makeDirectory(req, { signal: opts.signal }), opts.signal, false);
+    return res.info!;
+  }
+
+  /**
+   * move renames source to destination (a file or a directory): one atomic
+   * rename within a filesystem; across them (/tmp to the Volume) a copy,
+   * then the source deleted, as mv does. An existing destination is
+   * already_exists unless overwrite. Sent once: a repeat would not find the
+   * source.
+   */
+  async move(source: string, destination: string, opts: UserOptions & { overwrite?: boolean; createParents?: boolean } = {}): Promise<FileInfo> {
+    const req = {
+      workspaceId: this.workspaceId, sourcePath: source, destinationPath: destination,
+      overwrite: opts.overwrite ?? false, createParents: opts.createParents ?? false, user: opts.user ?? "",
+    };
+    const res = await this.api.call(() => this.api.files.moveFile(req, { signal: opts.signal }), opts.signal, false);
+    return res.info!;
+  }
+
   /** remove deletes a path (a directory with its contents when recursive) and says whether there was one; a missing path is not_found unless allowMissing. */
   async remove(path: string, opts: UserOptions & { recursive?: boolean; allowMissing?: boolean } = {}): Promise<boolean> {
     const req = { workspaceId: this.workspaceId, path, recursive: opts.recursive ?? false, allowMissing: opts.allowMissing ?? false, user: opts.user ?? "" };

@@ -108,6 +108,27 @@ export class Volume {
     return this;
   }
 
+  /** setLabels replaces every label, with the revision last read (a change made meanwhile is failed_precondition; refresh() reads it). */
+  async setLabels(labels: Record<string, string>, opts: { signal?: AbortSignal } = {}): Promise<this> {
+    const command = { commandId: newCommandId() };
+    const expectedLabelsRevision = this.message.labelsRevision;
+    const res = await this.api.call(() => this.api.volumes.updateVolumeLabels({ command, volumeId: this.id, expectedLabelsRevision, labels }, { signal: opts.signal }), opts.signal);
+    this.message = res.volume!;
+    return this;
+  }
+
+  /** setAnnotations replaces every annotation, as setLabels does labels. */
+  async setAnnotations(annotations: Record<string, string>, opts: { signal?: AbortSignal } = {}): Promise<this> {
+    const command = { commandId: newCommandId() };
+    const expectedAnnotationsRevision = this.message.annotationsRevision;
+    const res = await this.api.call(
+      () => this.api.volumes.updateVolumeAnnotations({ command, volumeId: this.id, expectedAnnotationsRevision, annotations }, { signal: opts.signal }),
+      opts.signal,
+    );
+    this.message = res.volume!;
+    return this;
+  }
+
   /** resize grows it (Volumes only grow, and only while no execution holds them) and, unless `wait: false`, waits until the change committed. */
   async resize(size: Size, opts: { wait?: boolean; signal?: AbortSignal } = {}): Promise<this> {
     const commandId = newCommandId();

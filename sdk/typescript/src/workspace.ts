@@ -11,8 +11,10 @@ import {
 } from "./gen/kibotos/ctrl/v1/workspace_pb.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { MetricsSample } from "./gen/kibotos/ctrl/v1/metrics_pb.js";
 import {
   NetworkPolicyMode,
+  RetentionTierKind,
   WorkspaceCreateSpecSchema,
   WorkspaceExpirationAction,
   WorkspaceVolumeMode,
@@ -206,6 +208,15 @@ export class Workspace {
     return this.message.state;
   }
 
+  /**
+   * The capacity the writable layer has, in bytes (undefined until it
+   * exists): the BEST_EFFORT retention tier's. The spec keeps what create
+   * asked for, zero for the default.
+   */
+  get layerCapacity(): bigint | undefined {
+    return this.message.retentionTiers.find((t) => t.kind === RetentionTierKind.BEST_EFFORT)?.capacityBytes;
+  }
+
   /** refresh reads the Workspace again. */
   async refresh(): Promise<this> {
     const res = await this.api.call(() => this.api.workspaces.getWorkspace({ workspaceId: this.id }));
@@ -251,6 +262,51 @@ export class Workspace {
   async setLabels(labels: Record<string, string>, opts: { signal?: AbortSignal } = {}): Promise<this> {
     const expectedLabelsRevision = this.message.labelsRevision;
     return this.update(opts, (command, signal) => this.api.workspaces.updateWorkspaceLabels({ command, workspaceId: this.id, expectedLabelsRevision, labels }, { signal }));
+  }
+
+  /** setAnnotations replaces every annotation (kept for callers, selected by nothing). */
+  async setAnnotations(annotations: Record<string, string>, opts: { signal?: AbortSignal } = {}): Promise<this> {
+    const expectedAnnotationsRevision = this.message.annotationsRevision;
+    return this.update(opts, (command, signal) =>
+      this.api.workspaces.updateWorkspaceAnnotations({ command, workspaceId: this.id, expectedAnnotationsRevision, annotations }, { signal }));
+  }
+
+  /** setDisk grows the writable layer to disk ("8Gi", or bytes), above its layerCapacity (it only grows); the next start boots with it. */
+  async setDisk(disk: Size, opts: { signal?: AbortSignal } = {}): Promise<this> {
+    const capacityBytes = parseSize(disk, "disk");
+    const expectedResourcesRevision = this.message.spec?.resourcesRevision ?? 0n;
+    return this.update(opts, (command, signal) =>
+      this.api.workspaces.resizeWorkspaceWritableLayer({ command, workspaceId: this.id, expectedResourcesRevision, capacityBytes }, { signal }));
+  }
+
+  /**
+   * setVolume binds the Volume volumeId (mounted at mountPath, default
+   * /data; kept when the Workspace is deleted unless deleteWithWorkspace),
+   * or releases the binding with null, which keeps the Volume. Only while
+   * the Workspace holds no execution (stopped): otherwise
+   * failed_precondition.
+   */
+  async setVolume(volumeId: string | null, opts: { mountPath?: string; deleteWithWorkspace?: boolean; signal?: AbortSignal } = {}): Promise<this> {
+    if (volumeId === null && (opts.mountPath !== undefined || opts.deleteWithWorkspace !== undefined)) {
+      throw new TypeError("setVolume(null) releases the binding: mountPath and deleteWithWorkspace must be unset");
+    }
+    const volume =
+      volumeId === null
+        ? { mode: WorkspaceVolumeMode.NONE }
+        : { mode: WorkspaceVolumeMode.BOUND, volumeId, mountPath: opts.mountPath ?? "", deleteWithWorkspace: opts.deleteWithWorkspace };
+    const expectedBindingRevision = this.message.spec?.bindingRevision ?? 0n;
+    return this.update(opts, (command, signal) =>
+      this.api.workspaces.updateWorkspaceVolumeBinding({ command, workspaceId: this.id, expectedBindingRevision, volume }, { signal }));
+  }
+
+  /**
+   * metrics samples the running execution's usage now: CPU, memory, each
+   * filesystem, the network counters and the process count. Only while
+   * AVAILABLE; nothing is kept between calls.
+   */
+  async metrics(opts: { signal?: AbortSignal } = {}): Promise<MetricsSample> {
+    const res = await this.api.call(() => this.api.metrics.getWorkspaceMetrics({ workspaceId: this.id }, { signal: opts.signal }), opts.signal);
+    return res.sample!;
   }
 
   /** setMemory replaces the guest's memory ("768Mi", or bytes); the next start boots with it. */

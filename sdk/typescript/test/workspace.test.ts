@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { createClient } from "@connectrpc/connect";
-import { NetworkPolicyMode, WorkspaceExpirationAction } from "@kibotos/sdk/gen/types_pb";
+import { NetworkPolicyMode, WorkspaceExpirationAction, WorkspaceVolumeMode } from "@kibotos/sdk/gen/types_pb";
 import { VolumeService } from "@kibotos/sdk/gen/volume_pb";
 import {
   ApiError,
@@ -135,6 +135,32 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     assert.equal(got + dropped, 1n << 20n);
     assert.equal(await ws.files.remove("/data/dir/blob.bin"), true);
     assert.equal(await ws.files.remove("/data/dir/blob.bin", { allowMissing: true }), false);
+
+    assert.equal((await ws.files.mkdir("/root/made/deep", { createParents: true, mode: 0o700 })).type, FileType.DIRECTORY);
+    assert.equal((await ws.files.stat("/root/made/deep")).mode & 0o777, 0o700);
+    const exists = await ws.files.mkdir("/root/made").catch((e: unknown) => e);
+    assert.ok(exists instanceof ApiError && exists.code === Code.AlreadyExists, String(exists));
+    // Across filesystems (the Volume to the layer), as mv does.
+    const moved = await ws.files.move("/data/dir/note.txt", "/root/made/deep/note.txt");
+    assert.deepEqual([moved.path, moved.sizeBytes], ["/root/made/deep/note.txt", 8n]);
+    assert.equal((await ws.exec(["cat", "/root/made/deep/note.txt"])).stdout, "one\ntwo\n");
+    const gone = await ws.files.stat("/data/dir/note.txt").catch((e: unknown) => e);
+    assert.ok(gone instanceof ApiError && gone.code === Code.NotFound, String(gone));
+    await ws.files.write("/data/dir/note.txt", "three\n");
+    const taken = await ws.files.move("/data/dir/note.txt", "/root/made/deep/note.txt").catch((e: unknown) => e);
+    assert.ok(taken instanceof ApiError && taken.code === Code.AlreadyExists, String(taken));
+    await ws.files.move("/root/made/deep/note.txt", "/data/dir/note.txt", { overwrite: true });
+    assert.equal(await ws.files.read("/data/dir/note.txt"), "one\ntwo\n");
+  });
+
+  await t.test("metrics sample the running guest", async () => {
+    const sample = await ws.metrics();
+    assert.equal(sample.generation, ws.info.generation);
+    assert.ok(sample.memoryUsedBytes > 0n && sample.memoryUsedBytes < sample.memoryTotalBytes && sample.memoryTotalBytes <= 256n << 20n);
+    assert.ok(sample.processCount > 0);
+    const root = sample.filesystems.find((f) => f.path === "/");
+    assert.ok(root && root.usedBytes > 0n && root.usedBytes < root.capacityBytes);
+    assert.ok(sample.filesystems.some((f) => f.path === "/data"), "the Volume's filesystem");
   });
 
   await t.test("a session's token reaches its scopes alone, until revoked", async () => {
@@ -189,8 +215,18 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     assert.ok(refused instanceof ApiError && refused.code === Code.FailedPrecondition && refused.message.includes("expected_labels_revision"), String(refused));
     assert.deepEqual((await (await stale.refresh()).setLabels({ suite: "sdk-ts" })).info.labels, { suite: "sdk-ts" });
 
+    await ws.setAnnotations({ owner: "sdk tests" });
+    assert.deepEqual(ws.info.annotations, { owner: "sdk tests" });
+    assert.deepEqual((await kibotos.workspaces.get(ws.id)).info.annotations, { owner: "sdk tests" });
+
     await (await ws.refresh()).setMemory("320Mi"); // the next start boots with it
     assert.equal(ws.info.spec?.resources?.memoryBytes, 320n << 20n);
+    const layer = ws.layerCapacity ?? 0n;
+    assert.ok(layer > 0n && ws.info.spec?.resources?.writableLayerCapacityBytes === 0n, "created with the default layer");
+    const notLarger = await ws.setDisk(layer).catch((e: unknown) => e);
+    assert.ok(notLarger instanceof ApiError && notLarger.code === Code.InvalidArgument, String(notLarger)); // it only grows
+    await ws.setDisk(layer + (256n << 20n)); // so does the larger layer
+    assert.equal(ws.info.spec?.resources?.writableLayerCapacityBytes, layer + (256n << 20n));
   });
 
   await t.test("stop: STOPPED, and the data plane says failed_precondition", async () => {
@@ -206,6 +242,9 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     await ws.start();
     assert.equal(ws.state, WorkspaceState.AVAILABLE);
     assert.equal(await ws.files.read("/data/dir/note.txt"), "one\ntwo\n");
+    assert.equal(ws.layerCapacity, ws.info.spec?.resources?.writableLayerCapacityBytes);
+    const root = (await ws.metrics()).filesystems.find((f) => f.path === "/");
+    assert.ok(root && root.capacityBytes > (ws.layerCapacity ?? 0n) - (256n << 20n), "the guest's / grew with its layer");
   });
 
   await t.test("get and list find it", async () => {
@@ -271,6 +310,10 @@ test("a Volume outlives the Workspace bound to it and carries its data to the ne
   assert.deepEqual((await kibotos.volumes.list("suite=sdk-ts-volume")).map((v) => v.id), [vol.id]);
   await vol.resize("128Mi");
   assert.deepEqual([vol.state, vol.capacity], [VolumeState.AVAILABLE, 128n << 20n]);
+  await vol.setLabels({ suite: "sdk-ts-volume", tier: "hot" });
+  await vol.setAnnotations({ why: "sdk tests" });
+  const got = (await kibotos.volumes.get(vol.id)).info;
+  assert.deepEqual([got.labels, got.annotations], [{ suite: "sdk-ts-volume", tier: "hot" }, { why: "sdk tests" }]);
 
   const ws = await kibotos.workspaces.create({ memory: "256Mi", volume: { volumeId: vol.id } });
   try {
@@ -282,11 +325,24 @@ test("a Volume outlives the Workspace bound to it and carries its data to the ne
   } finally {
     await ws.delete();
   }
-  const again = await kibotos.workspaces.create({ memory: "256Mi", volume: { volumeId: vol.id } });
+  // A Workspace made without a Volume binds it while stopped, and releases
+  // it, keeping it.
+  const again = await kibotos.workspaces.create({ memory: "256Mi", volume: false });
   try {
-    assert.equal(await again.files.read("/data/kept"), "kept\n");
+    const running = await again.setVolume(vol.id).catch((e: unknown) => e);
+    assert.ok(running instanceof ApiError && running.code === Code.FailedPrecondition, String(running)); // an execution runs
+    await again.stop();
+    await again.setVolume(vol.id, { mountPath: "/mnt/vol" });
+    assert.equal(again.info.spec?.volume?.volumeId, vol.id);
+    await again.start();
+    assert.equal(await again.files.read("/mnt/vol/kept"), "kept\n");
     const held = await vol.export().catch((e: unknown) => e);
     assert.ok(held instanceof ApiError && held.code === Code.FailedPrecondition, String(held)); // an execution holds it
+    await again.stop();
+    await again.setVolume(null);
+    assert.equal(again.info.spec?.volume?.mode, WorkspaceVolumeMode.NONE);
+    await vol.refresh();
+    assert.deepEqual([vol.state, vol.boundWorkspaceId], [VolumeState.AVAILABLE, ""]);
   } finally {
     await again.delete();
   }
