@@ -34,7 +34,7 @@ func (f *agentFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.dataListen, "data-listen", "127.0.0.1:0", "address of the node's data endpoint, which ctrl calls to reach guests (exec)")
 	c.Flags().StringVar(&f.dataEndpoint, "data-endpoint", "", "URL ctrl reaches the data endpoint at, when not the listener's own address (NAT, another interface)")
 	c.Flags().StringVar(&f.metricsListen, "metrics-listen", "", "loopback address (127.0.0.1:9672) to serve the node's Prometheus metrics at /metrics, unauthenticated (default: none)")
-	c.Flags().StringArrayVar(&f.pools, "pool", nil, "a storage pool this node reaches: NAME=DIR, or NAME=DIR,default (repeatable)")
+	c.Flags().StringArrayVar(&f.pools, "pool", nil, "a storage pool this node reaches: NAME=DIR, or NAME=DIR,default (repeatable; a node's only pool is its default)")
 	f.memoryTight = sizeFlag(node.DefaultMemoryTightThreshold)
 	c.Flags().Var(&f.memoryTight, "memory-tight", "available host memory (256Mi, 1G) below which the node takes no new Workspace and ctrl places none here")
 	// The flag's name before sizes took units; its value is read the same way.
@@ -80,14 +80,8 @@ func (f *agentFlags) config() (node.Config, error) {
 	if cfg.EnrollmentGrant == "" {
 		cfg.EnrollmentGrant = os.Getenv("KIBOTOS_ENROLLMENT_GRANT")
 	}
-	for _, p := range f.pools {
-		pool, err := node.ParsePool(p)
-		if err != nil {
-			return cfg, fmt.Errorf("--pool %s: %w", p, err)
-		}
-		cfg.Pools = append(cfg.Pools, pool)
-	}
-	return cfg, nil
+	cfg.Pools, err = node.ParsePools(f.pools)
+	return cfg, err
 }
 
 func (f *agentFlags) run(cmd *cobra.Command) error {

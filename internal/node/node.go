@@ -106,6 +106,26 @@ type Config struct {
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
+// ParsePools parses the --pool flags of a node. A node declaring one pool
+// has it as its default, ",default" or not: a new Workspace's first
+// writable layer goes to its node's default pool, and a node whose only
+// pool was not its default took no such Workspace, which no operator
+// declaring one pool meant. With several, the default is named.
+func ParsePools(flags []string) ([]Pool, error) {
+	pools := make([]Pool, 0, len(flags))
+	for _, f := range flags {
+		p, err := ParsePool(f)
+		if err != nil {
+			return nil, fmt.Errorf("--pool %s: %w", f, err)
+		}
+		pools = append(pools, p)
+	}
+	if len(pools) == 1 {
+		pools[0].Default = true
+	}
+	return pools, nil
+}
+
 // ParsePool parses a --pool flag: "name=/dir" or "name=/dir,default".
 func ParsePool(s string) (Pool, error) {
 	name, dir, ok := strings.Cut(s, "=")
@@ -317,7 +337,7 @@ func run(ctx context.Context, cfg Config, httpClient *http.Client) error {
 	if !slices.ContainsFunc(cfg.Pools, func(p Pool) bool { return p.Default }) {
 		// ctrl places a new Workspace without a Volume only on a node with
 		// a default pool: its first writable layer goes there.
-		log.Warn("no default storage pool (--pool NAME=DIR,default): ctrl places here no Workspace whose new writable layer has no Volume to go beside")
+		log.Warn("no default storage pool (one of several --pool flags NAME=DIR,default): ctrl places here no Workspace whose new writable layer has no Volume to go beside")
 	}
 
 	// The executions first: the first hello lists those still running.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -561,6 +562,28 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		if err := node.Run(context.Background(), cfg); err == nil {
 			t.Errorf("%s: Run started", name)
 		}
+	}
+}
+
+// A node's only pool is its default; of several, only the one named is.
+func TestParsePools(t *testing.T) {
+	for _, c := range []struct {
+		flags []string
+		want  []node.Pool
+	}{
+		{nil, []node.Pool{}},
+		{[]string{"fast=/mnt/fast"}, []node.Pool{{Name: "fast", Dir: "/mnt/fast", Default: true}}},
+		{[]string{"fast=/mnt/fast,default"}, []node.Pool{{Name: "fast", Dir: "/mnt/fast", Default: true}}},
+		{[]string{"fast=/mnt/fast", "slow=/mnt/slow"}, []node.Pool{{Name: "fast", Dir: "/mnt/fast"}, {Name: "slow", Dir: "/mnt/slow"}}},
+		{[]string{"fast=/mnt/fast", "slow=/mnt/slow,default"}, []node.Pool{{Name: "fast", Dir: "/mnt/fast"}, {Name: "slow", Dir: "/mnt/slow", Default: true}}},
+	} {
+		got, err := node.ParsePools(c.flags)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%q: %+v %v, want %+v", c.flags, got, err, c.want)
+		}
+	}
+	if _, err := node.ParsePools([]string{"fast=/mnt/fast", "bad"}); err == nil || !strings.Contains(err.Error(), "--pool bad") {
+		t.Errorf("a bad flag: %v, want an error naming it", err)
 	}
 }
 
