@@ -3,7 +3,8 @@
 # scripts/dev.sh builds bin/), the systemd units, configuration and
 # maintainer scripts of packaging/, packed by nfpm (the version
 # packaging/go.mod pins, a module of its own so nfpm's dependencies stay out
-# of kibotos's). Prints the .deb's path last.
+# of kibotos's); and python3-kibotos, the Python SDK (packaging/nfpm-python.yaml).
+# Prints the two .debs' paths, kibotos's first, one a line.
 #   VERSION=1.2.3 scripts/package.sh    # default: from git (0.0.0~gitDATE.SHA)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,4 +32,15 @@ step "building nfpm (packaging/go.mod; cached after the first time)"
 (cd packaging && go build -o "$BUILD/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm)
 step "packing $deb"
 "$BUILD/nfpm" package --config packaging/nfpm.yaml --packager deb --target "$deb" >&2
+
+pydeb="$root/dist/python3-kibotos_${VERSION}_all.deb"
+rm -rf "$pydeb" "$BUILD/python"
+mkdir -p "$BUILD/python"
+# The package as the repository has it, without bytecode a local run left.
+cp -r sdk/python/kibotos "$BUILD/python/"
+find "$BUILD/python" \( -name __pycache__ -o -name '*.pyc' \) -prune -exec rm -rf {} +
+chmod -R u=rwX,go=rX "$BUILD/python"
+step "packing $pydeb"
+"$BUILD/nfpm" package --config packaging/nfpm-python.yaml --packager deb --target "$pydeb" >&2
 echo "$deb"
+echo "$pydeb"

@@ -3,7 +3,8 @@
 # scripts/package.sh, installs it on a machine where systemd is PID 1, starts
 # kibotos-ctrl and kibotos-node as the services the package ships, and
 # creates a Workspace through them with the installed CLI (a real microVM
-# boots; a command runs in it; it is deleted).
+# boots; a command runs in it; it is deleted); then installs python3-kibotos
+# and runs the Python SDK's quickstart through the same services.
 #
 # Where systemd runs: CI and the development machines run under an init
 # that is not systemd, without a container engine. So the test boots the
@@ -28,10 +29,14 @@ say() { printf 'test-package.sh: %s\n' "$*" >&2; }
 
 # systemd and nspawn; the runtime dependencies the package declares (so
 # installing it inside needs no download); busybox for the Template.
-apt_ensure systemd systemd-container util-linux qemu-system-x86 e2fsprogs xz-utils ca-certificates busybox-static
+apt_ensure systemd systemd-container util-linux qemu-system-x86 e2fsprogs xz-utils ca-certificates busybox-static \
+	python3 python3-grpcio python3-protobuf
 
-say "building the .deb"
-deb=$(scripts/package.sh)
+say "building the .debs"
+debs=$(scripts/package.sh)
+deb=$(sed -n 1p <<<"$debs")
+pydeb=$(sed -n 2p <<<"$debs")
+[ -f "$deb" ] && [ -f "$pydeb" ] || { say "package.sh printed '$debs', want two .debs"; exit 1; }
 
 # Debian's kernel package for `kibotos platform build`, in the cache the Go
 # tests use. The container has no network: the CLI's own download finds it
@@ -108,7 +113,7 @@ mkdir -p "$work/upper" "$work/work" "$work/root"
 mount -t overlay kibotos-pkgtest -o "lowerdir=/,upperdir=$work/upper,workdir=$work/work" "$work/root"
 stage="$work/root/var/cache/kibotos-pkgtest"
 mkdir -p "$stage"
-cp "$deb" "$stage/"
+cp "$deb" "$pydeb" sdk/python/examples/quickstart.py "$stage/"
 cp "$cache/${kpkg}"_*.deb "$stage/"
 
 # nspawn makes its cgroups (supervisor, payload) under the one it starts
@@ -242,10 +247,25 @@ no_qemu() { ! node_qemu; }
 wait_for "the Workspace's VM to end" 30 no_qemu
 inside systemctl is-active -q kibotos-ctrl kibotos-node
 
+# The Python SDK's package: README's program, run by Debian's python3
+# from / (nothing of the repository on its path) against the services.
+say "installing $(basename "$pydeb"); the Python quickstart through the services"
+inside apt-get install -y -q --no-install-recommends "/var/cache/kibotos-pkgtest/$(basename "$pydeb")" >&2
+where=$(inside sh -c 'cd / && python3 -c "import kibotos; print(kibotos.__file__)"')
+[ "$where" = /usr/lib/python3/dist-packages/kibotos/__init__.py ] || { say "kibotos imported from '$where'"; exit 1; }
+got=$(inside sh -c 'cd / && python3 /var/cache/kibotos-pkgtest/quickstart.py')
+if ! grep -Eqx 'hello from ws-[0-9a-f]+' <<<"$(sed -n 1p <<<"$got")" || [ "$(sed -n 2p <<<"$got")" != "hi from Python" ]; then
+	say "the Python quickstart printed '$got'"
+	exit 1
+fi
+wait_for "the quickstart's VM to end" 30 no_qemu
+inside apt-get purge -y -q python3-kibotos >&2
+if inside test -e /usr/lib/python3/dist-packages/kibotos; then say "the purge left the Python package"; exit 1; fi
+
 say "purging the package"
 inside apt-get purge -y -q kibotos >&2
 for unit in kibotos-ctrl kibotos-node; do
 	if inside systemctl is-active -q "$unit"; then say "$unit still runs after the purge"; exit 1; fi
 done
 if inside test -e /var/lib/kibotos; then say "the purge left /var/lib/kibotos"; exit 1; fi
-say "PASS: the .deb installed, kibotos-ctrl and kibotos-node ran as services, a Workspace was created, ran commands (its VM outliving an agent restart) and was deleted; the purge stopped them"
+say "PASS: the .deb installed, kibotos-ctrl and kibotos-node ran as services, a Workspace was created, ran commands (its VM outliving an agent restart) and was deleted; python3-kibotos ran the Python quickstart through them; the purges stopped them and removed the SDK"
