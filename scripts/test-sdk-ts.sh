@@ -54,6 +54,25 @@ fi
 status=0
 (cd sdk/typescript && env -u KIBOTOS_WORKSPACE_ENDPOINT -u KIBOTOS_TOKEN -u KIBOTOS_CONFIG KIBOTOS_HOME="$work/home" \
 	node --test dist/test/*.test.js) || status=$?
+# The package as a user installs it: npm pack's tarball (package.json's
+# "files", not this directory) installed into a project of its own, its
+# dependencies from the registry as the lockfile does not pin them there,
+# running README's quickstart (compiled) against the same dev.
+packed() {
+	local app="$work/app" tgz out
+	mkdir -p "$app"
+	tgz=$(cd sdk/typescript && npm pack --silent --pack-destination "$work")
+	echo '{ "name": "kibotos-sdk-user", "private": true, "type": "module" }' >"$app/package.json"
+	(cd "$app" && npm install --silent --no-audit --no-fund "$work/$tgz")
+	cp sdk/typescript/dist/examples/quickstart.js "$app/"
+	out=$(cd "$app" && env -u KIBOTOS_WORKSPACE_ENDPOINT -u KIBOTOS_TOKEN -u KIBOTOS_CONFIG KIBOTOS_HOME="$work/home" node quickstart.js)
+	if ! grep -Eqx 'hello from ws-[0-9a-f]+' <<<"$(sed -n 1p <<<"$out" | sed 's/^0 //')" || [ "$(sed -n 2p <<<"$out")" != "hi from TypeScript" ]; then
+		echo "the packed SDK's quickstart printed: $out" >&2
+		return 1
+	fi
+	echo "npm pack's $tgz, installed into a project of its own, ran the quickstart"
+}
+[ "$status" -ne 0 ] || packed || status=$?
 if [ "$status" -ne 0 ]; then
 	echo "kibotos dev's log (the last 200 lines):" >&2
 	tail -n 200 "$work/dev.log" >&2
