@@ -33,7 +33,7 @@ from kibotos.errors import (
     Unknown,
 )
 from kibotos.egress import Egress, Egresses, Resolver, Resolvers
-from kibotos.files import Files
+from kibotos.files import Files, Watch
 from kibotos.process import ExecResult, Exit, Output, Process, Processes, Started
 from kibotos.session import Session
 from kibotos.transfer import Transfer, TransferFailed, Transfers
@@ -45,6 +45,7 @@ __all__ = [
     "Workspace",
     "Workspaces",
     "Files",
+    "Watch",
     "Egress",
     "Egresses",
     "Resolver",

@@ -8,7 +8,7 @@ size_bytes, mode, owner, modified_at, ...).
 
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import Iterator, List, Optional, Union
 
 import grpc
 
@@ -97,6 +97,56 @@ class Files:
                                        overwrite=overwrite, create_parents=create_parents, user=user or "")
         return self._conn.call(self._conn.files.MoveFile, req).info
 
+    def watch(self, path: str, *, recursive: bool = False, user: Optional[str] = None) -> "Watch":
+        """Watches a directory (recursive: and every one below it, new
+        ones too): returns once the watch is in place, so every change
+        made after it returns is seen. Iterate the Watch for the API's
+        FileEvent messages (kind, path, new_path for a rename, type); an
+        OVERFLOW event says events were lost (list again). It ends when
+        the watched directory goes, or at close(); use it in a with
+        block."""
+        req = file_pb2.WatchDirectoryRequest(workspace_id=self._id, path=path, recursive=recursive, user=user or "")
+        call = self._conn.files.WatchDirectory(req, metadata=self._conn.metadata)
+        try:
+            first = next(call)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        except StopIteration:
+            raise errors.KibotosError(f"watch {path}: the stream ended before the watch started") from None
+        if not first.HasField("started"):
+            call.cancel()
+            raise errors.KibotosError(f"watch {path}: the stream began with {first.WhichOneof('item')}, not started")
+        return Watch(call)
+
     def remove(self, path: str, *, recursive: bool = False, user: Optional[str] = None) -> None:
         req = file_pb2.DeleteFileRequest(workspace_id=self._id, path=path, recursive=recursive, user=user or "")
         self._conn.call(self._conn.files.DeleteFile, req)
+
+
+class Watch:
+    """A directory watch (Files.watch): iterate it for FileEvents, as they
+    come; close() ends it, from another thread too."""
+
+    def __init__(self, call):
+        self._call = call
+        self._closed = False
+
+    def __iter__(self) -> Iterator[file_pb2.FileEvent]:
+        try:
+            for res in self._call:
+                if res.HasField("event"):
+                    yield res.event
+        except grpc.RpcError as e:
+            if self._closed and e.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise errors.from_rpc_error(e) from None
+
+    def close(self) -> None:
+        self._closed = True
+        self._call.cancel()
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

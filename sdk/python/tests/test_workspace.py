@@ -4,6 +4,7 @@ files, stop, start and delete, on a real VM."""
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 
 import pytest
@@ -137,6 +138,33 @@ def test_files_write_read_list(ws):
         ws.files.move("/root/data/notes.txt", "/root/moved/notes.txt")
     ws.files.move("/root/data/notes.txt", "/root/moved/notes.txt", overwrite=True)
     assert ws.files.read_text("/root/moved/notes.txt") == "second\n"
+
+
+def test_watch_sees_every_change_made_after_it_returns(ws):
+    ws.files.make_dir("/root/watched/sub", create_parents=True)
+    kinds = file_pb2.FileEventKind
+    with ws.files.watch("/root/watched", recursive=True) as w:
+        # Nothing waits on a watch that misses an event: the test ends it.
+        watchdog = threading.Timer(60, w.close)
+        watchdog.start()
+        ws.files.write("/root/watched/a.txt", "a\n")
+        ws.exec(["sh", "-c", "mv /root/watched/a.txt /root/watched/b.txt && echo x > /root/watched/sub/c.txt && rm /root/watched/b.txt"], check=True)
+        want = [
+            (kinds.Value("FILE_EVENT_KIND_RENAMED"), "/root/watched/a.txt", "/root/watched/b.txt"),
+            (kinds.Value("FILE_EVENT_KIND_CREATED"), "/root/watched/sub/c.txt", ""),
+            (kinds.Value("FILE_EVENT_KIND_DELETED"), "/root/watched/b.txt", ""),
+        ]
+        seen = []
+        for ev in w:
+            seen.append((ev.kind, ev.path, ev.new_path))
+            if all(x in seen for x in want):
+                break
+        watchdog.cancel()
+    assert all(x in seen for x in want), seen
+    # In order: the rename before the deletion of its new path.
+    assert seen.index(want[0]) < seen.index(want[2])
+    with pytest.raises(kibotos.FailedPrecondition):
+        ws.files.watch("/root/moved/notes.txt")  # not a directory
 
 
 def test_metrics_sample_the_running_guest(ws):

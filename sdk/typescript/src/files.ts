@@ -4,8 +4,10 @@
 // the file (the guest renames a complete temporary file into place), a
 // delete that allows a missing path. An append, an exclusive create or a
 // delete that must find its path is sent once.
-import type { FileInfo } from "./gen/kibotos/ctrl/v1/file_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { FileEvent, FileInfo, WatchDirectoryResponse } from "./gen/kibotos/ctrl/v1/file_pb.js";
 import type { Api } from "./api.js";
+import { toError } from "./errors.js";
 
 /** WriteFile's data messages: the API takes up to 1 MiB; the CLI's cp sends 512 KiB. */
 const chunkBytes = 512 << 10;
@@ -117,11 +119,71 @@ export class Files {
     return res.info!;
   }
 
+  /**
+   * watch watches a directory (recursive: and every one below it, new ones
+   * too) and resolves once the watch is in place, so every change made
+   * after it resolved is seen. Iterate the Watch (for await) for the API's
+   * FileEvent messages (kind, path, newPath for a rename, type); an
+   * OVERFLOW event says events were lost (list again). It ends when the
+   * watched directory goes, at close(), or when opts.signal aborts.
+   */
+  async watch(path: string, opts: UserOptions & { recursive?: boolean } = {}): Promise<Watch> {
+    // close() or the caller's signal ends the stream (Node 18 has no AbortSignal.any).
+    const stop = new AbortController();
+    if (opts.signal?.aborted) stop.abort();
+    opts.signal?.addEventListener("abort", () => stop.abort(), { once: true });
+    const signal = stop.signal;
+    const req = { workspaceId: this.workspaceId, path, recursive: opts.recursive ?? false, user: opts.user ?? "" };
+    const stream = this.api.files.watchDirectory(req, { signal })[Symbol.asyncIterator]();
+    let first: IteratorResult<WatchDirectoryResponse>;
+    try {
+      first = await stream.next();
+    } catch (err) {
+      throw toError(err);
+    }
+    if (first.done || first.value.item.case !== "started") {
+      stop.abort();
+      throw new Error(`watch ${path}: the stream began with ${first.done ? "its end" : first.value.item.case}, not started`);
+    }
+    return new Watch(stream, stop);
+  }
+
   /** remove deletes a path (a directory with its contents when recursive) and says whether there was one; a missing path is not_found unless allowMissing. */
   async remove(path: string, opts: UserOptions & { recursive?: boolean; allowMissing?: boolean } = {}): Promise<boolean> {
     const req = { workspaceId: this.workspaceId, path, recursive: opts.recursive ?? false, allowMissing: opts.allowMissing ?? false, user: opts.user ?? "" };
     // A repeat of a delete that went through is not_found, unless allowMissing.
     const res = await this.api.call(() => this.api.files.deleteFile(req, { signal: opts.signal }), opts.signal, req.allowMissing);
     return res.deleted;
+  }
+}
+
+/** Watch is a directory watch (Files.watch): `for await` its FileEvents; close() ends it. */
+export class Watch implements AsyncIterable<FileEvent> {
+  private closed = false;
+
+  constructor(
+    private readonly stream: AsyncIterator<WatchDirectoryResponse>,
+    private readonly stop: AbortController,
+  ) {}
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<FileEvent, void, undefined> {
+    try {
+      for (;;) {
+        const next = await this.stream.next();
+        if (next.done) return;
+        if (next.value.item.case === "event") yield next.value.item.value;
+      }
+    } catch (err) {
+      if (this.closed && err instanceof ConnectError && err.code === Code.Canceled) return;
+      throw toError(err);
+    } finally {
+      this.close();
+    }
+  }
+
+  /** close ends the watch; iteration ends without an error. */
+  close(): void {
+    this.closed = true;
+    this.stop.abort();
   }
 }

@@ -8,7 +8,7 @@ export { ApiError, CommandFailedError, KibotosError, type FailureInfo } from "./
 export type { ExecEvent, ExecExit, ExecOptions, ExecResult } from "./exec.js";
 export { Process, Processes, signalOf, type SignalName, type StartOptions } from "./process.js";
 export { Egress, Egresses, Resolver, Resolvers, type EgressCreateOptions, type ResolverCreateOptions, type ResolverPathText } from "./egress.js";
-export { Files, type ListOptions, type ReadOptions, type UserOptions, type WriteOptions } from "./files.js";
+export { Files, Watch, type ListOptions, type ReadOptions, type UserOptions, type WriteOptions } from "./files.js";
 export { Session, type Scope, type SessionOptions } from "./session.js";
 export { Transfer, TransferFailedError, Transfers, type TransferWaitOptions } from "./transfer.js";
 export { Volume, VolumeFailedError, Volumes, type VolumeCreateOptions } from "./volume.js";

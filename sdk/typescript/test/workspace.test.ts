@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { createClient } from "@connectrpc/connect";
+import { FileEventKind } from "@kibotos/sdk/gen/file_pb";
 import { NetworkPolicyMode, WorkspaceExpirationAction, WorkspaceVolumeMode } from "@kibotos/sdk/gen/types_pb";
 import { VolumeService } from "@kibotos/sdk/gen/volume_pb";
 import {
@@ -151,6 +152,30 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     assert.ok(taken instanceof ApiError && taken.code === Code.AlreadyExists, String(taken));
     await ws.files.move("/root/made/deep/note.txt", "/data/dir/note.txt", { overwrite: true });
     assert.equal(await ws.files.read("/data/dir/note.txt"), "one\ntwo\n");
+  });
+
+  await t.test("watch sees every change made after it resolves", async () => {
+    await ws.files.mkdir("/root/watched/sub", { createParents: true });
+    const w = await ws.files.watch("/root/watched", { recursive: true });
+    const watchdog = setTimeout(() => w.close(), 60_000); // nothing waits on a watch that misses an event
+    await ws.files.write("/root/watched/a.txt", "a\n");
+    const run = await ws.exec(["sh", "-c", "mv /root/watched/a.txt /root/watched/b.txt && echo x > /root/watched/sub/c.txt && rm /root/watched/b.txt"]);
+    assert.equal(run.exitCode, 0);
+    const want = [
+      `${FileEventKind.RENAMED} /root/watched/a.txt /root/watched/b.txt`,
+      `${FileEventKind.CREATED} /root/watched/sub/c.txt `,
+      `${FileEventKind.DELETED} /root/watched/b.txt `,
+    ];
+    const seen: string[] = [];
+    for await (const ev of w) {
+      seen.push(`${ev.kind} ${ev.path} ${ev.newPath}`);
+      if (want.every((x) => seen.includes(x))) break; // leaving the loop closes the watch
+    }
+    clearTimeout(watchdog);
+    assert.ok(want.every((x) => seen.includes(x)), `seen: ${seen.join(", ")}`);
+    assert.ok(seen.indexOf(want[0]) < seen.indexOf(want[2]), "the rename before the deletion of its new path");
+    const notDir = await ws.files.watch("/data/dir/note.txt").catch((e: unknown) => e);
+    assert.ok(notDir instanceof ApiError && notDir.code === Code.FailedPrecondition, String(notDir));
   });
 
   await t.test("metrics sample the running guest", async () => {
