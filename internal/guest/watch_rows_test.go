@@ -113,8 +113,19 @@ func TestAWatchOverflowSaysOverflow(t *testing.T) {
 	// Alternating files: inotify merges only an event equal to the last
 	// one queued. About 50,000 messages fill the stream's buffers (the
 	// agent's batches, HTTP/2 windows) before the kernel's queue fills.
+	// A one-byte write into the page cache is one IN_MODIFY and, unlike a
+	// chmod, no journal transaction: the test once ran out of its two
+	// minutes in CI on a machine busy with VMs and fsyncs.
+	files := make([]*os.File, 2)
+	for i, f := range []string{"a", "b"} {
+		var err error
+		if files[i], err = os.OpenFile(filepath.Join(dir, f), os.O_WRONLY, 0); err != nil {
+			t.Fatal(err)
+		}
+		defer files[i].Close()
+	}
 	for i := range 400_000 {
-		if err := os.Chmod(filepath.Join(dir, []string{"a", "b"}[i%2]), os.FileMode(0o600+i%2)); err != nil {
+		if _, err := files[i%2].WriteAt([]byte{'x'}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
