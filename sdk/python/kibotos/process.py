@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -311,6 +311,14 @@ class Process:
         each stream), then live, then its Exit: Output events, then Exit."""
         return stream(self._conn, self._workspace_id, None, None, None, process_id=self.id)
 
+    def resize(self, columns: int, lines: int) -> None:
+        """Sets its terminal's size (started with pty=) and sends it
+        SIGWINCH; a process without a pty, or ended, is
+        FailedPrecondition."""
+        req = process_pb2.ResizeProcessPtyRequest(workspace_id=self._workspace_id, process_id=self.id,
+                                                  size=process_pb2.ProcessPty(cols=columns, rows=lines))
+        self._conn.retrying(lambda: self._conn.call(self._conn.processes.ResizeProcessPty, req))
+
     def send_input(self, data: Union[bytes, str], *, close: bool = False) -> None:
         """Writes data to the process's stdin (started with stdin=True);
         close=True closes it after, as EOF."""
@@ -334,10 +342,18 @@ class Processes:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         stdin: bool = False,
+        pty: Optional[Tuple[int, int]] = None,
     ) -> Process:
         """Starts argv (no shell) in the background and returns once the
-        guest executed it; stdin=True keeps its stdin open for send_input."""
+        guest executed it; stdin=True keeps its stdin open for send_input.
+        pty=(columns, lines), os.get_terminal_size()'s order, runs it on a
+        pseudo-terminal of that size: stdout and stderr are then one
+        stream (reported as stdout), input is always accepted, and
+        resize() changes the size."""
         req = spec(argv, env, cwd, user, stdin)
+        if pty is not None:
+            cols, rows = pty
+            req.pty.CopyFrom(process_pb2.ProcessPty(cols=cols, rows=rows))
         res = self._conn.mutate(
             self._conn.processes.StartProcess,
             lambda cmd: process_pb2.StartProcessRequest(command=cmd, workspace_id=self._id, spec=req),

@@ -4,6 +4,7 @@ files, stop, start and delete, on a real VM."""
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 
@@ -107,6 +108,27 @@ def test_a_background_process_is_found_signalled_and_waited_for(ws):
     assert sleeper.wait(timeout=60).signal == 9
     with pytest.raises(ValueError):
         sleeper.signal("WINCH")
+
+
+def test_a_process_on_a_pty_sees_its_size_then_a_resize(ws):
+    p = ws.processes.start(["sh", "-c", "stty size; read line; stty size"], pty=(100, 30))
+    assert (p.info.pty.cols, p.info.pty.rows) == (100, 30)
+    seen = b""
+    for ev in p.output():
+        if isinstance(ev, Output):
+            seen += ev.data
+        if b"30 100" in seen:
+            break  # the first stty ran; sh waits in read
+    p.resize(120, 40)
+    p.send_input("go\n")  # a pty takes input without stdin=True
+    assert p.wait(timeout=60).exit_code == 0
+    out = b"".join(ev.data for ev in p.output() if isinstance(ev, Output))
+    assert re.search(rb"30 100\r\n.*40 120\r\n", out, re.S), out
+    assert (p.refresh().info.pty.cols, p.info.pty.rows) == (120, 40)
+    plain = ws.processes.start(["sleep", "60"])
+    with pytest.raises(kibotos.FailedPrecondition):
+        plain.resize(80, 24)  # no pty
+    plain.kill()
 
 
 def test_files_write_read_list(ws):

@@ -20,6 +20,12 @@ export interface StartOptions {
   user?: string;
   /** true keeps its stdin open for sendInput; default: no stdin. */
   stdin?: boolean;
+  /**
+   * A pseudo-terminal of this size to run it on: stdout and stderr are then
+   * one stream (reported as stdout), input is always accepted, and
+   * resize() changes the size.
+   */
+  pty?: { cols: number; rows: number };
   /** The command_id of the start; default: a new one. */
   commandId?: string;
   signal?: AbortSignal;
@@ -49,7 +55,7 @@ export class Processes {
   /** start runs argv (no shell) in the background and returns once the guest executed it. */
   async start(argv: string[], opts: StartOptions = {}): Promise<Process> {
     const commandId = opts.commandId ?? newCommandId();
-    const spec = { argv, env: opts.env ?? {}, cwd: opts.cwd ?? "", user: opts.user ?? "", stdin: opts.stdin ?? false };
+    const spec = { argv, env: opts.env ?? {}, cwd: opts.cwd ?? "", user: opts.user ?? "", stdin: opts.stdin ?? false, pty: opts.pty };
     const res = await this.api.call(
       () => this.api.processes.startProcess({ command: { commandId }, workspaceId: this.workspaceId, spec }, { signal: opts.signal }),
       opts.signal,
@@ -124,6 +130,14 @@ export class Process {
   /** output yields the process's output from the first byte the guest retains (its last MiB of each stream), then live, then its exit. */
   output(opts: { signal?: AbortSignal } = {}): AsyncGenerator<ExecEvent, void, undefined> {
     return outputOf(this.api, this.workspaceId, this.id, opts.signal);
+  }
+
+  /** resize sets its terminal's size (started with a pty) and sends it SIGWINCH; without a pty, or ended, it is failed_precondition. */
+  async resize(size: { cols: number; rows: number }, opts: { signal?: AbortSignal } = {}): Promise<void> {
+    await this.api.call(
+      () => this.api.processes.resizeProcessPty({ workspaceId: this.workspaceId, processId: this.id, size }, { signal: opts.signal }),
+      opts.signal,
+    );
   }
 
   /** sendInput writes to the process's stdin (started with stdin: true); close: true closes it after, as EOF. */

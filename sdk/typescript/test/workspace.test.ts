@@ -109,6 +109,27 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
     assert.throws(() => signalOf("SIGWINCH"), TypeError);
   });
 
+  await t.test("a process on a pty sees its size, then the size a resize set", async () => {
+    const p = await ws.processes.start(["sh", "-c", "stty size; read line; stty size"], { pty: { cols: 100, rows: 30 } });
+    assert.deepEqual([p.info.pty?.cols, p.info.pty?.rows], [100, 30]);
+    let seen = "";
+    for await (const ev of p.output()) {
+      if (ev.type === "stdout") seen += Buffer.from(ev.data).toString();
+      if (seen.includes("30 100")) break; // the first stty ran; sh waits in read
+    }
+    await p.resize({ cols: 120, rows: 40 });
+    await p.sendInput("go\n"); // a pty takes input without stdin: true
+    assert.equal((await p.wait()).exitCode, 0);
+    let all = "";
+    for await (const ev of p.output()) if (ev.type === "stdout") all += Buffer.from(ev.data).toString();
+    assert.match(all, /30 100\r\n[\s\S]*40 120\r\n/);
+    assert.deepEqual([(await p.refresh()).info.pty?.cols, p.info.pty?.rows], [120, 40]);
+    const plain = await ws.processes.start(["sleep", "60"]);
+    const refused = await plain.resize({ cols: 80, rows: 24 }).catch((e: unknown) => e);
+    assert.ok(refused instanceof ApiError && refused.code === Code.FailedPrecondition, String(refused)); // no pty
+    await plain.kill();
+  });
+
   await t.test("files: write, read, list, stat, remove", async () => {
     const bytes = new Uint8Array(1 << 20).map((_, i) => (i * 7) % 251); // two WriteFile chunks
     await ws.files.write("/data/dir/blob.bin", bytes, { createParents: true });
