@@ -85,15 +85,19 @@ class Volume:
         """Replaces every label, with the revision last read (a change made
         meanwhile is refused as FailedPrecondition; refresh() reads it)."""
         revision = self.info.labels_revision
-        self.info = self._conn.mutate(self._conn.volumes.UpdateVolumeLabels, lambda c: volume_pb2.UpdateVolumeLabelsRequest(
-            command=c, volume_id=self.id, expected_labels_revision=revision, labels=labels)).volume
-        return self
+        return self._update(self._conn.volumes.UpdateVolumeLabels, lambda c: volume_pb2.UpdateVolumeLabelsRequest(
+            command=c, volume_id=self.id, expected_labels_revision=revision, labels=labels))
 
     def set_annotations(self, annotations: Dict[str, str]) -> "Volume":
         """Replaces every annotation, as set_labels does labels."""
         revision = self.info.annotations_revision
-        self.info = self._conn.mutate(self._conn.volumes.UpdateVolumeAnnotations, lambda c: volume_pb2.UpdateVolumeAnnotationsRequest(
-            command=c, volume_id=self.id, expected_annotations_revision=revision, annotations=annotations)).volume
+        return self._update(self._conn.volumes.UpdateVolumeAnnotations, lambda c: volume_pb2.UpdateVolumeAnnotationsRequest(
+            command=c, volume_id=self.id, expected_annotations_revision=revision, annotations=annotations))
+
+    def _update(self, method, build) -> "Volume":
+        """One change under one command_id (kept across retries); keeps the
+        Volume ctrl answers."""
+        self.info = self._conn.mutate(method, build).volume
         return self
 
     def resize(self, size, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Volume":

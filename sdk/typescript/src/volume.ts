@@ -110,21 +110,24 @@ export class Volume {
 
   /** setLabels replaces every label, with the revision last read (a change made meanwhile is failed_precondition; refresh() reads it). */
   async setLabels(labels: Record<string, string>, opts: { signal?: AbortSignal } = {}): Promise<this> {
-    const command = { commandId: newCommandId() };
     const expectedLabelsRevision = this.message.labelsRevision;
-    const res = await this.api.call(() => this.api.volumes.updateVolumeLabels({ command, volumeId: this.id, expectedLabelsRevision, labels }, { signal: opts.signal }), opts.signal);
-    this.message = res.volume!;
-    return this;
+    return this.update(opts, (command, signal) => this.api.volumes.updateVolumeLabels({ command, volumeId: this.id, expectedLabelsRevision, labels }, { signal }));
   }
 
   /** setAnnotations replaces every annotation, as setLabels does labels. */
   async setAnnotations(annotations: Record<string, string>, opts: { signal?: AbortSignal } = {}): Promise<this> {
-    const command = { commandId: newCommandId() };
     const expectedAnnotationsRevision = this.message.annotationsRevision;
-    const res = await this.api.call(
-      () => this.api.volumes.updateVolumeAnnotations({ command, volumeId: this.id, expectedAnnotationsRevision, annotations }, { signal: opts.signal }),
-      opts.signal,
-    );
+    return this.update(opts, (command, signal) =>
+      this.api.volumes.updateVolumeAnnotations({ command, volumeId: this.id, expectedAnnotationsRevision, annotations }, { signal }));
+  }
+
+  /** update sends one change under one command_id (kept across retries) and keeps the Volume it answers. */
+  private async update(
+    opts: { signal?: AbortSignal },
+    send: (command: { commandId: string }, signal?: AbortSignal) => Promise<{ volume?: VolumeMessage }>,
+  ): Promise<this> {
+    const command = { commandId: newCommandId() };
+    const res = await this.api.call(() => send(command, opts.signal), opts.signal);
     this.message = res.volume!;
     return this;
   }
