@@ -83,14 +83,15 @@ class Connection:
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
 
-    def mutate(self, method, build: Callable[[types_pb2.CommandMetadata], object]):
-        """A unary command: one command_id, reused on every retry.
+    def mutate(self, method, build: Callable[[types_pb2.CommandMetadata], object], command_id: Optional[str] = None):
+        """A unary command: one command_id (command_id, or a new one),
+        reused on every retry.
 
         ctrl records a command under its id with its effect, and answers a
         replay with the recorded result, so a call whose answer was lost
         (unavailable, deadline_exceeded) is sent again as it was.
         """
-        request = build(command(new_command_id()))
+        request = build(command(command_id or new_command_id()))
         return self.retrying(lambda: self.call(method, request))
 
     def every_page(self, method, request, items: Callable[[Any], Iterable[T]]) -> List[T]:

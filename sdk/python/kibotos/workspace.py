@@ -84,11 +84,15 @@ class Workspace:
 
     info is the API's Workspace message as last read (refresh() reads it
     again); state is its state's name ("AVAILABLE", "STOPPED", ...).
+    last_command_id is the command_id of the last lifecycle command sent
+    through this handle (None before one): follow() or command() it after
+    a call made with wait=False.
     """
 
     def __init__(self, conn: _rpc.Connection, info: types_pb2.Workspace):
         self._conn = conn
         self.info = info
+        self.last_command_id: Optional[str] = None
         self.files = Files(conn, info.workspace_id)
         self.processes = process.Processes(conn, info.workspace_id)
 
@@ -312,18 +316,20 @@ class Workspace:
         Workspace."""
         return session.issue(self._conn, self.id, scopes, ttl)
 
-    def start(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Workspace":
+    def start(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT, command_id: Optional[str] = None) -> "Workspace":
         """Starts a STOPPED Workspace; waits until AVAILABLE unless wait=False."""
         return self._follow(
             self._conn.mutate(
                 self._conn.workspaces.StartWorkspace,
                 lambda c: workspace_pb2.StartWorkspaceRequest(command=c, workspace_id=self.id),
+                command_id,
             ),
             wait,
             timeout,
         )
 
-    def stop(self, *, force: bool = False, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Workspace":
+    def stop(self, *, force: bool = False, wait: bool = True, timeout: float = DEFAULT_WAIT,
+             command_id: Optional[str] = None) -> "Workspace":
         """Stops it (force: at once, without waiting for the guest); waits
         until STOPPED unless wait=False."""
         mode = workspace_pb2.STOP_MODE_FORCE if force else workspace_pb2.STOP_MODE_NORMAL
@@ -331,48 +337,65 @@ class Workspace:
             self._conn.mutate(
                 self._conn.workspaces.StopWorkspace,
                 lambda c: workspace_pb2.StopWorkspaceRequest(command=c, workspace_id=self.id, mode=mode),
+                command_id,
             ),
             wait,
             timeout,
         )
 
-    def delete(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> "Workspace":
+    def delete(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT, command_id: Optional[str] = None) -> "Workspace":
         """Deletes it; waits until DELETED unless wait=False."""
         return self._follow(
             self._conn.mutate(
                 self._conn.workspaces.DeleteWorkspace,
                 lambda c: workspace_pb2.DeleteWorkspaceRequest(command=c, workspace_id=self.id),
+                command_id,
             ),
             wait,
             timeout,
         )
 
     def _follow(self, admitted, wait: bool, timeout: float) -> "Workspace":
-        """Follows an admitted command to its end, as `kibotos workspace`
-        does: WaitWorkspace on the command, which ctrl answers as soon as
-        it is SUCCEEDED (the Workspace as it is then) or FAILED
-        (CommandFailed), without polling."""
+        """Keeps an admitted command's answer and, with wait, follows it."""
         self.info = admitted.workspace
-        if not wait:
-            return self
+        self.last_command_id = admitted.command.command_id
+        if wait:
+            self.follow(self.last_command_id, timeout=timeout)
+        return self
+
+    def follow(self, command_id: str, *, timeout: float = DEFAULT_WAIT) -> workspace_pb2.WorkspaceCommand:
+        """Waits until the Workspace's command command_id ends, as
+        `kibotos workspace` does: WaitWorkspace on the command, which ctrl
+        answers as soon as it is SUCCEEDED (returns the command; info is
+        the Workspace as it is then) or FAILED (raises CommandFailed),
+        without polling. TimeoutError after timeout seconds: the command
+        goes on in ctrl. A command_id that is not this Workspace's is
+        NotFound."""
         deadline = time.monotonic() + timeout
         while True:
             step = max(0.001, min(_WAIT_STEP, deadline - time.monotonic()))
-            req = workspace_pb2.WaitWorkspaceRequest(workspace_id=self.id, command_id=admitted.command.command_id)
+            req = workspace_pb2.WaitWorkspaceRequest(workspace_id=self.id, command_id=command_id)
             req.timeout.FromTimedelta(datetime.timedelta(seconds=step))
-            res = self._conn.call(self._conn.workspaces.WaitWorkspace, req, timeout=step + 30)
+            res = self._conn.retrying(lambda: self._conn.call(self._conn.workspaces.WaitWorkspace, req, timeout=step + 30))
             cmd = res.command
+            if res.HasField("workspace"):
+                self.info = res.workspace
             if cmd.state == workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED:
-                self.info = res.workspace
-                return self
+                return cmd
             if cmd.state == workspace_pb2.WORKSPACE_COMMAND_STATE_FAILED:
-                self.info = res.workspace
                 raise errors.CommandFailed(self.id, cmd.failure)
             if time.monotonic() >= deadline:
                 kind = workspace_pb2.WorkspaceCommandKind.Name(cmd.kind).removeprefix("WORKSPACE_COMMAND_KIND_")
                 raise TimeoutError(
                     f"{self.id}: {kind.lower()} not done after {timeout:g}s ({cmd.progress or cmd.waiting_for or 'admitted'})"
                 )
+
+    def command(self, command_id: str) -> workspace_pb2.WorkspaceCommand:
+        """Reads the Workspace's command command_id as it is now
+        (GetWorkspaceCommand): its kind, state, progress, what it waits for
+        and, once FAILED, its failure. Does not wait; follow() does."""
+        req = workspace_pb2.GetWorkspaceCommandRequest(workspace_id=self.id, command_id=command_id)
+        return self._conn.retrying(lambda: self._conn.call(self._conn.workspaces.GetWorkspaceCommand, req)).command
 
 
 class Workspaces:
@@ -401,6 +424,7 @@ class Workspaces:
         expire_action: str = "stop",
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
+        command_id: Optional[str] = None,
     ) -> Workspace:
         """Creates a Workspace and waits until it is AVAILABLE (wait=False:
         returns it CREATING).
@@ -419,6 +443,8 @@ class Workspaces:
         "direct" or "egress:EGRESS_ID"}) the guest's DNS to a Resolver. expire_in (seconds from now) has the Workspace
         stopped, or deleted with expire_action="delete", at that time.
         A create that fails after admission raises CommandFailed.
+        command_id names the command (None: a new one): a create sent again
+        under the same id is the same Workspace, never a second.
         """
         spec = types_pb2.WorkspaceCreateSpec(
             template=types_pb2.TemplateSelector(template=template or "", revision=revision or ""),
@@ -437,6 +463,7 @@ class Workspaces:
         admitted = self._conn.mutate(
             self._conn.workspaces.CreateWorkspace,
             lambda c: workspace_pb2.CreateWorkspaceRequest(command=c, spec=spec),
+            command_id,
         )
         return Workspace(self._conn, admitted.workspace)._follow(admitted, wait, timeout)
 
@@ -448,6 +475,7 @@ class Workspaces:
         labels: Optional[Dict[str, str]] = None,
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
+        command_id: Optional[str] = None,
     ) -> Workspace:
         """Creates a new Workspace from a COMPLETE or IMPORTED Transfer: the
         spec its archive carries (memory, when given, in place of the
@@ -460,6 +488,7 @@ class Workspaces:
         admitted = self._conn.mutate(
             self._conn.workspaces.RestoreWorkspace,
             lambda c: workspace_pb2.RestoreWorkspaceRequest(command=c, transfer_id=transfer_id, spec=spec),
+            command_id,
         )
         return Workspace(self._conn, admitted.workspace)._follow(admitted, wait, timeout)
 

@@ -12,7 +12,7 @@ import pytest
 
 import kibotos
 from kibotos import Exit, Output, Started
-from kibotos.ctrl.v1 import file_pb2, types_pb2
+from kibotos.ctrl.v1 import file_pb2, types_pb2, workspace_pb2
 
 
 @pytest.fixture(scope="module")
@@ -283,8 +283,14 @@ def test_set_expiration_labels_and_memory(client, ws):
 
 def test_stop_and_start_keep_the_writable_layer(ws):
     ws.files.write("/root/kept.txt", "still here\n")
-    ws.stop()
+    ws.stop(wait=False)  # returns at admission; follow() waits for the same command
+    stop_id = ws.last_command_id
+    assert stop_id.startswith("py-")
+    assert ws.command(stop_id).kind == workspace_pb2.WORKSPACE_COMMAND_KIND_STOP
+    done = ws.follow(stop_id)
+    assert done.state == workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED and done.command_id == stop_id
     assert ws.state == "STOPPED"
+    assert ws.command(stop_id).state == workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED
 
     with pytest.raises(kibotos.FailedPrecondition) as e:
         ws.exec(["true"])
@@ -304,3 +310,21 @@ def test_delete(client, ws):
     assert ws.state == "DELETED"
     assert client.workspaces.get(ws.id).state == "DELETED"
     assert client.workspaces.list("suite=sdk-py") == []
+
+
+def test_a_create_sent_twice_under_one_command_id_admits_one_workspace(client):
+    command_id = f"py-replay-{time.time_ns()}"
+    first = client.workspaces.create(memory="256Mi", volume=False, wait=False, command_id=command_id)
+    try:
+        assert first.last_command_id == command_id
+        again = client.workspaces.create(memory="256Mi", volume=False, command_id=command_id)
+        assert again.id == first.id and again.state == "AVAILABLE"
+        assert first.follow(command_id).state == workspace_pb2.WORKSPACE_COMMAND_STATE_SUCCEEDED
+        assert first.state == "AVAILABLE"
+        with pytest.raises(kibotos.AlreadyExists) as e:
+            client.workspaces.create(memory="512Mi", volume=False, command_id=command_id)
+        assert (e.value.reason, e.value.field, e.value.command_id) == ("CONFLICT", "command.command_id", command_id)
+        with pytest.raises(kibotos.NotFound):
+            first.command("py-no-such-command")
+    finally:
+        first.delete()

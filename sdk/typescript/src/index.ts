@@ -19,3 +19,4 @@ export { FileType, type FileInfo } from "./gen/kibotos/ctrl/v1/file_pb.js";
 export type { MetricsFilesystem, MetricsSample } from "./gen/kibotos/ctrl/v1/metrics_pb.js";
 export { ProcessEndCause, ProcessState, type Process as ProcessInfo } from "./gen/kibotos/ctrl/v1/process_pb.js";
 export { FailureReason, FailureStage, TransferState, VolumeState, WorkspaceState, type ErrorDetail, type WorkspaceFailure } from "./gen/kibotos/ctrl/v1/types_pb.js";
+export { WorkspaceCommandKind, WorkspaceCommandState, type WorkspaceCommand } from "./gen/kibotos/ctrl/v1/workspace_pb.js";

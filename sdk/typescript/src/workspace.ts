@@ -87,7 +87,7 @@ export class Workspaces {
     const spec = createSpec(opts);
     const commandId = opts.commandId ?? newCommandId();
     const res = await this.api.call(() => this.api.workspaces.createWorkspace({ command: { commandId }, spec }, { signal: opts.signal }), opts.signal);
-    const ws = new Workspace(this.api, res.workspace!);
+    const ws = new Workspace(this.api, res.workspace!, commandId);
     if (opts.wait !== false) await ws.follow(commandId, opts.signal);
     return ws;
   }
@@ -103,7 +103,7 @@ export class Workspaces {
     const commandId = opts.commandId ?? newCommandId();
     const spec = { labels: opts.labels ?? {}, resources: opts.memory === undefined ? undefined : { memoryBytes: parseSize(opts.memory, "memory") } };
     const res = await this.api.call(() => this.api.workspaces.restoreWorkspace({ command: { commandId }, transferId, spec }, { signal: opts.signal }), opts.signal);
-    const ws = new Workspace(this.api, res.workspace!);
+    const ws = new Workspace(this.api, res.workspace!, commandId);
     if (opts.wait !== false) await ws.follow(commandId, opts.signal);
     return ws;
   }
@@ -191,10 +191,12 @@ export class Workspace {
   /** Background processes in the guest (exec runs one to its end). */
   readonly processes: Processes;
   private message: WorkspaceMessage;
+  private lastCommand?: string;
 
-  constructor(private readonly api: Api, message: WorkspaceMessage) {
+  constructor(private readonly api: Api, message: WorkspaceMessage, lastCommandId?: string) {
     this.id = message.workspaceId;
     this.message = message;
+    this.lastCommand = lastCommandId;
     this.files = new Files(api, this.id);
     this.processes = new Processes(api, this.id);
   }
@@ -206,6 +208,15 @@ export class Workspace {
 
   get state(): WorkspaceState {
     return this.message.state;
+  }
+
+  /**
+   * The command_id of the last lifecycle command (create, restore, start,
+   * stop, delete) sent through this object; undefined before one.
+   * follow() or command() it after a call made with `wait: false`.
+   */
+  get lastCommandId(): string | undefined {
+    return this.lastCommand;
   }
 
   /**
@@ -386,32 +397,34 @@ export class Workspace {
 
   /** start starts a stopped Workspace and, unless `wait: false`, waits until it is AVAILABLE again. */
   async start(opts: CommandOptions = {}): Promise<this> {
-    return this.command(opts, (commandId) => this.api.workspaces.startWorkspace({ command: { commandId }, workspaceId: this.id }, { signal: opts.signal }));
+    return this.lifecycle(opts, (commandId) => this.api.workspaces.startWorkspace({ command: { commandId }, workspaceId: this.id }, { signal: opts.signal }));
   }
 
   /** stop stops the guest (force: at once, without its sync and unmount) and, unless `wait: false`, waits until STOPPED. */
   async stop(opts: CommandOptions & { force?: boolean } = {}): Promise<this> {
     const mode = opts.force ? StopMode.FORCE : StopMode.NORMAL;
-    return this.command(opts, (commandId) => this.api.workspaces.stopWorkspace({ command: { commandId }, workspaceId: this.id, mode }, { signal: opts.signal }));
+    return this.lifecycle(opts, (commandId) => this.api.workspaces.stopWorkspace({ command: { commandId }, workspaceId: this.id, mode }, { signal: opts.signal }));
   }
 
   /** delete deletes the Workspace (and the Volume it made) and, unless `wait: false`, waits until DELETED. */
   async delete(opts: CommandOptions = {}): Promise<this> {
-    return this.command(opts, (commandId) => this.api.workspaces.deleteWorkspace({ command: { commandId }, workspaceId: this.id }, { signal: opts.signal }));
+    return this.lifecycle(opts, (commandId) => this.api.workspaces.deleteWorkspace({ command: { commandId }, workspaceId: this.id }, { signal: opts.signal }));
   }
 
-  /** command sends one lifecycle command under one command_id, then follows it. */
-  private async command(opts: CommandOptions, send: (commandId: string) => Promise<{ workspace?: WorkspaceMessage }>): Promise<this> {
+  /** lifecycle sends one lifecycle command under one command_id, then follows it. */
+  private async lifecycle(opts: CommandOptions, send: (commandId: string) => Promise<{ workspace?: WorkspaceMessage }>): Promise<this> {
     const commandId = opts.commandId ?? newCommandId();
     const res = await this.api.call(() => send(commandId), opts.signal);
     this.message = res.workspace!;
+    this.lastCommand = commandId;
     if (opts.wait !== false) await this.follow(commandId, opts.signal);
     return this;
   }
 
   /**
    * follow waits for a command on this Workspace to end: SUCCEEDED reads
-   * the Workspace again, FAILED throws CommandFailedError.
+   * the Workspace again, FAILED throws CommandFailedError. A command_id
+   * that is not this Workspace's is not_found.
    */
   async follow(commandId: string, signal?: AbortSignal): Promise<WorkspaceCommand> {
     for (;;) {
@@ -425,4 +438,15 @@ export class Workspace {
       if (c.state === WorkspaceCommandState.FAILED) throw new CommandFailedError(this.id, commandId, c.failure);
     }
   }
+
+  /**
+   * command reads this Workspace's command commandId as it is now
+   * (GetWorkspaceCommand): its kind, state, progress, what it waits for
+   * and, once FAILED, its failure. It does not wait; follow() does.
+   */
+  async command(commandId: string, signal?: AbortSignal): Promise<WorkspaceCommand> {
+    const res = await this.api.call(() => this.api.workspaces.getWorkspaceCommand({ workspaceId: this.id, commandId }, { signal }), signal);
+    return res.command!;
+  }
+
 }

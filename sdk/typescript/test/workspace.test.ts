@@ -21,6 +21,8 @@ import {
   ProcessState,
   TransferState,
   VolumeState,
+  WorkspaceCommandKind,
+  WorkspaceCommandState,
   WorkspaceState,
   signalOf,
   type ExecEvent,
@@ -276,8 +278,14 @@ test("a Workspace's life: create, exec, files, stop, start, delete", async (t) =
   });
 
   await t.test("stop: STOPPED, and the data plane says failed_precondition", async () => {
-    await ws.stop();
+    await ws.stop({ wait: false }); // returns at admission; follow() waits for the same command
+    const stopId = ws.lastCommandId ?? "";
+    assert.match(stopId, /^ts-/);
+    assert.equal((await ws.command(stopId)).kind, WorkspaceCommandKind.STOP);
+    const done = await ws.follow(stopId);
+    assert.deepEqual([done.state, done.commandId], [WorkspaceCommandState.SUCCEEDED, stopId]);
     assert.equal(ws.state, WorkspaceState.STOPPED);
+    assert.equal((await ws.command(stopId)).state, WorkspaceCommandState.SUCCEEDED);
     const err = await ws.exec(["true"]).catch((e: unknown) => e);
     assert.ok(err instanceof ApiError, String(err));
     assert.equal(err.code, Code.FailedPrecondition);
@@ -316,9 +324,13 @@ test("a create sent twice under one command_id admits one Workspace", async (t) 
   const commandId = `ts-replay-${process.pid}-${Date.now()}`;
   const first = await kibotos.workspaces.create({ memory: "256Mi", volume: false, commandId, wait: false });
   t.after(() => first.delete().catch(() => {}));
+  assert.equal(first.lastCommandId, commandId);
   const again = await kibotos.workspaces.create({ memory: "256Mi", volume: false, commandId });
   assert.equal(again.id, first.id);
   assert.equal(again.state, WorkspaceState.AVAILABLE);
+  const missing = await first.command("ts-no-such-command").catch((e: unknown) => e);
+  assert.ok(missing instanceof ApiError, String(missing));
+  assert.equal(missing.code, Code.NotFound);
   const other = await kibotos.workspaces.create({ memory: "512Mi", volume: false, commandId }).catch((e: unknown) => e);
   assert.ok(other instanceof ApiError, String(other));
   assert.deepEqual([other.code, other.reason, other.field, other.commandId], [Code.AlreadyExists, FailureReason.CONFLICT, "command.command_id", commandId]);
