@@ -124,7 +124,10 @@ func newDevCommand() *cobra.Command {
 		Long: `dev runs ctrl and one node agent (node_id "dev") in this process, with every
 piece of state under --state-dir: ctrl's SQLite database and keys, the node's
 state, and its default storage pool (<state-dir>/pools/default; at first start
-its capacity is set to the filesystem's size, at least 1 TiB). It writes the
+its capacity is set to the filesystem's size, at least 1 TiB). At first start
+the node's CPU is overcommitted 8x (kibotos overcommit set-node dev changes
+it), so a small machine runs more than one one-vCPU Workspace per core;
+memory stays at 1x. It writes the
 endpoints and credentials to <state-dir>/endpoints.env and to the client
 configuration ($KIBOTOS_HOME/config.env), which the CLI then uses without flags.
 
@@ -215,6 +218,11 @@ func runDev(cmd *cobra.Command, cfg ctrl.Config, guestNet guestNetworkFlags, acc
 	}
 	if err := ensureDevPoolCapacity(ctx, srv.Client, "default"); err != nil {
 		return err
+	}
+	if !enrolled {
+		if err := ensureDevOvercommit(ctx, srv.Client, devNodeID); err != nil {
+			return err
+		}
 	}
 	printEndpoints(cmd, srv, cfg.StateDir)
 	printDevUsage(cmd, cfg.StateDir, clientPath)

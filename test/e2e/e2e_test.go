@@ -213,6 +213,20 @@ func TestCLIFindsDevWithoutFlags(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "NODE") {
 		t.Errorf("node list: exit %d: %s", code, out)
 	}
+	// dev's node counts CPU 8x from its first start (a 2-vCPU machine
+	// refused the third one-vCPU Workspace at 1x); memory follows the default.
+	out, code = d.kibotos(t, "overcommit", "get", "dev", "-o", "json")
+	want := `"cpu": {
+    "thousandths": 8000,
+    "source": "OVERCOMMIT_SOURCE_NODE"
+  },
+  "memory": {
+    "thousandths": 1000,
+    "source": "OVERCOMMIT_SOURCE_DEFAULT"
+  }`
+	if code != 0 || !strings.Contains(out, want) {
+		t.Errorf("overcommit get dev -o json: exit %d: %s, want %s", code, out, want)
+	}
 	out, code = d.kibotos(t, "template", "list")
 	if code != 0 || !strings.Contains(out, "busybox") {
 		t.Errorf("template list: exit %d: %s (want the busybox template dev made)", code, out)
