@@ -17,6 +17,9 @@ _WAIT_STEP = 30.0
 # How long create, start, stop and delete wait by default: a first start
 # delivers the template and boots a VM, which under TCG takes a while.
 DEFAULT_WAIT = 600.0
+# What create asks for when not told, as `kibotos workspace create` and the
+# TypeScript SDK: ctrl has no default memory (zero is invalid_argument).
+DEFAULT_MEMORY = "512Mi"
 
 Size = Union[int, str]
 
@@ -410,7 +413,7 @@ class Workspaces:
         *,
         revision: Optional[str] = None,
         memory: Optional[Size] = None,
-        cpu_millis: int = 0,
+        cpu_millis: int = 1000,
         disk: Optional[Size] = None,
         labels: Optional[Dict[str, str]] = None,
         annotations: Optional[Dict[str, str]] = None,
@@ -432,7 +435,9 @@ class Workspaces:
         template names a Template (None: the deployment's default), revision
         one of its revisions (None: its default); memory and disk (the
         writable layer) are sizes, "512Mi" or an int of bytes (None: the
-        defaults); cpu_millis is thousandths of a vCPU (0: the default).
+        defaults: memory 512Mi, as the CLI's); cpu_millis is thousandths of
+        a vCPU (default 1000, one vCPU, as the CLI's; 0 boots one vCPU and
+        reserves none at placement).
         volume is None (a new Volume of the defaults at /data, deleted with
         the Workspace), False (none), a dict with "size" and "mount_path"
         for the new Volume, or the id of an existing Volume to bind
@@ -450,7 +455,7 @@ class Workspaces:
             template=types_pb2.TemplateSelector(template=template or "", revision=revision or ""),
             resources=types_pb2.ResourceRequest(
                 cpu_millis=cpu_millis,
-                memory_bytes=parse_size(memory) if memory is not None else 0,
+                memory_bytes=parse_size(memory if memory is not None else DEFAULT_MEMORY),
                 writable_layer_capacity_bytes=parse_size(disk) if disk is not None else 0,
             ),
             volume=_volume_binding(volume),

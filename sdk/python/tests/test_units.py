@@ -245,6 +245,9 @@ def test_create_follows_with_wait_workspace_and_never_polls():
     assert ws.info.state == types_pb2.WORKSPACE_STATE_AVAILABLE
     assert fake.gets == 0, "a follower polled GetWorkspace"
     assert len(fake.waits) == 2 and fake.waits[0][0] == "ws-1" and fake.waits[0][1].startswith("py-")
+    # What it asks for when not told: the CLI's defaults.
+    resources = fake.created[-1].spec.resources
+    assert (resources.memory_bytes, resources.cpu_millis) == (512 << 20, 1000)
 
 
 def test_create_asks_for_the_volume_network_and_expiration_given():
