@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -88,7 +89,7 @@ func (o *outputFlag) print(w io.Writer, msg proto.Message, header []string, rows
 
 // message writes msg as protojson, or as the same document in YAML.
 func (o *outputFlag) message(w io.Writer, msg proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(msg)
+	b, err := stableJSON(msg, true)
 	if err != nil {
 		return err
 	}
@@ -110,12 +111,32 @@ func (o *outputFlag) line(w io.Writer, msg proto.Message) error {
 		fmt.Fprintln(w, "---")
 		return o.message(w, msg)
 	}
-	b, err := protojson.Marshal(msg)
+	b, err := stableJSON(msg, false)
 	if err != nil {
 		return err
 	}
 	_, err = fmt.Fprintln(w, string(b))
 	return err
+}
+
+// stableJSON is msg's protojson with the same spacing from every build:
+// protojson puts random spaces into its output, fixed per binary (to keep
+// callers from depending on it), so one command's -o json differed from
+// one build of kibotos to the next, and diffs and scripts saw it. The
+// document is re-spaced as encoding/json would (indented by two spaces, or
+// compact), which changes no token.
+func stableJSON(msg proto.Message, indent bool) ([]byte, error) {
+	b, err := protojson.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if indent {
+		err = json.Indent(&out, b, "", "  ")
+	} else {
+		err = json.Compact(&out, b)
+	}
+	return out.Bytes(), err
 }
 
 // jsonToYAML re-encodes a JSON document as block-style YAML (JSON is

@@ -1,7 +1,9 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -118,10 +120,18 @@ func TestOutputFormatsAndVolumeResize(t *testing.T) {
 	c.StartNode(t, "node-a", "", "")
 	c.EnsureCapacity(t, "default", 1<<40)
 
-	code, out, errOut := kibotosAll(t, c, "volume", "create", "--capacity", "64Mi", "-o", "json")
+	// --size is --capacity, as the SDKs name it.
+	code, out, errOut := kibotosAll(t, c, "volume", "create", "--size", "64Mi", "--label", "made=cli", "--annotation", "by=test", "-o", "json")
 	created := &ctrlv1.CreateVolumeResponse{}
-	if code != 0 || protojson.Unmarshal([]byte(out), created) != nil || created.GetVolume().GetSpec().GetCapacityBytes() != 64<<20 {
-		t.Fatalf("volume create --capacity 64Mi -o json: exit %d\n%s%s", code, out, errOut)
+	if code != 0 || protojson.Unmarshal([]byte(out), created) != nil || created.GetVolume().GetSpec().GetCapacityBytes() != 64<<20 ||
+		created.GetVolume().GetLabels()["made"] != "cli" || created.GetVolume().GetAnnotations()["by"] != "test" {
+		t.Fatalf("volume create --size 64Mi --label made=cli --annotation by=test -o json: exit %d\n%s%s", code, out, errOut)
+	}
+	// -o json is spaced as encoding/json spaces it, the same from every
+	// build (protojson's own spacing varies from one binary to the next).
+	var respaced bytes.Buffer
+	if err := json.Indent(&respaced, []byte(out), "", "  "); err != nil || respaced.String() != out {
+		t.Errorf("volume create -o json is not spaced as json.Indent spaces it:\n%s", out)
 	}
 	id := created.GetVolume().GetVolumeId()
 	testenv.WaitFor(t, "the Volume AVAILABLE", func() bool {
@@ -152,7 +162,7 @@ func TestOutputFormatsAndVolumeResize(t *testing.T) {
 	if code != 0 || protojson.Unmarshal([]byte(out), updated) != nil || updated.GetLabels()["team"] != "a" || updated.GetAnnotations()["note"] != "x" {
 		t.Errorf("volume update -o json: exit %d\n%s%s", code, out, errOut)
 	}
-	if _, out, _ := kibotosAll(t, c, "volume", "update", id, "--label", "team-", "-o", "json"); protojson.Unmarshal([]byte(out), updated) != nil || len(updated.GetLabels()) != 0 {
+	if _, out, _ := kibotosAll(t, c, "volume", "update", id, "--label", "team-", "-o", "json"); protojson.Unmarshal([]byte(out), updated) != nil || len(updated.GetLabels()) != 1 || updated.GetLabels()["made"] != "cli" {
 		t.Errorf("volume update --label team-: %s", out)
 	}
 

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -80,6 +81,7 @@ func newVolumeCommand(out *outputFlag) *cobra.Command {
 
 	var capacity sizeFlag
 	var pool string
+	var labels, annotations map[string]string
 	create := &cobra.Command{
 		Use: "create", Short: "Create a Volume and wait until a node has made it (AVAILABLE)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -90,6 +92,7 @@ func newVolumeCommand(out *outputFlag) *cobra.Command {
 			res, err := client.CreateVolume(cmd.Context(), connect.NewRequest(&ctrlv1.CreateVolumeRequest{
 				Command: newCommandMetadata(commandID),
 				Spec:    &ctrlv1.VolumeSpec{CapacityBytes: uint64(capacity), StoragePool: pool},
+				Labels:  labels, Annotations: annotations,
 			}))
 			if err != nil || noWait {
 				return showVolume(cmd, out, res, err)
@@ -99,7 +102,10 @@ func newVolumeCommand(out *outputFlag) *cobra.Command {
 		},
 	}
 	create.Flags().BoolVar(&noWait, "no-wait", false, "return once admitted (CREATING) instead of once a node made the Volume")
-	create.Flags().Var(&capacity, "capacity", "capacity (1G, 512Mi; a bare number is MiB; default: the storage profile's)")
+	create.Flags().Var(&capacity, "capacity", "capacity (1G, 512Mi; a bare number is MiB; default: the storage profile's); --size is the same flag")
+	create.Flags().SetNormalizeFunc(sizeIsCapacity)
+	create.Flags().StringToStringVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
+	create.Flags().StringToStringVar(&annotations, "annotation", nil, "annotation KEY=VALUE (repeatable)")
 	create.Flags().StringVar(&pool, "pool", "", "storage pool (default: the deployment's default pool)")
 	create.Flags().StringVar(&commandID, "command-id", "", "command_id to send (retrying with the same id is safe)")
 
@@ -213,4 +219,13 @@ func newVolumeUpdateCommand(out *outputFlag) *cobra.Command {
 	c.Flags().StringArrayVar(&annotations, "annotation", nil, "KEY=VALUE sets an annotation, KEY- removes it (repeatable)")
 	c.Flags().StringVar(&commandID, "command-id", "", "command_id of the first change (the second gets it with -2)")
 	return c
+}
+
+// sizeIsCapacity reads volume create's --size as --capacity: the SDKs
+// call it size (k.volumes.create("1Gi"), { size }), the API capacity_bytes.
+func sizeIsCapacity(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if name == "size" {
+		name = "capacity"
+	}
+	return pflag.NormalizedName(name)
 }
