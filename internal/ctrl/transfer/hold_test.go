@@ -186,11 +186,13 @@ func TestAnExportWhoseBlockFileIsGoneFails(t *testing.T) {
 	f.restoreRefused("restore-deleted", tr.GetTransferId(), connect.CodeFailedPrecondition)
 }
 
-// "done_bytes and total_bytes are the progress of the current export":
-// while an export runs neither goes back (designed here: its parts count
-// twice, as they arrive and as the archive is written), and done_bytes
-// never passes total_bytes.
-func TestExportProgressNeverGoesBack(t *testing.T) {
+// "done_bytes and total_bytes are the progress of the current export,
+// import or restore": done_bytes is seen moving while the node sends about
+// 48 MiB of blocks, and again while a restore's node fetches them (read
+// after read of GetTransfer, no pause between them). Neither goes back
+// (designed here: an export's parts count twice, as they arrive and as the
+// archive is written), and done_bytes never passes total_bytes.
+func TestTransferProgressMovesAndNeverGoesBack(t *testing.T) {
 	f := newFleet(t, storetest.Backend{Name: "sqlite", DSN: storetest.SQLiteDSN})
 	id := f.volume("vol-1", 512<<20)
 	file, err := os.OpenFile(f.node.PoolFile(id), os.O_WRONLY, 0)
@@ -210,30 +212,62 @@ func TestExportProgressNeverGoesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := f.progressWhile(tr.GetTransferId(), ctrlv1.TransferState_TRANSFER_STATE_EXPORTING)
+	if got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE || got.GetDoneBytes() != got.GetTotalBytes() {
+		t.Fatalf("the export ended %v at %d of %d bytes", got.GetState(), got.GetDoneBytes(), got.GetTotalBytes())
+	}
+
+	// "... or restore": the node fetching the archive's parts. The restore
+	// then fails (no VM boots UnbootableCatalog's platform), which ends it.
+	f.c.UnbootableCatalog(t)
+	if _, err := f.c.Workspaces.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{
+		Command: cmd("restore-1"), TransferId: tr.GetTransferId(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20}},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.progressWhile(tr.GetTransferId(), ctrlv1.TransferState_TRANSFER_STATE_RESTORING); got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE {
+		t.Errorf("the Transfer after its restore failed: %v, want COMPLETE again", got.GetState())
+	}
+}
+
+// progressWhile reads Transfer id again and again, without a pause, while
+// it is in state, and checks what it saw: done_bytes moving (more than one
+// value between none and all), neither it nor total_bytes going back,
+// done_bytes never past total_bytes. It returns the first reading in
+// another state.
+func (f *fleet) progressWhile(id string, state ctrlv1.TransferState) *ctrlv1.Transfer {
+	t := f.t
+	t.Helper()
 	var seen []*ctrlv1.Transfer
+	var got *ctrlv1.Transfer
 	for {
-		res, err := f.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: tr.GetTransferId()}))
+		res, err := f.c.Transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: id}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := res.Msg.GetTransfer()
-		if got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING {
-			if got.GetState() != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE || got.GetDoneBytes() != got.GetTotalBytes() {
-				t.Fatalf("the export ended %v at %d of %d bytes", got.GetState(), got.GetDoneBytes(), got.GetTotalBytes())
-			}
+		if got = res.Msg.GetTransfer(); got.GetState() != state {
 			break
 		}
 		seen = append(seen, got)
 	}
+	moving := map[uint64]bool{}
 	for i, s := range seen {
+		if s.GetDoneBytes() > 0 && s.GetDoneBytes() < s.GetTotalBytes() {
+			moving[s.GetDoneBytes()] = true
+		}
 		if s.GetDoneBytes() > s.GetTotalBytes() {
-			t.Errorf("reading %d: done %d past total %d", i, s.GetDoneBytes(), s.GetTotalBytes())
+			t.Errorf("%v, reading %d: done %d past total %d", state, i, s.GetDoneBytes(), s.GetTotalBytes())
 		}
 		if i > 0 && (s.GetDoneBytes() < seen[i-1].GetDoneBytes() || s.GetTotalBytes() < seen[i-1].GetTotalBytes()) {
-			t.Errorf("reading %d went back: %d of %d after %d of %d", i, s.GetDoneBytes(), s.GetTotalBytes(), seen[i-1].GetDoneBytes(), seen[i-1].GetTotalBytes())
+			t.Errorf("%v, reading %d went back: %d of %d after %d of %d", state, i, s.GetDoneBytes(), s.GetTotalBytes(), seen[i-1].GetDoneBytes(), seen[i-1].GetTotalBytes())
 		}
 	}
-	t.Logf("%d readings while EXPORTING", len(seen))
+	if len(moving) < 2 {
+		t.Errorf("done_bytes took %d values between 0 and total_bytes in %d readings while %v, want it seen moving", len(moving), len(seen), state)
+	}
+	t.Logf("%d readings while %v, %d values of done_bytes between none and all", len(seen), state, len(moving))
+	return got
 }
 
 // ExportVolume "captures a Volume no execution holds": a DELETED or an
