@@ -8,7 +8,7 @@ import time
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from kibotos import _rpc, egress, errors, process, session, transfer
-from kibotos.ctrl.v1 import metrics_pb2, types_pb2, workspace_pb2
+from kibotos.ctrl.v1 import metrics_pb2, transfer_pb2, types_pb2, workspace_pb2
 from kibotos.files import Files
 
 # The longest one WaitWorkspace call waits before it answers with the
@@ -20,6 +20,7 @@ DEFAULT_WAIT = 600.0
 # What create asks for when not told, as `kibotos workspace create` and the
 # TypeScript SDK: ctrl has no default memory (zero is invalid_argument).
 DEFAULT_MEMORY = "512Mi"
+DEFAULT_CPU_MILLIS = 1000
 
 Size = Union[int, str]
 
@@ -413,7 +414,7 @@ class Workspaces:
         *,
         revision: Optional[str] = None,
         memory: Optional[Size] = None,
-        cpu_millis: int = 1000,
+        cpu_millis: int = DEFAULT_CPU_MILLIS,
         disk: Optional[Size] = None,
         labels: Optional[Dict[str, str]] = None,
         annotations: Optional[Dict[str, str]] = None,
@@ -489,6 +490,7 @@ class Workspaces:
         as admitted); a restore that fails raises CommandFailed."""
         spec = types_pb2.WorkspaceCreateSpec(labels=labels or {})
         if memory is not None:
+            spec.resources.CopyFrom(self._archived_resources(transfer_id))
             spec.resources.memory_bytes = parse_size(memory)
         admitted = self._conn.mutate(
             self._conn.workspaces.RestoreWorkspace,
@@ -496,6 +498,17 @@ class Workspaces:
             command_id,
         )
         return Workspace(self._conn, admitted.workspace)._follow(admitted, wait, timeout)
+
+    def _archived_resources(self, transfer_id: str) -> types_pb2.ResourceRequest:
+        """The resources the Transfer's archive carries, or create's
+        defaults for an archive of a Volume alone. ctrl replaces a
+        restore's resources whole, so a restore that changes one of them
+        sends the others as archived (as `kibotos workspace restore`)."""
+        req = transfer_pb2.GetTransferRequest(transfer_id=transfer_id)
+        manifest = self._conn.retrying(lambda: self._conn.call(self._conn.transfers.GetTransfer, req)).transfer.manifest
+        if manifest.HasField("resources"):
+            return manifest.resources
+        return types_pb2.ResourceRequest(cpu_millis=DEFAULT_CPU_MILLIS, memory_bytes=parse_size(DEFAULT_MEMORY))
 
     def get(self, workspace_id: str) -> Workspace:
         res = self._conn.call(

@@ -31,6 +31,10 @@ import { Transfer, type TransferWaitOptions } from "./transfer.js";
 import { issueSession, type Session, type SessionOptions } from "./session.js";
 import { parseSize, type Size } from "./size.js";
 
+/** What create asks for when not told, as `kibotos workspace create` (ctrl has no default memory). */
+const defaultMemory = "512Mi";
+const defaultCpuMillis = 1000;
+
 /** The longest one WaitWorkspace call waits before answering with the command's progress (ctrl allows 60 s). */
 const waitStepSeconds = 30n;
 
@@ -101,11 +105,26 @@ export class Workspaces {
    */
   async restore(transferId: string, opts: CommandOptions & { memory?: Size; labels?: Record<string, string> } = {}): Promise<Workspace> {
     const commandId = opts.commandId ?? newCommandId();
-    const spec = { labels: opts.labels ?? {}, resources: opts.memory === undefined ? undefined : { memoryBytes: parseSize(opts.memory, "memory") } };
+    const memoryBytes = opts.memory === undefined ? undefined : parseSize(opts.memory, "memory");
+    const resources = memoryBytes === undefined ? undefined : { ...(await this.archivedResources(transferId, opts.signal)), memoryBytes };
+    const spec = { labels: opts.labels ?? {}, resources };
     const res = await this.api.call(() => this.api.workspaces.restoreWorkspace({ command: { commandId }, transferId, spec }, { signal: opts.signal }), opts.signal);
     const ws = new Workspace(this.api, res.workspace!, commandId);
     if (opts.wait !== false) await ws.follow(commandId, opts.signal);
     return ws;
+  }
+
+  /**
+   * archivedResources is what the Transfer's archive carries, or create's
+   * defaults for an archive of a Volume alone. ctrl replaces a restore's
+   * resources whole, so a restore that changes one of them sends the
+   * others as archived (as `kibotos workspace restore`).
+   */
+  private async archivedResources(transferId: string, signal?: AbortSignal): Promise<{ cpuMillis: number; memoryBytes: bigint; writableLayerCapacityBytes: bigint }> {
+    const res = await this.api.call(() => this.api.transfers.getTransfer({ transferId }, { signal }), signal);
+    const r = res.transfer?.manifest?.resources;
+    if (r) return { cpuMillis: r.cpuMillis, memoryBytes: r.memoryBytes, writableLayerCapacityBytes: r.writableLayerCapacityBytes };
+    return { cpuMillis: defaultCpuMillis, memoryBytes: parseSize(defaultMemory, "memory"), writableLayerCapacityBytes: 0n };
   }
 
   /** get returns the Workspace with this id as ctrl has it now. */
@@ -141,8 +160,8 @@ function createSpec(opts: CreateOptions): MessageInitShape<typeof WorkspaceCreat
   return {
     template: { template, revision },
     resources: {
-      memoryBytes: parseSize(opts.memory ?? "512Mi", "memory"),
-      cpuMillis: opts.cpuMillis ?? 1000,
+      memoryBytes: parseSize(opts.memory ?? defaultMemory, "memory"),
+      cpuMillis: opts.cpuMillis ?? defaultCpuMillis,
       writableLayerCapacityBytes: opts.disk === undefined ? 0n : parseSize(opts.disk, "disk"),
     },
     volume,

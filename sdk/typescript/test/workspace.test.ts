@@ -444,6 +444,7 @@ test("a stopped Workspace exported, downloaded, uploaded and restored with both 
   assert.equal(restored.state, WorkspaceState.AVAILABLE);
   assert.notEqual(restored.id, ws.id);
   assert.equal(restored.info.spec?.resources?.memoryBytes, 320n << 20n);
+  assert.equal(restored.info.spec?.resources?.cpuMillis, ws.info.spec?.resources?.cpuMillis); // the archive's
   assert.deepEqual(restored.info.labels, { suite: "sdk-ts-restored" });
   assert.equal(await restored.files.read("/data/v"), "volume\n");
   assert.equal(await restored.files.read("/root/l"), "layer\n");
