@@ -478,20 +478,29 @@ class Workspaces:
         transfer_id: str,
         *,
         memory: Optional[Size] = None,
+        cpu_millis: Optional[int] = None,
+        disk: Optional[Size] = None,
         labels: Optional[Dict[str, str]] = None,
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
         command_id: Optional[str] = None,
     ) -> Workspace:
         """Creates a new Workspace from a COMPLETE or IMPORTED Transfer: the
-        spec its archive carries (memory, when given, in place of the
-        archive's), its Volume imported and bound, its writable layer when
-        it was exported; labels label the new Workspace. Waits until AVAILABLE (wait=False: returns it
-        as admitted); a restore that fails raises CommandFailed."""
+        spec its archive carries (memory, cpu_millis and disk, each when
+        given, in place of the archive's; the archive's others kept), its
+        Volume imported and bound, its writable layer when it was exported
+        (disk below its size is raised to it); labels label the new
+        Workspace. Waits until AVAILABLE (wait=False: returns it as
+        admitted); a restore that fails raises CommandFailed."""
         spec = types_pb2.WorkspaceCreateSpec(labels=labels or {})
-        if memory is not None:
+        if memory is not None or cpu_millis is not None or disk is not None:
             spec.resources.CopyFrom(self._archived_resources(transfer_id))
-            spec.resources.memory_bytes = parse_size(memory)
+            if memory is not None:
+                spec.resources.memory_bytes = parse_size(memory)
+            if cpu_millis is not None:
+                spec.resources.cpu_millis = cpu_millis
+            if disk is not None:
+                spec.resources.writable_layer_capacity_bytes = parse_size(disk)
         admitted = self._conn.mutate(
             self._conn.workspaces.RestoreWorkspace,
             lambda c: workspace_pb2.RestoreWorkspaceRequest(command=c, transfer_id=transfer_id, spec=spec),

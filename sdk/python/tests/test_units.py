@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from kibotos import _config, _rpc, errors, process
-from kibotos.ctrl.v1 import process_pb2, types_pb2, workspace_pb2
+from kibotos.ctrl.v1 import process_pb2, transfer_pb2, types_pb2, workspace_pb2
 from kibotos.workspace import Workspaces, parse_size
 
 
@@ -233,9 +233,27 @@ class _FakeWorkspaces:
             ),
         )
 
+    def RestoreWorkspace(self, request, metadata, timeout):
+        self.created.append(request)
+        return workspace_pb2.RestoreWorkspaceResponse(
+            workspace=types_pb2.Workspace(workspace_id="ws-1", state=types_pb2.WORKSPACE_STATE_CREATING),
+            command=workspace_pb2.WorkspaceCommand(command_id=request.command.command_id),
+        )
+
     def GetWorkspace(self, request, metadata, timeout):
         self.gets += 1
         raise _RpcError(grpc.StatusCode.INTERNAL)
+
+
+class _FakeTransfers:
+    """A TransferService whose one Transfer archived these resources."""
+
+    def __init__(self, resources):
+        self.resources = resources
+
+    def GetTransfer(self, request, metadata, timeout):
+        manifest = types_pb2.TransferManifest(resources=self.resources) if self.resources else types_pb2.TransferManifest()
+        return transfer_pb2.GetTransferResponse(transfer=types_pb2.Transfer(transfer_id=request.transfer_id, manifest=manifest))
 
 
 def test_create_follows_with_wait_workspace_and_never_polls():
@@ -291,3 +309,24 @@ def test_collect_counts_the_output_the_guest_dropped():
     assert "dropped 3 bytes of its stdout" in str(errors.ProcessError(["cat", "big"], r))
     whole = process.collect(iter(events[:2] + events[3:]), text=True)
     assert (whole.stdout, whole.stdout_dropped) == ("ab", 0)
+
+
+def test_a_restore_sends_the_archived_resources_with_those_given_in_place():
+    # ctrl replaces a restore's resources whole: the SDK sends the
+    # archive's, each one given in its place, and none when none is given.
+    conn = _rpc.Connection("http://127.0.0.1:1", "", timeout=1, retries=0)
+    conn.workspaces = fake = _FakeWorkspaces()
+    archived = types_pb2.ResourceRequest(cpu_millis=2000, memory_bytes=1 << 30, writable_layer_capacity_bytes=8 << 30)
+    conn.transfers = _FakeTransfers(archived)
+    Workspaces(conn).restore("tr-1", memory="320Mi")
+    sent = fake.created[-1].spec.resources
+    assert (sent.cpu_millis, sent.memory_bytes, sent.writable_layer_capacity_bytes) == (2000, 320 << 20, 8 << 30)
+    Workspaces(conn).restore("tr-1", cpu_millis=500, disk="16Gi")
+    sent = fake.created[-1].spec.resources
+    assert (sent.cpu_millis, sent.memory_bytes, sent.writable_layer_capacity_bytes) == (500, 1 << 30, 16 << 30)
+    Workspaces(conn).restore("tr-1", labels={"a": "b"})
+    assert not fake.created[-1].spec.HasField("resources")
+    conn.transfers = _FakeTransfers(None)  # a Volume's archive: create's defaults
+    Workspaces(conn).restore("tr-1", cpu_millis=500)
+    sent = fake.created[-1].spec.resources
+    assert (sent.cpu_millis, sent.memory_bytes) == (500, 512 << 20)

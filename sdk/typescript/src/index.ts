@@ -13,7 +13,7 @@ export { Session, type Scope, type SessionOptions } from "./session.js";
 export { Transfer, TransferFailedError, Transfers, type TransferWaitOptions } from "./transfer.js";
 export { Volume, VolumeFailedError, Volumes, type VolumeCreateOptions } from "./volume.js";
 export { parseSize, type Size } from "./size.js";
-export { Workspace, Workspaces, type CommandOptions, type CreateOptions, type NetworkOptions } from "./workspace.js";
+export { Workspace, Workspaces, type CommandOptions, type CreateOptions, type NetworkOptions, type RestoreOptions } from "./workspace.js";
 export { Code } from "@connectrpc/connect";
 export { FileType, type FileInfo } from "./gen/kibotos/ctrl/v1/file_pb.js";
 export type { MetricsFilesystem, MetricsSample } from "./gen/kibotos/ctrl/v1/metrics_pb.js";

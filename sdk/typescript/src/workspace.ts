@@ -48,6 +48,15 @@ export interface CommandOptions {
   signal?: AbortSignal;
 }
 
+/** What a restore changes of the archived spec; what is not given is the archive's. */
+export interface RestoreOptions extends CommandOptions {
+  memory?: Size;
+  cpuMillis?: number;
+  /** The writable layer's capacity; raised to the archived layer's size when below it. */
+  disk?: Size;
+  labels?: Record<string, string>;
+}
+
 /** What a new Workspace is made of; every field has a default. */
 export interface CreateOptions extends CommandOptions {
   /** "NAME" or "NAME@REVISION"; default: the deployment's default template at its default revision. */
@@ -98,15 +107,20 @@ export class Workspaces {
 
   /**
    * restore makes a new Workspace from a COMPLETE or IMPORTED Transfer: the
-   * spec its archive carries (memory, when given, in place of the
-   * archive's), its Volume imported and bound, its writable layer when it
-   * was exported; labels label the new Workspace. Unless `wait: false` it
-   * waits until AVAILABLE, as create does.
+   * spec its archive carries (memory, cpuMillis and disk, each when given,
+   * in place of the archive's; the archive's others kept), its Volume
+   * imported and bound, its writable layer when it was exported (disk
+   * below its size is raised to it); labels label the new Workspace.
+   * Unless `wait: false` it waits until AVAILABLE, as create does.
    */
-  async restore(transferId: string, opts: CommandOptions & { memory?: Size; labels?: Record<string, string> } = {}): Promise<Workspace> {
+  async restore(transferId: string, opts: RestoreOptions = {}): Promise<Workspace> {
     const commandId = opts.commandId ?? newCommandId();
-    const memoryBytes = opts.memory === undefined ? undefined : parseSize(opts.memory, "memory");
-    const resources = memoryBytes === undefined ? undefined : { ...(await this.archivedResources(transferId, opts.signal)), memoryBytes };
+    const given = {
+      ...(opts.memory === undefined ? {} : { memoryBytes: parseSize(opts.memory, "memory") }),
+      ...(opts.cpuMillis === undefined ? {} : { cpuMillis: opts.cpuMillis }),
+      ...(opts.disk === undefined ? {} : { writableLayerCapacityBytes: parseSize(opts.disk, "disk") }),
+    };
+    const resources = Object.keys(given).length === 0 ? undefined : { ...(await this.archivedResources(transferId, opts.signal)), ...given };
     const spec = { labels: opts.labels ?? {}, resources };
     const res = await this.api.call(() => this.api.workspaces.restoreWorkspace({ command: { commandId }, transferId, spec }, { signal: opts.signal }), opts.signal);
     const ws = new Workspace(this.api, res.workspace!, commandId);
