@@ -185,7 +185,8 @@ admitted. Sizes take units (512Mi, 1G, 4GiB); a bare number is MiB.`,
 	}
 	long(del)
 
-	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newWorkspaceNetworkCommand(out), newExecCommand(out), newCopyCommand(out), newFilesCommand(out), newProcessCommand(out), newSessionCommand(out), newWorkspaceExportCommand(out), newWorkspaceRestoreCommand(out), newWorkspaceMetricsCommand(out))
+	c.AddCommand(list, get, create, start, stop, del, newWorkspaceUpdateCommand(out), newWorkspaceNetworkCommand(out), newExecCommand(out), newCopyCommand(out), newFilesCommand(out), newProcessCommand(out), newSessionCommand(out), newWorkspaceExportCommand(out), newWorkspaceRestoreCommand(out), newWorkspaceMetricsCommand(out),
+		newWorkspaceWaitCommand(out), newWorkspaceCommandCommand(out))
 	return c
 }
 
@@ -213,11 +214,17 @@ func followWorkspace[T any, PT interface {
 	GetWorkspace() *ctrlv1.Workspace
 	GetCommand() *ctrlv1.WorkspaceCommand
 }](cmd *cobra.Command, out *outputFlag, client ctrlv1connect.WorkspaceServiceClient, res *connect.Response[T], err error, noWait bool) error {
-	if err != nil || noWait {
-		return showWorkspace[T, PT](cmd, out, res, err)
+	if err != nil {
+		return err
 	}
 	var msg PT = res.Msg
 	id := msg.GetWorkspace().GetWorkspaceId()
+	if noWait {
+		c := msg.GetCommand()
+		fmt.Fprintf(cmd.ErrOrStderr(), "admitted: the %s of %s is command %s; kibotos workspace wait %s %s follows it\n",
+			strings.ToLower(trimEnum(c.GetKind().String(), "WORKSPACE_COMMAND_KIND_")), id, c.GetCommandId(), id, c.GetCommandId())
+		return showWorkspace[T, PT](cmd, out, res, nil)
+	}
 	p := newProgress(cmd.ErrOrStderr())
 	var delivery deliveryWatch
 	for {
@@ -231,8 +238,8 @@ func followWorkspace[T any, PT interface {
 			// Ctrl-C ends the following, not the command: ctrl admitted it.
 			p.end()
 			c := msg.GetCommand()
-			return fmt.Errorf("stopped following; the %s of %s (command %s) goes on in ctrl: kibotos workspace get %s",
-				strings.ToLower(trimEnum(c.GetKind().String(), "WORKSPACE_COMMAND_KIND_")), id, c.GetCommandId(), id)
+			return fmt.Errorf("stopped following; the %s of %s (command %s) goes on in ctrl: kibotos workspace wait %s %s follows it again",
+				strings.ToLower(trimEnum(c.GetKind().String(), "WORKSPACE_COMMAND_KIND_")), id, c.GetCommandId(), id, c.GetCommandId())
 		}
 		if err != nil {
 			return err

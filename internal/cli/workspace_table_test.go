@@ -94,7 +94,7 @@ func TestInterruptingAFollowSaysTheCommandGoesOn(t *testing.T) {
 	}()
 	var stdout, stderr strings.Builder
 	code := cli.Main(ctx, []string{"workspace", "create", "--command-id", "c-1"}, &stdout, &stderr)
-	if said := stderr.String(); code == 0 || !strings.Contains(said, "the create of ws-1 (command c-1) goes on in ctrl: kibotos workspace get ws-1") ||
+	if said := stderr.String(); code == 0 || !strings.Contains(said, "the create of ws-1 (command c-1) goes on in ctrl: kibotos workspace wait ws-1 c-1 follows it again") ||
 		strings.Contains(said, "context canceled") {
 		t.Errorf("create interrupted while following: exit %d\n%s", code, said)
 	}

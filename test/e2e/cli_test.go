@@ -270,7 +270,21 @@ func TestCLICoversTheWorkspaceAPIOnARealVM(t *testing.T) {
 
 	// update: each change with the revision it reads; memory and the
 	// binding once no execution is held.
-	d.mustKibotos(t, "workspace", "stop", id)
+	// stop --no-wait says which command to follow; wait follows it to its
+	// end, command reads it (GetWorkspaceCommand).
+	if out := d.mustKibotos(t, "workspace", "stop", id, "--no-wait", "--command-id", "cli-stop-1"); !strings.Contains(out,
+		"admitted: the stop of "+id+" is command cli-stop-1; kibotos workspace wait "+id+" cli-stop-1 follows it") {
+		t.Errorf("stop --no-wait does not say how to follow it:\n%s", out)
+	}
+	if out := d.mustKibotos(t, "workspace", "wait", id, "cli-stop-1"); !strings.Contains(out, "stop "+id+": done in") || !strings.Contains(out, "STOPPED") {
+		t.Errorf("workspace wait of the stop:\n%s", out)
+	}
+	if out := d.mustKibotos(t, "workspace", "command", id, "cli-stop-1", "--no-headers"); !strings.HasPrefix(strings.Join(strings.Fields(out), " "), "cli-stop-1 stop SUCCEEDED") {
+		t.Errorf("workspace command of the stop: %q", out)
+	}
+	if out, code := d.kibotos(t, "workspace", "wait", id, "no-such-command"); code != 1 || !strings.Contains(out, "not_found") {
+		t.Errorf("workspace wait of an unknown command: exit %d: %s", code, out)
+	}
 	if out, code := d.kibotos(t, "node", "placements", "dev", "-q"); code != 0 || out != "" {
 		t.Errorf("node placements of dev once the Workspace stopped: exit %d, %q", code, out)
 	}
