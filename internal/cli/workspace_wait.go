@@ -5,6 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
@@ -57,16 +58,12 @@ func newWorkspaceWaitCommand(out *outputFlag) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := client.GetWorkspaceCommand(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceCommandRequest{WorkspaceId: args[0], CommandId: args[1]}))
-			if err != nil {
-				return err
-			}
-			w, err := client.GetWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: args[0]}))
-			if err != nil {
-				return err
-			}
-			res := connect.NewResponse(&ctrlv1.WaitWorkspaceResponse{Workspace: w.Msg.GetWorkspace(), Command: c.Msg.GetCommand()})
-			return followWorkspace(cmd, out, client, res, nil, false)
+			// The first wait reads the Workspace and the command (an unknown
+			// one is not_found); followWorkspace goes on from its answer.
+			res, err := client.WaitWorkspace(cmd.Context(), connect.NewRequest(&ctrlv1.WaitWorkspaceRequest{
+				WorkspaceId: args[0], CommandId: args[1], Timeout: durationpb.New(followStep),
+			}))
+			return followWorkspace(cmd, out, client, res, err, false)
 		},
 	}
 }
